@@ -1,0 +1,83 @@
+"""NATS JetStream on asyncio (ADR-37 simplified API, ADR-31 Direct Get, ADR-42).
+
+async with await connect("nats://127.0.0.1:4222") as js:
+    stream = await js.create_stream("ORDERS", subjects=["orders.>"])
+    ack = await js.publish("orders.new", b"{...}", msg_id="order-1")
+    msg = await stream.direct_get(last_by_subj="orders.new")
+"""
+
+from aioclients.jetstream._consumer import Consumer
+from aioclients.jetstream._context import JetStream, connect
+from aioclients.jetstream._errors import (
+    APITimeoutError,
+    ConsumerDeletedError,
+    ConsumerExistsError,
+    ConsumerNotFoundError,
+    DirectGetUnavailableError,
+    JetStreamClosedError,
+    JetStreamConnectError,
+    JetStreamError,
+    JetStreamNotEnabledError,
+    MaxPayloadError,
+    MessageAlreadyAckedError,
+    MessageNotFoundError,
+    NoHeartbeatError,
+    NoMessagesError,
+    NoStreamResponseError,
+    ServerTooOldError,
+    StreamNameInUseError,
+    StreamNotFoundError,
+    TooManySubjectsError,
+    WrongExpectedStreamError,
+    WrongLastMsgIdError,
+    WrongLastSequenceError,
+)
+from aioclients.jetstream._models import (
+    AccountInfo,
+    ConsumerInfo,
+    JsonObject,
+    PubAck,
+    SequenceInfo,
+    StoredMessage,
+    StreamInfo,
+    StreamState,
+)
+from aioclients.jetstream._stream import DirectGetBatch, Stream
+
+__all__ = (
+    "APITimeoutError",
+    "AccountInfo",
+    "Consumer",
+    "ConsumerDeletedError",
+    "ConsumerExistsError",
+    "ConsumerInfo",
+    "ConsumerNotFoundError",
+    "DirectGetBatch",
+    "DirectGetUnavailableError",
+    "JetStream",
+    "JetStreamClosedError",
+    "JetStreamConnectError",
+    "JetStreamError",
+    "JetStreamNotEnabledError",
+    "JsonObject",
+    "MaxPayloadError",
+    "MessageAlreadyAckedError",
+    "MessageNotFoundError",
+    "NoHeartbeatError",
+    "NoMessagesError",
+    "NoStreamResponseError",
+    "PubAck",
+    "SequenceInfo",
+    "ServerTooOldError",
+    "StoredMessage",
+    "Stream",
+    "StreamInfo",
+    "StreamNameInUseError",
+    "StreamNotFoundError",
+    "StreamState",
+    "TooManySubjectsError",
+    "WrongExpectedStreamError",
+    "WrongLastMsgIdError",
+    "WrongLastSequenceError",
+    "connect",
+)

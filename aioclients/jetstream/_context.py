@@ -1,0 +1,510 @@
+"""The JetStream context: the ``$JS.API`` request layer, stream and consumer
+management, and publishing (ADR-37, "JetStream Context")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import nats
+import nats.errors
+from nats.aio.client import Client as NATS
+
+from aioclients._errors import InvalidArgumentError, RemoteProtocolError
+from aioclients.jetstream._errors import (
+    JetStreamClosedError,
+    JetStreamConnectError,
+    JetStreamNotEnabledError,
+    api_error,
+)
+from aioclients.jetstream._models import AccountInfo, ConsumerInfo, PubAck, StreamInfo
+from aioclients.jetstream._protocol._config import config_to_wire, validate_priority_config
+from aioclients.jetstream._protocol._headers import publish_headers
+from aioclients.jetstream._protocol._names import (
+    validate_consumer_name,
+    validate_filter_subject,
+    validate_stream_name,
+)
+from aioclients.jetstream._publisher import AckMux
+from aioclients.jetstream._transport import NatsTransport
+
+if TYPE_CHECKING:
+    from aioclients.jetstream._consumer import Consumer
+    from aioclients.jetstream._stream import Stream
+
+__all__ = ("DEFAULT_MAX_PENDING", "JetStream", "connect")
+
+log = logging.getLogger("aioclients.jetstream")
+
+#: Default bound on outstanding ``publish_async`` acks.
+DEFAULT_MAX_PENDING = 4000
+
+
+class JetStream:
+    """A JetStream context over a nats-py connection the caller owns.
+
+    Args:
+        nc: a connected ``nats.aio.client.Client``.
+        domain: JetStream domain; the API prefix becomes ``$JS.<domain>.API``.
+        api_prefix: API subject prefix (for imports across accounts).
+        timeout: default timeout of API requests and publish acks, seconds.
+        max_pending: bound on outstanding ``publish_async`` acks.
+    """
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        domain: str | None = None,
+        api_prefix: str = "$JS.API",
+        timeout: float = 5.0,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> None:
+        if domain is not None:
+            if api_prefix != "$JS.API":
+                raise InvalidArgumentError("give domain or api_prefix, not both")
+            if not domain or any(c in domain for c in " .*>"):
+                raise InvalidArgumentError(f"invalid JetStream domain {domain!r}")
+            api_prefix = f"$JS.{domain}.API"
+        if not api_prefix or api_prefix.endswith("."):
+            raise InvalidArgumentError(f"invalid api_prefix {api_prefix!r}")
+        if timeout <= 0:
+            raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self._nc = nc
+        self._transport = NatsTransport(nc)
+        self._prefix = api_prefix
+        self.domain = domain
+        self.timeout = timeout
+        self._acks = AckMux(self._transport, max_pending=max_pending)
+        self._owns_connection = False
+        self._closed = False
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @property
+    def nc(self) -> NATS:
+        """The underlying nats-py client."""
+        return self._nc
+
+    @property
+    def api_prefix(self) -> str:
+        return self._prefix
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self._nc.is_closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JetStreamClosedError("this JetStream context is closed")
+        self._transport.check_open()
+
+    async def _api(
+        self,
+        subject: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Send one ``$JS.API`` request; return the JSON answer or raise its error."""
+        self._check_open()
+        full = f"{self._prefix}.{subject}"
+        body = json.dumps(payload, separators=(",", ":")).encode() if payload is not None else b""
+        try:
+            msg = await self._transport.request(full, body, timeout or self.timeout)
+        except nats.errors.NoRespondersError:
+            raise JetStreamNotEnabledError(
+                f"nobody answers {full}",
+                code=503,
+                hint="enable JetStream on the server (nats-server -js) or check domain/api_prefix",
+            ) from None
+        try:
+            data: dict[str, Any] = json.loads(msg.data)
+        except ValueError:
+            raise RemoteProtocolError(f"{full} answered non-JSON: {msg.data[:200]!r}") from None
+        err = data.get("error")
+        if err:
+            raise api_error(err.get("code"), err.get("err_code"), err.get("description", ""))
+        return data
+
+    async def close(self) -> None:
+        """Close the context: outstanding acks fail with ``JetStreamClosedError``.
+
+        If the context opened the connection (``connect()``), the connection is
+        closed too. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        await self._acks.close()
+        if self._owns_connection and not self._nc.is_closed:
+            await self._nc.close()
+
+    async def __aenter__(self) -> JetStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc_type is None and not self.closed:
+                await self._acks.wait_idle(self.timeout)
+        finally:
+            await self.close()
+
+    # -- account ---------------------------------------------------------------------------
+
+    async def account_info(self) -> AccountInfo:
+        """Usage and limits of the account (``$JS.API.INFO``)."""
+        return AccountInfo.from_json(await self._api("INFO"))
+
+    # -- streams ---------------------------------------------------------------------------
+
+    async def create_stream(
+        self, name: str, *, subjects: list[str] | None = None, **config: Any
+    ) -> Stream:
+        """Create a stream; ``config`` keys are StreamConfig JSON names (durations in seconds).
+
+        Creating a stream that exists with the same config returns it; with a
+        different config raises ``StreamNameInUseError``.
+        """
+        from aioclients.jetstream._stream import Stream
+
+        validate_stream_name(name)
+        cfg = dict(config, name=name)
+        if subjects is not None:
+            if isinstance(subjects, str):
+                raise InvalidArgumentError("subjects must be a list of subjects, not a str")
+            for s in subjects:
+                validate_filter_subject(s)
+            cfg["subjects"] = list(subjects)
+        data = await self._api(f"STREAM.CREATE.{name}", config_to_wire(cfg))
+        return Stream(self, name, StreamInfo.from_json(data))
+
+    async def update_stream(self, name: str, **config: Any) -> Stream:
+        """Change a stream's config: the given keys are merged into the current config."""
+        from aioclients.jetstream._stream import Stream
+
+        validate_stream_name(name)
+        current = await self._api(f"STREAM.INFO.{name}")
+        merged = dict(current.get("config") or {})
+        merged.update(config_to_wire(config))
+        merged["name"] = name
+        data = await self._api(f"STREAM.UPDATE.{name}", merged)
+        return Stream(self, name, StreamInfo.from_json(data))
+
+    async def stream(self, name: str) -> Stream:
+        """Look up a stream (raises ``StreamNotFoundError``)."""
+        from aioclients.jetstream._stream import Stream
+
+        return Stream(self, name, await self.stream_info(name))
+
+    async def stream_info(
+        self, name: str, *, subjects_filter: str | None = None, deleted_details: bool = False
+    ) -> StreamInfo:
+        """Fetch ``StreamInfo``; ``subjects_filter`` fills ``state.subjects``."""
+        validate_stream_name(name)
+        payload: dict[str, Any] = {}
+        if subjects_filter is not None:
+            payload["subjects_filter"] = validate_filter_subject(subjects_filter)
+        if deleted_details:
+            payload["deleted_details"] = True
+        data = await self._api(f"STREAM.INFO.{name}", payload or None)
+        return StreamInfo.from_json(data)
+
+    async def delete_stream(self, name: str) -> None:
+        """Delete a stream and all its messages (raises ``StreamNotFoundError``)."""
+        validate_stream_name(name)
+        await self._api(f"STREAM.DELETE.{name}")
+
+    async def list_streams(self, subject: str | None = None) -> AsyncIterator[StreamInfo]:
+        """Every stream's info, optionally only those that store ``subject``."""
+        async for item in self._paged("STREAM.LIST", "streams", subject):
+            yield StreamInfo.from_json(item)
+
+    async def stream_names(self, subject: str | None = None) -> AsyncIterator[str]:
+        """Every stream's name, optionally only those that store ``subject``."""
+        async for item in self._paged("STREAM.NAMES", "streams", subject):
+            yield item
+
+    async def _paged(
+        self, subject: str, key: str, filter_subject: str | None = None
+    ) -> AsyncIterator[Any]:
+        offset = 0
+        while True:
+            payload: dict[str, Any] = {"offset": offset}
+            if filter_subject is not None:
+                payload["subject"] = validate_filter_subject(filter_subject)
+            data = await self._api(subject, payload)
+            items = data.get(key) or []
+            for item in items:
+                yield item
+            offset += len(items)
+            if not items or offset >= data.get("total", 0):
+                return
+
+    # -- consumers -------------------------------------------------------------------------
+
+    async def _upsert_consumer(
+        self, stream: str, config: Mapping[str, Any], action: str
+    ) -> Consumer:
+        from aioclients.jetstream._consumer import Consumer
+
+        validate_stream_name(stream)
+        cfg = dict(config)
+        name = cfg.get("name") or cfg.get("durable_name")
+        if cfg.get("name") and cfg.get("durable_name") and cfg["name"] != cfg["durable_name"]:
+            raise InvalidArgumentError("name and durable_name must match when both are given")
+        if name is not None:
+            validate_consumer_name(name)
+            cfg.setdefault("name", name)
+        elif action == "update":
+            raise InvalidArgumentError("update_consumer needs the consumer's name or durable_name")
+        if "filter_subject" in cfg and "filter_subjects" in cfg:
+            raise InvalidArgumentError("give filter_subject or filter_subjects, not both")
+        if cfg.get("filter_subject") is not None:
+            validate_filter_subject(cfg["filter_subject"])
+        if cfg.get("filter_subjects") is not None:
+            if isinstance(cfg["filter_subjects"], str):
+                raise InvalidArgumentError("filter_subjects must be a list of subjects")
+            for s in cfg["filter_subjects"]:
+                validate_filter_subject(s)
+        cfg.setdefault("ack_policy", "explicit")
+        validate_priority_config(cfg)
+        if action == "update":
+            current = await self._api(f"CONSUMER.INFO.{stream}.{name}")
+            merged = dict(current.get("config") or {})
+            merged.update(config_to_wire(cfg))
+            wire = merged
+        else:
+            wire = config_to_wire(cfg)
+        payload: dict[str, Any] = {"stream_name": stream, "config": wire}
+        if action:
+            payload["action"] = action
+        if name is None:
+            subject = f"CONSUMER.CREATE.{stream}"
+        elif wire.get("filter_subject") and not wire.get("filter_subjects"):
+            subject = f"CONSUMER.CREATE.{stream}.{name}.{wire['filter_subject']}"
+        else:
+            subject = f"CONSUMER.CREATE.{stream}.{name}"
+        data = await self._api(subject, payload)
+        info = ConsumerInfo.from_json(data)
+        return Consumer(self, stream, info.name, info)
+
+    async def create_consumer(self, stream: str, **config: Any) -> Consumer:
+        """Create a consumer (durable with ``durable_name``/``name``, else ephemeral).
+
+        ``config`` keys are ConsumerConfig JSON names, durations in seconds;
+        ``ack_policy`` defaults to ``"explicit"``. Raises ``ConsumerExistsError``
+        if one of that name exists with a different config.
+        """
+        return await self._upsert_consumer(stream, config, "create")
+
+    async def update_consumer(self, stream: str, **config: Any) -> Consumer:
+        """Change an existing consumer: the given keys are merged into its config."""
+        return await self._upsert_consumer(stream, config, "update")
+
+    async def create_or_update_consumer(self, stream: str, **config: Any) -> Consumer:
+        """Create the consumer, or replace the config of an existing one."""
+        return await self._upsert_consumer(stream, config, "")
+
+    async def consumer(self, stream: str, name: str) -> Consumer:
+        """Look up a consumer (raises ``ConsumerNotFoundError``)."""
+        from aioclients.jetstream._consumer import Consumer
+
+        info = await self.consumer_info(stream, name)
+        return Consumer(self, stream, name, info)
+
+    async def consumer_info(self, stream: str, name: str) -> ConsumerInfo:
+        validate_stream_name(stream)
+        validate_consumer_name(name)
+        return ConsumerInfo.from_json(await self._api(f"CONSUMER.INFO.{stream}.{name}"))
+
+    async def delete_consumer(self, stream: str, name: str) -> None:
+        """Delete a consumer (raises ``ConsumerNotFoundError``)."""
+        validate_stream_name(stream)
+        validate_consumer_name(name)
+        await self._api(f"CONSUMER.DELETE.{stream}.{name}")
+
+    async def list_consumers(self, stream: str) -> AsyncIterator[ConsumerInfo]:
+        """Every consumer of ``stream``."""
+        validate_stream_name(stream)
+        async for item in self._paged(f"CONSUMER.LIST.{stream}", "consumers"):
+            yield ConsumerInfo.from_json(item)
+
+    async def consumer_names(self, stream: str) -> AsyncIterator[str]:
+        """The names of every consumer of ``stream``."""
+        validate_stream_name(stream)
+        async for item in self._paged(f"CONSUMER.NAMES.{stream}", "consumers"):
+            yield item
+
+    async def unpin_consumer(self, stream: str, consumer: str, group: str) -> None:
+        """ADR-42: release the pinned client of ``group`` so another can take over."""
+        from aioclients.jetstream._protocol._names import validate_group_name
+
+        validate_stream_name(stream)
+        validate_consumer_name(consumer)
+        validate_group_name(group)
+        await self._api(f"CONSUMER.UNPIN.{stream}.{consumer}", {"group": group})
+
+    # -- publishing ------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        *,
+        headers: Mapping[str, str | list[str]] | None = None,
+        msg_id: str | None = None,
+        expected_stream: str | None = None,
+        expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None,
+        expected_last_msg_id: str | None = None,
+        timeout: float | None = None,
+    ) -> PubAck:
+        """Publish and wait for the stream's acknowledgement.
+
+        Returns:
+            the ``PubAck`` (``duplicate`` is true when ``msg_id`` was seen within
+            the stream's duplicate window and the message was not stored again).
+        Raises:
+            NoStreamResponseError: no stream stores ``subject``.
+            WrongLastSequenceError / WrongLastMsgIdError / WrongExpectedStreamError:
+                an expectation failed; nothing was stored.
+            MaxPayloadError: the message is larger than the server accepts.
+            APITimeoutError: no ack in time (the message may or may not be stored).
+        """
+        future = await self.publish_async(
+            subject,
+            payload,
+            headers=headers,
+            msg_id=msg_id,
+            expected_stream=expected_stream,
+            expected_last_seq=expected_last_seq,
+            expected_last_subject_seq=expected_last_subject_seq,
+            expected_last_msg_id=expected_last_msg_id,
+            timeout=timeout,
+        )
+        return await future
+
+    async def publish_async(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        *,
+        headers: Mapping[str, str | list[str]] | None = None,
+        msg_id: str | None = None,
+        expected_stream: str | None = None,
+        expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None,
+        expected_last_msg_id: str | None = None,
+        timeout: float | None = None,
+    ) -> asyncio.Future[PubAck]:
+        """Publish without waiting for the ack; return a future of it.
+
+        Waits (back-pressure) while ``max_pending`` acks are outstanding, then
+        sends and returns. The future fails like :meth:`publish` would, or with
+        ``APITimeoutError`` when the ack does not arrive within ``timeout``.
+        """
+        if self._closed:
+            raise JetStreamClosedError("this JetStream context is closed")
+        if (
+            headers is None
+            and msg_id is None
+            and expected_stream is None
+            and (
+                expected_last_seq is None
+                and expected_last_subject_seq is None
+                and expected_last_msg_id is None
+            )
+        ):
+            hdrs = None
+        else:
+            hdrs = publish_headers(
+                headers,
+                msg_id=msg_id,
+                expected_stream=expected_stream,
+                expected_last_seq=expected_last_seq,
+                expected_last_subject_seq=expected_last_subject_seq,
+                expected_last_msg_id=expected_last_msg_id,
+            )
+        if timeout is not None and timeout <= 0:
+            raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout!r}")
+        return await self._acks.publish(subject, payload, hdrs, timeout or self.timeout)
+
+    async def publish_async_complete(self, timeout: float | None = None) -> None:
+        """Wait until every ``publish_async`` ack has arrived (or failed).
+
+        Raises:
+            APITimeoutError: acks are still outstanding after ``timeout`` seconds.
+        """
+        await self._acks.wait_idle(timeout)
+
+    @property
+    def publish_async_pending(self) -> int:
+        """How many publish acks are outstanding."""
+        return self._acks.outstanding
+
+
+async def connect(
+    servers: str | list[str] = "nats://127.0.0.1:4222",
+    *,
+    domain: str | None = None,
+    api_prefix: str = "$JS.API",
+    timeout: float = 5.0,
+    max_pending: int = DEFAULT_MAX_PENDING,
+    **nats_options: Any,
+) -> JetStream:
+    """Open a NATS connection and return a JetStream context that owns it.
+
+    ``nats_options`` go to ``nats.connect`` (``user``, ``password``, ``tls``, ...).
+    Use as ``async with await connect(url) as js``; closing the context closes
+    the connection.
+
+    Raises:
+        JetStreamConnectError: the server cannot be reached.
+    """
+    options: dict[str, Any] = {
+        "connect_timeout": timeout,
+        "error_cb": _log_error,
+        "disconnected_cb": _log_disconnected,
+        "reconnected_cb": _log_reconnected,
+    }
+    options.update(nats_options)
+    # nats-py retries a failed first connect up to max_reconnect_attempts times
+    # (two minutes by default); bound it so an unreachable server fails fast.
+    urls = [servers] if isinstance(servers, str) else list(servers)
+    deadline = float(options["connect_timeout"]) * max(1, len(urls)) + 1.0
+    nc = NATS()
+    try:
+        await asyncio.wait_for(nc.connect(urls, **options), deadline)
+    except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
+        last = getattr(nc, "_err", None) or exc
+        await nc.close()
+        raise JetStreamConnectError(
+            f"cannot connect to NATS at {', '.join(urls)}: {last or 'timed out'}"
+        ) from exc
+    js = JetStream(
+        nc, domain=domain, api_prefix=api_prefix, timeout=timeout, max_pending=max_pending
+    )
+    js._owns_connection = True
+    return js
+
+
+async def _log_error(exc: Exception) -> None:
+    log.warning("NATS connection error: %s", exc)
+
+
+async def _log_disconnected() -> None:
+    log.info("NATS disconnected")
+
+
+async def _log_reconnected() -> None:
+    log.info("NATS reconnected")

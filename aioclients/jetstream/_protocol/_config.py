@@ -1,0 +1,142 @@
+"""StreamConfig / ConsumerConfig as the user writes them and as the server reads them.
+
+Users write durations in seconds (float or ``timedelta``); the server's JSON
+holds nanoseconds. ``config_to_wire`` and ``config_from_wire`` convert the
+fields listed in ``DURATION_FIELDS`` at any depth (``consumer_limits`` nests
+one). ``validate_priority_config`` applies ADR-42's rules client-side so a bad
+config gets a clear message instead of a terse server error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from aioclients._errors import InvalidArgumentError
+from aioclients.jetstream._protocol._names import validate_group_name
+from aioclients.jetstream._protocol._time import format_rfc3339
+
+__all__ = (
+    "DURATION_FIELDS",
+    "PRIORITY_POLICIES",
+    "config_from_wire",
+    "config_to_wire",
+    "seconds_to_ns",
+    "validate_priority_config",
+)
+
+#: Config keys holding durations (nanoseconds on the wire, seconds here).
+DURATION_FIELDS = frozenset(
+    {
+        "max_age",
+        "duplicate_window",
+        "subject_delete_marker_ttl",
+        "ack_wait",
+        "idle_heartbeat",
+        "inactive_threshold",
+        "max_expires",
+        "backoff",
+        "priority_timeout",
+    }
+)
+#: Config keys holding points in time (RFC 3339 on the wire, aware datetimes here).
+TIME_FIELDS = frozenset({"opt_start_time", "pause_until"})
+
+PRIORITY_POLICIES = frozenset({"none", "overflow", "pinned_client", "prioritized"})
+
+
+def seconds_to_ns(value: object, *, field: str) -> int:
+    """Convert seconds (int, float or timedelta) to integer nanoseconds."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidArgumentError(
+            f"{field} must be a number of seconds or a timedelta, got {value!r}"
+        )
+    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
+        raise InvalidArgumentError(
+            f"{field} must be a finite number of seconds >= 0, got {value!r}"
+        )
+    return round(seconds * 1_000_000_000)
+
+
+def config_to_wire(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy ``config`` converting durations to nanoseconds and datetimes to RFC 3339."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if value is None:
+            continue
+        if key in DURATION_FIELDS:
+            if isinstance(value, (list, tuple)):
+                out[key] = [seconds_to_ns(v, field=f"{key}[{i}]") for i, v in enumerate(value)]
+            else:
+                out[key] = seconds_to_ns(value, field=key)
+        elif key in TIME_FIELDS and isinstance(value, datetime):
+            try:
+                out[key] = format_rfc3339(value)
+            except ValueError as exc:
+                raise InvalidArgumentError(f"{key}: {exc}") from None
+        elif isinstance(value, Mapping):
+            out[key] = config_to_wire(value)
+        else:
+            out[key] = value
+    return out
+
+
+def config_from_wire(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy a server config converting nanosecond durations to float seconds."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if key in DURATION_FIELDS and isinstance(value, (int, float)):
+            out[key] = value / 1_000_000_000
+        elif key in DURATION_FIELDS and isinstance(value, list):
+            out[key] = [v / 1_000_000_000 for v in value]
+        elif isinstance(value, Mapping):
+            out[key] = config_from_wire(value)
+        else:
+            out[key] = value
+    return out
+
+
+def validate_priority_config(config: Mapping[str, Any]) -> None:
+    """ADR-42 checks on a consumer config (user form); raise InvalidArgumentError."""
+    groups = config.get("priority_groups")
+    policy = config.get("priority_policy")
+    if groups is None and policy in (None, "none"):
+        if config.get("priority_timeout") is not None:
+            raise InvalidArgumentError(
+                "priority_timeout only applies with priority_policy='pinned_client'"
+            )
+        return
+    if policy is not None and policy not in PRIORITY_POLICIES:
+        raise InvalidArgumentError(
+            f"unknown priority_policy {policy!r}; use one of {sorted(PRIORITY_POLICIES)}"
+        )
+    if groups is None or policy in (None, "none"):
+        raise InvalidArgumentError(
+            "priority groups need both priority_groups=[name] and a priority_policy "
+            "('overflow', 'pinned_client' or 'prioritized')"
+        )
+    if isinstance(groups, str) or not isinstance(groups, (list, tuple)):
+        raise InvalidArgumentError(
+            f"priority_groups must be a list with one group name, got {groups!r}"
+        )
+    if len(groups) != 1:
+        raise InvalidArgumentError(
+            f"priority_groups must name exactly one group (ADR-42), got {len(groups)}: "
+            f"{list(groups)!r}"
+        )
+    for group in groups:
+        validate_group_name(group)
+    if config.get("deliver_subject"):
+        raise InvalidArgumentError(
+            "priority groups work with pull consumers only; remove deliver_subject"
+        )
+    if config.get("priority_timeout") is not None and policy != "pinned_client":
+        raise InvalidArgumentError(
+            "priority_timeout only applies with priority_policy='pinned_client'"
+        )

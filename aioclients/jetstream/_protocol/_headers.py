@@ -1,0 +1,125 @@
+"""NATS message headers (``NATS/1.0`` blocks) and JetStream publish headers.
+
+Headers are ``dict[str, str | list[str]]``: a list value becomes one header
+line per item, and decoding turns a repeated key back into a list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from aioclients._errors import InvalidArgumentError, RemoteProtocolError
+
+__all__ = (
+    "Headers",
+    "decode_headers",
+    "encode_headers",
+    "publish_headers",
+)
+
+Headers = dict[str, "str | list[str]"]
+
+_HEADER_LINE = b"NATS/1.0\r\n"
+# RFC 7230 token characters, which is what the server accepts for a key.
+_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+MSG_ID = "Nats-Msg-Id"
+EXPECTED_STREAM = "Nats-Expected-Stream"
+EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
+EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
+
+
+def _check_value(key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentError(
+            f"header {key!r} value must be str or list[str], got {type(value).__name__}"
+        )
+    if "\r" in value or "\n" in value:
+        raise InvalidArgumentError(f"header {key!r} value must not contain CR or LF")
+    return value
+
+
+def encode_headers(headers: Mapping[str, str | list[str]]) -> bytes:
+    """Encode headers as a ``NATS/1.0`` block (ending in a blank line)."""
+    parts = [_HEADER_LINE]
+    for key, value in headers.items():
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
+            raise InvalidArgumentError(
+                f"invalid header name {key!r}: use letters, digits and !#$%&'*+-.^_`|~"
+            )
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            parts.append(f"{key}: {_check_value(key, item)}\r\n".encode())
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def decode_headers(block: bytes) -> Headers:
+    """Decode a ``NATS/1.0`` header block; repeated keys become lists.
+
+    An inline status (``NATS/1.0 404 Not Found``) is returned under ``Status``
+    and ``Description``.
+    """
+    if not block.startswith(b"NATS/1.0"):
+        raise RemoteProtocolError("header block does not start with NATS/1.0", offset=0)
+    lines = block.split(b"\r\n")
+    out: Headers = {}
+    status_line = lines[0][len(b"NATS/1.0") :].strip()
+    if status_line:
+        code, _, desc = status_line.partition(b" ")
+        out["Status"] = code.decode()
+        if desc:
+            out["Description"] = desc.decode()
+    offset = len(lines[0]) + 2
+    for line in lines[1:]:
+        if line:
+            key, sep, value = line.partition(b":")
+            if not sep:
+                raise RemoteProtocolError(f"header line without ':' {line!r}", offset=offset)
+            name = key.decode().strip()
+            text = value.decode().strip()
+            existing = out.get(name)
+            if existing is None:
+                out[name] = text
+            elif isinstance(existing, list):
+                existing.append(text)
+            else:
+                out[name] = [existing, text]
+        offset += len(line) + 2
+    return out
+
+
+def publish_headers(
+    headers: Mapping[str, str | list[str]] | None,
+    *,
+    msg_id: str | None,
+    expected_stream: str | None,
+    expected_last_seq: int | None,
+    expected_last_subject_seq: int | None,
+    expected_last_msg_id: str | None,
+) -> dict[str, str | list[str]] | None:
+    """Merge the JetStream publish expectations into the user's headers."""
+    extra: dict[str, str | list[str]] = {}
+    if msg_id is not None:
+        if not msg_id:
+            raise InvalidArgumentError("msg_id must not be empty")
+        extra[MSG_ID] = msg_id
+    if expected_stream is not None:
+        extra[EXPECTED_STREAM] = expected_stream
+    if expected_last_seq is not None:
+        if expected_last_seq < 0:
+            raise InvalidArgumentError("expected_last_seq must be >= 0")
+        extra[EXPECTED_LAST_SEQ] = str(expected_last_seq)
+    if expected_last_subject_seq is not None:
+        if expected_last_subject_seq < 0:
+            raise InvalidArgumentError("expected_last_subject_seq must be >= 0")
+        extra[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+    if expected_last_msg_id is not None:
+        extra[EXPECTED_LAST_MSG_ID] = expected_last_msg_id
+    if not extra:
+        return dict(headers) if headers else None
+    merged: dict[str, str | list[str]] = dict(headers) if headers else {}
+    merged.update(extra)
+    return merged

@@ -1,0 +1,54 @@
+"""Server timestamps.
+
+The server writes RFC 3339 with nanoseconds (``2024-01-02T03:04:05.123456789Z``)
+in JSON and in ``Nats-Time-Stamp``; servers before 2.10 wrote Go's
+``time.String()`` form (``2022-08-06 00:29:27.587861324 +0000 UTC``) in the
+header. Python's datetime holds microseconds, so extra digits are truncated.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+from aioclients._errors import RemoteProtocolError
+
+__all__ = ("format_rfc3339", "parse_server_time")
+
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
+    r"\s*(Z|[+-]\d{2}:?\d{2})(?:\s+\w+)?$"
+)
+
+
+def parse_server_time(text: str) -> datetime:
+    """Parse a server timestamp into an aware UTC datetime."""
+    m = _RFC3339.match(text.strip())
+    if not m:
+        raise RemoteProtocolError(f"unparseable server timestamp {text!r}")
+    year, month, day, hour, minute, second, frac, tz = m.groups()
+    micros = int((frac or "0")[:6].ljust(6, "0"))
+    if tz == "Z":
+        offset = timedelta(0)
+    else:
+        sign = -1 if tz[0] == "-" else 1
+        digits = tz[1:].replace(":", "")
+        offset = sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+    local = datetime(
+        int(year),
+        int(month),
+        int(day),
+        int(hour),
+        int(minute),
+        int(second),
+        micros,
+        tzinfo=timezone(offset),
+    )
+    return local.astimezone(timezone.utc)
+
+
+def format_rfc3339(value: datetime) -> str:
+    """Format an aware datetime as RFC 3339 in UTC (what the server's JSON expects)."""
+    if value.tzinfo is None:
+        raise ValueError("datetime must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

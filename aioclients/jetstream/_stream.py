@@ -1,0 +1,400 @@
+"""A stream handle: info, purge, stored messages, consumers, and ADR-31 Direct Get."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import nats.errors
+from nats.aio.msg import Msg as NatsMsg
+
+from aioclients._errors import InvalidArgumentError
+from aioclients.jetstream._errors import (
+    DirectGetUnavailableError,
+    JetStreamError,
+    MessageNotFoundError,
+    ServerTooOldError,
+    TooManySubjectsError,
+)
+from aioclients.jetstream._models import StoredMessage, StreamInfo
+from aioclients.jetstream._protocol._direct import (
+    DirectReply,
+    ReplyKind,
+    batch_request,
+    classify_reply,
+    multi_last_request,
+    single_request,
+)
+from aioclients.jetstream._protocol._headers import decode_headers
+from aioclients.jetstream._protocol._names import validate_publish_subject
+from aioclients.jetstream._protocol._time import parse_server_time
+from aioclients.jetstream._transport import ReplyInbox
+
+if TYPE_CHECKING:
+    from aioclients.jetstream._consumer import Consumer
+    from aioclients.jetstream._context import JetStream
+
+__all__ = ("DirectGetBatch", "Stream")
+
+
+class Stream:
+    """A JetStream stream (ADR-37 "Streams"). Obtain one from ``JetStream``."""
+
+    def __init__(self, js: JetStream, name: str, info: StreamInfo) -> None:
+        self._js = js
+        self.name = name
+        self.cached_info = info
+
+    def __repr__(self) -> str:
+        return f"<Stream {self.name}>"
+
+    async def info(
+        self, *, subjects_filter: str | None = None, deleted_details: bool = False
+    ) -> StreamInfo:
+        """Fetch fresh info (also stored in ``cached_info``)."""
+        self.cached_info = await self._js.stream_info(
+            self.name, subjects_filter=subjects_filter, deleted_details=deleted_details
+        )
+        return self.cached_info
+
+    async def purge(
+        self, *, subject: str | None = None, seq: int | None = None, keep: int | None = None
+    ) -> int:
+        """Remove messages; return how many were purged.
+
+        Args:
+            subject: only messages on this subject (wildcards allowed).
+            seq: remove everything below this sequence (exclusive with ``keep``).
+            keep: keep this many newest messages (exclusive with ``seq``).
+        """
+        if seq is not None and keep is not None:
+            raise InvalidArgumentError("give seq or keep, not both")
+        for name, value in (("seq", seq), ("keep", keep)):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
+        payload: dict[str, Any] = {}
+        if subject is not None:
+            if not subject:
+                raise InvalidArgumentError("subject must not be empty")
+            payload["filter"] = subject
+        if seq is not None:
+            payload["seq"] = seq
+        if keep is not None:
+            payload["keep"] = keep
+        data = await self._js._api(f"STREAM.PURGE.{self.name}", payload or None)
+        purged: int = data.get("purged", 0)
+        return purged
+
+    async def get_msg(
+        self,
+        seq: int | None = None,
+        *,
+        last_by_subj: str | None = None,
+        next_by_subj: str | None = None,
+    ) -> StoredMessage:
+        """Read a message through the stream leader (``STREAM.MSG.GET``): read-after-write.
+
+        Raises:
+            MessageNotFoundError: nothing matches.
+        """
+        if seq is not None and (not isinstance(seq, int) or seq < 1):
+            raise InvalidArgumentError(f"seq must be an int >= 1, got {seq!r}")
+        payload: dict[str, Any] = {}
+        if last_by_subj is not None:
+            if seq is not None or next_by_subj is not None:
+                raise InvalidArgumentError("last_by_subj cannot be combined with seq/next_by_subj")
+            payload["last_by_subj"] = last_by_subj
+        else:
+            if seq is not None:
+                payload["seq"] = seq
+            if next_by_subj is not None:
+                payload["next_by_subj"] = next_by_subj
+        if not payload:
+            raise InvalidArgumentError("get_msg needs seq, last_by_subj or next_by_subj")
+        data = await self._js._api(f"STREAM.MSG.GET.{self.name}", payload)
+        raw = data["message"]
+        hdrs = base64.b64decode(raw["hdrs"]) if raw.get("hdrs") else b""
+        headers = decode_headers(hdrs) if hdrs else None
+        return StoredMessage(
+            subject=raw["subject"],
+            seq=raw["seq"],
+            data=base64.b64decode(raw.get("data") or b""),
+            headers=headers or None,
+            time=parse_server_time(raw["time"]),
+        )
+
+    async def delete_msg(self, seq: int, *, erase: bool = False) -> None:
+        """Delete one message; ``erase`` overwrites its bytes on disk too."""
+        if not isinstance(seq, int) or seq < 1:
+            raise InvalidArgumentError(f"seq must be an int >= 1, got {seq!r}")
+        await self._js._api(f"STREAM.MSG.DELETE.{self.name}", {"seq": seq, "no_erase": not erase})
+
+    # -- ADR-31 Direct Get ---------------------------------------------------------------------
+
+    async def direct_get(
+        self,
+        seq: int | None = None,
+        *,
+        last_by_subj: str | None = None,
+        next_by_subj: str | None = None,
+        start_time: datetime | None = None,
+    ) -> StoredMessage:
+        """Read one message from any replica (ADR-31; needs ``allow_direct``).
+
+        ``last_by_subj`` alone uses the subject-appended form
+        (``$JS.API.DIRECT.GET.<stream>.<subject>``). ``seq`` with ``next_by_subj``
+        gives the first message at or after ``seq`` on that subject.
+
+        Raises:
+            MessageNotFoundError: nothing matches (404).
+            DirectGetUnavailableError: the stream has no Direct Get responders.
+        """
+        payload = single_request(
+            seq=seq, last_by_subj=last_by_subj, next_by_subj=next_by_subj, start_time=start_time
+        )
+        js = self._js
+        if payload is None:
+            assert last_by_subj is not None
+            validate_publish_subject(last_by_subj)
+            subject = f"{js.api_prefix}.DIRECT.GET.{self.name}.{last_by_subj}"
+            payload = b""
+        else:
+            subject = f"{js.api_prefix}.DIRECT.GET.{self.name}"
+        js._check_open()
+        try:
+            msg = await js._transport.request(subject, payload, js.timeout)
+        except nats.errors.NoRespondersError:
+            raise self._unavailable() from None
+        reply = classify_reply(msg.headers)
+        if reply.kind is not ReplyKind.MESSAGE:
+            raise self._status_error(reply)
+        return _stored(reply, msg)
+
+    def _unavailable(self) -> DirectGetUnavailableError:
+        return DirectGetUnavailableError(
+            f"no Direct Get responder for stream {self.name!r}",
+            code=503,
+            hint=f"the stream does not exist or has allow_direct off; enable it with "
+            f"update_stream({self.name!r}, allow_direct=True)",
+        )
+
+    def _status_error(self, reply: DirectReply) -> JetStreamError:
+        code = int(reply.status) if reply.status and reply.status.isdigit() else None
+        desc = reply.description or f"status {reply.status}"
+        if reply.kind is ReplyKind.NOT_FOUND:
+            return MessageNotFoundError(f"{desc} in stream {self.name!r}", code=code)
+        if reply.kind is ReplyKind.TOO_MANY_SUBJECTS:
+            return TooManySubjectsError(
+                desc, code=code, hint="narrow the subjects; the server allows 1024 per request"
+            )
+        if reply.kind is ReplyKind.NO_RESPONDERS:
+            return self._unavailable()
+        return JetStreamError(f"Direct Get on {self.name!r}: {desc}", code=code)
+
+    def direct_get_batch(
+        self,
+        *,
+        batch: int,
+        seq: int | None = None,
+        start_time: datetime | None = None,
+        next_by_subj: str | None = None,
+        max_bytes: int | None = None,
+    ) -> DirectGetBatch:
+        """Read up to ``batch`` messages in sequence order in one request (server 2.11+).
+
+        Starts at ``seq`` (default 1) or at ``start_time``; ``next_by_subj``
+        filters by subject (wildcards allowed); ``max_bytes`` bounds the reply.
+        Returns an async iterator (also an async context manager) that ends when
+        the server's end-of-batch marker arrives; afterwards ``num_pending`` and
+        ``last_seq`` tell whether more messages follow.
+
+        Raises (while iterating):
+            ServerTooOldError: the server answered without batch support.
+            DirectGetUnavailableError: the stream has no Direct Get responders.
+        """
+        payload = batch_request(
+            batch=batch,
+            seq=seq,
+            start_time=start_time,
+            next_by_subj=next_by_subj,
+            max_bytes=max_bytes,
+        )
+        return DirectGetBatch(self, payload, multi=None)
+
+    def direct_get_last_for(
+        self,
+        subjects: Sequence[str] | str,
+        *,
+        up_to_seq: int | None = None,
+        up_to_time: datetime | None = None,
+        batch: int | None = None,
+    ) -> DirectGetBatch:
+        """The last message of every subject matching ``subjects`` (``multi_last``).
+
+        ``up_to_seq`` / ``up_to_time`` read the subjects as they were at that
+        point. With ``batch`` the answer comes in pages of that size; every page
+        after the first asks for the point in time the first reported
+        (``Nats-UpTo-Sequence``), so the result is consistent across pages.
+
+        Raises (while iterating):
+            TooManySubjectsError: more than 1024 subjects match (413).
+        """
+        subjects = [subjects] if isinstance(subjects, str) else list(subjects)
+        first = multi_last_request(
+            subjects, up_to_seq=up_to_seq, up_to_time=up_to_time, batch=batch
+        )
+        return DirectGetBatch(self, first, multi=(subjects, batch))
+
+    # -- consumers -----------------------------------------------------------------------------
+
+    async def create_consumer(self, **config: Any) -> Consumer:
+        return await self._js.create_consumer(self.name, **config)
+
+    async def update_consumer(self, **config: Any) -> Consumer:
+        return await self._js.update_consumer(self.name, **config)
+
+    async def create_or_update_consumer(self, **config: Any) -> Consumer:
+        return await self._js.create_or_update_consumer(self.name, **config)
+
+    async def consumer(self, name: str) -> Consumer:
+        return await self._js.consumer(self.name, name)
+
+    async def delete_consumer(self, name: str) -> None:
+        await self._js.delete_consumer(self.name, name)
+
+    def list_consumers(self) -> AsyncIterator[Any]:
+        return self._js.list_consumers(self.name)
+
+    def consumer_names(self) -> AsyncIterator[str]:
+        return self._js.consumer_names(self.name)
+
+    async def unpin_consumer(self, consumer: str, group: str) -> None:
+        await self._js.unpin_consumer(self.name, consumer, group)
+
+
+def _stored(reply: DirectReply, msg: NatsMsg) -> StoredMessage:
+    assert reply.subject is not None
+    assert reply.seq is not None
+    assert reply.time is not None
+    return StoredMessage(
+        subject=reply.subject,
+        seq=reply.seq,
+        data=msg.data,
+        headers=reply.headers,
+        time=reply.time,
+        num_pending=reply.num_pending,
+    )
+
+
+class DirectGetBatch:
+    """The answer to a batched or ``multi_last`` Direct Get, as an async iterator.
+
+    After the iteration ends, ``num_pending`` is how many matching messages
+    remained beyond the batch, ``last_seq`` the sequence of the last message
+    sent and ``up_to_seq`` (``multi_last``) the point in time that was read.
+    """
+
+    def __init__(
+        self,
+        stream: Stream,
+        payload: bytes,
+        *,
+        multi: tuple[list[str], int | None] | None,
+    ) -> None:
+        self._stream = stream
+        self._payload = payload
+        self._multi = multi
+        self._inbox: ReplyInbox | None = None
+        self._first = True
+        self._done = False
+        self._last_delivered: int | None = None
+        self.num_pending: int | None = None
+        self.last_seq: int | None = None
+        self.up_to_seq: int | None = None
+
+    def __aiter__(self) -> DirectGetBatch:
+        return self
+
+    async def _send(self, payload: bytes) -> None:
+        js = self._stream._js
+        js._check_open()
+        if self._inbox is None:
+            self._inbox = ReplyInbox(js._transport)
+            await self._inbox.open()
+        subject = f"{js.api_prefix}.DIRECT.GET.{self._stream.name}"
+        await js._transport.send(js._transport.frame(subject, payload, self._inbox.subject, None))
+
+    async def __anext__(self) -> StoredMessage:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            if self._inbox is None:
+                await self._send(self._payload)
+            assert self._inbox is not None
+            js = self._stream._js
+            while True:
+                msg = await self._inbox.get(js.timeout, f"Direct Get on {self._stream.name!r}")
+                reply = classify_reply(msg.headers)
+                if reply.kind is ReplyKind.MESSAGE:
+                    if self._first and reply.num_pending is None:
+                        raise ServerTooOldError(
+                            "the server answered a batched Direct Get without Nats-Num-Pending",
+                            hint="batched and multi_last Direct Get need nats-server 2.11 or newer",
+                        )
+                    self._first = False
+                    self._last_delivered = reply.seq
+                    return _stored(reply, msg)
+                if reply.kind is ReplyKind.END_OF_BATCH:
+                    self.num_pending = reply.num_pending
+                    self.last_seq = reply.last_seq
+                    if reply.up_to_seq is not None:
+                        self.up_to_seq = reply.up_to_seq
+                    page = self._next_page()
+                    if page is None:
+                        break
+                    await self._send(page)
+                    continue
+                if reply.kind is ReplyKind.NOT_FOUND:
+                    # Nothing (more) matches: an empty answer, not an error.
+                    self.num_pending = 0
+                    break
+                raise self._stream._status_error(reply)
+        except BaseException:
+            await self.aclose()
+            raise
+        await self.aclose()
+        raise StopAsyncIteration
+
+    def _next_page(self) -> bytes | None:
+        """For multi_last: the request for the next page at the same point in time."""
+        if self._multi is None or not self.num_pending or self._last_delivered is None:
+            return None
+        subjects, batch = self._multi
+        return multi_last_request(
+            subjects,
+            up_to_seq=self.up_to_seq,
+            up_to_time=None,
+            batch=batch,
+            seq=self._last_delivered + 1,
+        )
+
+    async def aclose(self) -> None:
+        """Stop reading and release the reply subscription."""
+        self._done = True
+        inbox, self._inbox = self._inbox, None
+        if inbox is not None:
+            await inbox.close()
+
+    async def __aenter__(self) -> DirectGetBatch:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,192 @@
+"""The boundary with nats-py: everything that touches ``nats.aio.client.Client``.
+
+We build PUB/HPUB frames ourselves (so headers may repeat a key and the hot
+publish path does no per-message validation twice) and hand them to the
+client's outgoing buffer, exactly as ``Client.publish`` does after its checks.
+If the client lacks the internals we rely on (a future nats-py), we fall back
+to its public ``publish``. nats-py exceptions are mapped here and never leak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg as NatsMsg
+from nats.aio.subscription import Subscription
+
+from aioclients._errors import ConnectError, InvalidArgumentError
+from aioclients.jetstream._errors import (
+    APITimeoutError,
+    JetStreamClosedError,
+    MaxPayloadError,
+)
+from aioclients.jetstream._protocol._headers import encode_headers
+
+__all__ = ("NatsTransport", "ReplyInbox")
+
+log = logging.getLogger("aioclients.jetstream")
+
+_CRLF = b"\r\n"
+
+
+class NatsTransport:
+    """Publishing and subscribing through one nats-py client."""
+
+    __slots__ = ("_fast", "nc")
+
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
+        self._fast = all(
+            hasattr(nc, attr) for attr in ("_send_command", "_flush_pending", "_flush_queue")
+        )
+
+    def check_open(self) -> None:
+        if self.nc.is_closed:
+            raise JetStreamClosedError("the NATS connection is closed; open a new one")
+
+    @property
+    def max_payload(self) -> int:
+        return int(self.nc.max_payload)
+
+    def frame(
+        self,
+        subject: str,
+        payload: bytes,
+        reply: str,
+        headers: Mapping[str, str | list[str]] | None,
+    ) -> bytes:
+        """Build a PUB or HPUB frame, checking the size against ``max_payload``."""
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"payload must be bytes, got {type(payload).__name__}")
+        size = len(payload)
+        if headers:
+            hdr = encode_headers(headers)
+            total = len(hdr) + size
+            self._check_size(total)
+            return b"".join(
+                (
+                    f"HPUB {subject} {reply} {len(hdr)} {total}\r\n".encode(),
+                    hdr,
+                    payload,
+                    _CRLF,
+                )
+            )
+        self._check_size(size)
+        return b"".join((f"PUB {subject} {reply} {size}\r\n".encode(), payload, _CRLF))
+
+    def _check_size(self, size: int) -> None:
+        limit = self.nc.max_payload
+        if limit and size > limit:
+            raise MaxPayloadError(
+                f"message of {size} bytes (headers + payload) exceeds the server's "
+                f"max_payload of {limit} bytes; split it or raise max_payload on the server"
+            )
+
+    async def send(self, frame: bytes) -> None:
+        """Queue a frame built by :meth:`frame` for the socket."""
+        nc = self.nc
+        if nc.is_closed:
+            raise JetStreamClosedError("the NATS connection is closed; open a new one")
+        if not nc.is_connected and (
+            nc._max_pending_size <= 0 or nc.pending_data_size + len(frame) > nc._max_pending_size
+        ):
+            raise ConnectError(
+                "not connected to NATS and the reconnect buffer is full; retry after reconnect"
+            )
+        await nc._send_command(frame)
+        queue = nc._flush_queue
+        if queue is not None and queue.empty():
+            await nc._flush_pending()
+
+    async def request(self, subject: str, payload: bytes, timeout: float) -> NatsMsg:
+        """Request/reply through nats-py's response mux, with errors mapped."""
+        self.check_open()
+        try:
+            return await self.nc.request(subject, payload, timeout=timeout)
+        except nats.errors.NoRespondersError:
+            raise
+        except nats.errors.TimeoutError:
+            raise APITimeoutError(
+                f"no answer to {subject} within {timeout}s; is the server reachable and "
+                "JetStream enabled?"
+            ) from None
+        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
+            raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
+        except nats.errors.Error as exc:
+            raise ConnectError(f"NATS request to {subject} failed: {exc}") from exc
+
+    async def subscribe(self, subject: str, cb: Callable[[NatsMsg], None]) -> Subscription:
+        """Subscribe with a plain (non-async) callback."""
+        self.check_open()
+
+        async def deliver(msg: NatsMsg) -> None:
+            cb(msg)
+
+        try:
+            return await self.nc.subscribe(subject, cb=deliver)
+        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
+            raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
+
+    def new_inbox(self) -> str:
+        return self.nc.new_inbox()
+
+
+class ReplyInbox:
+    """A private inbox that collects replies in arrival order.
+
+    ``get(timeout)`` returns buffered replies without awaiting; it only parks
+    (on one future and one timer) when nothing is buffered.
+    """
+
+    def __init__(self, transport: NatsTransport) -> None:
+        self.transport = transport
+        self.subject = transport.new_inbox()
+        self._buffer: collections.deque[NatsMsg] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._sub: Subscription | None = None
+
+    async def open(self) -> None:
+        self._sub = await self.transport.subscribe(self.subject, self._on_msg)
+
+    def _on_msg(self, msg: NatsMsg) -> None:
+        self._buffer.append(msg)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self, timeout: float, what: str) -> NatsMsg:
+        if self._buffer:
+            return self._buffer.popleft()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(timeout, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+        if not self._buffer:
+            self.transport.check_open()
+            raise APITimeoutError(f"no reply to {what} within {timeout}s")
+        return self._buffer.popleft()
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        self._buffer.clear()
+        if sub is not None and not self.transport.nc.is_closed:
+            try:
+                await sub.unsubscribe()
+            except nats.errors.Error as exc:  # closing/draining: nothing left to undo
+                log.debug("unsubscribe of %s failed: %s", self.subject, exc)
+
+
+def _expire(waiter: asyncio.Future[Any]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
