@@ -129,7 +129,7 @@ class NatsServer:
             args += ["-c", str(conf)]
         log_path = Path(self.log_path)
         self._log_offset = log_path.stat().st_size if log_path.exists() else 0
-        logfile = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        logfile = open(self.log_path, "ab")  # handed to the child process
         try:
             self._proc = subprocess.Popen(args, stdout=logfile, stderr=subprocess.STDOUT)
         finally:

@@ -77,9 +77,21 @@ def _validate_subject(subject: object, *, wildcards: bool, what: str) -> str:
     return subject
 
 
+# Publishing validates every subject; most programs publish to a few subjects over
+# and over, so remember the last ones that passed (bounded).
+_valid_publish_subjects: dict[str, None] = {}
+_VALID_CACHE_SIZE = 1024
+
+
 def validate_publish_subject(subject: object) -> str:
     """A subject a message can be published to: non-empty tokens, no wildcards."""
-    return _validate_subject(subject, wildcards=False, what="subject")
+    if subject in _valid_publish_subjects:
+        return subject  # type: ignore[return-value]
+    checked = _validate_subject(subject, wildcards=False, what="subject")
+    if len(_valid_publish_subjects) >= _VALID_CACHE_SIZE:
+        _valid_publish_subjects.pop(next(iter(_valid_publish_subjects)))
+    _valid_publish_subjects[checked] = None
+    return checked
 
 
 def validate_filter_subject(subject: object) -> str:
