@@ -85,8 +85,8 @@ _VALID_CACHE_SIZE = 1024
 
 def validate_publish_subject(subject: object) -> str:
     """A subject a message can be published to: non-empty tokens, no wildcards."""
-    if subject in _valid_publish_subjects:
-        return subject  # type: ignore[return-value]
+    if isinstance(subject, str) and subject in _valid_publish_subjects:
+        return subject
     checked = _validate_subject(subject, wildcards=False, what="subject")
     if len(_valid_publish_subjects) >= _VALID_CACHE_SIZE:
         _valid_publish_subjects.pop(next(iter(_valid_publish_subjects)))
