@@ -8,8 +8,11 @@ The random source is injected so that tests can replay any sequence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from random import Random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from random import Random
 
 __all__ = ("Backoff",)
 
@@ -23,14 +26,15 @@ class Backoff:
         maximum: cap on any delay, seconds (>= initial).
         multiplier: growth per attempt (>= 1).
         jitter: fraction of the delay to randomise, 0 to 1.
-        rng: the random source (inject a seeded ``Random`` in tests).
+        rng: the random source; required when ``jitter`` > 0 (a seeded
+            ``random.Random`` in tests, ``random.Random()`` in drivers).
     """
 
     initial: float
     maximum: float
     multiplier: float = 2.0
     jitter: float = 0.0
-    rng: Random = field(default_factory=Random)
+    rng: Random | None = None
     attempts: int = 0
 
     def __post_init__(self) -> None:
@@ -42,6 +46,8 @@ class Backoff:
             raise ValueError(f"multiplier must be >= 1, got {self.multiplier!r}")
         if not 0 <= self.jitter <= 1:
             raise ValueError(f"jitter must be between 0 and 1, got {self.jitter!r}")
+        if self.jitter and self.rng is None:
+            raise ValueError("jitter needs an injected rng (a random.Random)")
 
     def base_delay(self, attempt: int) -> float:
         """The un-jittered delay of ``attempt`` (0-based), capped at ``maximum``."""
@@ -59,7 +65,7 @@ class Backoff:
         """Return the jittered delay for the current attempt and advance to the next."""
         delay = self.base_delay(self.attempts)
         self.attempts += 1
-        if self.jitter:
+        if self.jitter and self.rng is not None:
             low = delay * (1.0 - self.jitter)
             high = delay * (1.0 + self.jitter)
             delay = min(self.rng.uniform(low, high), self.maximum)

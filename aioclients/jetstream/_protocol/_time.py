@@ -51,4 +51,9 @@ def format_rfc3339(value: datetime) -> str:
     """Format an aware datetime as RFC 3339 in UTC (what the server's JSON expects)."""
     if value.tzinfo is None:
         raise ValueError("datetime must be timezone-aware (e.g. datetime.now(timezone.utc))")
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    v = value.astimezone(timezone.utc)
+    # Not strftime: it does not zero-pad years below 1000 on every platform.
+    return (
+        f"{v.year:04d}-{v.month:02d}-{v.day:02d}T"
+        f"{v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond:06d}Z"
+    )
