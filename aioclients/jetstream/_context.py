@@ -30,7 +30,7 @@ from aioclients.jetstream._protocol._names import (
     validate_stream_name,
 )
 from aioclients.jetstream._publisher import AckMux
-from aioclients.jetstream._transport import NatsTransport
+from aioclients.jetstream._transport import NatsClient, NatsTransport
 
 if TYPE_CHECKING:
     from aioclients.jetstream._consumer import Consumer
@@ -482,7 +482,7 @@ async def connect(
     # (two minutes by default); bound it so an unreachable server fails fast.
     urls = [servers] if isinstance(servers, str) else list(servers)
     deadline = float(options["connect_timeout"]) * max(1, len(urls)) + 1.0
-    nc = NATS()
+    nc = NatsClient()
     try:
         await asyncio.wait_for(nc.connect(urls, **options), deadline)
     except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:

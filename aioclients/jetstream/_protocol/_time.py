@@ -23,6 +23,14 @@ _RFC3339 = re.compile(
 
 def parse_server_time(text: str) -> datetime:
     """Parse a server timestamp into an aware UTC datetime."""
+    # Fast path for what current servers send: "2024-01-02T03:04:05.123456789Z".
+    if len(text) > 20 and text[-1] == "Z" and text[10] == "T" and text[19] == ".":
+        frac = text[20:-1]
+        if frac.isdigit():
+            try:
+                return datetime.fromisoformat(f"{text[:19]}.{frac[:6]:0<6}+00:00")
+            except ValueError:
+                pass  # fall through to the general parser and its error
     m = _RFC3339.match(text.strip())
     if not m:
         raise RemoteProtocolError(f"unparseable server timestamp {text!r}")
