@@ -18,6 +18,7 @@ import json
 import random
 import sys
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -68,69 +69,92 @@ def _progress(label: str, done: int, total: int) -> None:
     print(f"  {label:<8} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", flush=True)
 
 
-async def run(url: str, count: int) -> Report:
+async def run(url: str, count: int, *, suffix: str = "") -> Report:
+    """Run the demo; ``suffix`` makes stream and subject names unique (shared servers)."""
     report = Report()
     async with await jetstream.connect(url) as js:
         orders_stream = await js.create_stream(
-            "ORDERS", subjects=["orders.>"], allow_direct=True, duplicate_window=120
+            f"ORDERS{suffix}",
+            subjects=[f"orders{suffix}.>"],
+            allow_direct=True,
+            duplicate_window=120,
         )
         totals_stream = await js.create_stream(
-            "REGION_TOTALS", subjects=["totals.>"], max_msgs_per_subject=1, allow_direct=True
+            f"REGION_TOTALS{suffix}",
+            subjects=[f"totals{suffix}.>"],
+            max_msgs_per_subject=1,
+            allow_direct=True,
         )
+        try:
+            await _pipeline(js, orders_stream, totals_stream, count, suffix, report)
+        finally:
+            if suffix:  # on someone else's server, leave nothing behind
+                await js.delete_stream(orders_stream.name)
+                await js.delete_stream(totals_stream.name)
+    return report
 
-        print(f"Producing {count} orders to stream ORDERS (publish_async, msg_id de-dup)")
-        orders = _orders(count, random.Random(2026))
-        start = time.perf_counter()
-        futures = []
-        for i, order in enumerate(orders, 1):
-            payload = json.dumps(order).encode()
-            futures.append(
-                await js.publish_async(
-                    f"orders.{order['region']}", payload, msg_id=str(order["order_id"])
-                )
+
+async def _pipeline(
+    js: jetstream.JetStream,
+    orders_stream: jetstream.Stream,
+    totals_stream: jetstream.Stream,
+    count: int,
+    suffix: str,
+    report: Report,
+) -> None:
+    print(f"Producing {count} orders to stream {orders_stream.name} (publish_async, msg_id de-dup)")
+    orders = _orders(count, random.Random(2026))
+    start = time.perf_counter()
+    futures = []
+    for i, order in enumerate(orders, 1):
+        payload = json.dumps(order).encode()
+        futures.append(
+            await js.publish_async(
+                f"orders{suffix}.{order['region']}", payload, msg_id=str(order["order_id"])
             )
-            if i % max(count // 5, 1) == 0 or i == count:
-                _progress("publish", i, count)
-        acks = await asyncio.gather(*futures)
-        report.publish_seconds = time.perf_counter() - start
-        report.published = sum(not a.duplicate for a in acks)
+        )
+        if i % max(count // 5, 1) == 0 or i == count:
+            _progress("publish", i, count)
+    acks = await asyncio.gather(*futures)
+    report.publish_seconds = time.perf_counter() - start
+    report.published = sum(not a.duplicate for a in acks)
 
-        # A producer retry: the same order ids again are recognised as duplicates.
-        for order in orders[:100]:
-            ack = await js.publish(
-                f"orders.{order['region']}",
-                json.dumps(order).encode(),
-                msg_id=str(order["order_id"]),
-            )
-            report.duplicates += ack.duplicate
+    # A producer retry: the same order ids again are recognised as duplicates.
+    for order in orders[:100]:
+        ack = await js.publish(
+            f"orders{suffix}.{order['region']}",
+            json.dumps(order).encode(),
+            msg_id=str(order["order_id"]),
+        )
+        report.duplicates += ack.duplicate
 
-        print("Reading the orders back with batched Direct Get (ADR-31)")
-        revenue: dict[str, float] = defaultdict(float)
-        units: dict[str, int] = defaultdict(int)
-        start = time.perf_counter()
-        seq = 1
-        while True:
-            batch = orders_stream.direct_get_batch(batch=5000, seq=seq)
-            async for msg in batch:
-                order = json.loads(msg.data)
-                revenue[order["region"]] += order["amount"]
-                units[order["region"]] += order["quantity"]
-                report.read += 1
-                seq = msg.seq + 1
-            _progress("read", report.read, report.published)
-            if not batch.num_pending:
-                break
-        report.read_seconds = time.perf_counter() - start
+    print("Reading the orders back with batched Direct Get (ADR-31)")
+    revenue: dict[str, float] = defaultdict(float)
+    units: dict[str, int] = defaultdict(int)
+    start = time.perf_counter()
+    seq = 1
+    while True:
+        batch = orders_stream.direct_get_batch(batch=5000, seq=seq)
+        async for msg in batch:
+            order = json.loads(msg.data)
+            revenue[order["region"]] += order["amount"]
+            units[order["region"]] += order["quantity"]
+            report.read += 1
+            seq = msg.seq + 1
+        _progress("read", report.read, report.published)
+        if not batch.num_pending:
+            break
+    report.read_seconds = time.perf_counter() - start
 
-        for region in REGIONS:
-            await js.publish(
-                f"totals.{region}",
-                json.dumps({"revenue": round(revenue[region], 2), "units": units[region]}).encode(),
-            )
-        latest = {
-            msg.subject.split(".", 1)[1]: json.loads(msg.data)
-            async for msg in totals_stream.direct_get_last_for(["totals.>"])
-        }
+    for region in REGIONS:
+        await js.publish(
+            f"totals{suffix}.{region}",
+            json.dumps({"revenue": round(revenue[region], 2), "units": units[region]}).encode(),
+        )
+    latest = {
+        msg.subject.split(".", 1)[1]: json.loads(msg.data)
+        async for msg in totals_stream.direct_get_last_for([f"totals{suffix}.>"])
+    }
 
     print("\nRevenue per region (read back from REGION_TOTALS with multi_last Direct Get)")
     for region in REGIONS:
@@ -147,7 +171,6 @@ async def run(url: str, count: int) -> Report:
     )
     if report.read != count or report.duplicates != 100:
         raise SystemExit("demo check failed: counts do not add up")
-    return report
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -156,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nats-url", help="use this JetStream server instead of an embedded one")
     args = parser.parse_args(argv)
     if args.nats_url:
-        asyncio.run(run(args.nats_url, args.orders))
+        asyncio.run(run(args.nats_url, args.orders, suffix=f"_{uuid.uuid4().hex[:8]}"))
         return
     with NatsServer() as server:
         print(f"Embedded nats-server with JetStream at {server.url}")

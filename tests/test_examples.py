@@ -1,0 +1,47 @@
+"""Every example in examples/ runs as written, against the test server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
+
+
+def test_there_are_examples() -> None:
+    assert EXAMPLES
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_runs(path: Path, nats_server: object) -> None:
+    env = dict(os.environ, NATS_URL=nats_server.url)  # type: ignore[attr-defined]
+    result = subprocess.run(
+        [sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip(), "an example should show what it did"
+    assert "Traceback" not in result.stderr
+
+
+def test_demo_runs_end_to_end(nats_server: object) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aioclients.demo",
+            "--orders",
+            "2000",
+            "--nats-url",
+            nats_server.url,
+        ],  # type: ignore[attr-defined]
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Revenue per region" in result.stdout
+    assert "100 retried publishes de-duplicated" in result.stdout
