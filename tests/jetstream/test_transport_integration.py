@@ -1,0 +1,85 @@
+"""The nats-py boundary: the synchronous delivery path and its fallback, owned vs
+borrowed connections, and what happens to outstanding acks when the server goes away."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+
+from aioclients import jetstream
+from aioclients.jetstream import APITimeoutError, JetStream
+
+
+@pytest.mark.parametrize("sync_delivery", [True, False], ids=["sync-sink", "nats-py-callback"])
+async def test_publish_async_on_both_delivery_paths(
+    nats_server: object, unique_name: str, sync_delivery: bool
+) -> None:
+    async with await jetstream.connect(nats_server.url) as js:  # type: ignore[attr-defined]
+        js._transport.sync_delivery = sync_delivery
+        stream = await js.create_stream(
+            unique_name, subjects=[f"{unique_name}.>"], allow_direct=True
+        )
+        futures = [await js.publish_async(f"{unique_name}.x", b"%d" % i) for i in range(500)]
+        acks = await asyncio.gather(*futures)
+        assert [a.seq for a in acks] == list(range(1, 501))
+        got = [m.data async for m in stream.direct_get_batch(batch=500)]
+        assert got == [b"%d" % i for i in range(500)]
+        await js.delete_stream(unique_name)
+
+
+async def test_borrowed_nats_py_client_is_not_closed_and_keeps_last_header(
+    nats_server: object, unique_name: str
+) -> None:
+    nc = await nats.connect(nats_server.url)  # type: ignore[attr-defined]
+    try:
+        js = JetStream(nc)
+        stream = await js.create_stream(unique_name, subjects=[unique_name], allow_direct=True)
+        await js.publish(unique_name, b"v", headers={"K": ["1", "2"]})
+        direct = await stream.direct_get(1)
+        assert direct.headers == {"K": "2"}  # nats-py's parser keeps the last value
+        leader = await stream.get_msg(1)
+        assert leader.headers == {"K": ["1", "2"]}
+        await js.delete_stream(unique_name)
+        await js.close()
+        assert not nc.is_closed
+        with pytest.raises(jetstream.JetStreamClosedError):
+            await js.account_info()
+    finally:
+        await nc.close()
+
+
+async def test_owned_connection_keeps_repeated_headers(
+    nats_server: object, unique_name: str
+) -> None:
+    async with await jetstream.connect(nats_server.url) as js:  # type: ignore[attr-defined]
+        stream = await js.create_stream(unique_name, subjects=[unique_name], allow_direct=True)
+        await js.publish(unique_name, b"v", headers={"K": ["1", "2"], "One": "x"})
+        direct = await stream.direct_get(1)
+        assert direct.headers == {"K": ["1", "2"], "One": "x"}
+        await js.delete_stream(unique_name)
+    assert js.nc.is_closed
+
+
+@pytest.mark.fault
+async def test_acks_lost_in_a_restart_fail_by_their_deadline(
+    nats_server_private: object,
+) -> None:
+    server = nats_server_private
+    async with await jetstream.connect(server.url, timeout=2.0) as js:  # type: ignore[attr-defined]
+        await js.create_stream("R", subjects=["r"], storage="file")
+        server.pause()  # type: ignore[attr-defined]
+        try:
+            futures = [await js.publish_async("r", b"x") for _ in range(20)]
+            done, pending = await asyncio.wait(futures, timeout=10)
+        finally:
+            server.resume()  # type: ignore[attr-defined]
+        assert not pending, "every ack future must settle by its deadline"
+        for future in done:
+            with pytest.raises(APITimeoutError):
+                future.result()
+        assert js.publish_async_pending == 0
+        # The context is still usable once the server answers again.
+        ack = await js.publish("r", b"after", timeout=5)
+        assert ack.stream == "R"
