@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,14 +26,13 @@ from aioclients.jetstream._errors import (
     JetStreamClosedError,
     MaxPayloadError,
 )
-from aioclients.jetstream._protocol._headers import encode_headers
+from aioclients.jetstream._protocol._headers import decode_header_lines, encode_headers
 
 __all__ = ("NatsClient", "NatsTransport", "ReplyInbox")
 
 log = logging.getLogger("aioclients.jetstream")
 
 _CRLF = b"\r\n"
-_WHITESPACE = re.compile(r"\s")
 
 
 class NatsClient(NATS):
@@ -48,26 +46,7 @@ class NatsClient(NATS):
 
     @staticmethod
     def _parse_header_lines(raw: bytes) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for line in raw.split(_CRLF):
-            name, sep, value = line.partition(b":")
-            if not sep:
-                continue
-            try:
-                key = name.strip().decode("ascii")
-            except UnicodeDecodeError:
-                continue
-            if not key or _WHITESPACE.search(key):
-                continue
-            text = value.strip().decode("utf-8", "replace")
-            previous = out.get(key)
-            if previous is None:
-                out[key] = text
-            elif isinstance(previous, list):
-                previous.append(text)
-            else:
-                out[key] = [previous, text]
-        return out
+        return decode_header_lines(raw, strict=False)
 
 
 class NatsTransport:

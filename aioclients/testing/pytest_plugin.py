@@ -46,6 +46,15 @@ class ExternalServer:
         self._skip()
 
 
+def _nats_server_or_external() -> Iterator[NatsServer | ExternalServer]:
+    url = os.environ.get(NATS_URL_ENV)
+    if url:
+        yield ExternalServer(url)
+        return
+    with NatsServer() as server:
+        yield server
+
+
 @pytest.fixture(scope="session")
 def nats_server() -> Iterator[NatsServer | ExternalServer]:
     """A nats-server with JetStream shared by the session (or ``$AIOCLIENTS_TEST_NATS_URL``).
@@ -53,12 +62,7 @@ def nats_server() -> Iterator[NatsServer | ExternalServer]:
     Tests sharing it must use unique stream names (see ``unique_name``) and must
     not stop it; use ``nats_server_private`` for that.
     """
-    url = os.environ.get(NATS_URL_ENV)
-    if url:
-        yield ExternalServer(url)
-        return
-    with NatsServer() as server:
-        yield server
+    yield from _nats_server_or_external()
 
 
 @pytest.fixture
@@ -67,12 +71,7 @@ def nats_server_private() -> Iterator[NatsServer | ExternalServer]:
 
     Against an external server the stop/restart/pause calls skip the test.
     """
-    url = os.environ.get(NATS_URL_ENV)
-    if url:
-        yield ExternalServer(url)
-        return
-    with NatsServer() as server:
-        yield server
+    yield from _nats_server_or_external()
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from aioclients.jetstream._protocol._direct import (
     single_request,
 )
 from aioclients.jetstream._protocol._headers import (
+    decode_header_lines,
     decode_headers,
     encode_headers,
     publish_headers,
@@ -433,3 +434,10 @@ def test_classify_status_replies(status: str, kind: ReplyKind) -> None:
 def test_classify_rejects_malformed_replies(headers: dict[str, str] | None) -> None:
     with pytest.raises(RemoteProtocolError):
         classify_reply(headers)
+
+
+def test_lenient_header_lines_skip_what_nats_py_skips() -> None:
+    raw = b"Good: 1\r\nno colon\r\nBad Name: 2\r\n\xff: 3\r\nGood: 4\r\nU: \xe2\x82\xac\xff\r\n"
+    assert decode_header_lines(raw, strict=False) == {"Good": ["1", "4"], "U": "\u20ac\ufffd"}
+    with pytest.raises(RemoteProtocolError, match="offset 9"):
+        decode_header_lines(raw)

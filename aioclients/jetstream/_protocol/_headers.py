@@ -13,6 +13,7 @@ from aioclients._errors import InvalidArgumentError, RemoteProtocolError
 
 __all__ = (
     "Headers",
+    "decode_header_lines",
     "decode_headers",
     "encode_headers",
     "publish_headers",
@@ -23,6 +24,7 @@ Headers = dict[str, "str | list[str]"]
 _HEADER_LINE = b"NATS/1.0\r\n"
 # RFC 7230 token characters, which is what the server accepts for a key.
 _KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_WHITESPACE = re.compile(r"\s")
 
 MSG_ID = "Nats-Msg-Id"
 EXPECTED_STREAM = "Nats-Expected-Stream"
@@ -72,21 +74,44 @@ def decode_headers(block: bytes) -> Headers:
         out["Status"] = code.decode()
         if desc:
             out["Description"] = desc.decode()
-    offset = len(lines[0]) + 2
-    for line in lines[1:]:
+    out.update(decode_header_lines(block[len(lines[0]) + 2 :], offset=len(lines[0]) + 2))
+    return out
+
+
+def _add(out: Headers, name: str, text: str) -> None:
+    existing = out.get(name)
+    if existing is None:
+        out[name] = text
+    elif isinstance(existing, list):
+        existing.append(text)
+    else:
+        out[name] = [existing, text]
+
+
+def decode_header_lines(raw: bytes, *, offset: int = 0, strict: bool = True) -> Headers:
+    """Decode ``Name: value`` lines (a header block after its ``NATS/1.0`` line).
+
+    Repeated names become lists. ``strict`` raises on a line without ``:``
+    (``offset`` is where ``raw`` starts in the peer's bytes, for the message);
+    otherwise such lines, non-ASCII names and names with whitespace are skipped,
+    the way nats-py treats them. Values are UTF-8, undecodable bytes replaced.
+    """
+    out: Headers = {}
+    for line in raw.split(b"\r\n"):
         if line:
             key, sep, value = line.partition(b":")
             if not sep:
-                raise RemoteProtocolError(f"header line without ':' {line!r}", offset=offset)
-            name = key.decode().strip()
-            text = value.decode().strip()
-            existing = out.get(name)
-            if existing is None:
-                out[name] = text
-            elif isinstance(existing, list):
-                existing.append(text)
+                if strict:
+                    raise RemoteProtocolError(f"header line without ':' {line!r}", offset=offset)
             else:
-                out[name] = [existing, text]
+                try:
+                    name = key.strip().decode("ascii")
+                except UnicodeDecodeError:
+                    name = ""
+                if name and not _WHITESPACE.search(name):
+                    _add(out, name, value.strip().decode("utf-8", "replace"))
+                elif strict:
+                    raise RemoteProtocolError(f"invalid header name {key!r}", offset=offset)
         offset += len(line) + 2
     return out
 
