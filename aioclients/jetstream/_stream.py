@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -307,66 +307,65 @@ class DirectGetBatch:
         self._stream = stream
         self._payload = payload
         self._multi = multi
-        self._inbox: ReplyInbox | None = None
-        self._first = True
-        self._done = False
         self._last_delivered: int | None = None
         self.num_pending: int | None = None
         self.last_seq: int | None = None
         self.up_to_seq: int | None = None
+        # The reading runs in an async generator: if the caller stops iterating
+        # without aclose(), the event loop finalizes the generator when it is
+        # garbage-collected, and its ``finally`` releases the reply subscription.
+        self._messages = self._read()
 
     def __aiter__(self) -> DirectGetBatch:
         return self
 
-    async def _send(self, payload: bytes) -> None:
+    def __anext__(self) -> Awaitable[StoredMessage]:
+        return self._messages.__anext__()
+
+    async def _read(self) -> AsyncGenerator[StoredMessage, None]:
         js = self._stream._js
         js._check_open()
-        if self._inbox is None:
-            self._inbox = ReplyInbox(js._transport)
-            await self._inbox.open()
-        subject = f"{js.api_prefix}.DIRECT.GET.{self._stream.name}"
-        await js._transport.send(js._transport.frame(subject, payload, self._inbox.subject, None))
-
-    async def __anext__(self) -> StoredMessage:
-        if self._done:
-            raise StopAsyncIteration
+        inbox = ReplyInbox(js._transport)
+        await inbox.open()
+        what = f"Direct Get on {self._stream.name!r}"
         try:
-            if self._inbox is None:
-                await self._send(self._payload)
-            assert self._inbox is not None
-            js = self._stream._js
-            while True:
-                msg = await self._inbox.get(js.timeout, f"Direct Get on {self._stream.name!r}")
-                reply = classify_reply(msg.headers)
-                if reply.kind is ReplyKind.MESSAGE:
-                    if self._first and reply.num_pending is None:
-                        raise ServerTooOldError(
-                            "the server answered a batched Direct Get without Nats-Num-Pending",
-                            hint="batched and multi_last Direct Get need nats-server 2.11 or newer",
-                        )
-                    self._first = False
-                    self._last_delivered = reply.seq
-                    return _stored(reply, msg)
-                if reply.kind is ReplyKind.END_OF_BATCH:
-                    self.num_pending = reply.num_pending
-                    self.last_seq = reply.last_seq
-                    if reply.up_to_seq is not None:
-                        self.up_to_seq = reply.up_to_seq
-                    page = self._next_page()
-                    if page is None:
+            payload: bytes | None = self._payload
+            first = True
+            while payload is not None:
+                await self._send(inbox, payload)
+                payload = None
+                while True:
+                    msg = await inbox.get(js.timeout, what)
+                    reply = classify_reply(msg.headers)
+                    if reply.kind is ReplyKind.MESSAGE:
+                        if first and reply.num_pending is None:
+                            raise ServerTooOldError(
+                                "the server answered a batched Direct Get without Nats-Num-Pending",
+                                hint="batched and multi_last Direct Get need nats-server 2.11+",
+                            )
+                        first = False
+                        self._last_delivered = reply.seq
+                        yield _stored(reply, msg)
+                    elif reply.kind is ReplyKind.END_OF_BATCH:
+                        self.num_pending = reply.num_pending
+                        self.last_seq = reply.last_seq
+                        if reply.up_to_seq is not None:
+                            self.up_to_seq = reply.up_to_seq
+                        payload = self._next_page()
                         break
-                    await self._send(page)
-                    continue
-                if reply.kind is ReplyKind.NOT_FOUND:
-                    # Nothing (more) matches: an empty answer, not an error.
-                    self.num_pending = 0
-                    break
-                raise self._stream._status_error(reply)
-        except BaseException:
-            await self.aclose()
-            raise
-        await self.aclose()
-        raise StopAsyncIteration
+                    elif reply.kind is ReplyKind.NOT_FOUND:
+                        # Nothing (more) matches: an empty answer, not an error.
+                        self.num_pending = 0
+                        break
+                    else:
+                        raise self._stream._status_error(reply)
+        finally:
+            await inbox.close()
+
+    async def _send(self, inbox: ReplyInbox, payload: bytes) -> None:
+        js = self._stream._js
+        subject = f"{js.api_prefix}.DIRECT.GET.{self._stream.name}"
+        await js._transport.send(js._transport.frame(subject, payload, inbox.subject, None))
 
     def _next_page(self) -> bytes | None:
         """For multi_last: the request for the next page at the same point in time."""
@@ -383,10 +382,7 @@ class DirectGetBatch:
 
     async def aclose(self) -> None:
         """Stop reading and release the reply subscription."""
-        self._done = True
-        inbox, self._inbox = self._inbox, None
-        if inbox is not None:
-            await inbox.close()
+        await self._messages.aclose()
 
     async def __aenter__(self) -> DirectGetBatch:
         return self

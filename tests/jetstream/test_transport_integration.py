@@ -83,3 +83,29 @@ async def test_acks_lost_in_a_restart_fail_by_their_deadline(
         # The context is still usable once the server answers again.
         ack = await js.publish("r", b"after", timeout=5)
         assert ack.stream == "R"
+
+
+async def test_abandoned_batch_iteration_releases_its_subscription(
+    nats_server: object, unique_name: str
+) -> None:
+    import gc
+
+    async with await jetstream.connect(nats_server.url) as js:  # type: ignore[attr-defined]
+        stream = await js.create_stream(unique_name, subjects=[unique_name], allow_direct=True)
+        for _ in range(20):
+            await js.publish_async(unique_name, b"x")
+        await js.publish_async_complete(timeout=5)
+        subs_before = len(js.nc._subs)
+        batch = stream.direct_get_batch(batch=20)
+        async for msg in batch:
+            assert len(js.nc._subs) == subs_before + 1
+            if msg.seq == 3:
+                break  # no aclose(): the caller just walks away
+        del batch, msg
+        gc.collect()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while len(js.nc._subs) != subs_before:
+            assert loop.time() < deadline, "the reply subscription was never released"
+            await asyncio.sleep(0.01)  # let the loop run the generator's finalizer
+        await js.delete_stream(unique_name)
