@@ -22,7 +22,11 @@ from aioclients.jetstream._errors import (
     api_error,
 )
 from aioclients.jetstream._models import AccountInfo, ConsumerInfo, PubAck, StreamInfo
-from aioclients.jetstream._protocol._config import config_to_wire, validate_priority_config
+from aioclients.jetstream._protocol._config import (
+    config_from_wire,
+    config_to_wire,
+    validate_priority_config,
+)
 from aioclients.jetstream._protocol._headers import publish_headers
 from aioclients.jetstream._protocol._names import (
     validate_consumer_name,
@@ -64,19 +68,10 @@ class JetStream:
         timeout: float = 5.0,
         max_pending: int = DEFAULT_MAX_PENDING,
     ) -> None:
-        if domain is not None:
-            if api_prefix != "$JS.API":
-                raise InvalidArgumentError("give domain or api_prefix, not both")
-            if not domain or any(c in domain for c in " .*>"):
-                raise InvalidArgumentError(f"invalid JetStream domain {domain!r}")
-            api_prefix = f"$JS.{domain}.API"
-        if not api_prefix or api_prefix.endswith("."):
-            raise InvalidArgumentError(f"invalid api_prefix {api_prefix!r}")
-        if timeout <= 0:
-            raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self._prefix = _api_prefix(domain, api_prefix)
+        _check_timeout(timeout)
         self._nc = nc
         self._transport = NatsTransport(nc)
-        self._prefix = api_prefix
         self.domain = domain
         self.timeout = timeout
         self._acks = AckMux(self._transport, max_pending=max_pending)
@@ -276,15 +271,21 @@ class JetStream:
                 raise InvalidArgumentError("filter_subjects must be a list of subjects")
             for s in cfg["filter_subjects"]:
                 validate_filter_subject(s)
-        cfg.setdefault("ack_policy", "explicit")
-        validate_priority_config(cfg)
         if action == "update":
+            # Merge into the current config (user form), so that what is not given
+            # keeps its value rather than falling back to a create-time default.
             current = await self._api(f"CONSUMER.INFO.{stream}.{name}")
-            merged = dict(current.get("config") or {})
-            merged.update(config_to_wire(cfg))
-            wire = merged
+            merged = config_from_wire(current.get("config") or {})
+            if "filter_subject" in cfg:
+                merged.pop("filter_subjects", None)
+            if "filter_subjects" in cfg:
+                merged.pop("filter_subject", None)
+            merged.update(cfg)
+            cfg = merged
         else:
-            wire = config_to_wire(cfg)
+            cfg.setdefault("ack_policy", "explicit")
+        validate_priority_config(cfg)
+        wire = config_to_wire(cfg)
         payload: dict[str, Any] = {"stream_name": stream, "config": wire}
         if action:
             payload["action"] = action
@@ -299,16 +300,24 @@ class JetStream:
         return Consumer(self, stream, info.name, info)
 
     async def create_consumer(self, stream: str, **config: Any) -> Consumer:
-        """Create a consumer (durable with ``durable_name``/``name``, else ephemeral).
+        """Create a consumer.
 
-        ``config`` keys are ConsumerConfig JSON names, durations in seconds;
-        ``ack_policy`` defaults to ``"explicit"``. Raises ``ConsumerExistsError``
-        if one of that name exists with a different config.
+        With ``durable_name`` the consumer is durable. With only ``name`` it is a
+        named ephemeral consumer, which the server removes after
+        ``inactive_threshold`` (default 5 s) without clients; with neither, the
+        server picks the name. ``config`` keys are ConsumerConfig JSON names,
+        durations in seconds; ``ack_policy`` defaults to ``"explicit"``.
+
+        Raises:
+            ConsumerExistsError: one of that name exists with a different config.
         """
         return await self._upsert_consumer(stream, config, "create")
 
     async def update_consumer(self, stream: str, **config: Any) -> Consumer:
-        """Change an existing consumer: the given keys are merged into its config."""
+        """Change an existing consumer: the given keys are merged into its current config.
+
+        Giving ``filter_subject`` replaces ``filter_subjects`` and vice versa.
+        """
         return await self._upsert_consumer(stream, config, "update")
 
     async def create_or_update_consumer(self, stream: str, **config: Any) -> Consumer:
@@ -471,6 +480,11 @@ async def connect(
     Raises:
         JetStreamConnectError: the server cannot be reached.
     """
+    # Check our own arguments before opening anything.
+    _api_prefix(domain, api_prefix)
+    _check_timeout(timeout)
+    if max_pending < 1:
+        raise InvalidArgumentError(f"max_pending must be >= 1, got {max_pending}")
     options: dict[str, Any] = {
         "connect_timeout": timeout,
         "error_cb": _log_error,
@@ -487,15 +501,33 @@ async def connect(
         await asyncio.wait_for(nc.connect(urls, **options), deadline)
     except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
         last = getattr(nc, "_err", None) or exc
+        reason = str(last) or f"{type(last).__name__} (no answer within {deadline:.0f}s)"
         await nc.close()
         raise JetStreamConnectError(
-            f"cannot connect to NATS at {', '.join(urls)}: {last or 'timed out'}"
+            f"cannot connect to NATS at {', '.join(urls)}: {reason}"
         ) from exc
     js = JetStream(
         nc, domain=domain, api_prefix=api_prefix, timeout=timeout, max_pending=max_pending
     )
     js._owns_connection = True
     return js
+
+
+def _api_prefix(domain: str | None, api_prefix: str) -> str:
+    if domain is not None:
+        if api_prefix != "$JS.API":
+            raise InvalidArgumentError("give domain or api_prefix, not both")
+        if not domain or any(c in domain for c in " .*>"):
+            raise InvalidArgumentError(f"invalid JetStream domain {domain!r}")
+        return f"$JS.{domain}.API"
+    if not api_prefix or api_prefix.endswith(".") or any(c.isspace() for c in api_prefix):
+        raise InvalidArgumentError(f"invalid api_prefix {api_prefix!r}")
+    return api_prefix
+
+
+def _check_timeout(timeout: float) -> None:
+    if not timeout > 0:
+        raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout!r}")
 
 
 async def _log_error(exc: Exception) -> None:

@@ -180,6 +180,8 @@ class AckMux:
             await self._ensure_open()
         if len(self._pending) >= self.max_pending:
             await self._wait_for_room()
+            if self._closed:  # close() woke us: nothing may be sent any more
+                raise JetStreamClosedError("JetStream context closed")
         self._counter += 1
         token = self._counter
         frame = self._transport.frame(subject, payload, self._prefix + str(token), headers)
@@ -238,6 +240,7 @@ class AckMux:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._timer_at = math.inf
         pending, self._pending = self._pending, {}
         for future, subject, _ in pending.values():
             if not future.done():

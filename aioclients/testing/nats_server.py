@@ -56,6 +56,23 @@ def find_nats_server_binary() -> str:
     )
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is in the stopped state (Linux ``/proc``).
+
+    Where ``/proc`` is not available this cannot be told, and it answers True.
+    """
+    tasks = f"/proc/{pid}/task"
+    try:
+        states = []
+        for tid in os.listdir(tasks):
+            with open(f"{tasks}/{tid}/stat") as f:
+                # The state follows the parenthesised command name.
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+    except OSError:
+        return True
+    return all(state in ("T", "t") for state in states)
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -182,12 +199,22 @@ class NatsServer:
         self.stop()
         self.start()
 
-    def pause(self) -> None:
-        """Freeze the process (SIGSTOP): connections stay open but nothing is answered."""
+    def pause(self, timeout: float = 5.0) -> None:
+        """Freeze the process (SIGSTOP): connections stay open but nothing is answered.
+
+        Returns once every thread of the process has stopped: the signal takes
+        effect asynchronously, and a server still running for a moment after
+        ``pause()`` returned would answer what a test sends next.
+        """
         if self._proc is None:
             raise RuntimeError("nats-server is not running")
         self._proc.send_signal(signal.SIGSTOP)
         self._paused = True
+        deadline = time.monotonic() + timeout
+        while not _all_threads_stopped(self._proc.pid):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nats-server still running {timeout}s after SIGSTOP")
+            time.sleep(0.001)
 
     def resume(self) -> None:
         """Undo :meth:`pause` (SIGCONT)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._protocol._names import validate_group_name
-from aioclients.jetstream._protocol._time import format_rfc3339
+from aioclients.jetstream._protocol._time import format_rfc3339, parse_server_time
 
 __all__ = (
     "DURATION_FIELDS",
@@ -88,13 +88,15 @@ def config_to_wire(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def config_from_wire(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy a server config converting nanosecond durations to float seconds."""
+    """Copy a server config: nanosecond durations to float seconds, times to datetimes."""
     out: dict[str, Any] = {}
     for key, value in config.items():
         if key in DURATION_FIELDS and isinstance(value, (int, float)):
             out[key] = value / 1_000_000_000
         elif key in DURATION_FIELDS and isinstance(value, list):
             out[key] = [v / 1_000_000_000 for v in value]
+        elif key in TIME_FIELDS and isinstance(value, str):
+            out[key] = parse_server_time(value)
         elif isinstance(value, Mapping):
             out[key] = config_from_wire(value)
         else:
