@@ -90,7 +90,7 @@ class AckMux:
         self._prefix = ""
         self._prefix_len = 0
         self._sub: Subscription | None = None
-        self._opening: asyncio.Future[None] | None = None
+        self._open_lock = asyncio.Lock()
         self._counter = 0
         # token -> (future, subject, deadline)
         self._pending: dict[int, tuple[asyncio.Future[PubAck], str, float]] = {}
@@ -106,24 +106,15 @@ class AckMux:
         return len(self._pending)
 
     async def _ensure_open(self) -> None:
-        if self._sub is not None:
-            return
-        if self._opening is not None:
-            await asyncio.shield(self._opening)
-            return
-        loop = asyncio.get_running_loop()
-        self._opening = loop.create_future()
-        try:
+        # The first publishes may race here; one subscribes, the others wait. If
+        # subscribing fails, that caller gets the error and the next one tries again.
+        async with self._open_lock:
+            if self._sub is not None:
+                return
             inbox = self._transport.new_inbox()
+            self._sub = await self._transport.subscribe(inbox + ".*", self._on_ack)
             self._prefix = inbox + "."
             self._prefix_len = len(self._prefix)
-            self._sub = await self._transport.subscribe(inbox + ".*", self._on_ack)
-            self._opening.set_result(None)
-        except BaseException as exc:
-            self._opening.set_exception(exc)
-            self._opening.exception()  # mark retrieved; the caller gets it directly
-            self._opening = None
-            raise
 
     def _on_ack(self, msg: NatsMsg) -> None:
         try:

@@ -109,3 +109,15 @@ async def test_abandoned_batch_iteration_releases_its_subscription(
             assert loop.time() < deadline, "the reply subscription was never released"
             await asyncio.sleep(0.01)  # let the loop run the generator's finalizer
         await js.delete_stream(unique_name)
+
+
+async def test_concurrent_first_publishes_share_one_ack_subscription(
+    nats_server: object, unique_name: str
+) -> None:
+    async with await jetstream.connect(nats_server.url) as js:  # type: ignore[attr-defined]
+        await js.create_stream(unique_name, subjects=[unique_name])
+        subs_before = len(js.nc._subs)
+        acks = await asyncio.gather(*(js.publish(unique_name, b"%d" % i) for i in range(50)))
+        assert sorted(a.seq for a in acks) == list(range(1, 51))
+        assert len(js.nc._subs) == subs_before + 1
+        await js.delete_stream(unique_name)
