@@ -21,7 +21,6 @@ __all__ = (
     "ConsumerExistsError",
     "ConsumerNotFoundError",
     "DirectGetUnavailableError",
-    "DuplicateMessageError",
     "JetStreamClosedError",
     "JetStreamConnectError",
     "JetStreamError",
@@ -133,10 +132,6 @@ class WrongLastMsgIdError(JetStreamError):
 
 class WrongExpectedStreamError(JetStreamError):
     """``expected_stream`` did not match the stream that stored the message."""
-
-
-class DuplicateMessageError(JetStreamError):
-    """Reserved for callers that want duplicates as errors (``PubAck.duplicate`` says it)."""
 
 
 class JetStreamNotEnabledError(JetStreamError):

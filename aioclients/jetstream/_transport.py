@@ -63,10 +63,6 @@ class NatsTransport:
         if self.nc.is_closed:
             raise JetStreamClosedError("the NATS connection is closed; open a new one")
 
-    @property
-    def max_payload(self) -> int:
-        return int(self.nc.max_payload)
-
     def frame(
         self,
         subject: str,
