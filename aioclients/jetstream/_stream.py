@@ -29,7 +29,6 @@ from aioclients.jetstream._protocol._direct import (
     single_request,
 )
 from aioclients.jetstream._protocol._headers import decode_headers
-from aioclients.jetstream._protocol._names import validate_publish_subject
 from aioclients.jetstream._protocol._time import parse_server_time
 from aioclients.jetstream._transport import ReplyInbox
 
@@ -144,7 +143,8 @@ class Stream:
     ) -> StoredMessage:
         """Read one message from any replica (ADR-31; needs ``allow_direct``).
 
-        ``last_by_subj`` alone uses the subject-appended form
+        ``last_by_subj`` (wildcards allowed) gives the newest message on matching
+        subjects; a concrete subject is sent in the subject-appended form
         (``$JS.API.DIRECT.GET.<stream>.<subject>``). ``seq`` with ``next_by_subj``
         gives the first message at or after ``seq`` on that subject.
 
@@ -158,7 +158,6 @@ class Stream:
         js = self._js
         if payload is None:
             assert last_by_subj is not None
-            validate_publish_subject(last_by_subj)
             subject = f"{js.api_prefix}.DIRECT.GET.{self.name}.{last_by_subj}"
             payload = b""
         else:

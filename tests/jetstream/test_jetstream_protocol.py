@@ -340,6 +340,8 @@ def test_single_request_forms() -> None:
         {"seq": 0},
         {"seq": -1},
         {"last_by_subj": ""},
+        {"last_by_subj": "a..b"},
+        {"next_by_subj": "a b"},
         {"last_by_subj": "a", "seq": 1},
         {"next_by_subj": ""},
         {"seq": 1, "start_time": datetime(2024, 1, 1, tzinfo=timezone.utc)},

@@ -121,3 +121,18 @@ async def test_concurrent_first_publishes_share_one_ack_subscription(
         assert sorted(a.seq for a in acks) == list(range(1, 51))
         assert len(js.nc._subs) == subs_before + 1
         await js.delete_stream(unique_name)
+
+
+async def test_direct_get_last_by_wildcard_subject(nats_server: object, unique_name: str) -> None:
+    async with await jetstream.connect(nats_server.url) as js:  # type: ignore[attr-defined]
+        stream = await js.create_stream(
+            unique_name, subjects=[f"{unique_name}.>"], allow_direct=True
+        )
+        await js.publish(f"{unique_name}.a", b"1")
+        await js.publish(f"{unique_name}.b", b"2")
+        await js.publish(f"{unique_name}.a.x", b"3")
+        newest = await stream.direct_get(last_by_subj=f"{unique_name}.*")
+        assert (newest.subject, newest.data) == (f"{unique_name}.b", b"2")
+        deepest = await stream.direct_get(last_by_subj=f"{unique_name}.>")
+        assert (deepest.subject, deepest.seq) == (f"{unique_name}.a.x", 3)
+        await js.delete_stream(unique_name)

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from aioclients._errors import InvalidArgumentError, RemoteProtocolError
+from aioclients.jetstream._protocol._names import validate_filter_subject
 from aioclients.jetstream._protocol._time import format_rfc3339, parse_server_time
 
 __all__ = (
@@ -146,19 +147,22 @@ def single_request(
 ) -> bytes | None:
     """The payload of a single-message Direct Get.
 
-    Returns ``None`` for a plain ``last_by_subj`` lookup, which is sent in the
-    subject-appended form (``$JS.API.DIRECT.GET.<stream>.<subject>``, no payload)
-    so that subject-scoped permissions apply.
+    Returns ``None`` for a ``last_by_subj`` lookup of a concrete subject, which is
+    sent in the subject-appended form (``$JS.API.DIRECT.GET.<stream>.<subject>``,
+    no payload) so that subject-scoped permissions apply. A wildcard filter
+    cannot be a subject token, so it goes in the payload.
     """
     _check_seq("seq", seq)
     if last_by_subj is not None:
         if seq is not None or next_by_subj is not None or start_time is not None:
             raise InvalidArgumentError("last_by_subj cannot be combined with other selectors")
-        if not last_by_subj:
-            raise InvalidArgumentError("last_by_subj must not be empty")
+        validate_filter_subject(last_by_subj)
+        tokens = last_by_subj.split(".")
+        if "*" in tokens or ">" in tokens:
+            return _encode({"last_by_subj": last_by_subj})
         return None
-    if next_by_subj is not None and not next_by_subj:
-        raise InvalidArgumentError("next_by_subj must not be empty")
+    if next_by_subj is not None:
+        validate_filter_subject(next_by_subj)
     payload: dict[str, Any] = {}
     if seq is not None:
         payload["seq"] = seq
