@@ -4,6 +4,8 @@ Protocol packages are imported on demand: ``aioclients.jetstream``,
 ``aioclients.nsq``, ``aioclients.liftbridge``, ``aioclients.spark``.
 """
 
+import logging
+
 from aioclients._errors import (
     AioClientsError,
     BrokenResourceError,
@@ -17,6 +19,11 @@ from aioclients._errors import (
     ServerError,
 )
 from aioclients._version import __version__
+
+# A library does not decide where logs go: without configuration they are dropped
+# (not printed through Python's last-resort handler); the application configures
+# the "aioclients" loggers.
+logging.getLogger("aioclients").addHandler(logging.NullHandler())
 
 __all__ = (
     "AioClientsError",

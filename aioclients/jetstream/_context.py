@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -13,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import nats
 import nats.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg as NatsMsg
 
-from aioclients._errors import InvalidArgumentError, RemoteProtocolError
+from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._errors import (
     JetStreamClosedError,
     JetStreamConnectError,
     JetStreamNotEnabledError,
-    api_error,
 )
 from aioclients.jetstream._models import AccountInfo, ConsumerInfo, PubAck, StreamInfo
 from aioclients.jetstream._protocol._config import (
@@ -33,8 +35,8 @@ from aioclients.jetstream._protocol._names import (
     validate_filter_subject,
     validate_stream_name,
 )
-from aioclients.jetstream._publisher import AckMux
-from aioclients.jetstream._transport import NatsClient, NatsTransport
+from aioclients.jetstream._publisher import AckMux, ReplyMux, json_answer
+from aioclients.jetstream._transport import NatsClient, NatsTransport, ReplyInbox
 
 if TYPE_CHECKING:
     from aioclients.jetstream._consumer import Consumer
@@ -74,7 +76,10 @@ class JetStream:
         self._transport = NatsTransport(nc)
         self.domain = domain
         self.timeout = timeout
-        self._acks = AckMux(self._transport, max_pending=max_pending)
+        self._acks = AckMux(self._transport, max_pending=_check_max_pending(max_pending))
+        self._requests: ReplyMux[NatsMsg] = ReplyMux(self._transport)
+        # Open Direct Get reply inboxes, woken by close().
+        self._inboxes: weakref.WeakSet[ReplyInbox] = weakref.WeakSet()
         self._owns_connection = False
         self._closed = False
 
@@ -109,22 +114,14 @@ class JetStream:
         self._check_open()
         full = f"{self._prefix}.{subject}"
         body = json.dumps(payload, separators=(",", ":")).encode() if payload is not None else b""
-        try:
-            msg = await self._transport.request(full, body, timeout or self.timeout)
-        except nats.errors.NoRespondersError:
+        msg = await self._requests.request(full, body, timeout or self.timeout, full)
+        if msg.headers and msg.headers.get("Status") == "503":
             raise JetStreamNotEnabledError(
                 f"nobody answers {full}",
                 code=503,
                 hint="enable JetStream on the server (nats-server -js) or check domain/api_prefix",
-            ) from None
-        try:
-            data: dict[str, Any] = json.loads(msg.data)
-        except ValueError:
-            raise RemoteProtocolError(f"{full} answered non-JSON: {msg.data[:200]!r}") from None
-        err = data.get("error")
-        if err:
-            raise api_error(err.get("code"), err.get("err_code"), err.get("description", ""))
-        return data
+            )
+        return json_answer(msg.data, full)
 
     async def close(self) -> None:
         """Close the context: outstanding acks fail with ``JetStreamClosedError``.
@@ -135,6 +132,9 @@ class JetStream:
         if self._closed:
             return
         self._closed = True
+        for inbox in list(self._inboxes):
+            inbox.close_now()
+        await self._requests.close()
         await self._acks.close()
         if self._owns_connection and not self._nc.is_closed:
             await self._nc.close()
@@ -444,8 +444,8 @@ class JetStream:
                 expected_last_subject_seq=expected_last_subject_seq,
                 expected_last_msg_id=expected_last_msg_id,
             )
-        if timeout is not None and timeout <= 0:
-            raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if timeout is not None:
+            _check_timeout(timeout)
         return await self._acks.publish(subject, payload, hdrs, timeout or self.timeout)
 
     async def publish_async_complete(self, timeout: float | None = None) -> None:
@@ -454,6 +454,9 @@ class JetStream:
         Raises:
             APITimeoutError: acks are still outstanding after ``timeout`` seconds.
         """
+        self._check_open()
+        if timeout is not None:
+            _check_timeout(timeout)
         await self._acks.wait_idle(timeout)
 
     @property
@@ -482,9 +485,20 @@ async def connect(
     """
     # Check our own arguments before opening anything.
     _api_prefix(domain, api_prefix)
-    _check_timeout(timeout)
-    if max_pending < 1:
-        raise InvalidArgumentError(f"max_pending must be >= 1, got {max_pending}")
+    _check_timeout(timeout, allow_infinite=False)  # it bounds the connect, too
+    _check_max_pending(max_pending)
+    if isinstance(servers, str):
+        urls = [servers]
+    elif (
+        isinstance(servers, (list, tuple))
+        and servers
+        and all(isinstance(u, str) and u for u in servers)
+    ):
+        urls = list(servers)
+    else:
+        raise InvalidArgumentError(
+            f"servers must be a URL or a non-empty list of URLs, got {servers!r}"
+        )
     options: dict[str, Any] = {
         "connect_timeout": timeout,
         "error_cb": _log_error,
@@ -494,7 +508,6 @@ async def connect(
     options.update(nats_options)
     # nats-py retries a failed first connect up to max_reconnect_attempts times
     # (two minutes by default); bound it so an unreachable server fails fast.
-    urls = [servers] if isinstance(servers, str) else list(servers)
     deadline = float(options["connect_timeout"]) * max(1, len(urls)) + 1.0
     nc = NatsClient()
     try:
@@ -502,7 +515,10 @@ async def connect(
     except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
         last = getattr(nc, "_err", None) or exc
         reason = str(last) or f"{type(last).__name__} (no answer within {deadline:.0f}s)"
-        await nc.close()
+        try:
+            await nc.close()
+        except Exception as close_exc:  # nats-py may not have got far enough to close
+            log.debug("closing the failed connection: %s", close_exc)
         raise JetStreamConnectError(
             f"cannot connect to NATS at {', '.join(urls)}: {reason}"
         ) from exc
@@ -513,7 +529,11 @@ async def connect(
     return js
 
 
-def _api_prefix(domain: str | None, api_prefix: str) -> str:
+def _api_prefix(domain: object, api_prefix: object) -> str:
+    if domain is not None and not isinstance(domain, str):
+        raise InvalidArgumentError(f"domain must be a str, got {type(domain).__name__}")
+    if not isinstance(api_prefix, str):
+        raise InvalidArgumentError(f"api_prefix must be a str, got {type(api_prefix).__name__}")
     if domain is not None:
         if api_prefix != "$JS.API":
             raise InvalidArgumentError("give domain or api_prefix, not both")
@@ -525,9 +545,24 @@ def _api_prefix(domain: str | None, api_prefix: str) -> str:
     return api_prefix
 
 
-def _check_timeout(timeout: float) -> None:
-    if not timeout > 0:
-        raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout!r}")
+def _check_timeout(timeout: object, *, allow_infinite: bool = True) -> float:
+    """A timeout in seconds: a number > 0; ``math.inf`` means no deadline where allowed."""
+    if (
+        not isinstance(timeout, (int, float))
+        or isinstance(timeout, bool)
+        or math.isnan(timeout)
+        or timeout <= 0
+        or (math.isinf(timeout) and not allow_infinite)
+    ):
+        kind = "a number" if allow_infinite else "a finite number"
+        raise InvalidArgumentError(f"timeout must be {kind} of seconds > 0, got {timeout!r}")
+    return float(timeout)
+
+
+def _check_max_pending(max_pending: object) -> int:
+    if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 1:
+        raise InvalidArgumentError(f"max_pending must be an int >= 1, got {max_pending!r}")
+    return max_pending
 
 
 async def _log_error(exc: Exception) -> None:

@@ -1,11 +1,17 @@
-"""Publishing with acknowledgements: one reply subscription for every publish.
+"""Requests and publish acks over one reply subscription each.
 
-Each publish gets a reply subject ``<inbox>.<n>`` under one wildcard
-subscription; ``n`` is a counter, so correlating an ack is one dict lookup.
-At most ``max_pending`` acks are outstanding: ``publish_async`` waits for room
-(back-pressure) before it sends. Every outstanding ack has a deadline; one
-timer, armed for the earliest deadline, fails the overdue ones, so nothing
-waits forever on an ack that will not come.
+:class:`ReplyMux` sends requests with reply subjects ``<inbox>.<n>`` under one
+wildcard subscription; ``n`` is a counter, so correlating a reply is one dict
+lookup. Every outstanding request has a deadline; one timer, armed for the
+earliest deadline, fails the overdue ones, so nothing waits forever on a reply
+that will not come. ``close()`` fails everything outstanding at once.
+
+:class:`AckMux` is the publish side: replies become ``PubAck``s, and at most
+``max_pending`` acks are outstanding. ``publish`` waits for room (back-pressure)
+in FIFO order: a freed slot is handed to the longest waiter and reserved for it,
+so a task publishing in a loop cannot starve one that is waiting. Everything
+that can be checked is checked before waiting, so a waiter that is handed a
+slot always uses it (or, if cancelled, hands it on).
 """
 
 from __future__ import annotations
@@ -17,15 +23,16 @@ import logging
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription
 
-from aioclients._errors import InvalidArgumentError, RemoteProtocolError
+from aioclients._errors import RemoteProtocolError
 from aioclients.jetstream._errors import (
     APITimeoutError,
     JetStreamClosedError,
+    JetStreamError,
     NoStreamResponseError,
     api_error,
 )
@@ -33,16 +40,38 @@ from aioclients.jetstream._models import PubAck
 from aioclients.jetstream._protocol._names import validate_publish_subject
 from aioclients.jetstream._transport import NatsTransport
 
-__all__ = ("AckMux", "parse_pub_ack")
+__all__ = ("AckMux", "ReplyMux", "json_answer", "parse_pub_ack")
 
 log = logging.getLogger("aioclients.jetstream.publish")
 
+T = TypeVar("T")
 
 # The server writes acks as {"stream":..,["domain":..,]"seq":N[,"duplicate":true]}; matching
 # that shape is several times cheaper than json.loads. Anything else takes the JSON path.
 _ACK = re.compile(
     rb'\{"stream":"([^"\\]+)",(?:"domain":"([^"\\]*)",)?"seq":(\d+)(,"duplicate":true)?\}'
 )
+
+
+def json_answer(data: bytes, what: str) -> dict[str, Any]:
+    """Decode a JSON API answer; raise the error it carries or a protocol error."""
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        raise RemoteProtocolError(f"{what} answered non-JSON: {data[:200]!r}") from None
+    if not isinstance(answer, dict):
+        raise RemoteProtocolError(f"{what} answered JSON that is not an object: {data[:200]!r}")
+    err = answer.get("error")
+    if err is not None:
+        if not isinstance(err, dict):
+            raise RemoteProtocolError(f"{what} answered a malformed error: {data[:200]!r}")
+        code, err_code = err.get("code"), err.get("err_code")
+        raise api_error(
+            code if isinstance(code, int) else None,
+            err_code if isinstance(err_code, int) else None,
+            str(err.get("description", "")),
+        )
+    return answer
 
 
 def parse_pub_ack(msg: NatsMsg, subject: str) -> PubAck:
@@ -61,42 +90,27 @@ def parse_pub_ack(msg: NatsMsg, subject: str) -> PubAck:
             code=503,
             hint="create a stream whose subjects include it",
         )
-    try:
-        data: dict[str, Any] = json.loads(msg.data)
-    except ValueError:
-        raise RemoteProtocolError(f"publish ack is not JSON: {msg.data[:100]!r}") from None
-    err = data.get("error")
-    if err:
-        raise api_error(err.get("code"), err.get("err_code"), err.get("description", ""))
-    try:
-        return PubAck(
-            stream=data["stream"],
-            seq=data["seq"],
-            duplicate=bool(data.get("duplicate", False)),
-            domain=data.get("domain"),
-        )
-    except KeyError as exc:
-        raise RemoteProtocolError(f"publish ack lacks {exc}: {data!r}") from None
+    data = json_answer(msg.data, f"the publish to {subject!r}")
+    stream, seq = data.get("stream"), data.get("seq")
+    if not isinstance(stream, str) or not isinstance(seq, int):
+        raise RemoteProtocolError(f"publish ack lacks stream/seq: {msg.data[:200]!r}")
+    domain = data.get("domain")
+    return PubAck(stream, seq, data.get("duplicate") is True, domain or None)
 
 
-class AckMux:
-    """Outstanding publish acks of one JetStream context."""
+class ReplyMux(Generic[T]):
+    """Outstanding requests of one JetStream context, correlated by a counter token."""
 
-    def __init__(self, transport: NatsTransport, *, max_pending: int) -> None:
-        if max_pending < 1:
-            raise InvalidArgumentError(f"max_pending must be >= 1, got {max_pending}")
+    def __init__(self, transport: NatsTransport, *, kind: str = "reply") -> None:
         self._transport = transport
-        self.max_pending = max_pending
+        self._kind = kind
         self._prefix = ""
         self._prefix_len = 0
         self._sub: Subscription | None = None
         self._open_lock = asyncio.Lock()
         self._counter = 0
-        # token -> (future, subject, deadline)
-        self._pending: dict[int, tuple[asyncio.Future[PubAck], str, float]] = {}
-        self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        # token -> (future, what, deadline)
+        self._pending: dict[int, tuple[asyncio.Future[T], str, float]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._closed = False
@@ -105,97 +119,90 @@ class AckMux:
     def outstanding(self) -> int:
         return len(self._pending)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JetStreamClosedError("this JetStream context is closed")
+        self._transport.check_open()
+
     async def _ensure_open(self) -> None:
-        # The first publishes may race here; one subscribes, the others wait. If
+        # The first requests may race here; one subscribes, the others wait. If
         # subscribing fails, that caller gets the error and the next one tries again.
         async with self._open_lock:
             if self._sub is not None:
                 return
             inbox = self._transport.new_inbox()
-            self._sub = await self._transport.subscribe(inbox + ".*", self._on_ack)
+            self._sub = await self._transport.subscribe(inbox + ".*", self._on_reply)
             self._prefix = inbox + "."
             self._prefix_len = len(self._prefix)
 
-    def _on_ack(self, msg: NatsMsg) -> None:
+    def _convert(self, msg: NatsMsg, what: str) -> T:
+        """Turn a reply into the future's result (or raise the error it carries)."""
+        return msg  # type: ignore[return-value]
+
+    def _settled(self) -> None:
+        """Called whenever an outstanding request leaves the table."""
+
+    def _on_reply(self, msg: NatsMsg) -> None:
         try:
             token = int(msg.subject[self._prefix_len :])
         except ValueError:
             return
         entry = self._pending.pop(token, None)
         if entry is None:
-            return  # timed out or cancelled earlier
-        future, subject, _ = entry
+            return  # timed out or abandoned earlier
+        future, what, _ = entry
         if not future.done():
             try:
-                future.set_result(parse_pub_ack(msg, subject))
+                future.set_result(self._convert(msg, what))
             except Exception as exc:
                 future.set_exception(exc)
-        self._released()
+        self._settled()
 
-    def _released(self) -> None:
-        waiters = self._room_waiters
-        while waiters:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                break
-        if not self._pending:
-            self._idle.set()
-
-    async def _wait_for_room(self) -> None:
-        while len(self._pending) >= self.max_pending:
-            if self._closed:
-                raise JetStreamClosedError("JetStream context closed")
-            waiter = asyncio.get_running_loop().create_future()
-            self._room_waiters.append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                # Pass our wake-up on so that room is not lost.
-                if waiter.done() and not waiter.cancelled():
-                    self._released()
-                raise
-
-    async def publish(
-        self,
-        subject: str,
-        payload: bytes,
-        headers: Mapping[str, str | list[str]] | None,
-        timeout: float,
-    ) -> asyncio.Future[PubAck]:
-        """Send one message once there is room; return the future of its ack."""
-        if self._closed:
-            raise JetStreamClosedError("JetStream context closed")
-        validate_publish_subject(subject)
-        if self._sub is None:
-            await self._ensure_open()
-        if len(self._pending) >= self.max_pending:
-            await self._wait_for_room()
-            if self._closed:  # close() woke us: nothing may be sent any more
-                raise JetStreamClosedError("JetStream context closed")
+    def _next_token(self) -> tuple[int, str]:
         self._counter += 1
-        token = self._counter
-        frame = self._transport.frame(subject, payload, self._prefix + str(token), headers)
+        return self._counter, self._prefix + str(self._counter)
+
+    async def _send(self, token: int, frame: bytes, what: str, timeout: float) -> asyncio.Future[T]:
+        """Register ``token`` with a deadline, then send ``frame``."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[PubAck] = loop.create_future()
+        future: asyncio.Future[T] = loop.create_future()
         deadline = loop.time() + timeout
-        self._pending[token] = (future, subject, deadline)
-        self._idle.clear()
+        self._pending[token] = (future, what, deadline)
         try:
             await self._transport.send(frame)
         except BaseException:
             if self._pending.pop(token, None) is not None:
-                self._released()
+                self._settled()
             raise
         if deadline < self._timer_at:
             self._arm(loop, deadline)
         return future
+
+    async def request(self, subject: str, payload: bytes, timeout: float, what: str) -> T:
+        """Send a request and wait for its reply."""
+        self._check_open()
+        if self._sub is None:
+            await self._ensure_open()
+        token, reply = self._next_token()
+        frame = self._transport.frame(subject, payload, reply, None)
+        future = await self._send(token, frame, what, timeout)
+        try:
+            return await future
+        finally:
+            # A caller that stops waiting (cancelled) takes its entry with it.
+            if self._pending.pop(token, None) is not None:
+                self._settled()
 
     def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = at
         self._timer = loop.call_at(at, self._sweep)
+
+    def _overdue_error(self, what: str) -> Exception:
+        if self._transport.nc.is_closed:
+            return JetStreamClosedError(f"the NATS connection closed before {what} was answered")
+        return APITimeoutError(f"no {self._kind} to {what} in time")
 
     def _sweep(self) -> None:
         self._timer = None
@@ -204,20 +211,123 @@ class AckMux:
         now = loop.time()
         overdue = [t for t, (_, _, deadline) in self._pending.items() if deadline <= now]
         for token in overdue:
-            future, subject, _ = self._pending.pop(token)
+            future, what, _ = self._pending.pop(token)
             if not future.done():
-                future.set_exception(
-                    APITimeoutError(
-                        f"no publish ack for {subject!r} in time; the message may or may not "
-                        "be stored (publish with msg_id to retry safely)"
-                    )
-                )
-            self._released()
+                future.set_exception(self._overdue_error(what))
+            self._settled()
         if self._pending:
             self._arm(loop, min(d for _, _, d in self._pending.values()))
 
+    def _fail_all(self) -> None:
+        pending, self._pending = self._pending, {}
+        for future, what, _ in pending.values():
+            if not future.done():
+                future.set_exception(self._closed_error(what))
+            self._settled()
+
+    def _closed_error(self, what: str) -> JetStreamError | JetStreamClosedError:
+        return JetStreamClosedError(f"the JetStream context closed before {what} was answered")
+
+    async def close(self) -> None:
+        """Fail everything outstanding and drop the subscription. Idempotent."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = math.inf
+        self._fail_all()
+        sub, self._sub = self._sub, None
+        if sub is not None and not self._transport.nc.is_closed:
+            try:
+                await sub.unsubscribe()
+            except Exception as exc:  # the connection is going away
+                log.debug("reply subscription unsubscribe failed: %s", exc)
+
+
+class AckMux(ReplyMux[PubAck]):
+    """Outstanding publish acks, at most ``max_pending`` of them."""
+
+    def __init__(self, transport: NatsTransport, *, max_pending: int) -> None:
+        super().__init__(transport, kind="publish ack")
+        self.max_pending = max_pending
+        self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Slots handed to woken waiters that have not registered their publish yet.
+        self._reserved = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def _convert(self, msg: NatsMsg, what: str) -> PubAck:
+        return parse_pub_ack(msg, what)
+
+    def _overdue_error(self, what: str) -> Exception:
+        err = super()._overdue_error(f"the publish to {what!r}")
+        if isinstance(err, APITimeoutError):
+            return APITimeoutError(
+                f"no publish ack for {what!r} in time; the message may or may not be stored "
+                "(publish with msg_id to retry safely)"
+            )
+        return err
+
+    def _closed_error(self, what: str) -> JetStreamClosedError:
+        return JetStreamClosedError(
+            f"closed before the ack for {what!r} arrived; the message may or may not be stored"
+        )
+
+    def _settled(self) -> None:
+        self._hand_on()
+        if not self._pending and not self._reserved:
+            self._idle.set()
+
+    def _hand_on(self) -> None:
+        """Give a free slot to the longest waiter, reserving it."""
+        waiters = self._room_waiters
+        while waiters and len(self._pending) + self._reserved < self.max_pending:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                self._reserved += 1
+                waiter.set_result(None)
+
+    async def _wait_for_room(self) -> None:
+        """Return holding a reserved slot (``_reserved`` counts it)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._room_waiters.append(waiter)
+        self._hand_on()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                # We were handed a slot but will not use it: pass it on.
+                self._reserved -= 1
+                self._settled()
+            raise
+
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes | bytearray | memoryview,
+        headers: Mapping[str, str | list[str]] | None,
+        timeout: float,
+    ) -> asyncio.Future[PubAck]:
+        """Send one message once there is room; return the future of its ack."""
+        self._check_open()
+        validate_publish_subject(subject)
+        if self._sub is None:
+            await self._ensure_open()
+        token, reply = self._next_token()
+        # Build (and so validate) the frame before waiting, so that a waiter that
+        # is handed a slot cannot fail afterwards and strand the slot.
+        frame = self._transport.frame(subject, payload, reply, headers)
+        if self._room_waiters or len(self._pending) + self._reserved >= self.max_pending:
+            await self._wait_for_room()
+            self._reserved -= 1
+            if self._closed:  # close() woke us: nothing may be sent any more
+                self._settled()
+                raise JetStreamClosedError("this JetStream context is closed")
+        self._idle.clear()
+        return await self._send(token, frame, subject, timeout)
+
     async def wait_idle(self, timeout: float | None) -> None:
-        if not self._pending:
+        if not self._pending and not self._reserved:
             return
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
@@ -228,27 +338,11 @@ class AckMux:
 
     async def close(self) -> None:
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = math.inf
-        pending, self._pending = self._pending, {}
-        for future, subject, _ in pending.values():
-            if not future.done():
-                future.set_exception(
-                    JetStreamClosedError(
-                        f"closed before the ack for {subject!r} arrived; the message may or "
-                        "may not be stored"
-                    )
-                )
-        self._idle.set()
+        await super().close()
+        # Wake every waiter; each sees the context closed and raises.
         for waiter in self._room_waiters:
             if not waiter.done():
+                self._reserved += 1
                 waiter.set_result(None)
         self._room_waiters.clear()
-        sub, self._sub = self._sub, None
-        if sub is not None and not self._transport.nc.is_closed:
-            try:
-                await sub.unsubscribe()
-            except Exception as exc:
-                log.debug("ack subscription unsubscribe failed: %s", exc)
+        self._idle.set()

@@ -8,7 +8,6 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import nats.errors
 from nats.aio.msg import Msg as NatsMsg
 
 from aioclients._errors import InvalidArgumentError
@@ -29,6 +28,7 @@ from aioclients.jetstream._protocol._direct import (
     single_request,
 )
 from aioclients.jetstream._protocol._headers import decode_headers
+from aioclients.jetstream._protocol._names import validate_filter_subject
 from aioclients.jetstream._protocol._time import parse_server_time
 from aioclients.jetstream._transport import ReplyInbox
 
@@ -72,13 +72,11 @@ class Stream:
         if seq is not None and keep is not None:
             raise InvalidArgumentError("give seq or keep, not both")
         for name, value in (("seq", seq), ("keep", keep)):
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
+            if value is not None:
+                _check_int(name, value, minimum=0)
         payload: dict[str, Any] = {}
         if subject is not None:
-            if not subject:
-                raise InvalidArgumentError("subject must not be empty")
-            payload["filter"] = subject
+            payload["filter"] = validate_filter_subject(subject)
         if seq is not None:
             payload["seq"] = seq
         if keep is not None:
@@ -99,8 +97,8 @@ class Stream:
         Raises:
             MessageNotFoundError: nothing matches.
         """
-        if seq is not None and (not isinstance(seq, int) or seq < 1):
-            raise InvalidArgumentError(f"seq must be an int >= 1, got {seq!r}")
+        if seq is not None:
+            _check_int("seq", seq, minimum=1)
         payload: dict[str, Any] = {}
         if last_by_subj is not None:
             if seq is not None or next_by_subj is not None:
@@ -127,8 +125,7 @@ class Stream:
 
     async def delete_msg(self, seq: int, *, erase: bool = False) -> None:
         """Delete one message; ``erase`` overwrites its bytes on disk too."""
-        if not isinstance(seq, int) or seq < 1:
-            raise InvalidArgumentError(f"seq must be an int >= 1, got {seq!r}")
+        _check_int("seq", seq, minimum=1)
         await self._js._api(f"STREAM.MSG.DELETE.{self.name}", {"seq": seq, "no_erase": not erase})
 
     # -- ADR-31 Direct Get ---------------------------------------------------------------------
@@ -163,10 +160,9 @@ class Stream:
         else:
             subject = f"{js.api_prefix}.DIRECT.GET.{self.name}"
         js._check_open()
-        try:
-            msg = await js._transport.request(subject, payload, js.timeout)
-        except nats.errors.NoRespondersError:
-            raise self._unavailable() from None
+        msg = await js._requests.request(
+            subject, payload, js.timeout, f"Direct Get on {self.name!r}"
+        )
         reply = classify_reply(msg.headers)
         if reply.kind is not ReplyKind.MESSAGE:
             raise self._status_error(reply)
@@ -241,7 +237,13 @@ class Stream:
         Raises (while iterating):
             TooManySubjectsError: more than 1024 subjects match (413).
         """
-        subjects = [subjects] if isinstance(subjects, str) else list(subjects)
+        if isinstance(subjects, str):
+            subjects = [subjects]
+        elif not isinstance(subjects, (list, tuple)):
+            raise InvalidArgumentError(
+                f"subjects must be a subject or a list of subjects, got {subjects!r}"
+            )
+        subjects = list(subjects)
         first = multi_last_request(
             subjects, up_to_seq=up_to_seq, up_to_time=up_to_time, batch=batch
         )
@@ -272,6 +274,11 @@ class Stream:
 
     async def unpin_consumer(self, consumer: str, group: str) -> None:
         await self._js.unpin_consumer(self.name, consumer, group)
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidArgumentError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 def _stored(reply: DirectReply, msg: NatsMsg) -> StoredMessage:
@@ -325,6 +332,7 @@ class DirectGetBatch:
         js = self._stream._js
         js._check_open()
         inbox = ReplyInbox(js._transport)
+        js._inboxes.add(inbox)
         await inbox.open()
         what = f"Direct Get on {self._stream.name!r}"
         try:
@@ -363,6 +371,7 @@ class DirectGetBatch:
 
     async def _send(self, inbox: ReplyInbox, payload: bytes) -> None:
         js = self._stream._js
+        js._check_open()
         subject = f"{js.api_prefix}.DIRECT.GET.{self._stream.name}"
         await js._transport.send(js._transport.frame(subject, payload, inbox.subject, None))
 

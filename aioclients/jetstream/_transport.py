@@ -66,13 +66,17 @@ class NatsTransport:
     def frame(
         self,
         subject: str,
-        payload: bytes,
+        payload: bytes | bytearray | memoryview,
         reply: str,
         headers: Mapping[str, str | list[str]] | None,
     ) -> bytes:
         """Build a PUB or HPUB frame, checking the size against ``max_payload``."""
-        if not isinstance(payload, (bytes, bytearray, memoryview)):
-            raise InvalidArgumentError(f"payload must be bytes, got {type(payload).__name__}")
+        if not isinstance(payload, (bytes, bytearray)):
+            if not isinstance(payload, memoryview):
+                raise InvalidArgumentError(f"payload must be bytes, got {type(payload).__name__}")
+            # len() of a view counts items, not bytes, and a strided view cannot be
+            # joined: take its bytes.
+            payload = payload.tobytes()
         size = len(payload)
         if headers:
             hdr = encode_headers(headers)
@@ -112,23 +116,6 @@ class NatsTransport:
         queue = nc._flush_queue
         if queue is not None and queue.empty():
             await nc._flush_pending()
-
-    async def request(self, subject: str, payload: bytes, timeout: float) -> NatsMsg:
-        """Request/reply through nats-py's response mux, with errors mapped."""
-        self.check_open()
-        try:
-            return await self.nc.request(subject, payload, timeout=timeout)
-        except nats.errors.NoRespondersError:
-            raise
-        except nats.errors.TimeoutError:
-            raise APITimeoutError(
-                f"no answer to {subject} within {timeout}s; is the server reachable and "
-                "JetStream enabled?"
-            ) from None
-        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
-            raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
-        except nats.errors.Error as exc:
-            raise ConnectError(f"NATS request to {subject} failed: {exc}") from exc
 
     async def subscribe(self, subject: str, cb: Callable[[NatsMsg], None]) -> Subscription:
         """Subscribe with a plain (non-async) callback.
@@ -174,6 +161,7 @@ class ReplyInbox:
         self._buffer: collections.deque[NatsMsg] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._sub: Subscription | None = None
+        self._closed = False
 
     async def open(self) -> None:
         self._sub = await self.transport.subscribe(self.subject, self._on_msg)
@@ -184,7 +172,15 @@ class ReplyInbox:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def close_now(self) -> None:
+        """The context is closing: wake a waiting ``get`` so that it raises at once."""
+        self._closed = True
+        if self._waiter is not None:
+            _expire(self._waiter)
+
     async def get(self, timeout: float, what: str) -> NatsMsg:
+        if self._closed:
+            raise JetStreamClosedError("this JetStream context is closed")
         if self._buffer:
             return self._buffer.popleft()
         loop = asyncio.get_running_loop()
@@ -196,6 +192,8 @@ class ReplyInbox:
         finally:
             timer.cancel()
             self._waiter = None
+        if self._closed:
+            raise JetStreamClosedError("this JetStream context is closed")
         if not self._buffer:
             self.transport.check_open()
             raise APITimeoutError(f"no reply to {what} within {timeout}s")

@@ -90,7 +90,9 @@ def classify_reply(headers: Mapping[str, Any] | None) -> DirectReply:
     if not headers:
         raise RemoteProtocolError("Direct Get reply without headers")
     status = headers.get("Status")
-    if status:
+    # A stored message always carries Nats-Sequence and a status reply never does;
+    # checking it first keeps a user header named "Status" from passing for one.
+    if status and "Nats-Sequence" not in headers:
         status = str(status)
         desc = headers.get("Description")
         description = str(desc) if desc is not None else None
@@ -127,6 +129,15 @@ def classify_reply(headers: Mapping[str, Any] | None) -> DirectReply:
         last_seq=_int_header(headers, "Nats-Last-Sequence"),
         up_to_seq=_int_header(headers, "Nats-UpTo-Sequence"),
     )
+
+
+def _check_time(name: str, value: object) -> str:
+    if not isinstance(value, datetime):
+        raise InvalidArgumentError(f"{name} must be an aware datetime, got {value!r}")
+    try:
+        return format_rfc3339(value)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"{name}: {exc}") from None
 
 
 def _check_seq(name: str, value: int | None) -> None:
@@ -171,19 +182,12 @@ def single_request(
     if start_time is not None:
         if seq is not None:
             raise InvalidArgumentError("start_time cannot be combined with seq")
-        payload["start_time"] = _time(start_time)
+        payload["start_time"] = _check_time("start_time", start_time)
     if not payload:
         raise InvalidArgumentError(
             "direct_get needs one of seq, last_by_subj, next_by_subj or start_time"
         )
     return _encode(payload)
-
-
-def _time(value: datetime) -> str:
-    try:
-        return format_rfc3339(value)
-    except ValueError as exc:
-        raise InvalidArgumentError(f"start_time: {exc}") from None
 
 
 def batch_request(
@@ -198,15 +202,17 @@ def batch_request(
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise InvalidArgumentError(f"batch must be an int >= 1, got {batch!r}")
     _check_seq("seq", seq)
-    if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 1):
+    if max_bytes is not None and (
+        not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1
+    ):
         raise InvalidArgumentError(f"max_bytes must be an int >= 1, got {max_bytes!r}")
-    if next_by_subj is not None and not next_by_subj:
-        raise InvalidArgumentError("next_by_subj must not be empty")
+    if next_by_subj is not None:
+        validate_filter_subject(next_by_subj)
     payload: dict[str, Any] = {"batch": batch}
     if start_time is not None:
         if seq is not None:
             raise InvalidArgumentError("start_time cannot be combined with seq")
-        payload["start_time"] = _time(start_time)
+        payload["start_time"] = _check_time("start_time", start_time)
     else:
         payload["seq"] = seq if seq is not None else 1
     if next_by_subj is not None:
@@ -249,10 +255,7 @@ def multi_last_request(
     if up_to_seq is not None:
         payload["up_to_seq"] = up_to_seq
     if up_to_time is not None:
-        try:
-            payload["up_to_time"] = format_rfc3339(up_to_time)
-        except ValueError as exc:
-            raise InvalidArgumentError(f"up_to_time: {exc}") from None
+        payload["up_to_time"] = _check_time("up_to_time", up_to_time)
     if batch is not None:
         payload["batch"] = batch
     if seq is not None:

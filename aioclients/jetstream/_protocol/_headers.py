@@ -126,23 +126,28 @@ def publish_headers(
     expected_last_msg_id: str | None,
 ) -> dict[str, str | list[str]] | None:
     """Merge the JetStream publish expectations into the user's headers."""
+    if headers is not None and not isinstance(headers, Mapping):
+        raise InvalidArgumentError(
+            f"headers must be a mapping of str to str or list[str], got {type(headers).__name__}"
+        )
     extra: dict[str, str | list[str]] = {}
-    if msg_id is not None:
-        if not msg_id:
-            raise InvalidArgumentError("msg_id must not be empty")
-        extra[MSG_ID] = msg_id
-    if expected_stream is not None:
-        extra[EXPECTED_STREAM] = expected_stream
-    if expected_last_seq is not None:
-        if expected_last_seq < 0:
-            raise InvalidArgumentError("expected_last_seq must be >= 0")
-        extra[EXPECTED_LAST_SEQ] = str(expected_last_seq)
-    if expected_last_subject_seq is not None:
-        if expected_last_subject_seq < 0:
-            raise InvalidArgumentError("expected_last_subject_seq must be >= 0")
-        extra[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
-    if expected_last_msg_id is not None:
-        extra[EXPECTED_LAST_MSG_ID] = expected_last_msg_id
+    for name, header, text in (
+        ("msg_id", MSG_ID, msg_id),
+        ("expected_stream", EXPECTED_STREAM, expected_stream),
+        ("expected_last_msg_id", EXPECTED_LAST_MSG_ID, expected_last_msg_id),
+    ):
+        if text is not None:
+            if not isinstance(text, str) or not text:
+                raise InvalidArgumentError(f"{name} must be a non-empty str, got {text!r}")
+            extra[header] = text
+    for name, header, number in (
+        ("expected_last_seq", EXPECTED_LAST_SEQ, expected_last_seq),
+        ("expected_last_subject_seq", EXPECTED_LAST_SUBJECT_SEQ, expected_last_subject_seq),
+    ):
+        if number is not None:
+            if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+                raise InvalidArgumentError(f"{name} must be an int >= 0, got {number!r}")
+            extra[header] = str(number)
     if not extra:
         return dict(headers) if headers else None
     merged: dict[str, str | list[str]] = dict(headers) if headers else {}
