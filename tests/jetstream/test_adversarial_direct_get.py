@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -21,6 +21,7 @@ import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
+from support import PROBE, Server, WaitFor, until_visible
 
 from aioclients import AioClientsError, InvalidArgumentError, RemoteProtocolError
 from aioclients.jetstream import (
@@ -31,35 +32,8 @@ from aioclients.jetstream import (
     StoredMessage,
     Stream,
 )
-from aioclients.testing import NatsServer
-from aioclients.testing.pytest_plugin import ExternalServer
 
 pytestmark = pytest.mark.timeout(60)
-
-Server = NatsServer | ExternalServer
-WaitFor = Callable[..., Awaitable[None]]
-
-
-#: A request payload our stand-in listeners answer at once, for :func:`_until_visible`.
-PROBE = b"__probe__"
-
-
-async def _until_visible(nc: NATS, subject: str) -> None:
-    """Wait until ``nc`` sees a listener another connection set up on ``subject``.
-
-    For a few milliseconds after that connection's SUB and flush, the server may still
-    answer a request on ``subject`` with "no responders" (the same with plain nats-py).
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while True:
-        try:
-            await nc.request(subject, PROBE, timeout=1)
-            return
-        except nats.errors.NoRespondersError:
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(0.005)
 
 
 @pytest.fixture
@@ -455,7 +429,7 @@ async def fake(nats_server: Server, js: JetStream, unique_name: str) -> AsyncIte
     try:
         responder = FakeDirect(nc, unique_name)
         await responder.start()
-        await _until_visible(js.nc, f"$JS.API.DIRECT.GET.{unique_name}")
+        await until_visible(js.nc, f"$JS.API.DIRECT.GET.{unique_name}")
         yield responder
     finally:
         await nc.close()

@@ -19,6 +19,7 @@ import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
+from support import PROBE, Server, WaitFor, until_visible
 
 from aioclients import AioClientsError, InvalidArgumentError
 from aioclients.jetstream import (
@@ -32,31 +33,6 @@ from aioclients.testing import NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
 
 pytestmark = pytest.mark.timeout(60)
-
-Server = NatsServer | ExternalServer
-WaitFor = Callable[..., Awaitable[None]]
-
-
-#: A request payload our stand-in listeners answer at once, for :func:`_until_visible`.
-PROBE = b"__probe__"
-
-
-async def _until_visible(nc: NATS, subject: str) -> None:
-    """Wait until ``nc`` sees a listener another connection set up on ``subject``.
-
-    For a few milliseconds after that connection's SUB and flush, the server may still
-    answer a request on ``subject`` with "no responders" (the same with plain nats-py).
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while True:
-        try:
-            await nc.request(subject, PROBE, timeout=1)
-            return
-        except nats.errors.NoRespondersError:
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(0.005)
 
 
 def _assert_closed_error(exc: BaseException, what: str = "") -> None:
@@ -236,7 +212,7 @@ async def silent(js: JetStream, other_nc: NATS, unique_name: str) -> SilentDirec
     await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
     responder = SilentDirect(other_nc, unique_name)
     await responder.start()
-    await _until_visible(js.nc, f"$JS.API.DIRECT.GET.{unique_name}")
+    await until_visible(js.nc, f"$JS.API.DIRECT.GET.{unique_name}")
     return responder
 
 
@@ -247,7 +223,7 @@ async def test_close_ends_a_batch_iteration_in_progress_promptly(
     silent.replies = [(_stored_headers(silent.stream, 1), b"one")]
     if how == "owned":
         ctx = await connect(nats_server.url, timeout=10.0)
-        await _until_visible(ctx.nc, f"$JS.API.DIRECT.GET.{silent.stream}")
+        await until_visible(ctx.nc, f"$JS.API.DIRECT.GET.{silent.stream}")
     else:
         ctx = JetStream(js.nc, timeout=10.0)
     stream = await ctx.stream(silent.stream)
@@ -283,11 +259,11 @@ async def test_close_fails_a_request_in_flight_promptly_with_closed_error(
         await other_nc.subscribe(f"{prefix}.>", cb=only_probes)
         await other_nc.flush()
         ctx = await connect(nats_server.url, timeout=10.0, api_prefix=prefix)
-        await _until_visible(ctx.nc, f"{prefix}.INFO")
+        await until_visible(ctx.nc, f"{prefix}.INFO")
         task = asyncio.ensure_future(ctx.account_info())
     else:
         ctx = await connect(nats_server.url, timeout=10.0)
-        await _until_visible(ctx.nc, f"$JS.API.DIRECT.GET.{silent.stream}")
+        await until_visible(ctx.nc, f"$JS.API.DIRECT.GET.{silent.stream}")
         stream = await ctx.stream(silent.stream)
         task = asyncio.ensure_future(stream.direct_get(1))  # taken, never answered
     try:

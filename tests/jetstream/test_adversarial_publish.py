@@ -11,7 +11,7 @@ from __future__ import annotations
 import array
 import asyncio
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import nats
@@ -19,6 +19,7 @@ import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
+from support import PROBE, Server, WaitFor, until_visible
 
 from aioclients import InvalidArgumentError, RemoteProtocolError
 from aioclients.jetstream import (
@@ -27,35 +28,8 @@ from aioclients.jetstream import (
     MaxPayloadError,
     PubAck,
 )
-from aioclients.testing import NatsServer
-from aioclients.testing.pytest_plugin import ExternalServer
 
 pytestmark = pytest.mark.timeout(60)
-
-Server = NatsServer | ExternalServer
-WaitFor = Callable[..., Awaitable[None]]
-
-
-#: A request payload our stand-in listeners answer at once, for :func:`_until_visible`.
-PROBE = b"__probe__"
-
-
-async def _until_visible(nc: NATS, subject: str) -> None:
-    """Wait until ``nc`` sees a listener another connection set up on ``subject``.
-
-    For a few milliseconds after that connection's SUB and flush, the server may still
-    answer a request on ``subject`` with "no responders" (the same with plain nats-py).
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while True:
-        try:
-            await nc.request(subject, PROBE, timeout=1)
-            return
-        except nats.errors.NoRespondersError:
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(0.005)
 
 
 @pytest.fixture
@@ -86,7 +60,7 @@ async def hole(js: JetStream, other_nc: NATS, unique_name: str) -> str:
 
     await other_nc.subscribe(name, cb=only_probes)
     await other_nc.flush()
-    await _until_visible(js.nc, name)
+    await until_visible(js.nc, name)
     return name
 
 
@@ -493,7 +467,7 @@ async def echo(js: JetStream, other_nc: NATS, unique_name: str) -> str:
 
     await other_nc.subscribe(name, cb=reply)
     await other_nc.flush()
-    await _until_visible(js.nc, name)
+    await until_visible(js.nc, name)
     return name
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 
 import nats
 import pytest
 from nats.aio.msg import Msg as NatsMsg
+from support import Server, WaitFor
 
 from aioclients import InvalidArgumentError
 from aioclients.jetstream import (
@@ -22,13 +23,9 @@ from aioclients.jetstream import (
     Stream,
     TooManySubjectsError,
 )
-from aioclients.testing import NatsServer
-from aioclients.testing.pytest_plugin import ExternalServer
 
 pytestmark = pytest.mark.timeout(60)
 
-Server = NatsServer | ExternalServer
-WaitFor = Callable[..., Awaitable[None]]
 
 #: Headers the server adds to Direct Get replies; they are not the user's.
 BOOKKEEPING = {

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import nats
 import pytest
+from support import Server
 
 from aioclients import AioClientsError, InvalidArgumentError
 from aioclients.jetstream import (
@@ -31,8 +32,6 @@ from aioclients.testing import NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
 
 pytestmark = pytest.mark.timeout(60)
-
-Server = NatsServer | ExternalServer
 
 
 @pytest.fixture
