@@ -5,6 +5,7 @@ that every protocol core built on these helpers is deterministic under test.
 """
 
 from aioclients._core._backoff import Backoff
+from aioclients._core._checks import check_int
 from aioclients._core._deadline import Deadline
 
-__all__ = ("Backoff", "Deadline")
+__all__ = ("Backoff", "Deadline", "check_int")

@@ -17,6 +17,7 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
 
+from aioclients._core._checks import check_int
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._errors import (
     JetStreamClosedError,
@@ -76,7 +77,9 @@ class JetStream:
         self._transport = NatsTransport(nc)
         self.domain = domain
         self.timeout = timeout
-        self._acks = AckMux(self._transport, max_pending=_check_max_pending(max_pending))
+        self._acks = AckMux(
+            self._transport, max_pending=check_int("max_pending", max_pending, minimum=1)
+        )
         self._requests: ReplyMux[NatsMsg] = ReplyMux(self._transport)
         # Open Direct Get reply inboxes, woken by close().
         self._inboxes: weakref.WeakSet[ReplyInbox] = weakref.WeakSet()
@@ -486,7 +489,7 @@ async def connect(
     # Check our own arguments before opening anything.
     _api_prefix(domain, api_prefix)
     _check_timeout(timeout, allow_infinite=False)  # it bounds the connect, too
-    _check_max_pending(max_pending)
+    check_int("max_pending", max_pending, minimum=1)
     if isinstance(servers, str):
         urls = [servers]
     elif (
@@ -557,12 +560,6 @@ def _check_timeout(timeout: object, *, allow_infinite: bool = True) -> float:
         kind = "a number" if allow_infinite else "a finite number"
         raise InvalidArgumentError(f"timeout must be {kind} of seconds > 0, got {timeout!r}")
     return float(timeout)
-
-
-def _check_max_pending(max_pending: object) -> int:
-    if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 1:
-        raise InvalidArgumentError(f"max_pending must be an int >= 1, got {max_pending!r}")
-    return max_pending
 
 
 async def _log_error(exc: Exception) -> None:

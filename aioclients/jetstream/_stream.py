@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from nats.aio.msg import Msg as NatsMsg
 
+from aioclients._core._checks import check_int
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._errors import (
     DirectGetUnavailableError,
@@ -73,7 +74,7 @@ class Stream:
             raise InvalidArgumentError("give seq or keep, not both")
         for name, value in (("seq", seq), ("keep", keep)):
             if value is not None:
-                _check_int(name, value, minimum=0)
+                check_int(name, value, minimum=0)
         payload: dict[str, Any] = {}
         if subject is not None:
             payload["filter"] = validate_filter_subject(subject)
@@ -98,7 +99,7 @@ class Stream:
             MessageNotFoundError: nothing matches.
         """
         if seq is not None:
-            _check_int("seq", seq, minimum=1)
+            check_int("seq", seq, minimum=1)
         payload: dict[str, Any] = {}
         if last_by_subj is not None:
             if seq is not None or next_by_subj is not None:
@@ -125,7 +126,7 @@ class Stream:
 
     async def delete_msg(self, seq: int, *, erase: bool = False) -> None:
         """Delete one message; ``erase`` overwrites its bytes on disk too."""
-        _check_int("seq", seq, minimum=1)
+        check_int("seq", seq, minimum=1)
         await self._js._api(f"STREAM.MSG.DELETE.{self.name}", {"seq": seq, "no_erase": not erase})
 
     # -- ADR-31 Direct Get ---------------------------------------------------------------------
@@ -274,11 +275,6 @@ class Stream:
 
     async def unpin_consumer(self, consumer: str, group: str) -> None:
         await self._js.unpin_consumer(self.name, consumer, group)
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidArgumentError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 def _stored(reply: DirectReply, msg: NatsMsg) -> StoredMessage:

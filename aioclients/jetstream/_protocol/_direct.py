@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from aioclients._core._checks import check_int
 from aioclients._errors import InvalidArgumentError, RemoteProtocolError
 from aioclients.jetstream._protocol._names import validate_filter_subject
 from aioclients.jetstream._protocol._time import format_rfc3339, parse_server_time
@@ -141,8 +142,8 @@ def _check_time(name: str, value: object) -> str:
 
 
 def _check_seq(name: str, value: int | None) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+    if value is not None:
+        check_int(name, value, minimum=1)
 
 
 def _encode(payload: dict[str, Any]) -> bytes:
@@ -199,13 +200,9 @@ def batch_request(
     max_bytes: int | None,
 ) -> bytes:
     """The payload of a batched Direct Get (server 2.11+)."""
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-        raise InvalidArgumentError(f"batch must be an int >= 1, got {batch!r}")
+    check_int("batch", batch, minimum=1)
     _check_seq("seq", seq)
-    if max_bytes is not None and (
-        not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1
-    ):
-        raise InvalidArgumentError(f"max_bytes must be an int >= 1, got {max_bytes!r}")
+    _check_seq("max_bytes", max_bytes)
     if next_by_subj is not None:
         validate_filter_subject(next_by_subj)
     payload: dict[str, Any] = {"batch": batch}
@@ -249,8 +246,7 @@ def multi_last_request(
     _check_seq("seq", seq)
     if up_to_seq is not None and up_to_time is not None:
         raise InvalidArgumentError("give up_to_seq or up_to_time, not both")
-    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
-        raise InvalidArgumentError(f"batch must be an int >= 1, got {batch!r}")
+    _check_seq("batch", batch)
     payload: dict[str, Any] = {"multi_last": subjects}
     if up_to_seq is not None:
         payload["up_to_seq"] = up_to_seq

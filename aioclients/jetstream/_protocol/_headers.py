@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from aioclients._core._checks import check_int
 from aioclients._errors import InvalidArgumentError, RemoteProtocolError
 
 __all__ = (
@@ -145,9 +146,7 @@ def publish_headers(
         ("expected_last_subject_seq", EXPECTED_LAST_SUBJECT_SEQ, expected_last_subject_seq),
     ):
         if number is not None:
-            if not isinstance(number, int) or isinstance(number, bool) or number < 0:
-                raise InvalidArgumentError(f"{name} must be an int >= 0, got {number!r}")
-            extra[header] = str(number)
+            extra[header] = str(check_int(name, number, minimum=0))
     if not extra:
         return dict(headers) if headers else None
     merged: dict[str, str | list[str]] = dict(headers) if headers else {}
