@@ -26,6 +26,7 @@ from aioclients.jetstream._protocol._direct import (
     batch_request,
     classify_reply,
     multi_last_request,
+    multi_last_subjects,
     single_request,
 )
 from aioclients.jetstream._protocol._headers import decode_headers
@@ -238,13 +239,7 @@ class Stream:
         Raises (while iterating):
             TooManySubjectsError: more than 1024 subjects match (413).
         """
-        if isinstance(subjects, str):
-            subjects = [subjects]
-        elif not isinstance(subjects, (list, tuple)):
-            raise InvalidArgumentError(
-                f"subjects must be a subject or a list of subjects, got {subjects!r}"
-            )
-        subjects = list(subjects)
+        subjects = multi_last_subjects(subjects)
         first = multi_last_request(
             subjects, up_to_seq=up_to_seq, up_to_time=up_to_time, batch=batch
         )

@@ -31,6 +31,7 @@ __all__ = (
     "batch_request",
     "classify_reply",
     "multi_last_request",
+    "multi_last_subjects",
     "single_request",
 )
 
@@ -219,6 +220,23 @@ def batch_request(
     return _encode(payload)
 
 
+def multi_last_subjects(subjects: object) -> list[str]:
+    """``multi_last``'s subjects as a list: one subject, or 1 to 1024 of them."""
+    if isinstance(subjects, str):
+        subjects = [subjects]
+    elif not isinstance(subjects, (list, tuple)):
+        raise InvalidArgumentError(
+            f"subjects must be a subject or a list of subjects, got {subjects!r}"
+        )
+    if not subjects or any(not isinstance(s, str) or not s for s in subjects):
+        raise InvalidArgumentError("subjects must be a non-empty list of non-empty subjects")
+    if len(subjects) > MAX_MULTI_SUBJECTS:
+        raise InvalidArgumentError(
+            f"multi_last takes at most {MAX_MULTI_SUBJECTS} subjects, got {len(subjects)}"
+        )
+    return list(subjects)
+
+
 def multi_last_request(
     subjects: Sequence[str],
     *,
@@ -233,15 +251,7 @@ def multi_last_request(
     later pages pass the ``Nats-UpTo-Sequence`` of the first page as ``up_to_seq``
     and start after the last sequence received (``seq``).
     """
-    if isinstance(subjects, str):
-        subjects = [subjects]
-    subjects = list(subjects)
-    if not subjects or any(not isinstance(s, str) or not s for s in subjects):
-        raise InvalidArgumentError("subjects must be a non-empty list of non-empty subjects")
-    if len(subjects) > MAX_MULTI_SUBJECTS:
-        raise InvalidArgumentError(
-            f"multi_last takes at most {MAX_MULTI_SUBJECTS} subjects, got {len(subjects)}"
-        )
+    subjects = multi_last_subjects(subjects)
     _check_seq("up_to_seq", up_to_seq)
     _check_seq("seq", seq)
     if up_to_seq is not None and up_to_time is not None:
