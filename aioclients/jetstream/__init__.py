@@ -6,6 +6,12 @@ async with await connect("nats://127.0.0.1:4222") as js:
     msg = await stream.direct_get(last_by_subj="orders.new")
 """
 
+from aioclients.jetstream._consume import (
+    ConsumeEvent,
+    ConsumeStatistics,
+    FetchResult,
+    MessageStream,
+)
 from aioclients.jetstream._consumer import Consumer
 from aioclients.jetstream._context import JetStream, connect
 from aioclients.jetstream._errors import (
@@ -32,6 +38,7 @@ from aioclients.jetstream._errors import (
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
+from aioclients.jetstream._message import Msg
 from aioclients.jetstream._models import (
     AccountInfo,
     ConsumerInfo,
@@ -42,11 +49,22 @@ from aioclients.jetstream._models import (
     StreamInfo,
     StreamState,
 )
+from aioclients.jetstream._protocol._metadata import MsgMetadata, SequencePair
+from aioclients.jetstream._protocol._pull import (
+    Disconnected,
+    HeartbeatMissed,
+    Pinned,
+    Reconnected,
+    StatusWarning,
+    Unpinned,
+)
 from aioclients.jetstream._stream import DirectGetBatch, Stream
 
 __all__ = (
     "APITimeoutError",
     "AccountInfo",
+    "ConsumeEvent",
+    "ConsumeStatistics",
     "Consumer",
     "ConsumerDeletedError",
     "ConsumerExistsError",
@@ -54,6 +72,9 @@ __all__ = (
     "ConsumerNotFoundError",
     "DirectGetBatch",
     "DirectGetUnavailableError",
+    "Disconnected",
+    "FetchResult",
+    "HeartbeatMissed",
     "JetStream",
     "JetStreamClosedError",
     "JetStreamConnectError",
@@ -63,12 +84,19 @@ __all__ = (
     "MaxPayloadError",
     "MessageAlreadyAckedError",
     "MessageNotFoundError",
+    "MessageStream",
+    "Msg",
+    "MsgMetadata",
     "NoHeartbeatError",
     "NoMessagesError",
     "NoStreamResponseError",
+    "Pinned",
     "PubAck",
+    "Reconnected",
     "SequenceInfo",
+    "SequencePair",
     "ServerTooOldError",
+    "StatusWarning",
     "StoredMessage",
     "Stream",
     "StreamInfo",
@@ -76,6 +104,7 @@ __all__ = (
     "StreamNotFoundError",
     "StreamState",
     "TooManySubjectsError",
+    "Unpinned",
     "WrongExpectedStreamError",
     "WrongLastMsgIdError",
     "WrongLastSequenceError",

@@ -1,13 +1,15 @@
-"""A consumer handle (ADR-37 "Consumers"): info, delete, unpin.
-
-Message consumption (``next``, ``fetch``, ``consume``) builds on this class.
-"""
+"""A consumer handle (ADR-37 "Consumers"): info, delete, unpin, and pulling
+messages with ``next``, ``fetch`` and ``consume`` (ADR-37, ADR-42)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from aioclients.jetstream._consume import ConsumeEvent, FetchResult, MessageStream
+from aioclients.jetstream._message import Msg
 from aioclients.jetstream._models import ConsumerInfo
+from aioclients.jetstream._protocol._pull import consume_options, fetch_options
 
 if TYPE_CHECKING:
     from aioclients.jetstream._context import JetStream
@@ -43,3 +45,130 @@ class Consumer:
     async def unpin(self, group: str) -> None:
         """ADR-42: release the client pinned to ``group``."""
         await self._js.unpin_consumer(self.stream_name, self.name, group)
+
+    async def next(
+        self,
+        *,
+        expires: float = 30.0,
+        idle_heartbeat: float | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+    ) -> Msg:
+        """Pull one message (ADR-37 "Next"); the pull is sent only now.
+
+        Args:
+            expires: how long the server holds the pull open, seconds (>= 1).
+            idle_heartbeat: ask the server for heartbeats this often while idle
+                (default: on, at half of ``expires``, for expiries above 30 s).
+            group, min_pending, min_ack_pending, priority: ADR-42 pull fields.
+
+        Returns:
+            The message.
+
+        Raises:
+            NoMessagesError: the pull expired without a message (a ``TimeoutError``).
+            ConsumerDeletedError: the consumer was deleted.
+            NoHeartbeatError: heartbeats were requested and stopped arriving.
+            InvalidArgumentError: bad options, or a pinned_client consumer (use ``consume``).
+        """
+        options = fetch_options(
+            max_messages=1,
+            expires=expires,
+            idle_heartbeat=idle_heartbeat,
+            group=group,
+            min_pending=min_pending,
+            min_ack_pending=min_ack_pending,
+            priority=priority,
+        )
+        return await FetchResult(self, options).next_or_raise()
+
+    def fetch(
+        self,
+        max_messages: int | None = None,
+        *,
+        max_bytes: int | None = None,
+        expires: float = 30.0,
+        idle_heartbeat: float | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+    ) -> FetchResult:
+        """One pull for up to ``max_messages`` messages or ``max_bytes`` bytes
+        (ADR-37 "Fetch"); ``max_messages`` defaults to 1 when neither is given.
+
+        ``async with consumer.fetch(100, expires=5) as batch: async for msg in batch``.
+        The iteration ends when the batch (or the bytes) is delivered or the pull
+        expires.
+
+        Raises:
+            InvalidArgumentError: both limits, bad values, or a pinned_client consumer.
+            ConsumerDeletedError, JetStreamError: while iterating, for terminal statuses.
+            NoHeartbeatError: while iterating, when requested heartbeats stop.
+        """
+        options = fetch_options(
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            expires=expires,
+            idle_heartbeat=idle_heartbeat,
+            group=group,
+            min_pending=min_pending,
+            min_ack_pending=min_ack_pending,
+            priority=priority,
+        )
+        return FetchResult(self, options)
+
+    def consume(
+        self,
+        *,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float = 30.0,
+        idle_heartbeat: float | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        on_event: Callable[[ConsumeEvent], object] | None = None,
+    ) -> MessageStream:
+        """Consume continuously through a buffer refilled by overlapping pulls
+        (ADR-37 "Consume").
+
+        ``async with consumer.consume() as messages: async for msg in messages``.
+
+        Args:
+            max_messages: buffer size in messages (default 500); exclusive with
+                ``max_bytes``.
+            max_bytes: buffer size in bytes (message size as the server counts it).
+            expires: lifetime of each pull, seconds (>= 1).
+            idle_heartbeat: server heartbeat interval (default half of ``expires``,
+                0.5-30 s); two missed intervals raise a ``HeartbeatMissed`` event
+                and a fresh pull, never an error.
+            threshold_messages / threshold_bytes: refill when what is requested
+                plus buffered falls to this (default: half the limit).
+            group, min_pending, min_ack_pending, priority: ADR-42 pull fields.
+            on_event: a plain callable receiving ``HeartbeatMissed``, ``Pinned``,
+                ``Unpinned``, ``StatusWarning``, ``Disconnected`` and ``Reconnected``.
+
+        Raises:
+            InvalidArgumentError: conflicting or out-of-range options.
+            ConsumerDeletedError: while iterating, when the consumer is deleted
+                (seen in a status or after a reconnect).
+        """
+        options = consume_options(
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            expires=expires,
+            idle_heartbeat=idle_heartbeat,
+            threshold_messages=threshold_messages,
+            threshold_bytes=threshold_bytes,
+            group=group,
+            min_pending=min_pending,
+            min_ack_pending=min_ack_pending,
+            priority=priority,
+        )
+        return MessageStream(self, options, on_event)

@@ -10,7 +10,7 @@ import math
 import weakref
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import nats
 import nats.errors
@@ -43,7 +43,16 @@ if TYPE_CHECKING:
     from aioclients.jetstream._consumer import Consumer
     from aioclients.jetstream._stream import Stream
 
-__all__ = ("DEFAULT_MAX_PENDING", "JetStream", "connect")
+__all__ = ("DEFAULT_MAX_PENDING", "ConnectionListener", "JetStream", "connect")
+
+
+class ConnectionListener(Protocol):
+    """What a running fetch/consume needs to hear from its context."""
+
+    def connection_lost(self) -> None: ...
+    def connection_restored(self) -> None: ...
+    def context_closed(self) -> None: ...
+
 
 log = logging.getLogger("aioclients.jetstream")
 
@@ -83,6 +92,9 @@ class JetStream:
         self._requests: ReplyMux[NatsMsg] = ReplyMux(self._transport)
         # Open Direct Get reply inboxes, woken by close().
         self._inboxes: weakref.WeakSet[ReplyInbox] = weakref.WeakSet()
+        # Running fetch/consume calls, told about disconnects, reconnects and close().
+        self._listeners: set[ConnectionListener] = set()
+        self._hooks_installed = False
         self._owns_connection = False
         self._closed = False
 
@@ -105,6 +117,35 @@ class JetStream:
         if self._closed:
             raise JetStreamClosedError("this JetStream context is closed")
         self._transport.check_open()
+
+    def _add_listener(self, listener: ConnectionListener) -> None:
+        """Register a running fetch/consume for connection notifications."""
+        if not self._hooks_installed:
+            self._install_hooks()
+        self._listeners.add(listener)
+
+    def _install_hooks(self) -> None:
+        """Chain our handlers in front of the connection's disconnect/reconnect callbacks."""
+        nc = self._nc
+        listeners = self._listeners
+        previous_disconnected = nc._disconnected_cb
+        previous_reconnected = nc._reconnected_cb
+
+        async def disconnected() -> None:
+            for listener in list(listeners):
+                listener.connection_lost()
+            if previous_disconnected is not None:
+                await previous_disconnected()
+
+        async def reconnected() -> None:
+            for listener in list(listeners):
+                listener.connection_restored()
+            if previous_reconnected is not None:
+                await previous_reconnected()
+
+        nc._disconnected_cb = disconnected
+        nc._reconnected_cb = reconnected
+        self._hooks_installed = True
 
     async def _api(
         self,
@@ -137,6 +178,8 @@ class JetStream:
         self._closed = True
         for inbox in list(self._inboxes):
             inbox.close_now()
+        for listener in list(self._listeners):
+            listener.context_closed()
         await self._requests.close()
         await self._acks.close()
         if self._owns_connection and not self._nc.is_closed:

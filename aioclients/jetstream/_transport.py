@@ -28,7 +28,11 @@ from aioclients.jetstream._errors import (
 )
 from aioclients.jetstream._protocol._headers import decode_header_lines, encode_headers
 
-__all__ = ("NatsClient", "NatsTransport", "ReplyInbox")
+__all__ = ("NatsClient", "NatsTransport", "RawHandler", "RawSubscription", "ReplyInbox")
+
+#: ``handler(subject, reply, payload, header_block_or_None)``; a status message's
+#: header block starts with ``NATS/1.0 <code> <description>``.
+RawHandler = Callable[[str, str, bytes, "bytes | None"], None]
 
 log = logging.getLogger("aioclients.jetstream")
 
@@ -44,9 +48,30 @@ class NatsClient(NATS):
     values, as a list, instead of only the last one.
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: sid -> handler taking raw messages straight from the read loop
+        self._raw_handlers: dict[int, RawHandler] = {}
+
     @staticmethod
     def _parse_header_lines(raw: bytes) -> dict[str, Any]:
         return decode_header_lines(raw, strict=False)
+
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+    ) -> None:
+        handler = self._raw_handlers.get(sid)
+        if handler is None:
+            await super()._process_msg(sid, subject, reply, data, headers)  # type: ignore[arg-type]
+            return
+        # Pull-consumer inboxes: no nats-py Msg, no header parsing, no queue.
+        stats = self.stats
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
+        try:
+            handler(subject.decode(), reply.decode(), data, headers or None)
+        except Exception:
+            log.exception("message handler for %r failed", subject)
 
 
 class NatsTransport:
@@ -144,8 +169,99 @@ class NatsTransport:
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
             raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
 
+    async def subscribe_raw(self, subject: str, handler: RawHandler) -> RawSubscription:
+        """Subscribe with a handler of raw messages, called from the read loop.
+
+        On our own :class:`NatsClient` messages skip nats-py's ``Msg`` and header
+        parsing entirely; on another client they come through :meth:`subscribe`
+        with the parsed headers turned back into a block.
+        """
+        self.check_open()
+        nc = self.nc
+        raw = getattr(nc, "_raw_handlers", None)
+        try:
+            if isinstance(raw, dict):
+                sub = await nc.subscribe(subject, pending_bytes_limit=0)
+                raw[sub._id] = handler
+                return RawSubscription(self, sub)
+
+            def via_msg(msg: NatsMsg) -> None:
+                handler(msg.subject, msg.reply, msg.data, _header_block(msg.headers))
+
+            return RawSubscription(self, await self.subscribe(subject, via_msg))
+        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
+            raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
+
+    def send_nowait(self, frame: bytes) -> None:
+        """Queue a frame without awaiting: the flusher task writes it soon after.
+
+        While disconnected, nats-py keeps the frame for after the reconnect, up to
+        its reconnect buffer size.
+        """
+        nc = self.nc
+        if nc.is_closed:
+            raise JetStreamClosedError("the NATS connection is closed; open a new one")
+        if not nc.is_connected and (
+            nc._max_pending_size <= 0 or nc.pending_data_size + len(frame) > nc._max_pending_size
+        ):
+            raise ConnectError(
+                "not connected to NATS and the reconnect buffer is full; retry after reconnect"
+            )
+        nc._pending.append(frame)
+        nc._pending_data_size += len(frame)
+        queue = nc._flush_queue
+        if queue is not None and queue.empty() and nc.is_connected:
+            queue.put_nowait(_flushed())
+
     def new_inbox(self) -> str:
         return self.nc.new_inbox()
+
+
+class RawSubscription:
+    """A subscription made by :meth:`NatsTransport.subscribe_raw`."""
+
+    __slots__ = ("_sub", "_transport", "closed")
+
+    def __init__(self, transport: NatsTransport, sub: Subscription) -> None:
+        self._transport = transport
+        self._sub = sub
+        self.closed = False
+
+    def unsubscribe_nowait(self) -> None:
+        """Stop delivery at once; the UNSUB goes out with the next flush."""
+        if self.closed:
+            return
+        self.closed = True
+        nc = self._transport.nc
+        sid = self._sub._id
+        handlers = getattr(nc, "_raw_handlers", None)
+        if isinstance(handlers, dict):
+            handlers.pop(sid, None)
+        if nc.is_closed:
+            return
+        nc._remove_sub(sid)
+        if nc.is_connected:
+            self._transport.send_nowait(f"UNSUB {sid}\r\n".encode())
+
+    async def drain(self, timeout: float) -> None:
+        """Unsubscribe, and return once everything the server sent before is read.
+
+        A round trip (PING/PONG) after the UNSUB proves the server has nothing
+        more for this subscription in flight.
+        """
+        if self.closed:
+            return
+        nc = self._transport.nc
+        if nc.is_closed or not nc.is_connected:
+            self.unsubscribe_nowait()
+            return
+        try:
+            await nc._send_command(f"UNSUB {self._sub._id}\r\n".encode())
+            await nc.flush(timeout)  # type: ignore[arg-type]
+        except (nats.errors.Error, asyncio.TimeoutError) as exc:
+            log.debug("flush after UNSUB failed: %s", exc)
+        finally:
+            self.unsubscribe_nowait()
 
 
 class ReplyInbox:
@@ -237,6 +353,27 @@ class _SyncSink:
 
     async def join(self) -> None:
         return None
+
+
+def _flushed() -> asyncio.Future[None]:
+    """A completed future for the flusher's queue (it only sets unfinished ones)."""
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.set_result(None)
+    return future
+
+
+def _header_block(headers: Mapping[str, Any] | None) -> bytes | None:
+    """Rebuild a header block from nats-py's parsed headers (status line included)."""
+    if not headers:
+        return None
+    rest = {k: v for k, v in headers.items() if k not in ("Status", "Description")}
+    status = headers.get("Status")
+    block = encode_headers(rest) if rest else b"NATS/1.0\r\n\r\n"
+    if status:
+        desc = headers.get("Description") or ""
+        first = f"NATS/1.0 {status} {desc}".rstrip().encode()
+        block = first + block[len(b"NATS/1.0") :]
+    return block
 
 
 def _expire(waiter: asyncio.Future[Any]) -> None:

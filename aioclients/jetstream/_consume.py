@@ -1,0 +1,551 @@
+"""The asyncio driver of pull consumption: ``fetch``, ``next`` and ``consume``.
+
+One :class:`_Puller` drives one :class:`~aioclients.jetstream._protocol._pull.PullBuffer`:
+a private inbox subscription whose messages arrive synchronously from the
+connection's read loop, one timer (``loop.call_at``) re-armed from the core's
+``get_timer()``, and the connection's disconnect/reconnect notifications. The
+core decides; this module only moves bytes and wakes the iterator.
+
+Hot path: a user message becomes a :class:`Msg` and is appended to a deque;
+the iterator pops it without awaiting and, when the core says the threshold is
+crossed, writes the next pull into the connection's outgoing buffer. No task,
+timer or future per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import random
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, NamedTuple
+
+from aioclients._core._backoff import Backoff
+from aioclients._errors import AioClientsError, InvalidArgumentError
+from aioclients.jetstream._errors import (
+    ConsumerDeletedError,
+    ConsumerNotFoundError,
+    JetStreamClosedError,
+    JetStreamError,
+    NoHeartbeatError,
+    NoMessagesError,
+)
+from aioclients.jetstream._message import Msg
+from aioclients.jetstream._protocol._headers import decode_headers
+from aioclients.jetstream._protocol._pull import (
+    Disconnected,
+    HeartbeatMissed,
+    Mode,
+    Pinned,
+    PullBuffer,
+    PullEnded,
+    PullOptions,
+    PullRequest,
+    Reconnected,
+    StatusWarning,
+    Terminated,
+    Unpinned,
+)
+
+if TYPE_CHECKING:
+    from aioclients.jetstream._consumer import Consumer
+    from aioclients.jetstream._transport import RawSubscription
+
+__all__ = (
+    "ConsumeEvent",
+    "ConsumeStatistics",
+    "FetchResult",
+    "MessageStream",
+)
+
+log = logging.getLogger("aioclients.jetstream.consume")
+
+ConsumeEvent = HeartbeatMissed | Pinned | Unpinned | StatusWarning | Disconnected | Reconnected
+
+
+class ConsumeStatistics(NamedTuple):
+    """A snapshot of a fetch or consume."""
+
+    #: messages handed to the caller
+    delivered: int
+    #: user messages received from the server
+    received: int
+    #: received and waiting in the buffer
+    buffered_messages: int
+    buffered_bytes: int
+    #: requested from the server and not yet received
+    pending_messages: int
+    pending_bytes: int
+    #: pull requests sent
+    pulls: int
+    heartbeats_missed: int
+    reconnects: int
+
+
+class _Puller:
+    """Shared machinery of :class:`FetchResult` and :class:`MessageStream`."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        options: PullOptions,
+        mode: Mode,
+        on_event: Callable[[ConsumeEvent], object] | None = None,
+    ) -> None:
+        if on_event is not None and not callable(on_event):
+            raise InvalidArgumentError("on_event must be a callable taking one event")
+        _check_priority_options(consumer, options, mode)
+        js = consumer._js
+        self._consumer = consumer
+        self._js = js
+        self._transport = js._transport
+        self._core = PullBuffer(options, mode)
+        self._on_event = on_event
+        self._buffer: collections.deque[Msg] = collections.deque()
+        self._sizes: collections.deque[int] = collections.deque()
+        self._subject = f"{js.api_prefix}.CONSUMER.MSG.NEXT.{consumer.stream_name}.{consumer.name}"
+        self._sub: RawSubscription | None = None
+        self._inbox = ""
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._started = False
+        self._stopped = False  # stop(): end at once, buffered messages dropped
+        self._finished = False  # resources released
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_when = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._recovery: asyncio.Task[None] | None = None
+        self._reconnects = 0
+
+    # -- lifecycle --
+
+    async def _start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        js = self._js
+        js._check_open()
+        loop = self._loop = asyncio.get_running_loop()
+        self._inbox = self._transport.new_inbox()
+        self._sub = await self._transport.subscribe_raw(self._inbox, self._on_raw)
+        js._add_listener(self)
+        self._core.start(loop.time())
+        self._process_events()
+
+    def _release(self) -> None:
+        """Drop the subscription, the timer and the listener (idempotent, sync)."""
+        if self._finished:
+            return
+        self._finished = True
+        self._cancel_timer()
+        self._js._listeners.discard(self)
+        if self._sub is not None:
+            try:
+                self._sub.unsubscribe_nowait()
+            except AioClientsError as exc:
+                log.debug("unsubscribe of %s: %s", self._inbox, exc)
+        if self._recovery is not None:
+            self._recovery.cancel()
+        self._wake()
+
+    def _fail(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        self._core.stop()
+        self._release()
+
+    # -- receive path (called from the connection's read loop) --
+
+    def _on_raw(self, subject: str, reply: str, data: bytes, header: bytes | None) -> None:
+        core = self._core
+        loop = self._loop
+        assert loop is not None
+        if header is None:
+            size = len(subject) + len(reply) + len(data)
+            core.receive_message(size, loop.time())
+            self._buffer.append(Msg(self._js, subject, reply, data, None))
+            self._sizes.append(size)
+        elif header[8:9] == b" ":
+            self._on_status(header, loop.time())
+            return
+        else:
+            size = len(subject) + len(reply) + len(header) + len(data)
+            pin: str | None = None
+            if core.options.group is not None and b"Nats-Pin-Id" in header:
+                value = decode_headers(header).get("Nats-Pin-Id")
+                pin = value[0] if isinstance(value, list) else value
+            core.receive_message(size, loop.time(), pin)
+            self._buffer.append(Msg(self._js, subject, reply, data, header))
+            self._sizes.append(size)
+        if core._events:
+            self._process_events()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _on_status(self, header: bytes, now: float) -> None:
+        end = header.find(b"\r\n")
+        line = header[9 : end if end >= 0 else len(header)].decode("utf-8", "replace")
+        code_text, _, description = line.partition(" ")
+        try:
+            code = int(code_text)
+        except ValueError:
+            log.warning("ignoring a malformed status line %r on %s", line, self._inbox)
+            return
+        pending_messages = pending_bytes = None
+        if b"Nats-Pending-" in header:
+            headers = decode_headers(header)
+            pending_messages = _int_header(headers.get("Nats-Pending-Messages"))
+            pending_bytes = _int_header(headers.get("Nats-Pending-Bytes"))
+        self._core.receive_status(code, description.strip(), now, pending_messages, pending_bytes)
+        self._process_events()
+        self._wake()
+
+    def _process_events(self) -> None:
+        for event in self._core.events():
+            if isinstance(event, PullRequest):
+                self._send_pull(event)
+            elif isinstance(event, Terminated):
+                self._fail(_terminal_error(self._consumer, event))
+            elif isinstance(event, PullEnded):
+                if event.reason == "heartbeat":
+                    self._error = NoHeartbeatError(
+                        "no idle heartbeat from the server within twice idle_heartbeat; "
+                        "check the connection and the server",
+                        code=None,
+                    )
+                self._wake()
+            else:
+                self._notify(event)
+        self._rearm()
+
+    def _send_pull(self, pull: PullRequest) -> None:
+        body = json.dumps(pull.to_json(), separators=(",", ":")).encode()
+        try:
+            self._transport.send_nowait(
+                self._transport.frame(self._subject, body, self._inbox, None)
+            )
+        except AioClientsError as exc:
+            # Disconnected with a full buffer, or closing: the reconnect (or the
+            # heartbeat check) sends a fresh pull.
+            log.debug("pull on %s not sent: %s", self._subject, exc)
+
+    def _notify(self, event: ConsumeEvent) -> None:
+        callback = self._on_event
+        if isinstance(event, HeartbeatMissed):
+            log.warning("missed idle heartbeats on %s; pulling again", self._consumer)
+        elif isinstance(event, StatusWarning):
+            log.warning("pull on %s: %d %s", self._consumer, event.code, event.description)
+        if callback is None:
+            return
+        try:
+            callback(event)
+        except Exception:
+            log.exception("on_event callback failed for %r", event)
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- the timer --
+
+    def _rearm(self) -> None:
+        when = self._core.get_timer()
+        if when is None or self._finished:
+            self._cancel_timer()
+            return
+        if self._timer is not None and self._timer_when <= when:
+            return  # fires first; handle_timer pushes it out
+        self._cancel_timer()
+        assert self._loop is not None
+        self._timer = self._loop.call_at(when, self._on_timer)
+        self._timer_when = when
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        assert self._loop is not None
+        self._core.handle_timer(self._loop.time())
+        self._process_events()
+
+    # -- connection notifications (JetStream calls these) --
+
+    def connection_lost(self) -> None:
+        if self._js.closed:
+            self.context_closed()
+            return
+        self._core.disconnected()
+        self._process_events()
+
+    def connection_restored(self) -> None:
+        if self._finished or self._core.finished:
+            return
+        if self._core.mode is Mode.FETCH:
+            assert self._loop is not None
+            self._core.reconnected(self._loop.time())
+            self._process_events()
+            return
+        if self._recovery is None or self._recovery.done():
+            self._recovery = asyncio.get_running_loop().create_task(self._recover())
+
+    def context_closed(self) -> None:
+        self._fail(JetStreamClosedError("the JetStream context or its connection was closed"))
+
+    async def _recover(self) -> None:
+        """ADR-37 "Server reconnects": check the consumer still exists, then pull."""
+        backoff = Backoff(initial=0.1, maximum=2.0, jitter=0.2, rng=random.Random())
+        while not self._finished:
+            try:
+                await self._consumer.info()
+            except ConsumerNotFoundError:
+                assert self._loop is not None
+                self._core.terminate(409, "Consumer Deleted")
+                self._process_events()
+                return
+            except JetStreamClosedError:
+                self.context_closed()
+                return
+            except AioClientsError as exc:
+                # JetStream may need a moment after the server comes back.
+                log.info("consumer %s not reachable yet (%s); retrying", self._consumer, exc)
+                await asyncio.sleep(backoff.next_delay())
+                continue
+            assert self._loop is not None
+            self._reconnects += 1
+            self._core.reconnected(self._loop.time())
+            self._process_events()
+            return
+
+    # -- iteration --
+
+    async def _wait(self) -> None:
+        assert self._loop is not None
+        waiter = self._waiter = self._loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _statistics(self) -> ConsumeStatistics:
+        core = self._core
+        return ConsumeStatistics(
+            delivered=core.delivered,
+            received=core.received,
+            buffered_messages=core.buffered_messages,
+            buffered_bytes=core.buffered_bytes,
+            pending_messages=core.pending_messages,
+            pending_bytes=core.pending_bytes,
+            pulls=core.pulls,
+            heartbeats_missed=core.heartbeats_missed,
+            reconnects=self._reconnects,
+        )
+
+    async def _next_message(self) -> Msg:
+        while True:
+            if self._stopped:
+                raise StopAsyncIteration
+            if self._error is not None and not isinstance(self._error, NoHeartbeatError):
+                self._release()
+                raise self._error
+            buffer = self._buffer
+            if buffer:
+                msg = buffer.popleft()
+                core = self._core
+                assert self._loop is not None
+                pull = core.take(self._sizes.popleft(), self._loop.time())
+                if pull is not None:
+                    self._send_pull(pull)
+                    self._rearm()
+                return msg
+            if self._core.finished:
+                self._release()
+                if self._error is not None:
+                    raise self._error
+                raise StopAsyncIteration
+            if not self._started:
+                await self._start()
+                continue
+            await self._wait()
+
+
+class MessageStream(_Puller):
+    """Messages of a ``consume()`` call: an async iterator that keeps a buffer
+    filled by overlapping pulls (ADR-37 "Consume").
+
+    ``async with consumer.consume() as messages: async for msg in messages``.
+    """
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        options: PullOptions,
+        on_event: Callable[[ConsumeEvent], object] | None = None,
+    ) -> None:
+        super().__init__(consumer, options, Mode.CONSUME, on_event)
+
+    def __repr__(self) -> str:
+        return f"<MessageStream {self._consumer.stream_name}/{self._consumer.name}>"
+
+    @property
+    def pin_id(self) -> str | None:
+        """The pin id the server gave this client (ADR-42 pinned_client), if pinned."""
+        return self._core.pin_id
+
+    def statistics(self) -> ConsumeStatistics:
+        """Counts of what was pulled, received, buffered and delivered."""
+        return self._statistics()
+
+    def stop(self) -> None:
+        """End the iteration at once; buffered messages are dropped (unacked, so
+        the server redelivers them after ``ack_wait``)."""
+        self._stopped = True
+        self._core.stop()
+        self._release()
+
+    async def drain(self) -> None:
+        """Stop pulling and unsubscribe; messages already received are still
+        delivered, then the iteration ends."""
+        if self._finished or self._core.finished:
+            return
+        self._core.drain()
+        self._cancel_timer()
+        if self._recovery is not None:
+            self._recovery.cancel()
+        if self._sub is not None:
+            await self._sub.drain(self._js.timeout)
+        self._wake()
+
+    async def aclose(self) -> None:
+        """Stop and release the subscription (what ``async with`` does on exit)."""
+        self.stop()
+
+    async def __aenter__(self) -> MessageStream:
+        await self._start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __aiter__(self) -> MessageStream:
+        return self
+
+    async def __anext__(self) -> Msg:
+        return await self._next_message()
+
+
+class FetchResult(_Puller):
+    """The messages of one pull (ADR-37 "Fetch"): an async iterator and an async
+    context manager. Iteration ends when the batch (or the bytes) are delivered
+    or the pull expires; terminal statuses raise."""
+
+    def __init__(self, consumer: Consumer, options: PullOptions) -> None:
+        super().__init__(consumer, options, Mode.FETCH)
+
+    def __repr__(self) -> str:
+        return f"<FetchResult {self._consumer.stream_name}/{self._consumer.name}>"
+
+    def statistics(self) -> ConsumeStatistics:
+        return self._statistics()
+
+    async def aclose(self) -> None:
+        """Stop and release the subscription; undelivered messages are dropped."""
+        self._stopped = True
+        self._core.stop()
+        self._release()
+
+    async def __aenter__(self) -> FetchResult:
+        await self._start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> FetchResult:
+        return self
+
+    async def __anext__(self) -> Msg:
+        return await self._next_message()
+
+    async def next_or_raise(self) -> Msg:
+        """The first message, or ``NoMessagesError`` if the pull ends empty."""
+        try:
+            return await self._next_message()
+        except StopAsyncIteration:
+            raise NoMessagesError(
+                f"no message from {self._consumer.stream_name}/{self._consumer.name} "
+                f"within {self._core.options.expires:g}s",
+                code=None,
+            ) from None
+        finally:
+            await self.aclose()
+
+
+def _int_header(value: object) -> int | None:
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if isinstance(value, str):
+        try:
+            return max(0, int(value))
+        except ValueError:
+            return None
+    return None
+
+
+def _terminal_error(consumer: Consumer, event: Terminated) -> JetStreamError:
+    where = f"{consumer.stream_name}/{consumer.name}"
+    if event.code == 409 and event.description.lower().startswith("consumer deleted"):
+        return ConsumerDeletedError(f"consumer {where} was deleted", code=409)
+    if event.code == 409 and event.description.lower().startswith("consumer is push based"):
+        return JetStreamError(
+            f"consumer {where} is a push consumer; pull consumption needs a pull consumer "
+            "(no deliver_subject)",
+            code=409,
+        )
+    return JetStreamError(
+        f"pull on {where} refused: {event.code} {event.description}", code=event.code
+    )
+
+
+def _check_priority_options(consumer: Consumer, options: PullOptions, mode: Mode) -> None:
+    """ADR-42 checks against the consumer's (cached) configuration."""
+    config = consumer.cached_info.config
+    groups = config.get("priority_groups") or []
+    policy = config.get("priority_policy")
+    where = f"{consumer.stream_name}/{consumer.name}"
+    if groups and policy and policy != "none":
+        if options.group is None:
+            raise InvalidArgumentError(
+                f"consumer {where} has priority groups {groups}; pass group= with one of them"
+            )
+        if options.group not in groups:
+            raise InvalidArgumentError(
+                f"group {options.group!r} is not a priority group of {where} ({groups})"
+            )
+        if policy == "pinned_client" and mode is Mode.FETCH:
+            raise InvalidArgumentError(
+                f"consumer {where} uses the pinned_client policy, which fetch() and next() "
+                "do not support (ADR-42); use consume()"
+            )
+    elif options.group is not None:
+        raise InvalidArgumentError(
+            f"consumer {where} has no priority groups; drop group= or configure "
+            "priority_groups and priority_policy on the consumer"
+        )

@@ -1,0 +1,166 @@
+"""Messages delivered by a pull consumer, and their acknowledgements.
+
+Acks are one-way publishes to the message's reply subject (``+ACK``, ``-NAK``,
+``+WPI``, ``+TERM``); ``ack_sync`` sends ``+ACK`` as a request, and the server's
+empty answer confirms it was recorded ("double ack").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING
+
+from aioclients._errors import InvalidArgumentError
+from aioclients.jetstream._errors import JetStreamError, MessageAlreadyAckedError
+from aioclients.jetstream._protocol._headers import Headers, decode_headers
+from aioclients.jetstream._protocol._metadata import MsgMetadata, parse_ack_subject
+
+if TYPE_CHECKING:
+    from aioclients.jetstream._context import JetStream
+
+__all__ = ("Msg",)
+
+_ACK = b"+ACK"
+_NAK = b"-NAK"
+_WPI = b"+WPI"
+_TERM = b"+TERM"
+
+
+class Msg:
+    """A message from a JetStream consumer.
+
+    Attributes:
+        subject: the subject it was published to.
+        data: the payload.
+        reply: the ack subject (it also encodes :attr:`metadata`).
+    """
+
+    __slots__ = (
+        "_acked",
+        "_header_block",
+        "_headers",
+        "_js",
+        "_metadata",
+        "data",
+        "reply",
+        "subject",
+    )
+
+    def __init__(
+        self, js: JetStream, subject: str, reply: str, data: bytes, header_block: bytes | None
+    ) -> None:
+        self._js = js
+        self.subject = subject
+        self.reply = reply
+        self.data = data
+        self._header_block = header_block
+        self._headers: Headers | None = None
+        self._metadata: MsgMetadata | None = None
+        self._acked = False
+
+    def __repr__(self) -> str:
+        return f"<Msg {self.subject} reply={self.reply!r} {len(self.data)}B>"
+
+    @property
+    def headers(self) -> Headers | None:
+        """The message headers (a repeated name maps to a list), or None."""
+        if self._headers is None and self._header_block is not None:
+            self._headers = decode_headers(self._header_block)
+        return self._headers
+
+    @property
+    def metadata(self) -> MsgMetadata:
+        """Stream, consumer, sequences, delivery count, pending and timestamp.
+
+        Raises:
+            RemoteProtocolError: the reply is not a JetStream ack subject.
+        """
+        if self._metadata is None:
+            self._metadata = parse_ack_subject(self.reply)
+        return self._metadata
+
+    @property
+    def acked(self) -> bool:
+        """Whether ``ack``, ``ack_sync``, ``nak`` or ``term`` was already sent."""
+        return self._acked
+
+    def _claim(self, what: str) -> None:
+        if self._acked:
+            raise MessageAlreadyAckedError(
+                f"cannot {what}: this message was already acknowledged (ack, nak or term)"
+            )
+        if not self.reply:
+            raise JetStreamError(
+                f"cannot {what}: the message has no reply subject (not delivered by a consumer)"
+            )
+        self._acked = True
+
+    def _send(self, body: bytes) -> None:
+        reply = self.reply
+        self._js._transport.send_nowait(b"PUB %s %d\r\n%s\r\n" % (reply.encode(), len(body), body))
+
+    async def ack(self) -> None:
+        """Acknowledge the message (fire and forget).
+
+        Raises:
+            MessageAlreadyAckedError: it was acknowledged already.
+        """
+        self._claim("ack")
+        self._send(_ACK)
+
+    async def ack_sync(self, timeout: float | None = None) -> None:
+        """Acknowledge and wait until the server confirms it recorded the ack.
+
+        Raises:
+            MessageAlreadyAckedError: it was acknowledged already.
+            APITimeoutError: no confirmation in time (the ack may be lost; the
+                message can be retried with ``ack_sync`` again).
+        """
+        self._claim("ack")
+        js = self._js
+        try:
+            await js._requests.request(self.reply, _ACK, timeout or js.timeout, "ack")
+        except BaseException:
+            self._acked = False  # unconfirmed: let the caller try again
+            raise
+
+    async def nak(self, delay: float | None = None) -> None:
+        """Ask for redelivery, after ``delay`` seconds if given.
+
+        Raises:
+            MessageAlreadyAckedError: it was acknowledged already.
+        """
+        if delay is not None and (
+            not isinstance(delay, (int, float))
+            or isinstance(delay, bool)
+            or math.isnan(delay)
+            or delay < 0
+            or math.isinf(delay)
+        ):
+            raise InvalidArgumentError(f"delay must be seconds >= 0, got {delay!r}")
+        self._claim("nak")
+        if delay is None:
+            self._send(_NAK)
+        else:
+            body = json.dumps({"delay": round(delay * 1_000_000_000)}).encode()
+            self._send(_NAK + b" " + body)
+
+    async def in_progress(self) -> None:
+        """Tell the server the message is still being worked on (resets its ack wait)."""
+        if self._acked:
+            raise MessageAlreadyAckedError("cannot mark in progress: already acknowledged")
+        if not self.reply:
+            raise JetStreamError("the message has no reply subject (not delivered by a consumer)")
+        self._send(_WPI)
+
+    async def term(self, reason: str | None = None) -> None:
+        """Stop redelivery of this message for good, with an optional reason.
+
+        Raises:
+            MessageAlreadyAckedError: it was acknowledged already.
+        """
+        if reason is not None and (not isinstance(reason, str) or "\r" in reason or "\n" in reason):
+            raise InvalidArgumentError("reason must be a str without CR or LF")
+        self._claim("term")
+        self._send(_TERM + (b" " + reason.encode() if reason else b""))
