@@ -1,0 +1,684 @@
+"""The pull-consumer core (ADR-37 / ADR-42), driven synchronously with a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aioclients._errors import InvalidArgumentError, LocalProtocolError
+from aioclients.jetstream._protocol._pull import (
+    BYTES_MODE_BATCH,
+    Disconnected,
+    HeartbeatMissed,
+    Mode,
+    Pinned,
+    PullBuffer,
+    PullEnded,
+    PullRequest,
+    PullState,
+    Reconnected,
+    StatusKind,
+    StatusWarning,
+    Terminated,
+    Unpinned,
+    classify_status,
+    consume_options,
+    fetch_options,
+    message_size,
+)
+
+
+def started(mode: Mode = Mode.CONSUME, now: float = 0.0, **options: object) -> PullBuffer:
+    opts = consume_options(**options) if mode is Mode.CONSUME else fetch_options(**options)
+    buf = PullBuffer(opts, mode)
+    buf.start(now)
+    return buf
+
+
+def pulls(events: list[object]) -> list[PullRequest]:
+    return [e for e in events if isinstance(e, PullRequest)]
+
+
+# -- options ---------------------------------------------------------------------------------
+
+
+def test_consume_defaults_follow_adr_37() -> None:
+    opts = consume_options()
+    assert opts.max_messages == 500
+    assert opts.max_bytes is None
+    assert opts.expires == 30.0
+    assert opts.idle_heartbeat == 15.0  # half of expires
+    assert opts.threshold_messages == 250  # 50 %
+
+
+@pytest.mark.parametrize(
+    ("expires", "heartbeat"),
+    [(1.0, 0.5), (1.5, 0.75), (30.0, 15.0), (60.0, 30.0), (600.0, 30.0)],
+)
+def test_consume_heartbeat_is_half_of_expires_within_bounds(
+    expires: float, heartbeat: float
+) -> None:
+    assert consume_options(expires=expires).idle_heartbeat == heartbeat
+
+
+def test_max_bytes_sets_a_large_batch_and_byte_threshold() -> None:
+    opts = consume_options(max_bytes=10_000)
+    assert opts.max_messages == BYTES_MODE_BATCH
+    assert opts.max_bytes == 10_000
+    assert opts.threshold_bytes == 5_000
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"max_messages": 10, "max_bytes": 10}, "not both"),
+        ({"max_messages": 10, "threshold_messages": 11}, "cannot be above"),
+        ({"max_bytes": 10, "threshold_bytes": 11}, "cannot be above"),
+        ({"max_bytes": 10, "threshold_messages": 1}, "threshold_messages goes with"),
+        ({"max_messages": 10, "threshold_bytes": 1}, "threshold_bytes goes with"),
+        ({"expires": 0.5}, "expires"),
+        ({"expires": float("nan")}, "expires"),
+        ({"expires": True}, "expires"),
+        ({"idle_heartbeat": 0.1}, "idle_heartbeat"),
+        ({"idle_heartbeat": 31}, "idle_heartbeat"),
+        ({"expires": 2, "idle_heartbeat": 1.5}, "half of expires"),
+        ({"max_messages": 0}, "max_messages"),
+        ({"max_messages": 1.5}, "max_messages"),
+        ({"max_bytes": -1}, "max_bytes"),
+        ({"group": "bad group"}, "group"),
+        ({"group": "g" * 17}, "group"),
+        ({"group": 5}, "group"),
+        ({"min_pending": 5}, "need group"),
+        ({"group": "g", "min_pending": -1}, "min_pending"),
+        ({"group": "g", "priority": 10}, "priority"),
+    ],
+)
+def test_consume_rejects_bad_options(kwargs: dict[str, object], fragment: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=fragment):
+        consume_options(**kwargs)
+
+
+def test_fetch_defaults() -> None:
+    opts = fetch_options()
+    assert opts.max_messages == 1
+    assert opts.idle_heartbeat is None  # only for expiries above 30 s
+    assert fetch_options(expires=90).idle_heartbeat == 30.0
+    assert fetch_options(expires=40).idle_heartbeat == 20.0
+    assert opts.client_timeout > opts.expires
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        fetch_options(max_messages=1, max_bytes=1)
+
+
+def test_pull_request_json_uses_nanoseconds_and_adr_42_fields() -> None:
+    req = PullRequest(
+        batch=5,
+        max_bytes=100,
+        expires=1.5,
+        idle_heartbeat=0.5,
+        group="jobs",
+        pin_id="abc",
+        min_pending=10,
+        min_ack_pending=3,
+        priority=2,
+    )
+    assert req.to_json() == {
+        "batch": 5,
+        "expires": 1_500_000_000,
+        "max_bytes": 100,
+        "idle_heartbeat": 500_000_000,
+        "group": "jobs",
+        "id": "abc",
+        "min_pending": 10,
+        "min_ack_pending": 3,
+        "priority": 2,
+    }
+    assert PullRequest(batch=1, max_bytes=None, expires=1, idle_heartbeat=None).to_json() == {
+        "batch": 1,
+        "expires": 1_000_000_000,
+    }
+
+
+# -- status table ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "description", "kind"),
+    [
+        (100, "Idle Heartbeat", StatusKind.HEARTBEAT),
+        (400, "Bad Request", StatusKind.TERMINAL),
+        (409, "Consumer Deleted", StatusKind.TERMINAL),
+        (409, "Consumer is push based", StatusKind.TERMINAL),
+        (409, "Exceeded MaxRequestBatch of 10", StatusKind.WARNING),
+        (409, "Exceeded MaxRequestExpires of 1s", StatusKind.WARNING),
+        (409, "Exceeded MaxRequestMaxBytes of 100", StatusKind.WARNING),
+        (409, "Exceeded MaxWaiting", StatusKind.WARNING),
+        (404, "No Messages", StatusKind.SILENT),
+        (408, "Request Timeout", StatusKind.SILENT),
+        (409, "Message Size Exceeds MaxBytes", StatusKind.SILENT),
+        (409, "Batch Completed", StatusKind.SILENT),
+        (409, "Leadership Change", StatusKind.LEADERSHIP_CHANGE),
+        (423, "Nats-Pin-Id mismatch", StatusKind.PIN_MISMATCH),
+        (503, "", StatusKind.NO_RESPONDERS),
+        (409, "Something New", StatusKind.WARNING),
+        (418, "Teapot", StatusKind.WARNING),
+    ],
+)
+def test_status_table(code: int, description: str, kind: StatusKind) -> None:
+    assert classify_status(code, description) is kind
+
+
+def test_message_size_counts_subject_reply_headers_and_payload() -> None:
+    assert message_size("a.b", "$JS.ACK.x", 20, 100) == 3 + 9 + 20 + 100
+
+
+# -- consume: buffering and thresholds --------------------------------------------------------
+
+
+def test_consume_first_pull_fills_the_buffer() -> None:
+    buf = started(max_messages=10, expires=5)
+    (first,) = buf.events()
+    assert first == PullRequest(batch=10, max_bytes=None, expires=5.0, idle_heartbeat=2.5)
+    assert buf.pending_messages == 10
+
+
+def test_consume_refills_exactly_the_room_at_the_threshold() -> None:
+    buf = started(max_messages=10)
+    buf.events()
+    for _ in range(10):
+        buf.receive_message(50, 1.0)
+    assert (buf.pending_messages, buf.buffered_messages) == (0, 10)
+    # Taking 4 leaves 6 outstanding: above the threshold of 5, no pull.
+    assert [buf.take(50, 1.0) for _ in range(4)] == [None] * 4
+    # The 5th take reaches the threshold: pull for the 5 free slots.
+    pull = buf.take(50, 1.0)
+    assert pull is not None
+    assert pull.batch == 5
+    assert buf.outstanding_messages == 10
+
+
+def test_a_user_who_stops_taking_stops_the_pulls() -> None:
+    buf = started(max_messages=4)
+    buf.events()
+    for _ in range(4):
+        buf.receive_message(10, 1.0)
+    buf.receive_status(408, "Request Timeout", 2.0, pending_messages=0)
+    assert pulls(buf.events()) == []  # full buffer: no room to pull into
+
+
+def test_max_messages_one_never_gets_stuck() -> None:
+    buf = started(max_messages=1)
+    assert pulls(buf.events())[0].batch == 1
+    for i in range(5):
+        buf.receive_message(10, float(i))
+        pull = buf.take(10, float(i))
+        assert pull is not None
+        assert pull.batch == 1
+
+
+def test_threshold_equal_to_the_limit_pulls_after_every_message() -> None:
+    buf = started(max_messages=3, threshold_messages=3)
+    buf.events()
+    buf.receive_message(1, 0.0)
+    pull = buf.take(1, 0.0)
+    assert pull is not None
+    assert pull.batch == 1
+
+
+def test_expired_pull_with_pending_headers_triggers_a_refill() -> None:
+    buf = started(max_messages=10)
+    buf.events()
+    for _ in range(3):
+        buf.receive_message(10, 1.0)
+        buf.take(10, 1.0)
+    # The server ends the pull: 7 messages of it will never come.
+    assert buf.receive_status(408, "Request Timeout", 2.0, pending_messages=7) is StatusKind.SILENT
+    (pull,) = pulls(buf.events())
+    assert pull.batch == 10
+    assert buf.pending_messages == 10
+
+
+def test_pending_headers_never_drive_counts_negative() -> None:
+    buf = started(max_messages=4)
+    buf.events()
+    buf.receive_status(408, "Request Timeout", 1.0, pending_messages=100, pending_bytes=100)
+    assert buf.pending_messages == 4  # refilled from zero, not from -96
+    assert buf.pending_bytes == 0
+
+
+def test_max_bytes_mode_sizes_pulls_by_bytes() -> None:
+    buf = started(max_bytes=1000)
+    (first,) = buf.events()
+    assert first.batch == BYTES_MODE_BATCH
+    assert first.max_bytes == 1000
+    for _ in range(5):
+        buf.receive_message(100, 1.0)
+    # 500 received and buffered: outstanding bytes still 1000.
+    assert buf.outstanding_bytes == 1000
+    assert [buf.take(100, 1.0) for _ in range(4)] == [None] * 4
+    pull = buf.take(100, 1.0)  # outstanding bytes fall to the 500 threshold
+    assert pull is not None
+    assert pull.max_bytes == 500
+    assert buf.pending_bytes == 1000
+
+
+def test_bytes_status_subtracts_pending_bytes() -> None:
+    buf = started(max_bytes=1000)
+    buf.events()
+    buf.receive_message(300, 1.0)
+    buf.take(300, 1.0)
+    buf.receive_status(
+        409,
+        "Message Size Exceeds MaxBytes",
+        1.0,
+        pending_messages=BYTES_MODE_BATCH - 1,
+        pending_bytes=700,
+    )
+    (pull,) = pulls(buf.events())
+    assert pull.max_bytes == 1000
+
+
+# -- consume: statuses -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("description", ["Consumer Deleted", "Consumer is push based"])
+def test_terminal_409_ends_consume(description: str) -> None:
+    buf = started()
+    buf.events()
+    buf.receive_status(409, description, 1.0)
+    assert buf.events() == [Terminated(409, description)]
+    assert buf.state is PullState.DONE
+    assert buf.get_timer() is None
+
+
+def test_400_is_terminal() -> None:
+    buf = started()
+    buf.events()
+    buf.receive_status(400, "Bad Request", 1.0)
+    assert buf.events() == [Terminated(400, "Bad Request")]
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        "Exceeded MaxRequestBatch of 10",
+        "Exceeded MaxRequestExpires of 1s",
+        "Exceeded MaxRequestMaxBytes of 5",
+        "Exceeded MaxWaiting",
+    ],
+)
+def test_warnings_are_reported_and_not_terminal(description: str) -> None:
+    buf = started()
+    buf.events()
+    buf.receive_status(409, description, 1.0)
+    assert buf.events() == [StatusWarning(409, description)]
+    assert buf.state is PullState.ACTIVE
+
+
+@pytest.mark.parametrize(
+    ("code", "description"),
+    [(404, "No Messages"), (408, "Request Timeout"), (409, "Message Size Exceeds MaxBytes")],
+)
+def test_silent_statuses_report_nothing(code: int, description: str) -> None:
+    buf = started(max_messages=10)
+    buf.events()
+    buf.receive_status(code, description, 1.0)
+    assert [e for e in buf.events() if not isinstance(e, PullRequest)] == []
+
+
+def test_heartbeat_status_only_counts_as_activity() -> None:
+    buf = started(max_messages=10, expires=4)  # heartbeat 2 s -> deadline 4 s
+    buf.events()
+    assert buf.receive_status(100, "Idle Heartbeat", 3.0) is StatusKind.HEARTBEAT
+    assert buf.events() == []
+    buf.handle_timer(4.0)  # the old deadline: activity at 3 s pushes it to 7 s
+    assert buf.events() == []
+    assert buf.get_timer() == 7.0
+
+
+def test_leadership_change_resets_pending() -> None:
+    buf = started(max_messages=10)
+    buf.events()
+    buf.receive_status(409, "Leadership Change", 1.0)
+    (pull,) = pulls(buf.events())
+    assert pull.batch == 10
+
+
+# -- heartbeats -------------------------------------------------------------------------------
+
+
+def test_heartbeat_deadline_is_twice_the_interval_from_the_last_message() -> None:
+    buf = started(now=100.0, max_messages=10, expires=10)  # heartbeat 5 s
+    buf.events()
+    assert buf.get_timer() == 110.0
+    buf.receive_message(1, 104.0)
+    buf.handle_timer(110.0)
+    assert buf.events() == []
+    assert buf.get_timer() == 114.0
+    buf.handle_timer(114.0)
+    events = buf.events()
+    assert events[0] == HeartbeatMissed()
+    assert pulls(events), "a missed heartbeat sends a fresh pull"
+    assert buf.heartbeats_missed == 1
+    assert buf.state is PullState.ACTIVE
+
+
+def test_missed_heartbeat_resets_pending_then_pulls_for_the_room() -> None:
+    buf = started(max_messages=10, expires=2)
+    buf.events()
+    for _ in range(3):
+        buf.receive_message(1, 0.1)
+    buf.handle_timer(10.0)
+    events = buf.events()
+    assert events[0] == HeartbeatMissed()
+    (pull,) = pulls(events)
+    assert pull.batch == 7  # 3 still buffered
+    assert buf.pending_messages == 7
+
+
+def test_no_heartbeat_alarm_while_the_user_holds_a_full_buffer() -> None:
+    buf = started(max_messages=2, expires=2)
+    buf.events()
+    buf.receive_message(1, 0.0)
+    buf.receive_message(1, 0.0)
+    # Nothing is pending on the server, so no heartbeats are due.
+    buf.handle_timer(100.0)
+    assert buf.events() == []
+    assert buf.get_timer() is None
+
+
+def test_disconnect_pauses_heartbeats_and_reconnect_pulls_afresh() -> None:
+    buf = started(max_messages=10, expires=2)
+    buf.events()
+    buf.receive_message(1, 0.5)
+    buf.disconnected()
+    assert buf.events() == [Disconnected()]
+    assert buf.get_timer() is None
+    buf.handle_timer(50.0)
+    assert buf.events() == []
+    buf.reconnected(60.0)
+    events = buf.events()
+    assert events[0] == Reconnected()
+    (pull,) = pulls(events)
+    assert pull.batch == 9  # one message still buffered
+    assert buf.get_timer() == 62.0
+
+
+def test_no_pulls_while_disconnected() -> None:
+    buf = started(max_messages=2)
+    buf.events()
+    buf.receive_message(1, 0.0)
+    buf.receive_message(1, 0.0)
+    buf.disconnected()
+    buf.events()
+    assert buf.take(1, 0.0) is None
+    assert buf.take(1, 0.0) is None
+
+
+# -- ADR-42 pin id ------------------------------------------------------------------------------
+
+
+def test_pin_id_is_stored_and_sent_in_later_pulls() -> None:
+    buf = started(max_messages=2, group="jobs")
+    assert pulls(buf.events())[0].pin_id is None
+    buf.receive_message(1, 0.0, pin_id="P1")
+    assert buf.events() == [Pinned("P1")]
+    buf.receive_message(1, 0.0, pin_id="P1")
+    assert buf.events() == []  # same pin: no second event
+    buf.take(1, 0.0)
+    pull = buf.take(1, 0.0)
+    assert pull is not None
+    assert pull.pin_id == "P1"
+    assert pull.group == "jobs"
+
+
+def test_423_clears_the_pin_zeroes_pending_and_pulls_without_it() -> None:
+    buf = started(max_messages=4, group="jobs")
+    buf.events()
+    buf.receive_message(1, 0.0, pin_id="P1")
+    buf.events()
+    buf.receive_status(423, "Nats-Pin-Id mismatch", 1.0)
+    events = buf.events()
+    assert events[0] == Unpinned()
+    (pull,) = pulls(events)
+    assert pull.pin_id is None
+    assert pull.batch == 3  # pending zeroed; one message buffered
+    assert buf.pin_id is None
+
+
+def test_a_new_pin_id_replaces_the_old() -> None:
+    buf = started(max_messages=4, group="jobs")
+    buf.events()
+    buf.receive_message(1, 0.0, pin_id="P1")
+    buf.receive_message(1, 0.0, pin_id="P2")
+    assert buf.events() == [Pinned("P1"), Pinned("P2")]
+    assert buf.pin_id == "P2"
+
+
+# -- draining and stopping ----------------------------------------------------------------------
+
+
+def test_drain_stops_pulls_but_keeps_the_buffer() -> None:
+    buf = started(max_messages=2)
+    buf.events()
+    buf.receive_message(1, 0.0)
+    buf.receive_message(1, 0.0)
+    buf.drain()
+    assert buf.finished
+    assert buf.take(1, 0.0) is None
+    assert buf.take(1, 0.0) is None
+    buf.receive_status(408, "Request Timeout", 1.0)
+    assert buf.events() == []
+    assert buf.get_timer() is None
+
+
+def test_take_without_a_message_is_a_local_error() -> None:
+    buf = started()
+    with pytest.raises(LocalProtocolError):
+        buf.take(1, 0.0)
+
+
+def test_start_twice_is_a_local_error() -> None:
+    buf = started()
+    with pytest.raises(LocalProtocolError):
+        buf.start(1.0)
+
+
+# -- fetch ------------------------------------------------------------------------------------
+
+
+def test_fetch_is_exactly_one_pull_and_ends_with_the_batch() -> None:
+    buf = started(Mode.FETCH, max_messages=3, expires=5)
+    (pull,) = buf.events()
+    assert isinstance(pull, PullRequest)
+    assert pull.batch == 3
+    assert pull.idle_heartbeat is None
+    for _ in range(2):
+        buf.receive_message(1, 0.0)
+        assert buf.take(1, 0.0) is None
+    assert not buf.finished
+    buf.receive_message(1, 0.0)
+    assert buf.events() == [PullEnded("complete")]
+    assert buf.finished
+
+
+@pytest.mark.parametrize(
+    ("code", "description", "reason"),
+    [
+        (404, "No Messages", "no_messages"),
+        (408, "Request Timeout", "expired"),
+        (409, "Message Size Exceeds MaxBytes", "complete"),
+        (409, "Batch Completed", "complete"),
+    ],
+)
+def test_fetch_ends_on_the_pull_ending_statuses(code: int, description: str, reason: str) -> None:
+    buf = started(Mode.FETCH, max_messages=10)
+    buf.events()
+    buf.receive_status(code, description, 1.0)
+    assert buf.events() == [PullEnded(reason)]
+
+
+def test_fetch_by_bytes_ends_when_the_bytes_arrive() -> None:
+    buf = started(Mode.FETCH, max_bytes=250)
+    buf.events()
+    buf.receive_message(100, 0.0)
+    buf.receive_message(100, 0.0)
+    assert buf.events() == []
+    buf.receive_message(100, 0.0)
+    assert buf.events() == [PullEnded("complete")]
+
+
+def test_fetch_client_side_deadline_is_above_the_expiry() -> None:
+    buf = started(Mode.FETCH, now=10.0, max_messages=1, expires=5)
+    buf.events()
+    deadline = buf.get_timer()
+    assert deadline is not None
+    assert deadline > 15.0
+    buf.handle_timer(15.0)
+    assert buf.events() == []
+    buf.handle_timer(deadline)
+    assert buf.events() == [PullEnded("timeout")]
+
+
+def test_fetch_heartbeat_miss_ends_it() -> None:
+    buf = started(Mode.FETCH, max_messages=5, expires=10, idle_heartbeat=1)
+    buf.events()
+    buf.handle_timer(2.0)
+    assert buf.events() == [HeartbeatMissed(), PullEnded("heartbeat")]
+
+
+def test_fetch_terminal_status() -> None:
+    buf = started(Mode.FETCH, max_messages=5)
+    buf.events()
+    buf.receive_status(409, "Consumer Deleted", 1.0)
+    assert buf.events() == [Terminated(409, "Consumer Deleted")]
+
+
+def test_fetch_warning_ends_it_with_the_warning() -> None:
+    buf = started(Mode.FETCH, max_messages=5)
+    buf.events()
+    buf.receive_status(409, "Exceeded MaxWaiting", 1.0)
+    assert buf.events() == [StatusWarning(409, "Exceeded MaxWaiting"), PullEnded("terminated")]
+
+
+def test_fetch_reconnect_ends_it() -> None:
+    buf = started(Mode.FETCH, max_messages=5)
+    buf.events()
+    buf.disconnected()
+    buf.reconnected(1.0)
+    assert buf.events() == [Disconnected(), Reconnected(), PullEnded("expired")]
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+_actions = st.lists(
+    st.one_of(
+        st.tuples(st.just("msg"), st.integers(1, 500)),
+        st.tuples(st.just("take"), st.just(0)),
+        st.tuples(st.just("status"), st.sampled_from([404, 408, 409, 423, 100, 4091])),
+        st.tuples(st.just("pending_hdr"), st.integers(0, 2000)),
+        st.tuples(st.just("timer"), st.floats(0, 100)),
+        st.tuples(st.just("disconnect"), st.just(0)),
+        st.tuples(st.just("reconnect"), st.just(0)),
+    ),
+    max_size=120,
+)
+
+
+def _run(buf: PullBuffer, actions: list[tuple[str, float]]) -> None:
+    now = 0.0
+    sizes: list[int] = []
+    for kind, arg in actions:
+        now += 0.25
+        if kind == "msg":
+            buf.receive_message(int(arg), now, pin_id="P" if arg % 7 == 0 else None)
+            sizes.append(int(arg))
+        elif kind == "take":
+            if sizes:
+                buf.take(sizes.pop(0), now)
+        elif kind == "status":
+            code = int(arg)
+            desc = {404: "No Messages", 408: "Request Timeout", 409: "Exceeded MaxWaiting"}.get(
+                code, "Message Size Exceeds MaxBytes" if code == 4091 else "x"
+            )
+            buf.receive_status(409 if code == 4091 else code, desc, now)
+        elif kind == "pending_hdr":
+            buf.receive_status(408, "Request Timeout", now, int(arg), int(arg) * 10)
+        elif kind == "timer":
+            now += arg
+            buf.handle_timer(now)
+        elif kind == "disconnect":
+            buf.disconnected()
+        elif kind == "reconnect":
+            buf.reconnected(now)
+        buf.events()
+        yield_check(buf)
+
+
+def yield_check(buf: PullBuffer) -> None:
+    opts = buf.options
+    assert buf.pending_messages >= 0
+    assert buf.pending_bytes >= 0
+    assert buf.buffered_messages >= 0
+    # What is requested never exceeds the room: outstanding is bounded by the limit,
+    # except for messages the server sends beyond what we still count as pending
+    # (after a reset), which are buffered but never requested again.
+    assert buf.pending_messages <= opts.max_messages
+    if opts.max_bytes is not None:
+        assert buf.pending_bytes <= opts.max_bytes
+    if buf.mode is Mode.CONSUME and buf.state is PullState.ACTIVE and buf.connected:
+        # A pull is in flight whenever the buffer has room below the threshold.
+        out = buf.outstanding_messages
+        if opts.max_bytes is None:
+            assert out > opts.threshold_messages or out >= opts.max_messages
+        else:
+            outb = buf.outstanding_bytes
+            assert (
+                outb >= opts.max_bytes
+                or out >= opts.max_messages
+                or (outb > opts.threshold_bytes and out > opts.threshold_messages)
+            )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    limit=st.integers(1, 50),
+    threshold=st.one_of(st.none(), st.integers(0, 50)),
+    actions=_actions,
+)
+def test_consume_invariants_by_messages(
+    limit: int, threshold: int | None, actions: list[tuple[str, float]]
+) -> None:
+    if threshold is not None and threshold > limit:
+        threshold = limit
+    buf = started(max_messages=limit, threshold_messages=threshold, expires=2, group="g")
+    buf.events()
+    _run(buf, actions)
+
+
+@settings(max_examples=200, deadline=None)
+@given(limit=st.integers(1, 5000), actions=_actions)
+def test_consume_invariants_by_bytes(limit: int, actions: list[tuple[str, float]]) -> None:
+    buf = started(max_bytes=limit, expires=2)
+    buf.events()
+    _run(buf, actions)
+
+
+@settings(max_examples=200, deadline=None)
+@given(limit=st.integers(1, 20), actions=_actions)
+def test_fetch_sends_exactly_one_pull(limit: int, actions: list[tuple[str, float]]) -> None:
+    buf = PullBuffer(fetch_options(max_messages=limit, expires=2, idle_heartbeat=1), Mode.FETCH)
+    buf.start(0.0)
+    assert len(pulls(buf.events())) == 1
+    now = 0.0
+    for kind, arg in actions:
+        now += 0.1
+        if kind == "msg":
+            buf.receive_message(int(arg), now)
+        elif kind == "timer":
+            buf.handle_timer(now + arg)
+        elif kind == "reconnect":
+            buf.reconnected(now)
+        assert pulls(buf.events()) == []
+        assert buf.pulls == 1
+        assert buf.pending_messages >= 0
