@@ -119,6 +119,8 @@ class _Puller:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._recovery: asyncio.Task[None] | None = None
         self._reconnects = 0
+        # drain(): the buffer may still grow until the UNSUB round trip is done.
+        self._draining = False
 
     # -- lifecycle --
 
@@ -365,7 +367,7 @@ class _Puller:
                     self._send_pull(pull)
                     self._rearm()
                 return msg
-            if self._core.finished:
+            if self._core.finished and not self._draining:
                 self._release()
                 if self._error is not None:
                     raise self._error
@@ -419,9 +421,13 @@ class MessageStream(_Puller):
         self._cancel_timer()
         if self._recovery is not None:
             self._recovery.cancel()
-        if self._sub is not None:
-            await self._sub.drain(self._js.timeout)
-        self._wake()
+        self._draining = True
+        try:
+            if self._sub is not None:
+                await self._sub.drain(self._js.timeout)
+        finally:
+            self._draining = False
+            self._wake()
 
     async def aclose(self) -> None:
         """Stop and release the subscription (what ``async with`` does on exit)."""

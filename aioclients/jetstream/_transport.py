@@ -20,7 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription
 
-from aioclients._errors import ConnectError, InvalidArgumentError
+from aioclients._errors import AioClientsError, ConnectError, InvalidArgumentError
 from aioclients.jetstream._errors import (
     APITimeoutError,
     JetStreamClosedError,
@@ -213,6 +213,21 @@ class NatsTransport:
         if queue is not None and queue.empty() and nc.is_connected:
             queue.put_nowait(_flushed())
 
+    async def round_trip(self, timeout: float) -> None:
+        """PING and wait for the PONG: everything the server sent before is read.
+
+        Unlike nats-py's ``flush()``, a timeout or cancellation here never leaves a
+        cancelled future in the client's PONG queue (nats-py would call
+        ``set_result`` on it when the PONG comes, killing its read loop).
+        """
+        nc = self.nc
+        self.check_open()
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        nc._pongs.append(future)
+        await nc._send_command(b"PING\r\n")
+        await nc._flush_pending()
+        await asyncio.wait_for(asyncio.shield(future), timeout)
+
     def new_inbox(self) -> str:
         return self.nc.new_inbox()
 
@@ -227,7 +242,7 @@ class RawSubscription:
         self._sub = sub
         self.closed = False
 
-    def unsubscribe_nowait(self) -> None:
+    def unsubscribe_nowait(self, *, send: bool = True) -> None:
         """Stop delivery at once; the UNSUB goes out with the next flush."""
         if self.closed:
             return
@@ -240,7 +255,7 @@ class RawSubscription:
         if nc.is_closed:
             return
         nc._remove_sub(sid)
-        if nc.is_connected:
+        if send and nc.is_connected:
             self._transport.send_nowait(f"UNSUB {sid}\r\n".encode())
 
     async def drain(self, timeout: float) -> None:
@@ -257,11 +272,11 @@ class RawSubscription:
             return
         try:
             await nc._send_command(f"UNSUB {self._sub._id}\r\n".encode())
-            await nc.flush(timeout)  # type: ignore[arg-type]
-        except (nats.errors.Error, asyncio.TimeoutError) as exc:
-            log.debug("flush after UNSUB failed: %s", exc)
+            await self._transport.round_trip(timeout)
+        except (nats.errors.Error, asyncio.TimeoutError, AioClientsError) as exc:
+            log.debug("round trip after UNSUB failed: %s", exc)
         finally:
-            self.unsubscribe_nowait()
+            self.unsubscribe_nowait(send=False)
 
 
 class ReplyInbox:
