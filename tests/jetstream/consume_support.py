@@ -1,0 +1,67 @@
+"""Helpers shared by the pull-consumption tests (imported, not a conftest)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg as NatsMsg
+
+from aioclients.jetstream import JetStream
+
+
+async def publish_many(js: JetStream, subject: str, count: int, payload: bytes = b"x") -> None:
+    """Publish ``count`` messages (payload ``payload + b"-<i>"``) and wait for every ack."""
+    for i in range(count):
+        await js.publish_async(subject, payload + b"-%d" % i)
+    await js.publish_async_complete(timeout=30)
+
+
+async def next_event(queue: asyncio.Queue[Any], kind: type, timeout: float = 10.0) -> Any:
+    """The next event of type ``kind`` from ``queue`` (other events are skipped)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        left = deadline - loop.time()
+        if left <= 0:
+            raise AssertionError(f"no {kind.__name__} event within {timeout}s")
+        event = await asyncio.wait_for(queue.get(), left)
+        if isinstance(event, kind):
+            return event
+
+
+class PullSnoop:
+    """Records the bodies of the pull requests sent to one consumer (a second,
+    plain nats-py connection subscribed to its ``CONSUMER.MSG.NEXT`` subject)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.changed = asyncio.Event()
+
+    async def wait_count(self, count: int, timeout: float = 5.0) -> None:
+        """Wait until ``count`` pull requests were seen."""
+        async with asyncio.timeout(timeout):
+            while len(self.bodies) < count:
+                self.changed.clear()
+                await self.changed.wait()
+
+    async def _on(self, msg: NatsMsg) -> None:
+        self.bodies.append(json.loads(msg.data) if msg.data else {})
+        self.changed.set()
+
+
+@asynccontextmanager
+async def snoop_pulls(url: str, stream: str, consumer: str) -> AsyncIterator[PullSnoop]:
+    snoop = PullSnoop()
+    nc: NATS = await nats.connect(url)
+    try:
+        await nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", cb=snoop._on)
+        await nc.flush()
+        yield snoop
+    finally:
+        await nc.close()

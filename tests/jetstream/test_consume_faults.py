@@ -1,0 +1,210 @@
+"""Pull consumption through server faults: restarts, a frozen (SIGSTOP) server, and a
+consumer that disappears while the client is away. Each test owns its server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+from consume_support import next_event, publish_many
+from support import Server, WaitFor
+
+from aioclients.jetstream import (
+    ConsumeEvent,
+    Consumer,
+    ConsumerDeletedError,
+    Disconnected,
+    HeartbeatMissed,
+    JetStream,
+    JetStreamClosedError,
+    Msg,
+    NoHeartbeatError,
+    Reconnected,
+    connect,
+)
+from aioclients.testing import NatsServer
+from aioclients.testing.pytest_plugin import ExternalServer
+
+pytestmark = [pytest.mark.timeout(90), pytest.mark.fault]
+
+
+@pytest.fixture
+async def private(nats_server_private: Server) -> AsyncIterator[tuple[NatsServer, JetStream]]:
+    if isinstance(nats_server_private, ExternalServer):
+        pytest.skip("stops or pauses the server; cannot do that to an external one")
+    ctx = await connect(
+        nats_server_private.url, timeout=1.5, reconnect_time_wait=0.1, max_reconnect_attempts=-1
+    )
+    try:
+        yield nats_server_private, ctx
+    finally:
+        nats_server_private.resume()
+        nats_server_private.start()
+        await ctx.close()
+
+
+async def _file_stream_consumer(js: JetStream, *, ack_wait: float = 2.0) -> Consumer:
+    await js.create_stream("S", subjects=["s.>"], storage="file")
+    return await js.create_consumer("S", durable_name="c", ack_wait=ack_wait)
+
+
+async def test_restart_mid_consume_loses_nothing(
+    private: tuple[NatsServer, JetStream], wait_for: WaitFor
+) -> None:
+    server, js = private
+    total = 3000
+    consumer = await _file_stream_consumer(js)
+    await publish_many(js, "s.a", total)
+    events: list[ConsumeEvent] = []
+    seen: set[int] = set()
+    deliveries = 0
+
+    async def run(messages: AsyncIterator[Msg]) -> None:
+        nonlocal deliveries
+        async for msg in messages:
+            deliveries += 1
+            seen.add(msg.metadata.sequence.stream)
+            with contextlib.suppress(Exception):  # an ack may fail while disconnected
+                await msg.ack()
+
+    async with consumer.consume(max_messages=200, expires=2, on_event=events.append) as messages:
+        task = asyncio.ensure_future(run(messages))
+
+        async def some_seen() -> bool:
+            return len(seen) >= 500
+
+        await wait_for(some_seen, timeout=20, what="500 messages before the restart")
+        await asyncio.to_thread(server.restart)
+
+        async def all_done() -> bool:
+            if len(seen) < total:
+                return False
+            try:
+                info = await consumer.info()
+            except Exception:
+                return False
+            return info.num_pending == 0 and info.num_ack_pending == 0
+
+        await wait_for(all_done, timeout=40, what="every message consumed and acked")
+        assert not task.done(), task
+        stats = messages.statistics()
+        messages.stop()
+        await asyncio.wait_for(task, 5)
+    assert seen == set(range(1, total + 1))
+    assert deliveries >= total  # redeliveries allowed, nothing missing
+    kinds = [type(e) for e in events]
+    assert Disconnected in kinds
+    assert Reconnected in kinds
+    assert kinds.index(Disconnected) < kinds.index(Reconnected)
+    assert stats.reconnects >= 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: after a reconnect, a stream that is gone (StreamNotFoundError from "
+    "consumer.info()) is retried forever instead of ending with ConsumerDeletedError",
+)
+async def test_memory_consumer_gone_after_restart_raises_consumer_deleted(
+    private: tuple[NatsServer, JetStream],
+) -> None:
+    # A memory stream (and its consumer) does not survive a restart; after the
+    # reconnect the stream checks the consumer and ends with ConsumerDeletedError.
+    server, js = private
+    await js.create_stream("M", subjects=["m.>"], storage="memory")
+    consumer = await js.create_consumer("M", durable_name="c")
+    events: list[ConsumeEvent] = []
+    async with consumer.consume(expires=2, on_event=events.append) as messages:
+        task = asyncio.ensure_future(messages.__anext__())
+        await asyncio.sleep(0.1)  # bounded: the first pull is out
+        await asyncio.to_thread(server.restart)
+        # the recovery retries with a backoff capped at 2 s: 8 s is plenty
+        with pytest.raises(ConsumerDeletedError):
+            await asyncio.wait_for(task, 8)
+    assert Disconnected in [type(e) for e in events]
+
+
+async def test_consumer_deleted_while_disconnected_raises_after_reconnect(
+    private: tuple[NatsServer, JetStream],
+) -> None:
+    server, js = private
+    consumer = await _file_stream_consumer(js)
+    async with consumer.consume(expires=2) as messages:
+        task = asyncio.ensure_future(messages.__anext__())
+        await asyncio.sleep(0.1)  # bounded: the first pull is out
+        await asyncio.to_thread(server.restart)
+        # Delete as soon as the context is back: the stream's recovery may see
+        # the consumer before or after; either way the iteration must end with
+        # ConsumerDeletedError (after the reconnect check, or from the 409 status).
+        deadline = asyncio.get_running_loop().time() + 15
+        while True:
+            try:
+                await js.delete_consumer("S", "c")
+                break
+            except Exception:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        with pytest.raises(ConsumerDeletedError):
+            await asyncio.wait_for(task, 20)
+
+
+async def test_paused_server_reports_heartbeat_missed_then_recovers(
+    private: tuple[NatsServer, JetStream],
+) -> None:
+    server, js = private
+    consumer = await _file_stream_consumer(js)
+    events: asyncio.Queue[ConsumeEvent] = asyncio.Queue()
+    async with consumer.consume(
+        max_messages=10, expires=2, idle_heartbeat=0.5, on_event=events.put_nowait
+    ) as messages:
+        await js.publish("s.a", b"before")
+        first = await asyncio.wait_for(messages.__anext__(), 10)
+        assert first.data == b"before"
+        await first.ack()
+        server.pause()
+        try:
+            # two 0.5 s heartbeats missed: reported within ~1 s
+            await next_event(events, HeartbeatMissed, timeout=5)
+        finally:
+            server.resume()
+        assert messages.statistics().heartbeats_missed >= 1
+        await js.publish("s.a", b"after")
+        msg = await asyncio.wait_for(messages.__anext__(), 15)
+        assert msg.data == b"after"
+        await msg.ack()
+
+
+async def test_fetch_with_heartbeat_on_paused_server_raises_no_heartbeat(
+    private: tuple[NatsServer, JetStream],
+) -> None:
+    server, js = private
+    consumer = await _file_stream_consumer(js)
+    loop = asyncio.get_running_loop()
+    async with consumer.fetch(5, expires=10, idle_heartbeat=0.5) as batch:
+        await asyncio.sleep(0.2)  # bounded: the pull reached the server
+        server.pause()
+        start = loop.time()
+        try:
+            with pytest.raises(NoHeartbeatError):
+                async for _ in batch:
+                    pass
+        finally:
+            server.resume()
+        assert loop.time() - start < 5  # the heartbeat check, not the 10 s expiry
+
+
+async def test_close_while_disconnected_ends_iteration(
+    private: tuple[NatsServer, JetStream],
+) -> None:
+    server, js = private
+    consumer = await _file_stream_consumer(js)
+    events: asyncio.Queue[ConsumeEvent] = asyncio.Queue()
+    async with consumer.consume(expires=2, on_event=events.put_nowait) as messages:
+        task = asyncio.ensure_future(messages.__anext__())
+        await asyncio.to_thread(server.stop)
+        await next_event(events, Disconnected, timeout=10)
+        await js.close()
+        with pytest.raises(JetStreamClosedError):
+            await asyncio.wait_for(task, 5)
