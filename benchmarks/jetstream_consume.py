@@ -8,8 +8,9 @@ through a fresh consumer per round with:
   ``await msg.ack()`` per message);
 - nats-py: the ``pull_subscribe(...).fetch(500)`` loop (ack none, and
   ``await msg.ack()`` per message);
-- the ceiling: a core-NATS nats-py subscription receiving the same number of
-  100-byte messages, published by a separate process.
+- the ceiling: a core-NATS subscription receiving the same number of 100-byte
+  messages, published by a separate process, through our connection's raw
+  receive path (the ceiling) and through a nats-py subscription (for reference).
 
 The best of --rounds interleaved rounds is printed as msgs/s with the ratios.
 ``--memory-count N`` also consumes N messages and prints the RSS after 10% and
@@ -37,21 +38,24 @@ PAYLOAD = b"x" * 100
 STREAM = "BENCHC"
 SUBJECT = "benchc.data"
 
+# A raw-socket publisher, so the sender is never what limits the ceiling.
 _PUBLISHER = """
-import asyncio, sys
-import nats
+import socket, sys
+from urllib.parse import urlparse
 
-async def main(url, subject, n):
-    nc = await nats.connect(url)
-    payload = b"x" * 100
-    for i in range(n):
-        await nc.publish(subject, payload)
-        if i % 1000 == 0:
-            await nc.flush()
-    await nc.flush()
-    await nc.close()
-
-asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+url, subject, n = urlparse(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+sock = socket.create_connection((url.hostname, url.port))
+reader = sock.makefile("rb")
+reader.readline()  # INFO
+sock.sendall(b'CONNECT {"verbose":false,"pedantic":false}\\r\\n')
+frame = b"PUB %s 100\\r\\n%s\\r\\n" % (subject.encode(), b"x" * 100)
+chunk = frame * 1000
+for _ in range(n // 1000):
+    sock.sendall(chunk)
+sock.sendall(frame * (n % 1000) + b"PING\\r\\n")
+while not reader.readline().startswith(b"PONG"):
+    pass
+sock.close()
 """
 
 
@@ -117,8 +121,15 @@ async def theirs(url: str, n: int, ack: bool) -> float:
     return n / elapsed
 
 
-async def ceiling(url: str, n: int) -> float:
-    """Core NATS: how fast nats-py receives n 100-byte messages on one subscription."""
+async def _publish_elsewhere(url: str, subject: str, n: int) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _PUBLISHER, url, subject, str(n)
+    )
+    await proc.wait()
+
+
+async def ceiling_nats_py(url: str, n: int) -> float:
+    """Core NATS: how fast a nats-py subscription receives n 100-byte messages."""
     nc = await nats.connect(url, pending_size=64 * 1024 * 1024)
     done = asyncio.get_running_loop().create_future()
     got = 0
@@ -134,15 +145,39 @@ async def ceiling(url: str, n: int) -> float:
 
     await nc.subscribe("bench.core", cb=on_msg, pending_msgs_limit=n + 1)
     await nc.flush()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _PUBLISHER, url, "bench.core", str(n)
-    )
+    publisher = asyncio.create_task(_publish_elsewhere(url, "bench.core", n))
     try:
         last = await asyncio.wait_for(done, 120)
     finally:
-        await proc.wait()
+        await publisher
         await nc.close()
     return (n - 1) / (last - first)
+
+
+async def ceiling_ours(url: str, n: int) -> float:
+    """Core NATS through our connection's raw receive path (the fastest we have)."""
+    async with await jetstream.connect(url) as js:
+        done = asyncio.get_running_loop().create_future()
+        got = 0
+        first = 0.0
+
+        def on_raw(subject: str, reply: str, data: bytes, header: bytes | None) -> None:
+            nonlocal got, first
+            if got == 0:
+                first = time.perf_counter()
+            got += 1
+            if got == n and not done.done():
+                done.set_result(time.perf_counter())
+
+        sub = await js._transport.subscribe_raw("bench.core2", on_raw)
+        await js._transport.round_trip(5)
+        publisher = asyncio.create_task(_publish_elsewhere(url, "bench.core2", n))
+        try:
+            last = await asyncio.wait_for(done, 120)
+        finally:
+            await publisher
+            sub.unsubscribe_nowait()
+        return (n - 1) / (last - first)
 
 
 def _rss_mb() -> float:
@@ -194,7 +229,8 @@ async def run(url: str, count: int, rounds: int, memory_count: int) -> None:
         ):
             rate = await fn(url, count, ack)
             best[name] = max(best.get(name, 0.0), rate)
-        best["ceiling"] = max(best.get("ceiling", 0.0), await ceiling(url, count))
+        best["ceiling"] = max(best.get("ceiling", 0.0), await ceiling_ours(url, count))
+        best["core nats-py"] = max(best.get("core nats-py", 0.0), await ceiling_nats_py(url, count))
     print(f"{'scenario':<22} {'aioclients':>12} {'nats-py':>12} {'ratio':>7}")
     for label, key in (("ack none", "none"), ("ack explicit", "explicit")):
         ours_rate, theirs_rate = best[f"ours {key}"], best[f"nats-py {key}"]
@@ -203,8 +239,9 @@ async def run(url: str, count: int, rounds: int, memory_count: int) -> None:
             f"{ours_rate / theirs_rate:>6.2f}x"
         )
     print(
-        f"{'core NATS ceiling':<22} {best['ceiling']:>10.0f}/s   "
-        f"(ack none reaches {best['ours none'] / best['ceiling']:.0%} of it)"
+        f"{'core NATS ceiling':<22} {best['ceiling']:>10.0f}/s {best['core nats-py']:>10.0f}/s "
+        f"  (ack none reaches {best['ours none'] / best['ceiling']:.0%} of our ceiling, "
+        f"{best['ours none'] / best['core nats-py']:.0%} of nats-py's)"
     )
     if memory_count:
         await memory(url, memory_count)

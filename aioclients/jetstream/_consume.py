@@ -32,6 +32,7 @@ from aioclients.jetstream._errors import (
     JetStreamError,
     NoHeartbeatError,
     NoMessagesError,
+    StreamNotFoundError,
 )
 from aioclients.jetstream._message import Msg
 from aioclients.jetstream._protocol._headers import decode_headers
@@ -307,8 +308,8 @@ class _Puller:
         while not self._finished:
             try:
                 await self._consumer.info()
-            except ConsumerNotFoundError:
-                assert self._loop is not None
+            except (ConsumerNotFoundError, StreamNotFoundError):
+                # A deleted stream takes its consumers with it.
                 self._core.terminate(409, "Consumer Deleted")
                 self._process_events()
                 return

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,13 +21,19 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription
 
-from aioclients._errors import AioClientsError, ConnectError, InvalidArgumentError
+from aioclients._errors import (
+    AioClientsError,
+    ConnectError,
+    InvalidArgumentError,
+    RemoteProtocolError,
+)
 from aioclients.jetstream._errors import (
     APITimeoutError,
     JetStreamClosedError,
     MaxPayloadError,
 )
 from aioclients.jetstream._protocol._headers import decode_header_lines, encode_headers
+from aioclients.jetstream._protocol._wire import ERR, INFO, MSG, PING, PONG, scan
 
 __all__ = ("NatsClient", "NatsTransport", "RawHandler", "RawSubscription", "ReplyInbox")
 
@@ -52,6 +59,7 @@ class NatsClient(NATS):
         super().__init__()
         #: sid -> handler taking raw messages straight from the read loop
         self._raw_handlers: dict[int, RawHandler] = {}
+        self._ps = FastParser(self)  # type: ignore[assignment]
 
     @staticmethod
     def _parse_header_lines(raw: bytes) -> dict[str, Any]:
@@ -72,6 +80,60 @@ class NatsClient(NATS):
             handler(subject.decode(), reply.decode(), data, headers or None)
         except Exception:
             log.exception("message handler for %r failed", subject)
+
+
+class FastParser:
+    """Stands in for nats-py's protocol parser on our :class:`NatsClient`.
+
+    Frames come from the pure :func:`~aioclients.jetstream._protocol._wire.scan`;
+    messages for raw handlers (pull inboxes) are dispatched synchronously, the
+    rest go through the client's own ``_process_*`` methods as nats-py's parser
+    would send them.
+    """
+
+    __slots__ = ("_rest", "nc")
+
+    def __init__(self, nc: NatsClient) -> None:
+        self.nc = nc
+        self._rest = b""
+
+    def reset(self) -> None:
+        self._rest = b""
+
+    async def parse(self, data: bytes = b"") -> None:
+        buffer = self._rest + data if self._rest else bytes(data)
+        try:
+            frames, used = scan(buffer)
+        except RemoteProtocolError as exc:
+            self._rest = b""
+            log.error("NATS protocol error: %s", exc)
+            raise nats.errors.ProtocolError() from exc
+        self._rest = buffer[used:]
+        nc = self.nc
+        handlers = nc._raw_handlers
+        stats = nc.stats
+        for frame in frames:
+            kind = frame[0]
+            if kind == MSG:
+                _, subject, sid, reply, header, payload = frame
+                handler = handlers.get(sid)
+                if handler is None:
+                    await nc._process_msg(sid, subject, reply, payload, header)
+                    continue
+                stats["in_msgs"] += 1
+                stats["in_bytes"] += len(payload)
+                try:
+                    handler(subject.decode(), reply.decode(), payload, header)
+                except Exception:
+                    log.exception("message handler for %r failed", subject)
+            elif kind == PING:
+                await nc._process_ping()
+            elif kind == PONG:
+                await nc._process_pong()
+            elif kind == ERR:
+                await nc._process_err(frame[1].decode("utf-8", "replace").lower())
+            elif kind == INFO:
+                await nc._process_info(json.loads(frame[1]))
 
 
 class NatsTransport:

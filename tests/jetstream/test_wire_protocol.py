@@ -1,0 +1,93 @@
+"""The NATS frame scanner: every frame kind, any chunking, and malformed input."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aioclients._errors import RemoteProtocolError
+from aioclients.jetstream._protocol._wire import ERR, INFO, MSG, OK, PING, PONG, scan
+
+STREAM = (
+    b'INFO {"server_id":"x","max_payload":1048576}\r\n'
+    b"MSG foo.bar 7 5\r\nhello\r\n"
+    b"MSG foo.bar 7 _INBOX.a 0\r\n\r\n"
+    b"HMSG s 9 $JS.ACK.S.C.1.2.3.4.5 12 15\r\nNATS/1.0\r\n\r\nabc\r\n"
+    b"HMSG s 9 32 32\r\nNATS/1.0 408 Request Timeout\r\n\r\n\r\n"
+    b"PING\r\nPONG\r\n+OK\r\n-ERR 'Stale Connection'\r\n"
+    b"MSG\tt\t3\t2\r\nhi\r\n"
+)
+
+EXPECTED = [
+    (INFO, b'{"server_id":"x","max_payload":1048576}'),
+    (MSG, b"foo.bar", 7, b"", None, b"hello"),
+    (MSG, b"foo.bar", 7, b"_INBOX.a", None, b""),
+    (MSG, b"s", 9, b"$JS.ACK.S.C.1.2.3.4.5", b"NATS/1.0\r\n\r\n", b"abc"),
+    (MSG, b"s", 9, b"", b"NATS/1.0 408 Request Timeout\r\n\r\n", b""),
+    (PING,),
+    (PONG,),
+    (OK,),
+    (ERR, b"'Stale Connection'"),
+    (MSG, b"t", 3, b"", None, b"hi"),
+]
+
+
+def test_every_frame_kind() -> None:
+    frames, used = scan(STREAM)
+    assert frames == EXPECTED
+    assert used == len(STREAM)
+
+
+def test_payload_containing_crlf_and_protocol_words() -> None:
+    body = b"PING\r\nMSG x 1 2\r\n"
+    frames, _ = scan(b"MSG a 1 %d\r\n%s\r\n" % (len(body), body))
+    assert frames == [(MSG, b"a", 1, b"", None, body)]
+
+
+@given(st.lists(st.integers(0, len(STREAM)), max_size=8))
+def test_any_chunking_gives_the_same_frames(cuts: list[int]) -> None:
+    rest = b""
+    frames: list[tuple[object, ...]] = []
+    previous = 0
+    for cut in [*sorted(cuts), len(STREAM)]:
+        buffer = rest + STREAM[previous:cut]
+        previous = cut
+        got, used = scan(buffer)
+        frames.extend(got)
+        rest = buffer[used:]
+    assert frames == EXPECTED
+    assert rest == b""
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"BOGUS\r\n",
+        b"MSG a b 3\r\nabc\r\n",  # sid not a number
+        b"MSG a 1 x\r\nabc\r\n",
+        b"MSG a 1\r\n",
+        b"HMSG a 1 5 3\r\nabcde\r\n",  # header larger than the total
+        b"MSG a 1 3\r\nabcXY",  # payload not followed by CRLF
+        b"MSGX a 1 3\r\nabc\r\n",
+        b"X" * 5000,
+    ],
+)
+def test_malformed_input_raises_with_an_offset(data: bytes) -> None:
+    with pytest.raises(RemoteProtocolError) as info:
+        scan(data)
+    assert info.value.offset is not None
+
+
+def test_an_incomplete_frame_waits() -> None:
+    assert scan(b"MSG a 1 10\r\nabc") == ([], 0)
+    assert scan(b"PIN") == ([], 0)
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_only_raise_remote_protocol_error(data: bytes) -> None:
+    try:
+        _frames, used = scan(data)
+    except RemoteProtocolError:
+        return
+    assert 0 <= used <= len(data)
