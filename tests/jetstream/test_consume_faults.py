@@ -101,11 +101,6 @@ async def test_restart_mid_consume_loses_nothing(
     assert stats.reconnects >= 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: after a reconnect, a stream that is gone (StreamNotFoundError from "
-    "consumer.info()) is retried forever instead of ending with ConsumerDeletedError",
-)
 async def test_memory_consumer_gone_after_restart_raises_consumer_deleted(
     private: tuple[NatsServer, JetStream],
 ) -> None:
