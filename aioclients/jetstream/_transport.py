@@ -91,24 +91,45 @@ class FastParser:
     would send them.
     """
 
-    __slots__ = ("_rest", "nc")
+    __slots__ = ("_need", "_parts", "_rest", "_size", "nc")
 
     def __init__(self, nc: NatsClient) -> None:
         self.nc = nc
-        self._rest = b""
+        self.reset()
 
     def reset(self) -> None:
         self._rest = b""
+        self._parts: list[bytes] = []  # chunks of a large message still arriving
+        self._size = 0
+        self._need = 0
 
     async def parse(self, data: bytes = b"") -> None:
-        buffer = self._rest + data if self._rest else bytes(data)
+        if self._need:
+            # A large message is arriving in pieces: join once it is complete,
+            # instead of re-joining (and re-scanning) at every read.
+            self._parts.append(data)
+            self._size += len(data)
+            if self._size < self._need:
+                return
+            buffer = b"".join(self._parts)
+            self._parts = []
+            self._need = 0
+        else:
+            buffer = self._rest + data if self._rest else bytes(data)
         try:
-            frames, used = scan(buffer)
+            frames, used, need = scan(buffer)
         except RemoteProtocolError as exc:
-            self._rest = b""
+            self.reset()
             log.error("NATS protocol error: %s", exc)
             raise nats.errors.ProtocolError() from exc
-        self._rest = buffer[used:]
+        rest = buffer[used:]
+        if need > len(rest):
+            self._parts = [rest]
+            self._size = len(rest)
+            self._need = need
+            self._rest = b""
+        else:
+            self._rest = rest
         nc = self.nc
         handlers = nc._raw_handlers
         stats = nc.stats

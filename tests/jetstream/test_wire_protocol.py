@@ -34,14 +34,15 @@ EXPECTED = [
 
 
 def test_every_frame_kind() -> None:
-    frames, used = scan(STREAM)
+    frames, used, need = scan(STREAM)
     assert frames == EXPECTED
     assert used == len(STREAM)
+    assert need == 0
 
 
 def test_payload_containing_crlf_and_protocol_words() -> None:
     body = b"PING\r\nMSG x 1 2\r\n"
-    frames, _ = scan(b"MSG a 1 %d\r\n%s\r\n" % (len(body), body))
+    frames, _, _ = scan(b"MSG a 1 %d\r\n%s\r\n" % (len(body), body))
     assert frames == [(MSG, b"a", 1, b"", None, body)]
 
 
@@ -53,7 +54,7 @@ def test_any_chunking_gives_the_same_frames(cuts: list[int]) -> None:
     for cut in [*sorted(cuts), len(STREAM)]:
         buffer = rest + STREAM[previous:cut]
         previous = cut
-        got, used = scan(buffer)
+        got, used, _ = scan(buffer)
         frames.extend(got)
         rest = buffer[used:]
     assert frames == EXPECTED
@@ -80,14 +81,17 @@ def test_malformed_input_raises_with_an_offset(data: bytes) -> None:
 
 
 def test_an_incomplete_frame_waits() -> None:
-    assert scan(b"MSG a 1 10\r\nabc") == ([], 0)
-    assert scan(b"PIN") == ([], 0)
+    # The control line is there: the caller learns the whole frame's size.
+    assert scan(b"MSG a 1 10\r\nabc") == ([], 0, len(b"MSG a 1 10\r\n") + 10 + 2)
+    assert scan(b"PING\r\nMSG a 1 10\r\n") == ([(PING,)], 6, 24)
+    assert scan(b"PIN") == ([], 0, 0)
 
 
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_only_raise_remote_protocol_error(data: bytes) -> None:
     try:
-        _frames, used = scan(data)
+        _frames, used, need = scan(data)
     except RemoteProtocolError:
         return
     assert 0 <= used <= len(data)
+    assert need == 0 or need > len(data) - used

@@ -43,11 +43,14 @@ Frame = tuple[Any, ...]
 _CRLF = b"\r\n"
 
 
-def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int]:
+def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int, int]:
     """Scan complete frames from ``buffer[start:]``.
 
     Returns:
-        The frames in order, and the offset just after the last complete one.
+        The frames in order, the offset just after the last complete one, and
+        the size of the incomplete message that follows when its control line
+        is already there (0 otherwise), so a caller can wait for that many bytes
+        before scanning again.
 
     Raises:
         RemoteProtocolError: an unknown or malformed frame (``offset`` says where),
@@ -55,6 +58,7 @@ def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int]:
     """
     frames: list[Frame] = []
     append = frames.append
+    need = 0
     pos = start
     size = len(buffer)
     find = buffer.find
@@ -107,6 +111,7 @@ def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int]:
             body = eol + 2
             end = body + total
             if end + 2 > size:
+                need = end + 2 - pos
                 break  # the payload is still on its way
             if buffer[end : end + 2] != _CRLF:
                 raise RemoteProtocolError("message payload not followed by CRLF", offset=end)
@@ -132,4 +137,4 @@ def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int]:
         else:
             raise RemoteProtocolError(f"unknown NATS protocol line {line[:200]!r}", offset=pos)
         pos = eol + 2
-    return frames, pos
+    return frames, pos, need
