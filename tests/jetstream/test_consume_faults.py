@@ -12,6 +12,7 @@ from consume_support import next_event, publish_many
 from support import Server, WaitFor
 
 from aioclients.jetstream import (
+    APITimeoutError,
     ConsumeEvent,
     Consumer,
     ConsumerDeletedError,
@@ -203,3 +204,61 @@ async def test_close_while_disconnected_ends_iteration(
         await js.close()
         with pytest.raises(JetStreamClosedError):
             await asyncio.wait_for(task, 5)
+
+
+async def test_ack_sync_on_paused_server_times_out_and_can_be_retried(
+    private: tuple[NatsServer, JetStream],
+) -> None:
+    server, js = private
+    consumer = await _file_stream_consumer(js, ack_wait=30)
+    await js.publish("s.a", b"one")
+    msg = await consumer.next(expires=5)
+    server.pause()
+    try:
+        with pytest.raises(APITimeoutError) as info:
+            await msg.ack_sync(timeout=0.5)
+        assert isinstance(info.value, TimeoutError)
+        assert not msg.acked  # unconfirmed: the caller may try again
+    finally:
+        server.resume()
+    await msg.ack_sync(timeout=5)
+    assert msg.acked
+    assert (await consumer.info()).num_ack_pending == 0
+
+
+async def test_fetch_on_paused_server_ends_by_the_client_deadline(
+    private: tuple[NatsServer, JetStream],
+) -> None:
+    # No heartbeats requested: only the client-side deadline (a little above
+    # expires) can end the fetch while the server says nothing.
+    server, js = private
+    consumer = await _file_stream_consumer(js)
+    loop = asyncio.get_running_loop()
+    async with consumer.fetch(5, expires=1) as batch:
+        await asyncio.sleep(0.1)  # bounded: the pull reached the server
+        server.pause()
+        start = loop.time()
+        try:
+            got = [m async for m in batch]
+        finally:
+            server.resume()
+    assert got == []
+    assert loop.time() - start < 4
+
+
+async def test_restart_ends_a_pending_fetch_promptly(
+    private: tuple[NatsServer, JetStream],
+) -> None:
+    server, js = private
+    consumer = await _file_stream_consumer(js)
+    loop = asyncio.get_running_loop()
+    async with consumer.fetch(5, expires=30) as batch:
+        task = asyncio.ensure_future(batch.__anext__())
+        await asyncio.sleep(0.1)  # bounded: the pull reached the server
+        await asyncio.to_thread(server.restart)
+        start = loop.time()
+        # the pull died with the old connection: the fetch ends instead of
+        # waiting out its 30 s expiry
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(task, 10)
+    assert loop.time() - start < 10

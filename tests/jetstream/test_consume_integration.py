@@ -6,7 +6,7 @@ import asyncio
 from datetime import datetime, timezone
 
 import pytest
-from consume_support import publish_many, snoop_pulls
+from consume_support import next_event, publish_many, snoop_pulls
 from support import Server
 
 from aioclients import InvalidArgumentError
@@ -21,6 +21,7 @@ from aioclients.jetstream import (
     MessageStream,
     Msg,
     NoMessagesError,
+    StatusWarning,
     Stream,
 )
 
@@ -544,3 +545,57 @@ async def test_msg_headers(js: JetStream, stream: Stream, consumer: Consumer) ->
     assert msg.headers is not None
     assert msg.headers["X-One"] == "1"
     await msg.ack()
+
+
+async def test_fetch_max_bytes_counts_headers_like_the_server(
+    js: JetStream, stream: Stream, consumer: Consumer
+) -> None:
+    # Learn each message's size from a first look (a second consumer), then ask
+    # for exactly three messages' worth: the server must agree on every byte.
+    for i in range(6):
+        await js.publish(f"{stream.name}.h", b"p" * (10 + i), headers={"X-N": "v" * (i + 1)})
+    probe = await js.create_consumer(stream.name, durable_name="probe")
+    async with probe.fetch(6, expires=5) as batch:
+        looked = [m async for m in batch]
+    assert all(m.headers for m in looked)
+    # the reply subject differs per consumer (name), so size it for "c"
+    sizes = [
+        len(m.subject)
+        + len(m.reply)
+        - len("probe")
+        + len("c")
+        + len(m._header_block or b"")
+        + len(m.data)
+        for m in looked
+    ]
+    async with consumer.fetch(max_bytes=sum(sizes[:3]), expires=5) as batch:
+        exact = [m async for m in batch]
+    assert [m.metadata.sequence.stream for m in exact] == [1, 2, 3]
+    for m in exact:
+        await m.ack()
+    async with consumer.fetch(max_bytes=sum(sizes[3:5]) - 1, expires=5) as batch:
+        short = [m async for m in batch]
+    assert [m.metadata.sequence.stream for m in short] == [4]
+
+
+@pytest.mark.parametrize(
+    ("config", "options", "text"),
+    [
+        ({"max_batch": 5}, {"max_messages": 10}, "Exceeded MaxRequestBatch"),
+        ({"max_expires": 2}, {"expires": 5}, "Exceeded MaxRequestExpires"),
+        ({"max_bytes": 1000}, {"max_bytes": 5000}, "Exceeded MaxRequestMaxBytes"),
+    ],
+)
+async def test_consume_reports_server_limit_warnings(
+    js: JetStream,
+    stream: Stream,
+    config: dict[str, int],
+    options: dict[str, int],
+    text: str,
+) -> None:
+    limited = await js.create_consumer(stream.name, durable_name="lim", **config)
+    events: asyncio.Queue[ConsumeEvent] = asyncio.Queue()
+    async with limited.consume(on_event=events.put_nowait, **options):  # type: ignore[arg-type]
+        warning = await next_event(events, StatusWarning, timeout=5)
+    assert warning.code == 409
+    assert warning.description.startswith(text)
