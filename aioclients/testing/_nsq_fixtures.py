@@ -18,14 +18,17 @@ import pytest
 import pytest_asyncio
 
 from aioclients.testing.nsqd import NsqdEmulator
+from aioclients.testing.nsqlookupd import NsqlookupdEmulator
 
 __all__ = (
     "NSQD_HTTP_ENV",
     "NSQD_TCP_ENV",
     "NSQLOOKUPD_HTTP_ENV",
     "ExternalNsqd",
+    "ExternalNsqlookupd",
     "nsqd",
     "nsqd_factory",
+    "nsqlookupd",
 )
 
 NSQD_TCP_ENV = "AIOCLIENTS_TEST_NSQD_TCP"
@@ -122,3 +125,55 @@ async def nsqd_factory() -> AsyncIterator[Callable[..., Awaitable[NsqdEmulator]]
     finally:
         for emulator in reversed(started):
             await emulator.close()
+
+
+class ExternalNsqlookupd:
+    """An nsqlookupd the tests did not start (``$AIOCLIENTS_TEST_NSQLOOKUPD_HTTP``).
+
+    Its nsqd are expected to be registered with it already, so :meth:`register`
+    does nothing; ``stop()`` / ``start()`` and ``tcp_address`` skip the test.
+    """
+
+    external = True
+
+    def __init__(self, http_address: str) -> None:
+        self._http = _strip_scheme(http_address)
+
+    @property
+    def http_address(self) -> str:
+        return self._http
+
+    @property
+    def tcp_address(self) -> str:
+        pytest.skip("the external nsqlookupd's TCP address is not known")
+
+    def register(self, nsqd: object) -> None:
+        """Nothing to do: the external nsqd registers itself."""
+
+    def unregister(self, nsqd: object) -> None:
+        pytest.skip("cannot unregister an nsqd from an external nsqlookupd")
+
+    async def stop(self) -> None:
+        pytest.skip(f"cannot stop or restart an external nsqlookupd ({self._http})")
+
+    async def start(self) -> None:
+        pytest.skip(f"cannot stop or restart an external nsqlookupd ({self._http})")
+
+    def __repr__(self) -> str:
+        return f"ExternalNsqlookupd(http={self._http!r})"
+
+
+@pytest_asyncio.fixture
+async def nsqlookupd() -> AsyncIterator[NsqlookupdEmulator | ExternalNsqlookupd]:
+    """An nsqlookupd for this test: an emulator, or ``$AIOCLIENTS_TEST_NSQLOOKUPD_HTTP``.
+
+    Link it to the ``nsqd`` fixture with ``nsqlookupd.register(nsqd)`` (direct)
+    or ``nsqd.add_lookupd(nsqlookupd.tcp_address)`` (over the lookupd TCP protocol);
+    against an external nsqlookupd ``register`` does nothing.
+    """
+    http = os.environ.get(NSQLOOKUPD_HTTP_ENV)
+    if http:
+        yield ExternalNsqlookupd(http)
+        return
+    async with NsqlookupdEmulator() as emulator:
+        yield emulator

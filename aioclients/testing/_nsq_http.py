@@ -21,7 +21,7 @@ from aioclients.testing._nsq_wire import NSQ_VERSION, is_valid_name
 if TYPE_CHECKING:
     from aioclients.testing.nsqd import NsqdEmulator
 
-__all__ = ("json_response", "nsq_error", "start_http")
+__all__ = ("json_response", "nsq_error", "nsq_error_middleware", "start_http", "text_response")
 
 _V1_HEADER = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
@@ -54,7 +54,7 @@ def text_response(text: str | bytes, *, status: int = 200) -> web.Response:
 
 
 @web.middleware
-async def _nsq_errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
+async def nsq_error_middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except web.HTTPMethodNotAllowed:
@@ -232,7 +232,9 @@ class _Api:
 async def start_http(nsqd: NsqdEmulator, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Serve the nsqd HTTP API; returns the runner and the bound port."""
     api = _Api(nsqd)
-    app = web.Application(middlewares=[_nsq_errors], client_max_size=nsqd.max_body_size + 1024)
+    app = web.Application(
+        middlewares=[nsq_error_middleware], client_max_size=nsqd.max_body_size + 1024
+    )
     app.router.add_get("/ping", api.ping, allow_head=False)
     app.router.add_get("/info", api.info, allow_head=False)
     app.router.add_post("/pub", api.pub)
