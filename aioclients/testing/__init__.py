@@ -3,5 +3,6 @@ protocol-faithful NSQ and Liftbridge emulators, plus a pytest plugin."""
 
 from aioclients.testing.nats_server import NatsServer, find_nats_server_binary
 from aioclients.testing.nsqd import NsqdEmulator
+from aioclients.testing.nsqlookupd import NsqlookupdEmulator
 
-__all__ = ("NatsServer", "NsqdEmulator", "find_nats_server_binary")
+__all__ = ("NatsServer", "NsqdEmulator", "NsqlookupdEmulator", "find_nats_server_binary")
