@@ -114,14 +114,6 @@ class _Message:
     def copy(self) -> _Message:
         return _Message(self.id, self.body, self.ts, self.deferred)
 
-    def encode(self) -> bytes:
-        body = self.body
-        return (
-            _MSG_HEADER.pack(30 + len(body), FRAME_MESSAGE, self.ts, self.attempts & 0xFFFF)
-            + self.id
-            + body
-        )
-
 
 class _Topic:
     def __init__(self, nsqd: NsqdEmulator, name: str) -> None:
@@ -171,7 +163,10 @@ class _Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
-        self._timeouts: list[tuple[float, int, _Message]] = []
+        # In-flight deadlines: one FIFO per msg_timeout value (deadlines only grow
+        # in each, so appending keeps them sorted) plus a heap for TOUCHed ones.
+        self._timeout_fifos: dict[float, collections.deque[tuple[float, _Message]]] = {}
+        self._touched: list[tuple[float, int, _Message]] = []
         self._deferred: list[tuple[float, int, _Message]] = []
         self._seq = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -238,7 +233,7 @@ class _Channel:
 
     def _track_timeout(self, msg: _Message) -> None:
         self._seq += 1
-        heapq.heappush(self._timeouts, (msg.deadline, self._seq, msg))
+        heapq.heappush(self._touched, (msg.deadline, self._seq, msg))
         self._arm()
 
     # -- clients ------------------------------------------------------------------------
@@ -257,8 +252,9 @@ class _Channel:
 
     def _arm(self) -> None:
         due = min(
-            self._timeouts[0][0] if self._timeouts else float("inf"),
+            self._touched[0][0] if self._touched else float("inf"),
             self._deferred[0][0] if self._deferred else float("inf"),
+            *(q[0][0] for q in self._timeout_fifos.values() if q),
         )
         if due == float("inf"):
             return
@@ -277,8 +273,15 @@ class _Channel:
             msg = heapq.heappop(self._deferred)[2]
             self.queue.append(msg)
             moved = True
-        while self._timeouts and self._timeouts[0][0] <= now:
-            deadline, _, msg = heapq.heappop(self._timeouts)
+        expired: list[tuple[float, _Message]] = []
+        for fifo in self._timeout_fifos.values():
+            while fifo and fifo[0][0] <= now:
+                expired.append(fifo.popleft())
+        while self._touched and self._touched[0][0] <= now:
+            deadline, _, msg = heapq.heappop(self._touched)
+            expired.append((deadline, msg))
+        expired.sort(key=lambda entry: entry[0])
+        for deadline, msg in expired:
             client = msg.client
             if client is None or msg.deadline != deadline or self.in_flight.get(msg.id) is not msg:
                 continue  # finished, re-queued or touched since
@@ -305,7 +308,8 @@ class _Channel:
             m.client = None
         msgs.extend(entry[2] for entry in sorted(self._deferred))
         self._deferred.clear()
-        self._timeouts.clear()
+        self._timeout_fifos.clear()
+        self._touched.clear()
         self.queue.extendleft(reversed(msgs))
         self.close()
 
@@ -326,12 +330,17 @@ class _Channel:
         if not ready:
             return
         now = self.loop.time()
-        batches: dict[_NsqdConnection, list[bytes]] = {}
         queue = self.queue
         in_flight = self.in_flight
         rng = self.topic.nsqd._rng
-        armed_before = self._timer_at if self._timer is not None else float("inf")
-        earliest = float("inf")
+        pack = _MSG_HEADER.pack
+        armed = self._timer is not None
+        for c in ready:
+            c.batch = []
+            fifo = self._timeout_fifos.get(c.msg_timeout)
+            if fifo is None:
+                fifo = self._timeout_fifos[c.msg_timeout] = collections.deque()
+            c.timeout_fifo = fifo
         while queue and ready:
             still_ready = []
             for c in ready:
@@ -346,22 +355,24 @@ class _Channel:
                 msg.delivered_at = now
                 msg.deadline = deadline = now + c.msg_timeout
                 in_flight[msg.id] = msg
-                self._seq += 1
-                heapq.heappush(self._timeouts, (deadline, self._seq, msg))
-                earliest = min(earliest, deadline)
+                c.timeout_fifo.append((deadline, msg))
                 c.in_flight += 1
                 c.message_count += 1
-                batch = batches.get(c)
-                if batch is None:
-                    batch = batches[c] = []
-                batch.append(msg.encode())
+                body = msg.body
+                c.batch.append(
+                    pack(30 + len(body), FRAME_MESSAGE, msg.ts, msg.attempts & 0xFFFF)
+                    + msg.id
+                    + body
+                )
                 if c.rdy > c.in_flight:
                     still_ready.append(c)
             ready = still_ready
-        if earliest < armed_before:
+        if not armed:
             self._arm()
-        for c, frames in batches.items():
-            c.write(b"".join(frames))
+        for c in self.clients:
+            if c.batch:
+                c.write(b"".join(c.batch))
+                c.batch = []
 
 
 class _NsqdConnection(asyncio.Protocol):
@@ -400,6 +411,8 @@ class _NsqdConnection(asyncio.Protocol):
         self.connect_ts = int(time.time())
         self.channel: _Channel | None = None
         self.pub_counts: dict[str, int] = {}
+        self.batch: list[bytes] = []
+        self.timeout_fifo: collections.deque[tuple[float, _Message]] = collections.deque()
         self._last_read = self.loop.time()
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
@@ -542,6 +555,9 @@ class _NsqdConnection(asyncio.Protocol):
                 line = bytes(buf[pos:nl])
                 if line.endswith(b"\r"):
                     line = line[:-1]
+                if len(line) == 20 and line[:4] == b"FIN " and self._fast_fin(line[4:]):
+                    pos = nl + 1
+                    continue
                 params = line.split(b" ")
                 try:
                     end = self._exec(params, nl + 1)
@@ -558,6 +574,21 @@ class _NsqdConnection(asyncio.Protocol):
         finally:
             if pos:
                 del buf[:pos]
+
+    def _fast_fin(self, msg_id: bytes) -> bool:
+        """FIN of a message this client owns, without the general path's checks."""
+        channel = self.channel
+        if channel is None or (self.nsqd.tls_required and not self.tls):
+            return False
+        msg = channel.in_flight.get(msg_id)
+        if msg is None or msg.client is not self:
+            return False  # the general path reports the error
+        del channel.in_flight[msg_id]
+        msg.client = None
+        self.finish_count += 1
+        self.in_flight -= 1
+        channel.schedule_dispatch()
+        return True
 
     def _exec(self, params: list[bytes], start: int) -> int | None:
         cmd = params[0]
