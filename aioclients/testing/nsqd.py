@@ -18,7 +18,8 @@ Behaviour mirrored from nsqd (protocol_v2.go, client_v2.go, channel.go):
 * magic ``b"  V2"`` (anything else: ``E_BAD_PROTOCOL`` and close);
 * IDENTIFY answers ``OK`` unless ``feature_negotiation`` is true, then the JSON
   settings; TLS (``tls_v1``) upgrades after the JSON and confirms with ``OK``
-  over TLS; deflate likewise (the ``OK`` is the first compressed frame);
+  over TLS; deflate or snappy likewise (the ``OK`` is the first compressed
+  frame; snappy uses the framing format and needs the ``cramjam`` package);
 * heartbeats (``_heartbeat_``) every heartbeat interval from the start of the
   connection; a client silent for two intervals is disconnected;
 * every error closes the connection except ``E_FIN_FAILED``, ``E_REQ_FAILED``
@@ -96,6 +97,67 @@ def _base10(raw: bytes) -> int | None:
     if raw and not raw.isdigit():
         return None
     return int(raw) if raw else 0
+
+
+_SNAPPY_ID = b"\xff\x06\x00\x00sNaPpY"
+
+
+def _cramjam() -> Any:
+    import cramjam
+
+    return cramjam
+
+
+def _snappy_available() -> bool:
+    try:
+        _cramjam()
+    except ImportError:
+        return False
+    return True
+
+
+class _SnappyStream:
+    """Snappy's framing format both ways (what nsqd's golang/snappy reader/writer speak).
+
+    Incoming chunks are decoded one at a time through cramjam (which checks each
+    chunk's CRC); outgoing writes are framed by cramjam, the stream identifier
+    sent once, as a Go ``snappy.Writer`` does.
+    """
+
+    def __init__(self) -> None:
+        self._snappy = _cramjam().snappy
+        self._raw = bytearray()
+        self._sent_id = False
+
+    def compress(self, data: bytes) -> bytes:
+        out = bytes(self._snappy.compress(data))
+        if self._sent_id:
+            return out[len(_SNAPPY_ID) :]
+        self._sent_id = True
+        return out
+
+    def decompress(self, data: bytes) -> bytes:
+        raw = self._raw
+        raw += data
+        out = []
+        pos = 0
+        while len(raw) - pos >= 4:
+            kind = raw[pos]
+            size = raw[pos + 1] | raw[pos + 2] << 8 | raw[pos + 3] << 16
+            end = pos + 4 + size
+            if len(raw) < end:
+                break
+            chunk = bytes(raw[pos:end])
+            pos = end
+            if kind == 0xFF:
+                if chunk != _SNAPPY_ID:
+                    raise ValueError("bad snappy stream identifier")
+            elif kind in (0x00, 0x01):
+                out.append(bytes(self._snappy.decompress(_SNAPPY_ID + chunk)))
+            elif kind < 0x80:
+                raise ValueError(f"reserved unskippable snappy chunk type {kind:#x}")
+        del raw[:pos]
+        return b"".join(out)
 
 
 class _Message:
@@ -401,7 +463,9 @@ class _NsqdConnection(asyncio.Protocol):
         self.tls_cipher = ""
         self._deflater: Any = None
         self._inflater: Any = None
+        self._snappy: _SnappyStream | None = None
         self.deflate = False
+        self.snappy = False
         self.authed = False
         self.rdy = 0
         self.in_flight = 0
@@ -443,6 +507,12 @@ class _NsqdConnection(asyncio.Protocol):
             except zlib.error:
                 self._abort()
                 return
+        elif self._snappy is not None:
+            try:
+                data = self._snappy.decompress(data)
+            except Exception:  # cramjam raises its own DecompressionError
+                self._abort()
+                return
         self._buf += data
         if not self._upgrading:
             self._process()
@@ -467,6 +537,8 @@ class _NsqdConnection(asyncio.Protocol):
             return
         if self._deflater is not None:
             data = self._deflater.compress(data) + self._deflater.flush(zlib.Z_SYNC_FLUSH)
+        elif self._snappy is not None:
+            data = self._snappy.compress(data)
         self.transport.write(data)
 
     def _close(self) -> None:
@@ -666,12 +738,28 @@ class _NsqdConnection(asyncio.Protocol):
             # client sent before our answer are lost, as they are with nsqd.
             self._upgrading = True
             del self._buf[end:]
-            task = self.loop.create_task(self._upgrade_tls(deflate_level=level if deflate else 0))
+            task = self.loop.create_task(
+                self._upgrade_tls(deflate_level=level if deflate else 0, snappy=snappy)
+            )
             self.nsqd._tasks.add(task)
             task.add_done_callback(self.nsqd._tasks.discard)
+        elif snappy:
+            self._start_snappy(end)
         elif deflate:
             self._start_deflate(level, end)
         return end
+
+    def _start_snappy(self, end: int) -> None:
+        self._snappy = _SnappyStream()
+        self.snappy = True
+        self.write(_OK)
+        if len(self._buf) > end:  # compressed bytes that came right behind the IDENTIFY
+            rest = bytes(self._buf[end:])
+            del self._buf[end:]
+            try:
+                self._buf += self._snappy.decompress(rest)
+            except Exception:
+                self._abort()
 
     def _start_deflate(self, level: int, end: int) -> None:
         self._deflater = zlib.compressobj(level, zlib.DEFLATED, -15)
@@ -731,7 +819,7 @@ class _NsqdConnection(asyncio.Protocol):
             return f"msg timeout ({mt}) is invalid"
         return None
 
-    async def _upgrade_tls(self, *, deflate_level: int) -> None:
+    async def _upgrade_tls(self, *, deflate_level: int, snappy: bool) -> None:
         assert self.transport is not None
         assert self.nsqd.tls is not None
         try:
@@ -754,7 +842,9 @@ class _NsqdConnection(asyncio.Protocol):
             cipher = obj.cipher()
             self.tls_cipher = cipher[0] if cipher else ""
         self.write(_OK)
-        if deflate_level:
+        if snappy:
+            self._start_snappy(0)
+        elif deflate_level:
             self._start_deflate(deflate_level, 0)
         self._upgrading = False
         self._process()
@@ -1008,7 +1098,7 @@ class _NsqdConnection(asyncio.Protocol):
             "connect_ts": self.connect_ts,
             "sample_rate": self.sample_rate,
             "deflate": self.deflate,
-            "snappy": False,
+            "snappy": self.snappy,
             "user_agent": self.user_agent,
         }
         if self.authed:
@@ -1223,6 +1313,8 @@ class NsqdEmulator:
         output_buffer_timeout: the default output buffer timeout (echoed only).
         deflate: whether deflate may be negotiated.
         max_deflate_level: the highest deflate level.
+        snappy: whether snappy may be negotiated; ``None``: when the ``cramjam``
+            package is installed (nsqd enables snappy by default).
         lookupd_tcp_addresses: ``"host:port"`` of nsqlookupd TCP listeners to register with.
         lookupd_ping_interval: seconds between PINGs to each lookupd.
         broadcast_address: the address announced to lookupd (default: ``host``).
@@ -1254,6 +1346,7 @@ class NsqdEmulator:
         output_buffer_timeout: float = 0.25,
         deflate: bool = True,
         max_deflate_level: int = 6,
+        snappy: bool | None = None,
         lookupd_tcp_addresses: Iterable[str] = (),
         lookupd_ping_interval: float = 15.0,
         broadcast_address: str | None = None,
@@ -1282,7 +1375,9 @@ class NsqdEmulator:
         self.output_buffer_timeout = output_buffer_timeout
         self.deflate_enabled = deflate
         self.max_deflate_level = max_deflate_level
-        self.snappy_enabled = False
+        self.snappy_enabled = _snappy_available() if snappy is None else snappy
+        if self.snappy_enabled and not _snappy_available():
+            raise ValueError("snappy=True needs the cramjam package (pip install cramjam)")
         self.lookupd_ping_interval = lookupd_ping_interval
         self.broadcast_address = broadcast_address or host
         self._rng = random.Random(seed)

@@ -694,9 +694,57 @@ async def test_deflate_negotiation_compresses_both_ways(emulator: NsqdEmulator) 
     await raw.close()
 
 
-async def test_snappy_is_not_offered(conn: Raw) -> None:
-    answer = json.loads(await conn.identify(feature_negotiation=True, snappy=True))
-    assert answer["snappy"] is False
+async def test_snappy_not_offered_when_disabled() -> None:
+    async with NsqdEmulator(snappy=False) as nsqd:
+        raw = await Raw.connect(nsqd.tcp_address)
+        answer = json.loads(await raw.identify(feature_negotiation=True, snappy=True))
+        assert answer["snappy"] is False
+        await raw.close()
+
+
+async def test_snappy_negotiation_frames_both_ways() -> None:
+    cramjam = pytest.importorskip("cramjam")
+    async with NsqdEmulator(snappy=True) as nsqd:
+        raw = await Raw.connect(nsqd.tcp_address)
+        answer = json.loads(await raw.identify(feature_negotiation=True, snappy=True))
+        assert answer["snappy"] is True
+        stream = b""
+
+        async def decoded_at_least(n: int) -> bytes:
+            # from here on the server sends one snappy framed stream
+            nonlocal stream
+            while True:
+                stream += await asyncio.wait_for(raw.reader.read(65536), 5)
+                try:
+                    decoded = bytes(cramjam.snappy.decompress(stream))
+                except Exception:  # a chunk cut by TCP: read on
+                    continue
+                if len(decoded) >= n:
+                    return decoded
+
+        decoded = await decoded_at_least(10)
+        assert stream.startswith(b"\xff\x06\x00\x00sNaPpY")
+        assert decoded == struct.pack(">II", 6, 0) + b"OK"
+        raw.writer.write(bytes(cramjam.snappy.compress(b"PUB t\n" + struct.pack(">I", 1) + b"x")))
+        decoded = await decoded_at_least(20)
+        assert decoded[10:] == struct.pack(">II", 6, 0) + b"OK"
+        assert nsqd.stats(topic="t")["topics"][0]["message_count"] == 1
+        await raw.close()
+
+
+async def test_deflate_and_snappy_together_are_refused() -> None:
+    pytest.importorskip("cramjam")
+    async with NsqdEmulator(snappy=True) as nsqd:
+        raw = await Raw.connect(nsqd.tcp_address)
+        raw.command(
+            b"IDENTIFY",
+            json.dumps({"feature_negotiation": True, "snappy": True, "deflate": True}).encode(),
+        )
+        assert await raw.error() == (
+            b"E_IDENTIFY_FAILED cannot enable both deflate and snappy compression"
+        )
+        assert await raw.closed()
+        await raw.close()
 
 
 # -- stop / start ------------------------------------------------------------------------
