@@ -1420,6 +1420,9 @@ class NsqdEmulator:
         if self._server is not None:
             return
         self._loop_ = asyncio.get_running_loop()
+        for topic in self._topics.values():  # topics kept from a run on another loop
+            for channel in topic.channels.values():
+                channel.loop = self._loop_
         self._server = await self._loop.create_server(
             lambda: _NsqdConnection(self), self.host, self.tcp_port, reuse_address=True
         )
