@@ -136,14 +136,16 @@ class Producer:
         if self._closed:
             raise NSQClosedError("this Producer is closed; create a new one")
         conn = self._conn
-        if conn is not None and not conn.lost:
+        if conn is not None and conn.usable:
             return conn
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
             conn = self._conn
-            if conn is not None and not conn.lost:
+            if conn is not None and conn.usable:
                 return conn
+            if conn is not None:
+                conn.abort()
             if self._closed:
                 raise NSQClosedError("this Producer is closed; create a new one")
             core = ConnectionCore(

@@ -96,6 +96,11 @@ class NsqdConnection(asyncio.Protocol):
         self.finished = 0
         self.requeued = 0
 
+    @property
+    def usable(self) -> bool:
+        """Open, and not condemned by a fatal error."""
+        return not self.lost and self.core.state is not ConnectionState.CLOSED
+
     # ---- opening ----------------------------------------------------------------------
 
     async def open(self, timeout: float) -> None:
