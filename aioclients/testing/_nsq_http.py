@@ -153,8 +153,8 @@ class _Api:
                 got = _read_mpub(data, 0, n.max_msg_size, n.max_body_size)
             except _ClientError as err:
                 return nsq_error(413, err.code[2:])
-            if got is None:  # the body ended early
-                return nsq_error(413, "BAD_MESSAGE")
+            if got is None:  # the body ended early: no count is BAD_BODY, a short message not
+                return nsq_error(413, "BAD_BODY" if len(data) < 4 else "BAD_MESSAGE")
             bodies = got[0]
         else:
             if len(data) > n.max_body_size:

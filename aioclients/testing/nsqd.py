@@ -595,7 +595,7 @@ class _NsqdConnection(asyncio.Protocol):
             return
         if self.loop.time() >= self._last_read + timeout:
             log.debug("nsqd emulator: client %s silent for %.3fs, closing", self, timeout)
-            self._abort()  # nsqd: "failed to read command - i/o timeout"
+            self._close()  # nsqd: "failed to read command - i/o timeout", conn.Close()
         else:
             self._arm_read_deadline()
 
@@ -622,7 +622,7 @@ class _NsqdConnection(asyncio.Protocol):
                 nl = buf.find(b"\n", pos)
                 if nl < 0:
                     if len(buf) - pos > _MAX_LINE:
-                        self._abort()  # nsqd: bufio buffer full, connection dropped
+                        self._close()  # nsqd: bufio buffer full, connection closed
                     break
                 line = bytes(buf[pos:nl])
                 if line.endswith(b"\r"):

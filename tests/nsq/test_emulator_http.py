@@ -128,6 +128,8 @@ async def test_mpub_binary_mode(emulator: NsqdEmulator, http: aiohttp.ClientSess
     [
         (struct.pack(">I", 0), "BAD_BODY"),
         (struct.pack(">I", 1) + struct.pack(">I", 0), "BAD_MESSAGE"),
+        (b"\x00", "BAD_BODY"),
+        (struct.pack(">I", 2) + struct.pack(">I", 1) + b"a", "BAD_MESSAGE"),
     ],
 )
 async def test_mpub_binary_errors(

@@ -674,6 +674,18 @@ async def test_tls_upgrade_after_identify() -> None:
         await raw.close()
 
 
+async def test_tls_required_refuses_commands_before_the_upgrade() -> None:
+    trustme = pytest.importorskip("trustme")
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    trustme.CA().issue_cert("127.0.0.1").configure_cert(server_ctx)
+    async with NsqdEmulator(tls=server_ctx, tls_required=True) as nsqd:
+        raw = await Raw.connect(nsqd.tcp_address)
+        raw.command(b"PUB t", b"x")
+        assert await raw.error() == b"E_INVALID cannot PUB in current state (TLS required)"
+        assert await raw.closed()
+        await raw.close()
+
+
 async def test_tls_not_offered_without_a_context(conn: Raw) -> None:
     answer = json.loads(await conn.identify(feature_negotiation=True, tls_v1=True))
     assert answer["tls_v1"] is False
