@@ -476,6 +476,8 @@ class _NsqdConnection(asyncio.Protocol):
         self.channel: _Channel | None = None
         self.pub_counts: dict[str, int] = {}
         self.batch: list[bytes] = []
+        # while a receive buffer is parsed, answers collect here and go out in one write
+        self._out: list[bytes] | None = None
         self.timeout_fifo: collections.deque[tuple[float, _Message]] = collections.deque()
         self._last_read = self.loop.time()
         self._heartbeat_timer: asyncio.TimerHandle | None = None
@@ -539,16 +541,26 @@ class _NsqdConnection(asyncio.Protocol):
             data = self._deflater.compress(data) + self._deflater.flush(zlib.Z_SYNC_FLUSH)
         elif self._snappy is not None:
             data = self._snappy.compress(data)
-        self.transport.write(data)
+        if self._out is not None:
+            self._out.append(data)
+        else:
+            self.transport.write(data)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, None
+        if out and self.transport is not None and not self._closed:
+            self.transport.write(b"".join(out))
 
     def _close(self) -> None:
         if not self._closed:
+            self._flush()
             self._closed = True
             if self.transport is not None:
                 self.transport.close()
 
     def _abort(self) -> None:
         self._closed = True
+        self._out = None
         if self.transport is not None:
             self.transport.abort()
 
@@ -604,6 +616,7 @@ class _NsqdConnection(asyncio.Protocol):
     def _process(self) -> None:
         buf = self._buf
         pos = 0
+        self._out = []
         try:
             while not self._closed and not self._upgrading:
                 if not self._magic:
@@ -646,6 +659,7 @@ class _NsqdConnection(asyncio.Protocol):
         finally:
             if pos:
                 del buf[:pos]
+            self._flush()
 
     def _fast_fin(self, msg_id: bytes) -> bool:
         """FIN of a message this client owns, without the general path's checks."""
