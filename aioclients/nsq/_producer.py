@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import io
 import math
 import socket
 import ssl
@@ -300,9 +301,11 @@ class HTTPProducer:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         url = f"{self.url}{path}"
+        # aiohttp streams large bodies from a file-like object without warning
+        data: bytes | io.BytesIO = io.BytesIO(body) if len(body) > 512 * 1024 else body
         try:
             async with self._session.post(
-                url, params=params, data=body, timeout=aiohttp.ClientTimeout(total=self._timeout)
+                url, params=params, data=data, timeout=aiohttp.ClientTimeout(total=self._timeout)
             ) as response:
                 text = await response.read()
                 status = response.status
