@@ -25,6 +25,17 @@ __all__ = ("json_response", "nsq_error", "nsq_error_middleware", "start_http", "
 
 _V1_HEADER = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
+_MEMORY_KEYS = (
+    "heap_objects",
+    "heap_idle_bytes",
+    "heap_in_use_bytes",
+    "heap_released_bytes",
+    "gc_pause_usec_100",
+    "gc_pause_usec_99",
+    "gc_pause_usec_95",
+    "next_gc_bytes",
+    "gc_total_runs",
+)
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -177,6 +188,10 @@ class _Api:
             q.get("topic") or None, q.get("channel") or None, include_clients=include_clients
         )
         if q.get("format") == "json":
+            if _BOOL_PARAMS.get(q.get("include_mem", ""), True):
+                # nsqd reports Go runtime memory here; the emulator has none to report
+                doc = {**doc, "memory": dict.fromkeys(_MEMORY_KEYS, 0)}
+                doc["producers"] = doc.pop("producers")  # nsqd's field order
             return json_response(doc)
         lines = [f"nsqd v{NSQ_VERSION} (emulator)", "", "Health: OK", ""]
         if not doc["topics"]:

@@ -1048,6 +1048,7 @@ class _NsqdConnection(asyncio.Protocol):
             return None
         body, end = got
         self._check_auth("PUB", topic, "")
+        self.nsqd._injected_failure("PUB")
         self.nsqd._publish(topic, [body])
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + 1
         self.write(_OK)
@@ -1068,6 +1069,7 @@ class _NsqdConnection(asyncio.Protocol):
             return None
         body, end = got
         self._check_auth("DPUB", topic, "")
+        self.nsqd._injected_failure("DPUB")
         self.nsqd._publish(topic, [body], defer=timeout_ms / 1000)
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + 1
         self.write(_OK)
@@ -1089,6 +1091,7 @@ class _NsqdConnection(asyncio.Protocol):
         if got is None:
             return None
         bodies, end = got
+        nsqd._injected_failure("MPUB")
         nsqd._publish(topic, bodies)
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(bodies)
         self.write(_OK)
@@ -1406,6 +1409,7 @@ class NsqdEmulator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._lookupd_peers = [_LookupdPeer(self, a) for a in lookupd_tcp_addresses]
         self._start_time = int(time.time())
+        self._failures: dict[str, int] = {}
 
     # -- public surface -------------------------------------------------------------------
 
@@ -1607,6 +1611,25 @@ class NsqdEmulator:
             topic = self._topics[name] = _Topic(self, name)
             self._registered(name, None)
         return topic
+
+    def fail_next(self, command: str, times: int = 1) -> None:
+        """Make the next ``times`` ``PUB``/``MPUB``/``DPUB`` commands fail as nsqd does
+        when the topic is exiting: ``E_PUB_FAILED PUB failed exiting`` (fatal).
+
+        For testing how producers handle a server-side publish failure.
+
+        Raises:
+            ValueError: ``command`` is not PUB, MPUB or DPUB.
+        """
+        if command not in ("PUB", "MPUB", "DPUB"):
+            raise ValueError(f"fail_next() takes PUB, MPUB or DPUB, not {command!r}")
+        self._failures[command] = self._failures.get(command, 0) + times
+
+    def _injected_failure(self, command: str) -> None:
+        left = self._failures.get(command, 0)
+        if left:
+            self._failures[command] = left - 1
+            raise _ClientError(f"E_{command}_FAILED", f"{command} failed exiting")
 
     def _publish(self, topic: str, bodies: list[bytes], *, defer: float = 0.0) -> None:
         ts = time.time_ns()

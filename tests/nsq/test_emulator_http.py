@@ -158,7 +158,7 @@ async def test_stats_json_shape(emulator: NsqdEmulator, http: aiohttp.ClientSess
     emulator.publish("s", b"abc", b"de")
     status, doc, _ = await call(http, "GET", f"http://{emulator.http_address}/stats?format=json")
     assert status == 200
-    assert list(doc) == ["version", "health", "start_time", "topics", "producers"]
+    assert list(doc) == ["version", "health", "start_time", "topics", "memory", "producers"]
     assert (doc["version"], doc["health"]) == ("1.3.0", "OK")
     [topic] = doc["topics"]
     assert list(topic) == [
@@ -188,6 +188,17 @@ async def test_stats_json_shape(emulator: NsqdEmulator, http: aiohttp.ClientSess
         "e2e_processing_latency",
     ]
     assert (channel["channel_name"], channel["depth"], channel["clients"]) == ("c", 2, [])
+
+
+async def test_stats_without_memory_or_clients(
+    emulator: NsqdEmulator, http: aiohttp.ClientSession
+) -> None:
+    emulator.create_topic("s", "c")
+    url = f"http://{emulator.http_address}/stats?format=json&include_mem=false&include_clients=0"
+    _, doc, _ = await call(http, "GET", url)
+    assert "memory" not in doc
+    assert doc["producers"] is None
+    assert doc["topics"][0]["channels"][0]["clients"] is None
 
 
 async def test_stats_lists_consumers_and_producers(

@@ -458,6 +458,24 @@ async def test_publish_errors_are_fatal(
     assert await conn.closed()
 
 
+@pytest.mark.parametrize("command", [b"PUB", b"MPUB", b"DPUB"])
+async def test_injected_publish_failure_is_fatal(command: bytes) -> None:
+    async with NsqdEmulator() as nsqd:
+        nsqd.fail_next(command.decode())
+        raw = await Raw.connect(nsqd.tcp_address)
+        body = b"x" if command != b"MPUB" else struct.pack(">II", 1, 1) + b"x"
+        raw.command(command + b" t" + (b" 10" if command == b"DPUB" else b""), body)
+        name = command.decode()
+        assert await raw.error() == f"E_{name}_FAILED {name} failed exiting".encode()
+        assert await raw.closed()
+        await raw.close()
+        # only the next one fails
+        again = await Raw.connect(nsqd.tcp_address)
+        again.command(command + b" t" + (b" 10" if command == b"DPUB" else b""), body)
+        assert await again.response() == b"OK"
+        await again.close()
+
+
 async def test_pub_too_big_is_fatal() -> None:
     async with NsqdEmulator(max_msg_size=10) as nsqd:
         raw = await Raw.connect(nsqd.tcp_address)
