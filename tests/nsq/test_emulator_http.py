@@ -60,7 +60,7 @@ async def test_pub_answers_ok_and_queues(
 async def test_pub_with_defer(emulator: NsqdEmulator, http: aiohttp.ClientSession) -> None:
     emulator.create_topic("d", "c")
     status, _, _ = await call(
-        http, "POST", f"http://{emulator.http_address}/pub?topic=d&defer=100", b"later"
+        http, "POST", f"http://{emulator.http_address}/pub?topic=d&defer=500", b"later"
     )
     assert status == 200
     channel = emulator.stats(topic="d")["topics"][0]["channels"][0]
