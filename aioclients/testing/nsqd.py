@@ -1583,9 +1583,7 @@ class NsqdEmulator:
             )
         producers = None
         if include_clients:
-            producers = [
-                c.stats() for c in self._connections if c.pub_counts and c.channel is None
-            ] or None
+            producers = [c.stats() for c in self._connections if c.pub_counts] or None
         return {
             "version": NSQ_VERSION,
             "health": "OK",

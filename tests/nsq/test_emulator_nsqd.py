@@ -692,6 +692,27 @@ async def test_tls_upgrade_after_identify() -> None:
         await raw.close()
 
 
+async def test_tls_then_deflate() -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+    async with NsqdEmulator(tls=server_ctx) as nsqd:
+        raw = await Raw.connect(nsqd.tcp_address)
+        answer = json.loads(await raw.identify(feature_negotiation=True, tls_v1=True, deflate=True))
+        assert (answer["tls_v1"], answer["deflate"], answer["deflate_level"]) == (True, True, 6)
+        await raw.writer.start_tls(client_ctx, server_hostname="127.0.0.1")
+        assert await raw.response() == b"OK"  # over TLS, not compressed
+        raw.inflater = zlib.decompressobj(-15)
+        raw.deflater = zlib.compressobj(6, zlib.DEFLATED, -15)
+        assert await raw.response() == b"OK"  # over TLS, compressed
+        raw.command(b"PUB t", b"both")
+        assert await raw.response() == b"OK"
+        await raw.close()
+
+
 async def test_tls_required_refuses_commands_before_the_upgrade() -> None:
     trustme = pytest.importorskip("trustme")
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
