@@ -168,7 +168,10 @@ class Producer:
         fut: asyncio.Future[None] = loop.create_future()
         conn.core.publish(command)
         self._pending.append(fut)
-        conn.schedule_flush()
+        if len(self._pending) == 1:
+            conn.flush()  # alone: no one to batch with, write now
+        else:
+            conn.schedule_flush()  # pipelined: one write per loop iteration
         timer = loop.call_later(self._timeout, self._on_timeout, conn, fut)
         try:
             if conn._paused:

@@ -53,6 +53,9 @@ __all__ = ("ConnectionStatistics", "Reader", "ReaderStatistics")
 log = logging.getLogger("aioclients.nsq.reader")
 
 USER_AGENT = f"aioclients/{__version__}"
+# Responses are written at the end of the loop iteration, or as soon as this many
+# bytes wait (about 40 FINs), so that nsqd can send more while we work.
+_EARLY_FLUSH_BYTES = 1024
 
 
 class ConnectionStatistics(NamedTuple):
@@ -524,7 +527,10 @@ class Reader:
             conn.requeued += 1
             self._requeued += 1
             success = False if success else None
-        conn.schedule_flush()
+        if conn.core.pending_bytes >= _EARLY_FLUSH_BYTES:
+            conn.flush()  # let nsqd refill while we go on with the messages we hold
+        else:
+            conn.schedule_flush()
         dist = self._dist
         loop = self._loop
         if dist is not None and loop is not None:

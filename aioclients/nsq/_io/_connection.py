@@ -126,7 +126,7 @@ class NsqdConnection(asyncio.Protocol):
                     "(is nsqd running and is this its TCP address?)"
                 ) from exc
             self.core.start(self._clock())
-            self._flush()
+            self.flush()
             self._arm_timer()
             while True:
                 step = await self._handshake
@@ -186,7 +186,7 @@ class NsqdConnection(asyncio.Protocol):
         except Exception as exc:  # bad bytes, a refused handshake step
             self._fail(exc)
             return
-        self._flush()
+        self.flush()
 
     def _feed(self, data: bytes) -> None:
         now = self._clock()
@@ -252,7 +252,7 @@ class NsqdConnection(asyncio.Protocol):
 
     # ---- writing -----------------------------------------------------------------------
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         self._flush_scheduled = False
         transport = self._transport
         if transport is None or not self.core.has_data_to_send:
@@ -266,7 +266,7 @@ class NsqdConnection(asyncio.Protocol):
         """Write what the core has queued at the end of this loop iteration."""
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self.flush)
 
     async def drain(self) -> None:
         """Wait while the socket's write buffer is above its high-water mark."""
@@ -340,10 +340,10 @@ class NsqdConnection(asyncio.Protocol):
             if self.core.state is ConnectionState.SUBSCRIBED:
                 self._close_wait = self._loop.create_future()
                 self.core.cls()
-                self._flush()
+                self.flush()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(asyncio.shield(self._close_wait), timeout)
-            self._flush()
+            self.flush()
             self._close_transport()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._closed), timeout)

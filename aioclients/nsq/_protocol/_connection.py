@@ -309,6 +309,11 @@ class ConnectionCore:
     def has_data_to_send(self) -> bool:
         return bool(self._out)
 
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes queued and not yet taken by :meth:`data_to_send`."""
+        return len(self._out)
+
     def send_rdy(self, count: int) -> None:
         if self.state is not ConnectionState.SUBSCRIBED:
             if self.state is ConnectionState.CLOSING or self.state is ConnectionState.CLOSED:
