@@ -1425,6 +1425,7 @@ class NsqdEmulator:
 
     @property
     def running(self) -> bool:
+        """Whether the listeners are open (between :meth:`start` and :meth:`stop`)."""
         return self._server is not None
 
     @property
@@ -1434,7 +1435,11 @@ class NsqdEmulator:
         return self._loop_
 
     async def start(self) -> None:
-        """Listen (again, on the same ports) and register with the configured lookupds."""
+        """Listen (again, on the same ports) and register with the configured lookupds.
+
+        Raises:
+            OSError: a port is taken (for instance by another server since :meth:`stop`).
+        """
         if self._server is not None:
             return
         self._loop_ = asyncio.get_running_loop()
@@ -1503,7 +1508,11 @@ class NsqdEmulator:
         await self.close()
 
     def add_lookupd(self, tcp_address: str) -> None:
-        """Register with one more nsqlookupd (``"host:port"`` of its TCP listener)."""
+        """Register with one more nsqlookupd over its TCP protocol.
+
+        Args:
+            tcp_address: ``"host:port"`` of the nsqlookupd TCP listener.
+        """
         peer = _LookupdPeer(self, tcp_address)
         self._lookupd_peers.append(peer)
         if self._server is not None:
@@ -1511,6 +1520,11 @@ class NsqdEmulator:
 
     def publish(self, topic: str, *bodies: bytes, defer: float = 0.0) -> None:
         """Put messages on ``topic`` as if a producer had published them.
+
+        Args:
+            topic: the topic (created when missing).
+            bodies: the message bodies, each non-empty.
+            defer: seconds before the messages become available, as with DPUB.
 
         Raises:
             ValueError: invalid topic name or empty body.
@@ -1522,7 +1536,15 @@ class NsqdEmulator:
         self._publish(topic, list(bodies), defer=defer)
 
     def create_topic(self, topic: str, *channels: str) -> None:
-        """Create a topic (and channels), as ``/topic/create`` and ``/channel/create`` do."""
+        """Create a topic (and channels), as ``/topic/create`` and ``/channel/create`` do.
+
+        Args:
+            topic: the topic name.
+            channels: channel names to create on it.
+
+        Raises:
+            ValueError: an invalid topic or channel name.
+        """
         for name in (topic, *channels):
             if not is_valid_name(name):
                 raise ValueError(f"invalid topic or channel name {name!r}")
@@ -1542,7 +1564,16 @@ class NsqdEmulator:
     def stats(
         self, topic: str | None = None, channel: str | None = None, include_clients: bool = True
     ) -> dict[str, Any]:
-        """The document ``/stats?format=json`` answers with (without ``memory``)."""
+        """The document ``/stats?format=json`` answers with (without ``memory``).
+
+        Args:
+            topic: only this topic (all when ``None``).
+            channel: only this channel (all when ``None``).
+            include_clients: list the clients of each channel and the producers.
+
+        Returns:
+            ``{"version", "health", "start_time", "topics", "producers"}`` shaped as nsqd's.
+        """
         topics = []
         for t in sorted(self._topics.values(), key=lambda t: t.name):
             if topic and t.name != topic:

@@ -124,10 +124,15 @@ class NsqlookupdEmulator:
 
     @property
     def running(self) -> bool:
+        """Whether the listeners are open."""
         return self._server is not None
 
     async def start(self) -> None:
-        """Listen (again, on the same ports)."""
+        """Listen (again, on the same ports).
+
+        Raises:
+            OSError: a port is taken.
+        """
         if self._server is not None:
             return
         self._server = await asyncio.start_server(
@@ -172,7 +177,11 @@ class NsqlookupdEmulator:
         await self.close()
 
     def register(self, nsqd: NsqdEmulator) -> None:
-        """Attach an nsqd emulator directly (no TCP): a producer of its topics while it runs."""
+        """Attach an nsqd emulator directly (no TCP): a producer of its topics while it runs.
+
+        Args:
+            nsqd: the emulator; its topics and channels are read at each request.
+        """
         self._direct[f"direct:{id(nsqd)}"] = nsqd
 
     def unregister(self, nsqd: NsqdEmulator) -> None:
@@ -182,7 +191,15 @@ class NsqlookupdEmulator:
         self._remove_producer(peer_id)
 
     def lookup(self, topic: str) -> dict[str, Any] | None:
-        """What ``/lookup?topic=`` answers (``None`` for 404 ``TOPIC_NOT_FOUND``)."""
+        """What ``/lookup?topic=`` answers.
+
+        Args:
+            topic: the topic to look up.
+
+        Returns:
+            ``{"channels": [...], "producers": [...]}``, or ``None`` where
+            nsqlookupd answers 404 ``TOPIC_NOT_FOUND``.
+        """
         self._sync_direct()
         if ("topic", topic, "") not in self._db:
             return None
