@@ -15,7 +15,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-import pytest_asyncio
+
+try:
+    from pytest_asyncio import fixture as _async_fixture
+except ImportError:  # the plugin still loads; async fixtures then need another async plugin
+    _async_fixture = pytest.fixture  # type: ignore[assignment]
 
 from aioclients.testing.nsqd import NsqdEmulator
 from aioclients.testing.nsqlookupd import NsqlookupdEmulator
@@ -86,7 +90,7 @@ def external_nsqd() -> ExternalNsqd | None:
     return None
 
 
-@pytest_asyncio.fixture
+@_async_fixture
 async def nsqd() -> AsyncIterator[NsqdEmulator | ExternalNsqd]:
     """An nsqd for this test: an :class:`NsqdEmulator`, or ``$AIOCLIENTS_TEST_NSQD_TCP``/``_HTTP``.
 
@@ -102,7 +106,7 @@ async def nsqd() -> AsyncIterator[NsqdEmulator | ExternalNsqd]:
         yield emulator
 
 
-@pytest_asyncio.fixture
+@_async_fixture
 async def nsqd_factory() -> AsyncIterator[Callable[..., Awaitable[NsqdEmulator]]]:
     """``await nsqd_factory(**kwargs)`` starts one more :class:`NsqdEmulator` for this test.
 
@@ -163,7 +167,7 @@ class ExternalNsqlookupd:
         return f"ExternalNsqlookupd(http={self._http!r})"
 
 
-@pytest_asyncio.fixture
+@_async_fixture
 async def nsqlookupd() -> AsyncIterator[NsqlookupdEmulator | ExternalNsqlookupd]:
     """An nsqlookupd for this test: an emulator, or ``$AIOCLIENTS_TEST_NSQLOOKUPD_HTTP``.
 
