@@ -6,6 +6,8 @@ import json
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aioclients import LocalProtocolError
 from aioclients.nsq import NSQError, NSQProtocolError
@@ -247,3 +249,16 @@ def test_no_heartbeat_watchdog_when_disabled() -> None:
 def test_topic_without_channel_is_refused() -> None:
     with pytest.raises(LocalProtocolError):
         C.ConnectionCore(identify={}, topic="t")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=64), max_size=10))
+def test_fuzz_subscribed_core_raises_only_protocol_errors(chunks: list[bytes]) -> None:
+    core = subscribed()
+    try:
+        for chunk in chunks:
+            for event in core.receive_data(chunk, 0.0):
+                assert isinstance(event, C.Event)
+    except NSQProtocolError as err:
+        offset = err.offset
+        assert offset is not None

@@ -323,3 +323,35 @@ def test_codecs_round_trip_across_any_chunking(codec_type: type) -> None:
     for i in range(0, len(stream), 777):
         out += b"".join(receiver.decode(stream[i : i + 777]))
     assert out == b"".join(parts)
+
+
+async def test_cancelling_start_during_the_handshake_closes_everything() -> None:
+    async with FakeNsqd(silent=True) as fake:
+        reader = Reader("t", "c", nsqd_tcp_addresses=[fake.address])
+        task = asyncio.ensure_future(reader.start())
+        await fake.wait_for(lambda c: b"IDENTIFY" in c)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert reader.closed
+        assert reader.statistics().connections == ()
+
+
+async def test_cancelling_a_publish_keeps_answers_in_order() -> None:
+    held: list[bytes] = []
+
+    def answer(fake: FakeNsqd, command: bytes, body: bytes | None) -> bytes | None:
+        if body == b"slow":
+            held.append(body)
+            return None  # answered later, by the test
+        return fake.default_answer(command, body)
+
+    async with FakeNsqd(on_command=answer) as fake, Producer(fake.address) as producer:
+        slow = asyncio.ensure_future(producer.publish("t", b"slow"))
+        await fake.wait_for(lambda c: b"PUB t" in c)
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        fake.send(frame(0, b"OK"))  # the late answer to the cancelled PUB
+        await asyncio.wait_for(producer.publish("t", b"next"), 5)
+    assert held == [b"slow"]
