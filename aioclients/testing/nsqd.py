@@ -1484,8 +1484,11 @@ class NsqdEmulator:
                     self._delete_channel(channel)
                 else:
                     channel.flush_for_restart()
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
         """Stop and forget every topic."""
