@@ -107,7 +107,7 @@ class Message:
         if self._responded:
             raise MessageRespondedError("touch(): the message was already answered")
         conn = self._conn
-        if not conn.lost and self.id in conn.core.in_flight:
+        if conn.usable and self.id in conn.core.in_flight:
             conn.core.touch(self.id)
             conn.schedule_flush()
             await conn.drain()

@@ -516,7 +516,7 @@ class Reader:
 
     async def _respond(self, msg: Message, requeue_ms: int | None, success: bool | None) -> None:
         conn = msg._conn
-        if conn.lost or msg.id not in conn.core.in_flight:
+        if not conn.usable or msg.id not in conn.core.in_flight:
             return  # nsqd re-delivers it after its timeout; nothing to say on a dead link
         if requeue_ms is None:
             conn.core.fin(msg.id)
@@ -535,8 +535,8 @@ class Reader:
         loop = self._loop
         if dist is not None and loop is not None:
             updates = dist.on_response(conn.address, loop.time(), success)
-            if updates:
-                self._apply(updates)
+            if updates or success is not None:
+                self._apply(updates)  # also re-arms the timer: a backoff window may have opened
         if conn._paused:
             await conn.drain()
 
