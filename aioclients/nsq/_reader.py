@@ -535,7 +535,7 @@ class Reader:
         loop = self._loop
         if dist is not None and loop is not None:
             updates = dist.on_response(conn.address, loop.time(), success)
-            if updates or success is not None:
+            if updates or success is False or dist.backoff.active:
                 self._apply(updates)  # also re-arms the timer: a backoff window may have opened
         if conn._paused:
             await conn.drain()
