@@ -331,3 +331,84 @@ async def test_tls_and_auth(nsqd_factory: Any) -> None:
         async with Producer(server.tcp_address, tls=client_ctx, auth_secret="wrong") as p:
             await p.publish(topic, b"x")
     assert err.value.code in ("E_AUTH_FAILED", "E_UNAUTHORIZED")
+
+
+async def test_old_lookupd_answer_shape_is_understood(nsqd: Any) -> None:
+    """An nsqlookupd < 1.0 wraps its answer in {"status_code", "status_txt", "data"}."""
+    from aiohttp import web
+
+    host, port = nsqd.tcp_address.rsplit(":", 1)
+    topic = topic_name()
+
+    async def lookup(request: web.Request) -> web.Response:
+        assert request.query["topic"] == topic
+        producer = {"broadcast_address": host, "tcp_port": int(port), "http_port": 1}
+        data = {"channels": [], "producers": [producer]}
+        return web.json_response({"status_code": 200, "status_txt": "OK", "data": data})
+
+    app = web.Application()
+    app.router.add_get("/lookup", lookup)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        lookupd_port = runner.addresses[0][1]
+        async with Producer(nsqd.tcp_address) as p:
+            await p.publish(topic, b"via old lookupd")
+        async with Reader(
+            topic, "ch", lookupd_http_addresses=[f"127.0.0.1:{lookupd_port}"]
+        ) as reader:
+            msg = await asyncio.wait_for(reader.__anext__(), 10)
+            await msg.finish()
+            assert msg.body == b"via old lookupd"
+    finally:
+        await runner.cleanup()
+
+
+async def test_unreachable_lookupd_is_a_clear_error() -> None:
+    from aioclients.nsq import NSQConnectError
+
+    with pytest.raises(NSQConnectError, match="no nsqlookupd answered"):
+        async with Reader("t", "c", lookupd_http_addresses=["127.0.0.1:1"], connect_timeout=2):
+            pass
+
+
+async def test_set_max_in_flight_at_run_time_and_is_starved(nsqd: Any, wait_for: WaitFor) -> None:
+    topic = topic_name()
+    async with Producer(nsqd.tcp_address) as p:
+        await p.mpublish(topic, [b"%d" % i for i in range(30)])
+    async with Reader(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=4) as r:
+        held = [await asyncio.wait_for(r.__anext__(), 10) for _ in range(4)]
+
+        async def starved() -> bool:
+            return r.is_starved()
+
+        await wait_for(starved, timeout=5, what="is_starved with 4 of 4 in flight")
+        assert r.statistics().in_flight == 4
+        r.set_max_in_flight(10)
+        assert r.statistics().total_rdy == 10
+        held += [await asyncio.wait_for(r.__anext__(), 10) for _ in range(6)]
+        assert r.statistics().in_flight == 10
+        r.set_max_in_flight(0)
+        assert r.statistics().total_rdy == 0
+        for msg in held:
+            await msg.finish()
+        assert not r.is_starved()
+        assert r.statistics().messages_finished == 10
+
+
+@pytest.mark.fault
+async def test_producer_reconnects_after_nsqd_restarts(nsqd: Any) -> None:
+    if getattr(nsqd, "external", False):
+        pytest.skip("restarts nsqd; cannot with an external one")
+    from aioclients.nsq import NSQConnectError
+
+    topic = topic_name()
+    async with Producer(nsqd.tcp_address) as producer:
+        await producer.publish(topic, b"before")
+        await nsqd.stop()
+        with pytest.raises(NSQConnectError):
+            await producer.publish(topic, b"while down")
+        await nsqd.start()
+        await producer.publish(topic, b"after")
