@@ -516,8 +516,16 @@ class Reader:
 
     async def _respond(self, msg: Message, requeue_ms: int | None, success: bool | None) -> None:
         conn = msg._conn
-        if not conn.usable or msg.id not in conn.core.in_flight:
+        if not conn.usable:
             return  # nsqd re-delivers it after its timeout; nothing to say on a dead link
+        dist = self._dist
+        loop = self._loop
+        if msg.id not in conn.core.in_flight:
+            # The same id was delivered again (msg_timeout expired) and that copy was
+            # answered already: nothing to send, but this copy still frees its slot.
+            if dist is not None and loop is not None:
+                self._apply(dist.on_response(conn.address, loop.time(), None))
+            return
         if requeue_ms is None:
             conn.core.fin(msg.id)
             conn.finished += 1
@@ -531,8 +539,6 @@ class Reader:
             conn.flush()  # let nsqd refill while we go on with the messages we hold
         else:
             conn.schedule_flush()
-        dist = self._dist
-        loop = self._loop
         if dist is not None and loop is not None:
             updates = dist.on_response(conn.address, loop.time(), success)
             if updates or success is False or dist.backoff.active:

@@ -355,3 +355,21 @@ async def test_cancelling_a_publish_keeps_answers_in_order() -> None:
         fake.send(frame(0, b"OK"))  # the late answer to the cancelled PUB
         await asyncio.wait_for(producer.publish("t", b"next"), 5)
     assert held == [b"slow"]
+
+
+async def test_a_redelivered_id_frees_both_slots() -> None:
+    """nsqd re-delivers a timed-out message with the same id; answering both copies
+    sends one FIN and leaves nothing counted in flight."""
+    async with FakeNsqd() as fake:
+        async with Reader("t", "c", nsqd_tcp_addresses=[fake.address], max_in_flight=2) as reader:
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(message_frame(MID1, b"x"))
+            first = await asyncio.wait_for(reader.__anext__(), 5)
+            fake.send(message_frame(MID1, b"x", attempts=2))
+            second = await asyncio.wait_for(reader.__anext__(), 5)
+            await second.finish()
+            await first.finish()
+            await fake.wait_for(lambda c: b"FIN " + MID1 in c)
+            assert reader._dist is not None
+            assert reader._dist.total_in_flight == 0
+    assert fake.commands.count(b"FIN " + MID1) == 1
