@@ -52,7 +52,7 @@ async def publish_spread(
 
 
 async def test_three_nsqd_behind_a_lookupd_every_message_finished_once(
-    nsqd: Any, nsqd_factory: Any, nsqlookupd: Any
+    nsqd: Any, nsqd_factory: Any, nsqlookupd: Any, wait_for: WaitFor
 ) -> None:
     servers = await cluster(nsqd, nsqd_factory, 3)
     link(nsqlookupd, servers)
@@ -66,7 +66,11 @@ async def test_three_nsqd_behind_a_lookupd_every_message_finished_once(
         max_in_flight=50,
         lookupd_poll_interval=0.5,
     ) as reader:
-        assert len(reader.statistics().connections) == len(servers)
+
+        async def all_connected() -> bool:  # a real nsqd registers with lookupd a bit later
+            return len(reader.statistics().connections) == len(servers)
+
+        await wait_for(all_connected, timeout=10, what="a connection to every nsqd")
 
         async def consume() -> None:
             async for msg in reader:
