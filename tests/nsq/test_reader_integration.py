@@ -416,3 +416,22 @@ async def test_producer_reconnects_after_nsqd_restarts(nsqd: Any) -> None:
             await producer.publish(topic, b"while down")
         await nsqd.start()
         await producer.publish(topic, b"after")
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("command", ["PUB", "MPUB", "DPUB"])
+async def test_producer_reconnects_after_a_fatal_publish_error(nsqd: Any, command: str) -> None:
+    if getattr(nsqd, "external", False):
+        pytest.skip("injects a server-side failure; cannot with an external nsqd")
+    topic = topic_name()
+    calls = {
+        "PUB": lambda p: p.publish(topic, b"x"),
+        "MPUB": lambda p: p.mpublish(topic, [b"x", b"y"]),
+        "DPUB": lambda p: p.dpublish(topic, b"x", 0.01),
+    }
+    async with Producer(nsqd.tcp_address) as producer:
+        nsqd.fail_next(command)
+        with pytest.raises(NSQError) as err:
+            await calls[command](producer)
+        assert err.value.code == f"E_{command}_FAILED"
+        await calls[command](producer)  # a fresh connection
