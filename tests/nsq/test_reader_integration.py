@@ -435,3 +435,18 @@ async def test_producer_reconnects_after_a_fatal_publish_error(nsqd: Any, comman
             await calls[command](producer)
         assert err.value.code == f"E_{command}_FAILED"
         await calls[command](producer)  # a fresh connection
+
+
+async def test_close_leaves_unanswered_messages_to_time_out(nsqd_factory: Any) -> None:
+    server = await nsqd_factory(msg_timeout=0.3, min_msg_timeout=0.1)
+    topic = topic_name()
+    async with Producer(server.tcp_address) as p:
+        await p.publish(topic, b"held")
+    async with Reader(topic, "ch", nsqd_tcp_addresses=[server.tcp_address]) as first:
+        held = await asyncio.wait_for(first.__anext__(), 10)
+        assert held.attempts == 1
+    await held.finish()  # after close: nothing is sent, nsqd times the message out
+    async with Reader(topic, "ch", nsqd_tcp_addresses=[server.tcp_address]) as second:
+        again = await asyncio.wait_for(second.__anext__(), 10)
+        await again.finish()
+    assert (again.id, again.attempts) == (held.id, 2)
