@@ -331,6 +331,19 @@ async def test_tls_and_auth(nsqd_factory: Any) -> None:
         msg = await asyncio.wait_for(r.__anext__(), 10)
         await msg.finish()
         assert msg.body == b"secret"
+    async with Reader(  # TLS, then deflate on top of it, then AUTH
+        topic,
+        "ch2",
+        nsqd_tcp_addresses=[server.tcp_address],
+        tls=client_ctx,
+        deflate=True,
+        auth_secret="open-sesame",
+    ) as r:
+        async with Producer(server.tcp_address, tls=client_ctx, auth_secret="open-sesame") as p:
+            await p.publish(topic, b"compressed and encrypted")
+        msg = await asyncio.wait_for(r.__anext__(), 10)
+        await msg.finish()
+        assert msg.body == b"compressed and encrypted"
     with pytest.raises(NSQError) as err:
         async with Producer(server.tcp_address, tls=client_ctx, auth_secret="wrong") as p:
             await p.publish(topic, b"x")
