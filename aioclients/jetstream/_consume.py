@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -46,6 +47,7 @@ from aioclients.jetstream._protocol._pull import (
     PullOptions,
     PullRequest,
     Reconnected,
+    StatusKind,
     StatusWarning,
     Terminated,
     Unpinned,
@@ -98,6 +100,11 @@ class _Puller:
     ) -> None:
         if on_event is not None and not callable(on_event):
             raise InvalidArgumentError("on_event must be a callable taking one event")
+        if on_event is not None and inspect.iscoroutinefunction(on_event):
+            raise InvalidArgumentError(
+                "on_event must be a plain function (it runs in the connection's read loop); "
+                "to do async work, hand the event to a queue or task from it"
+            )
         _check_priority_options(consumer, options, mode)
         js = consumer._js
         self._consumer = consumer
@@ -110,7 +117,7 @@ class _Puller:
         self._subject = f"{js.api_prefix}.CONSUMER.MSG.NEXT.{consumer.stream_name}.{consumer.name}"
         self._sub: RawSubscription | None = None
         self._inbox = ""
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._error: BaseException | None = None
         self._started = False
         self._stopped = False  # stop(): end at once, buffered messages dropped
@@ -122,6 +129,7 @@ class _Puller:
         self._reconnects = 0
         # drain(): the buffer may still grow until the UNSUB round trip is done.
         self._draining = False
+        self._entered = False  # inside ``async with``
 
     # -- lifecycle --
 
@@ -185,9 +193,11 @@ class _Puller:
             self._sizes.append(size)
         if core._events:
             self._process_events()
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        waiters = self._waiters
+        if waiters:
+            waiter = waiters.popleft()  # one message, one waiting task
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _on_status(self, header: bytes, now: float) -> None:
         end = header.find(b"\r\n")
@@ -203,8 +213,13 @@ class _Puller:
             headers = decode_headers(header)
             pending_messages = _int_header(headers.get("Nats-Pending-Messages"))
             pending_bytes = _int_header(headers.get("Nats-Pending-Bytes"))
-        self._core.receive_status(code, description.strip(), now, pending_messages, pending_bytes)
+        kind = self._core.receive_status(
+            code, description.strip(), now, pending_messages, pending_bytes
+        )
         self._process_events()
+        if kind is StatusKind.NO_RESPONDERS and self._core.mode is Mode.CONSUME:
+            # Nobody serves our pulls: find out whether the consumer still exists.
+            self._start_recovery()
         self._wake()
 
     def _process_events(self) -> None:
@@ -212,7 +227,7 @@ class _Puller:
             if isinstance(event, PullRequest):
                 self._send_pull(event)
             elif isinstance(event, Terminated):
-                self._fail(_terminal_error(self._consumer, event))
+                self._fail(_terminal_error(self._consumer, event, self._core.options.max_bytes))
             elif isinstance(event, PullEnded):
                 if event.reason == "heartbeat":
                     self._error = NoHeartbeatError(
@@ -245,14 +260,23 @@ class _Puller:
         if callback is None:
             return
         try:
-            callback(event)
+            result = callback(event)
         except Exception:
             log.exception("on_event callback failed for %r", event)
+            return
+        if inspect.iscoroutine(result):
+            result.close()
+            log.error(
+                "on_event returned a coroutine, which is never awaited; pass a plain function"
+            )
 
     def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        """Wake every waiting task (the stream ended, failed or changed state)."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     # -- the timer --
 
@@ -296,6 +320,11 @@ class _Puller:
             self._core.reconnected(self._loop.time())
             self._process_events()
             return
+        self._start_recovery()
+
+    def _start_recovery(self) -> None:
+        if self._finished or self._core.finished:
+            return
         if self._recovery is None or self._recovery.done():
             self._recovery = asyncio.get_running_loop().create_task(self._recover())
 
@@ -331,11 +360,25 @@ class _Puller:
 
     async def _wait(self) -> None:
         assert self._loop is not None
-        waiter = self._waiter = self._loop.create_future()
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._waiters.append(waiter)
         try:
             await waiter
         finally:
-            self._waiter = None
+            if not waiter.done():  # cancelled: leave the queue
+                try:
+                    self._waiters.remove(waiter)
+                except ValueError:
+                    pass
+
+    def _owned_iteration(self) -> AsyncIterator[Msg]:
+        return _OwnedIterator(self)
+
+    def _abandon(self) -> None:
+        """A bare ``async for`` ended: stop pulling and release everything (sync)."""
+        self._stopped = True
+        self._core.stop()
+        self._release()
 
     def _statistics(self) -> ConsumeStatistics:
         core = self._core
@@ -377,6 +420,36 @@ class _Puller:
                 await self._start()
                 continue
             await self._wait()
+
+
+class _OwnedIterator:
+    """The iterator of an ``async for`` outside ``async with``.
+
+    When the loop is left (``break``, an exception, the end), CPython drops the
+    iterator at once and ``__del__`` stops the stream right there, before the
+    code after the loop can publish anything a still-open pull would take.
+    """
+
+    __slots__ = ("_puller",)
+
+    def __init__(self, puller: _Puller) -> None:
+        self._puller = puller
+
+    def __aiter__(self) -> _OwnedIterator:
+        return self
+
+    async def __anext__(self) -> Msg:
+        try:
+            return await self._puller._next_message()
+        except BaseException:
+            self._puller._abandon()
+            raise
+
+    def __del__(self) -> None:
+        try:
+            self._puller._abandon()
+        except Exception:  # the loop or connection may be gone already
+            log.debug("releasing an abandoned iteration failed", exc_info=True)
 
 
 class MessageStream(_Puller):
@@ -435,6 +508,7 @@ class MessageStream(_Puller):
         self.stop()
 
     async def __aenter__(self) -> MessageStream:
+        self._entered = True
         await self._start()
         return self
 
@@ -446,8 +520,11 @@ class MessageStream(_Puller):
     ) -> None:
         self.stop()
 
-    def __aiter__(self) -> MessageStream:
-        return self
+    def __aiter__(self) -> AsyncIterator[Msg]:
+        # Inside ``async with`` the context manager owns the cleanup; a bare
+        # ``async for`` gets a generator that stops the stream when the loop is
+        # left (break, exception, or garbage collection of the iterator).
+        return self if self._entered else self._owned_iteration()
 
     async def __anext__(self) -> Msg:
         return await self._next_message()
@@ -474,6 +551,7 @@ class FetchResult(_Puller):
         self._release()
 
     async def __aenter__(self) -> FetchResult:
+        self._entered = True
         await self._start()
         return self
 
@@ -485,8 +563,8 @@ class FetchResult(_Puller):
     ) -> None:
         await self.aclose()
 
-    def __aiter__(self) -> FetchResult:
-        return self
+    def __aiter__(self) -> AsyncIterator[Msg]:
+        return self if self._entered else self._owned_iteration()
 
     async def __anext__(self) -> Msg:
         return await self._next_message()
@@ -516,7 +594,7 @@ def _int_header(value: object) -> int | None:
     return None
 
 
-def _terminal_error(consumer: Consumer, event: Terminated) -> JetStreamError:
+def _terminal_error(consumer: Consumer, event: Terminated, max_bytes: int | None) -> JetStreamError:
     where = f"{consumer.stream_name}/{consumer.name}"
     if event.code == 409 and event.description.lower().startswith("consumer deleted"):
         return ConsumerDeletedError(f"consumer {where} was deleted", code=409)
@@ -524,6 +602,18 @@ def _terminal_error(consumer: Consumer, event: Terminated) -> JetStreamError:
         return JetStreamError(
             f"consumer {where} is a push consumer; pull consumption needs a pull consumer "
             "(no deliver_subject)",
+            code=409,
+        )
+    if event.code == 503:
+        return ConsumerDeletedError(
+            f"no responders for pulls on {where}: the consumer was deleted "
+            "(or JetStream is not available)",
+            code=503,
+        )
+    if event.code == 409 and event.description.lower().startswith("message size exceeds"):
+        return JetStreamError(
+            f"the next message of {where} is larger than max_bytes="
+            f"{max_bytes}; raise max_bytes so one message fits",
             code=409,
         )
     return JetStreamError(

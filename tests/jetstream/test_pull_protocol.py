@@ -682,3 +682,57 @@ def test_fetch_sends_exactly_one_pull(limit: int, actions: list[tuple[str, float
         assert pulls(buf.events()) == []
         assert buf.pulls == 1
         assert buf.pending_messages >= 0
+
+
+def test_fetch_no_responders_is_terminal() -> None:
+    buf = started(Mode.FETCH, max_messages=5)
+    buf.events()
+    buf.receive_status(503, "", 1.0)
+    assert buf.events() == [Terminated(503, "No Responders")]
+
+
+def test_consume_no_responders_is_a_warning_for_the_driver_to_check() -> None:
+    buf = started(max_messages=5)
+    buf.events()
+    assert buf.receive_status(503, "", 1.0) is StatusKind.NO_RESPONDERS
+    assert buf.events() == [StatusWarning(503, "")]
+    assert buf.state is PullState.ACTIVE
+
+
+def test_a_message_larger_than_max_bytes_ends_consume_instead_of_spinning() -> None:
+    buf = started(max_bytes=50)
+    buf.events()
+    # The whole buffer was asked for and nothing came: it can never fit.
+    buf.receive_status(
+        409,
+        "Message Size Exceeds MaxBytes",
+        1.0,
+        pending_messages=BYTES_MODE_BATCH,
+        pending_bytes=50,
+    )
+    assert buf.events() == [Terminated(409, "Message Size Exceeds MaxBytes")]
+
+
+def test_size_exceeded_on_a_partial_pull_just_pulls_again() -> None:
+    buf = started(max_bytes=1000)
+    buf.events()
+    buf.receive_message(600, 1.0)
+    buf.take(600, 1.0)  # outstanding 400 -> pull for 600 more
+    # The rest of the first pull (400 bytes) cannot hold the next message.
+    buf.receive_status(
+        409,
+        "Message Size Exceeds MaxBytes",
+        1.0,
+        pending_messages=BYTES_MODE_BATCH - 1,
+        pending_bytes=400,
+    )
+    events = buf.events()
+    assert not any(isinstance(e, Terminated) for e in events)
+    assert buf.state is PullState.ACTIVE
+
+
+def test_infinite_durations_are_rejected() -> None:
+    with pytest.raises(InvalidArgumentError, match="expires"):
+        consume_options(expires=float("inf"))
+    with pytest.raises(InvalidArgumentError, match="expires"):
+        fetch_options(expires=float("inf"))

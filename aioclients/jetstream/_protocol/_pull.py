@@ -225,9 +225,10 @@ def _seconds(name: str, value: object, *, minimum: float, maximum: float = math.
         not isinstance(value, (int, float))
         or isinstance(value, bool)
         or math.isnan(value)
+        or math.isinf(value)
         or not minimum <= value <= maximum
     ):
-        upper = "" if math.isinf(maximum) else f" and <= {maximum:g}"
+        upper = " (finite)" if math.isinf(maximum) else f" and <= {maximum:g}"
         raise InvalidArgumentError(f"{name} must be seconds >= {minimum:g}{upper}, got {value!r}")
     return float(value)
 
@@ -424,6 +425,8 @@ class PullBuffer:
         "_fetch_deadline",
         "_hb_deadline",
         "_last_activity",
+        "_last_pull_full",
+        "_received_at_pull",
         "buffered_bytes",
         "buffered_messages",
         "connected",
@@ -456,6 +459,8 @@ class PullBuffer:
         self.heartbeats_missed = 0
         self.pin_id: str | None = None
         self._events: list[Event] = []
+        self._last_pull_full = False
+        self._received_at_pull = 0
         self._last_activity: float | None = None
         self._hb_deadline: float | None = None
         self._fetch_deadline: float | None = None
@@ -557,7 +562,12 @@ class PullBuffer:
             self._events.append(Terminated(code, description))
             return kind
         if self.mode is Mode.FETCH:
-            if kind is StatusKind.WARNING or kind is StatusKind.NO_RESPONDERS:
+            if kind is StatusKind.NO_RESPONDERS:
+                # Nobody serves the pull: the consumer (or JetStream) is gone.
+                self.state = PullState.DONE
+                self._events.append(Terminated(code, description or "No Responders"))
+                return kind
+            if kind is StatusKind.WARNING:
                 self._events.append(StatusWarning(code, description))
             elif kind is StatusKind.PIN_MISMATCH:
                 self._unpin()
@@ -569,6 +579,20 @@ class PullBuffer:
                 self._end_fetch("complete" if kind is StatusKind.SILENT else "terminated")
             return kind
         # consume
+        if (
+            kind is StatusKind.SILENT
+            and code == 409
+            and self.options.max_bytes is not None
+            and self.pending_messages == 0
+            and self.buffered_messages == 0
+            and self._last_pull_full
+            and self.received == self._received_at_pull
+        ):
+            # A pull for the whole of max_bytes got nothing: the next message is
+            # larger than the buffer can ever be. Pulling again would spin.
+            self.state = PullState.DONE
+            self._events.append(Terminated(code, description))
+            return kind
         if kind is StatusKind.PIN_MISMATCH:
             self._unpin()
             self.pending_messages = 0
@@ -705,6 +729,8 @@ class PullBuffer:
             batch = room_msgs
             max_bytes = room_bytes
             self.pending_bytes += max_bytes
+            self._last_pull_full = max_bytes == opts.max_bytes
+            self._received_at_pull = self.received
         self.pending_messages += batch
         self.pulls += 1
         if opts.idle_heartbeat is not None:
