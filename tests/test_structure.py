@@ -67,7 +67,7 @@ def test_pure_module_check_catches_a_forbidden_import(tmp_path: Path) -> None:
     assert _imports(sample) & FORBIDDEN == {"time", "asyncio", "random"}
 
 
-PUBLIC_PACKAGES = ["aioclients", "aioclients.jetstream", "aioclients.testing"]
+PUBLIC_PACKAGES = ["aioclients", "aioclients.jetstream", "aioclients.nsq", "aioclients.testing"]
 
 
 @pytest.mark.parametrize("name", PUBLIC_PACKAGES)
@@ -89,11 +89,14 @@ def test_version_is_a_string() -> None:
     assert aioclients.__version__.count(".") >= 2
 
 
-def test_every_public_error_derives_from_the_root() -> None:
-    import aioclients.jetstream as js
+PROTOCOL_PACKAGES = ["aioclients.jetstream", "aioclients.nsq"]
 
-    errors = [getattr(js, n) for n in js.__all__ if n.endswith("Error")]
-    assert len(errors) > 10
+
+@pytest.mark.parametrize("name", PROTOCOL_PACKAGES)
+def test_every_public_error_derives_from_the_root(name: str) -> None:
+    module = importlib.import_module(name)
+    errors = [getattr(module, n) for n in module.__all__ if n.endswith("Error")]
+    assert len(errors) >= 2
     for err in errors:
         assert issubclass(err, aioclients.AioClientsError), err
 
