@@ -11,6 +11,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
+from support import until_visible
 
 from aioclients.jetstream import JetStream
 
@@ -56,12 +57,27 @@ class PullSnoop:
 
 
 @asynccontextmanager
-async def snoop_pulls(url: str, stream: str, consumer: str) -> AsyncIterator[PullSnoop]:
+async def snoop_pulls(
+    js: JetStream, url: str, stream: str, consumer: str
+) -> AsyncIterator[PullSnoop]:
+    """Record the pulls ``js`` sends to ``stream``/``consumer``.
+
+    For a moment after a SUB is flushed, the server may not yet route another
+    connection's messages to it (see ``support.until_visible``); a probe answered
+    through the same snooping connection fences that before the test pulls.
+    """
     snoop = PullSnoop()
     nc: NATS = await nats.connect(url)
+    probe_subject = f"_snoop.{stream}.{consumer}"
+
+    async def answer(msg: NatsMsg) -> None:
+        await msg.respond(b"ok")
+
     try:
         await nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", cb=snoop._on)
+        await nc.subscribe(probe_subject, cb=answer)
         await nc.flush()
+        await until_visible(js.nc, probe_subject)
         yield snoop
     finally:
         await nc.close()

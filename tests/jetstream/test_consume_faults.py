@@ -121,29 +121,30 @@ async def test_memory_consumer_gone_after_restart_raises_consumer_deleted(
     assert Disconnected in [type(e) for e in events]
 
 
-async def test_consumer_deleted_while_disconnected_raises_after_reconnect(
-    private: tuple[NatsServer, JetStream],
+async def test_consumer_deleted_right_after_reconnect_raises_consumer_deleted(
+    private: tuple[NatsServer, JetStream], wait_for: WaitFor
 ) -> None:
+    # Delete once the stream has re-pulled after the restart: the waiting pull is
+    # answered with 409 Consumer Deleted. (Deleting between the recovery's info
+    # check and its pull gets 503 answers instead: that path is covered by
+    # test_consume_on_deleted_consumer_ends in test_consume_adversarial.py.)
     server, js = private
     consumer = await _file_stream_consumer(js)
-    async with consumer.consume(expires=2) as messages:
+    events: asyncio.Queue[ConsumeEvent] = asyncio.Queue()
+    async with consumer.consume(expires=2, on_event=events.put_nowait) as messages:
         task = asyncio.ensure_future(messages.__anext__())
         await asyncio.sleep(0.1)  # bounded: the first pull is out
         await asyncio.to_thread(server.restart)
-        # Delete as soon as the context is back: the stream's recovery may see
-        # the consumer before or after; either way the iteration must end with
-        # ConsumerDeletedError (after the reconnect check, or from the 409 status).
-        deadline = asyncio.get_running_loop().time() + 15
-        while True:
-            try:
-                await js.delete_consumer("S", "c")
-                break
-            except Exception:
-                if asyncio.get_running_loop().time() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
+        await next_event(events, Reconnected, timeout=15)
+
+        async def pull_waiting() -> bool:
+            return (await consumer.info()).num_waiting >= 1
+
+        # the server holds the new pull (or a re-pull after a missed heartbeat)
+        await wait_for(pull_waiting, timeout=10, what="the pull after the reconnect")
+        await js.delete_consumer("S", "c")
         with pytest.raises(ConsumerDeletedError):
-            await asyncio.wait_for(task, 20)
+            await asyncio.wait_for(task, 10)
 
 
 async def test_paused_server_reports_heartbeat_missed_then_recovers(

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 from consume_support import next_event, publish_many, snoop_pulls
-from support import Server
+from support import Server, WaitFor
 
 from aioclients import InvalidArgumentError
 from aioclients.jetstream import (
@@ -85,7 +85,7 @@ async def test_consume_max_bytes_pulls_carry_max_bytes_and_all_messages_arrive(
     await publish_many(js, f"{stream.name}.a", total, payload)
     seqs: set[int] = set()
     limit = 4096
-    async with snoop_pulls(nats_server.url, stream.name, consumer.name) as snoop:
+    async with snoop_pulls(js, nats_server.url, stream.name, consumer.name) as snoop:
         async with consumer.consume(max_bytes=limit) as messages:
             async for msg in messages:
                 seqs.add(msg.metadata.sequence.stream)
@@ -110,7 +110,7 @@ async def test_consume_pulls_carry_batch_expires_and_heartbeat(
     js: JetStream, nats_server: Server, stream: Stream, consumer: Consumer
 ) -> None:
     await publish_many(js, f"{stream.name}.a", 3)
-    async with snoop_pulls(nats_server.url, stream.name, consumer.name) as snoop:
+    async with snoop_pulls(js, nats_server.url, stream.name, consumer.name) as snoop:
         async with consumer.consume(max_messages=10, expires=4) as messages:
             got = [await messages.__anext__() for _ in range(3)]
             await snoop.wait_count(1)
@@ -166,7 +166,7 @@ async def test_consume_threshold_controls_refill(
     js: JetStream, nats_server: Server, stream: Stream, consumer: Consumer
 ) -> None:
     await publish_many(js, f"{stream.name}.a", 40)
-    async with snoop_pulls(nats_server.url, stream.name, consumer.name) as snoop:
+    async with snoop_pulls(js, nats_server.url, stream.name, consumer.name) as snoop:
         async with consumer.consume(max_messages=10, threshold_messages=2) as messages:
             n = 0
             async for msg in messages:
@@ -181,10 +181,10 @@ async def test_consume_threshold_controls_refill(
 
 
 async def test_drain_stops_pulling_delivers_buffered_then_ends(
-    js: JetStream, nats_server: Server, stream: Stream, consumer: Consumer, wait_for: object
+    js: JetStream, nats_server: Server, stream: Stream, consumer: Consumer, wait_for: WaitFor
 ) -> None:
     await publish_many(js, f"{stream.name}.a", 20)
-    async with snoop_pulls(nats_server.url, stream.name, consumer.name) as snoop:
+    async with snoop_pulls(js, nats_server.url, stream.name, consumer.name) as snoop:
         async with consumer.consume(max_messages=10, expires=5) as messages:
             first = await messages.__anext__()
             await first.ack()
@@ -194,7 +194,8 @@ async def test_drain_stops_pulling_delivers_buffered_then_ends(
                     break
                 await asyncio.sleep(0.01)
             assert messages.statistics().received == 10
-            pulls_before = len(snoop.bodies)
+            pulls_before = messages.statistics().pulls
+            await snoop.wait_count(pulls_before)
             await messages.drain()
             rest = []
             async for msg in messages:
@@ -203,12 +204,16 @@ async def test_drain_stops_pulling_delivers_buffered_then_ends(
             stats = messages.statistics()
         # publish more; a drained stream must not pull them
         await publish_many(js, f"{stream.name}.a", 5)
+        assert messages.statistics().pulls == pulls_before
         assert len(snoop.bodies) == pulls_before
     assert [first.metadata.sequence.stream, *rest] == list(range(1, 11))
     assert stats.delivered == 10
     assert stats.buffered_messages == 0
-    info = await consumer.info()
-    assert info.num_pending == 15  # 10 left unpulled + 5 new
+
+    async def left() -> bool:  # 10 left unpulled + 5 new (the count lags a little)
+        return (await consumer.info()).num_pending == 15
+
+    await wait_for(left, timeout=5, what="15 pending")
 
 
 async def test_stop_ends_iteration_at_once(
@@ -355,7 +360,7 @@ async def test_fetch_max_bytes(
 ) -> None:
     await publish_many(js, f"{stream.name}.a", 20, b"p" * 100)
     limit = 1000
-    async with snoop_pulls(nats_server.url, stream.name, consumer.name) as snoop:
+    async with snoop_pulls(js, nats_server.url, stream.name, consumer.name) as snoop:
         loop = asyncio.get_running_loop()
         start = loop.time()
         async with consumer.fetch(max_bytes=limit, expires=10) as batch:

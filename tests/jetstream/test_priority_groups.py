@@ -151,7 +151,7 @@ async def test_later_pulls_carry_the_pin_id(
     consumer = await js.create_consumer(
         stream.name, durable_name="pc", priority_groups=["g"], priority_policy="pinned_client"
     )
-    async with snoop_pulls(nats_server.url, stream.name, consumer.name) as snoop:
+    async with snoop_pulls(js, nats_server.url, stream.name, consumer.name) as snoop:
         a = await _start("a", consumer, group="g", max_messages=4, expires=4)
         try:
             await publish_many(js, f"{stream.name}.a", 12)
@@ -207,6 +207,8 @@ async def test_priority_timeout_failover_when_pinned_client_stops(
         loop = asyncio.get_running_loop()
         old.stream.stop()  # stops pulling; the server unpins it after priority_timeout
         stopped_at = loop.time()
+        await js.nc.flush()
+        await js2.nc.flush()
         await publish_many(js, f"{stream.name}.a", 3)
         pinned = await next_event(new.events, Pinned, timeout=10)
         waited = loop.time() - stopped_at
@@ -242,8 +244,12 @@ async def test_overflow_min_pending_served_only_when_backlog_is_deep(
     a = await _start("a", consumer, group="g", min_pending=5, expires=4)
     try:
         await publish_many(js, f"{stream.name}.a", 4)
-        info = await consumer.info()
-        assert info.num_pending == 4
+
+        async def backlog(n: int) -> bool:
+            return (await consumer.info()).num_pending == n
+
+        # the consumer's pending count follows the stream with a small lag
+        await wait_for(lambda: backlog(4), timeout=5, what="backlog of 4")
         # bounded: the pull must stay unserved while the backlog is 4 (< 5)
         await asyncio.sleep(1.0)
         assert a.seqs == []
@@ -251,11 +257,8 @@ async def test_overflow_min_pending_served_only_when_backlog_is_deep(
         await asyncio.wait_for(a.got.wait(), 5)
         assert a.seqs[0] == 1
 
-        async def backlog_below_limit() -> bool:
-            return (await consumer.info()).num_pending == 4
-
         # served one at a time while >= 5 are pending: the backlog settles at 4
-        await wait_for(backlog_below_limit, timeout=5, what="backlog of 4")
+        await wait_for(lambda: backlog(4), timeout=5, what="backlog of 4 again")
         assert a.seqs == [1]
     finally:
         await _finish(a)
@@ -326,8 +329,15 @@ async def test_prioritized_serves_the_lowest_priority_number_first(
         assert high.seqs == [1, 2, 3, 4, 5]
         assert low.seqs == []
         high.stream.stop()
+        # its pull may still wait on the server: make sure the server has seen
+        # the unsubscribe (another connection) before the next messages come
+        await js2.nc.flush()
         await publish_many(js, f"{stream.name}.a", 2)
-        await _until(7, low, high)
+        try:
+            await _until(7, low, high)
+        except TimeoutError:
+            info = await consumer.info()
+            pytest.fail(f"low={low.seqs} high={high.seqs} {low.stream.statistics()} {info.raw}")
         assert low.seqs == [6, 7]
     finally:
         await _finish(low, high)
