@@ -453,3 +453,34 @@ async def test_message_stream_type(consumer: Consumer) -> None:
     messages = consumer.consume()
     assert isinstance(messages, MessageStream)
     messages.stop()
+
+
+async def test_bare_async_for_over_fetch_releases_on_break(
+    js: JetStream, stream: Stream, consumer: Consumer
+) -> None:
+    await publish_many(js, f"{stream.name}.a", 1)
+    async for msg in consumer.fetch(10, expires=30):
+        await msg.ack_sync()
+        break
+    gc.collect()
+    await publish_many(js, f"{stream.name}.a", 3)
+    msg = await consumer.next(expires=2)
+    assert msg.metadata.sequence.stream == 2
+
+
+async def test_bare_async_for_left_by_an_exception_releases(
+    js: JetStream, stream: Stream, consumer: Consumer
+) -> None:
+    await publish_many(js, f"{stream.name}.a", 1)
+
+    async def body() -> None:
+        async for msg in consumer.consume(max_messages=10, expires=30):
+            await msg.ack_sync()
+            raise ValueError("handler failed")
+
+    with pytest.raises(ValueError, match="handler failed"):
+        await body()
+    gc.collect()
+    await publish_many(js, f"{stream.name}.a", 3)
+    msg = await consumer.next(expires=2)
+    assert msg.metadata.sequence.stream == 2

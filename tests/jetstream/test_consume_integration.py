@@ -604,3 +604,42 @@ async def test_consume_reports_server_limit_warnings(
         warning = await next_event(events, StatusWarning, timeout=5)
     assert warning.code == 409
     assert warning.description.startswith(text)
+
+
+async def test_idle_consumer_with_heartbeats_reports_no_false_misses(
+    js: JetStream, stream: Stream, consumer: Consumer
+) -> None:
+    # expires=1, idle_heartbeat=0.5: over 2.5 s the pulls expire and are renewed
+    # and the server's heartbeats keep the stream alive; nothing is "missed".
+    events: list[ConsumeEvent] = []
+    async with consumer.consume(
+        max_messages=5, expires=1, idle_heartbeat=0.5, on_event=events.append
+    ) as messages:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(messages.__anext__(), 2.5)
+        stats = messages.statistics()
+        await js.publish(f"{stream.name}.a", b"late")
+        msg = await asyncio.wait_for(messages.__anext__(), 5)
+    assert msg.data == b"late"
+    assert events == []
+    assert stats.heartbeats_missed == 0
+    assert stats.pulls >= 2  # renewed after expiry
+
+
+async def test_full_buffer_without_open_pull_is_not_a_missed_heartbeat(
+    js: JetStream, stream: Stream, consumer: Consumer
+) -> None:
+    await publish_many(js, f"{stream.name}.a", 10)
+    events: list[ConsumeEvent] = []
+    async with consumer.consume(
+        max_messages=5, expires=1, idle_heartbeat=0.5, on_event=events.append
+    ) as messages:
+        first = await asyncio.wait_for(messages.__anext__(), 5)
+        # bounded: a slow user holds a full buffer for 3 heartbeat intervals; with
+        # no pull open the server sends no heartbeats, and none may be "missed"
+        await asyncio.sleep(1.5)
+        rest = [await asyncio.wait_for(messages.__anext__(), 5) for _ in range(9)]
+        stats = messages.statistics()
+    assert [m.metadata.sequence.stream for m in (first, *rest)] == list(range(1, 11))
+    assert events == []
+    assert stats.heartbeats_missed == 0

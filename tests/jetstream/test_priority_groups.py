@@ -307,7 +307,7 @@ async def test_overflow_min_ack_pending(js: JetStream, stream: Stream) -> None:
 
 
 async def test_prioritized_serves_the_lowest_priority_number_first(
-    js: JetStream, js2: JetStream, stream: Stream
+    js: JetStream, js2: JetStream, stream: Stream, wait_for: WaitFor
 ) -> None:
     consumer = await js.create_consumer(
         stream.name, durable_name="pr", priority_groups=["g"], priority_policy="prioritized"
@@ -316,22 +316,22 @@ async def test_prioritized_serves_the_lowest_priority_number_first(
     low = await _start("low", consumer, group="g", priority=1, expires=4)
     high = await _start("high", other, group="g", priority=0, expires=4)
     try:
-        # both pulls must be waiting on the server before the messages come
-        async def both_waiting() -> bool:
-            return (await consumer.info()).num_waiting >= 2
 
-        for _ in range(100):
-            if await both_waiting():
-                break
-            await asyncio.sleep(0.02)
+        async def waiting(n: int) -> bool:
+            return (await consumer.info()).num_waiting == n
+
+        # both pulls must be waiting on the server before the messages come
+        await wait_for(lambda: waiting(2), timeout=10, what="two waiting pulls")
         await publish_many(js, f"{stream.name}.a", 5)
         await _until(5, low, high)
         assert high.seqs == [1, 2, 3, 4, 5]
         assert low.seqs == []
         high.stream.stop()
         # its pull may still wait on the server: make sure the server has seen
-        # the unsubscribe (another connection) before the next messages come
+        # the unsubscribe (another connection) and dropped that pull before the
+        # next messages come
         await js2.nc.flush()
+        await wait_for(lambda: waiting(1), timeout=10, what="only the low pull waiting")
         await publish_many(js, f"{stream.name}.a", 2)
         try:
             await _until(7, low, high)
