@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+import nats
 import pytest
 from consume_support import next_event, publish_many
 from support import Server, WaitFor
@@ -51,8 +52,9 @@ async def _file_stream_consumer(js: JetStream, *, ack_wait: float = 2.0) -> Cons
     return await js.create_consumer("S", durable_name="c", ack_wait=ack_wait)
 
 
+@pytest.mark.parametrize("limit", [{"max_messages": 200}, {"max_bytes": 16_384}])
 async def test_restart_mid_consume_loses_nothing(
-    private: tuple[NatsServer, JetStream], wait_for: WaitFor
+    private: tuple[NatsServer, JetStream], wait_for: WaitFor, limit: dict[str, int]
 ) -> None:
     server, js = private
     total = 3000
@@ -70,7 +72,7 @@ async def test_restart_mid_consume_loses_nothing(
             with contextlib.suppress(Exception):  # an ack may fail while disconnected
                 await msg.ack()
 
-    async with consumer.consume(max_messages=200, expires=2, on_event=events.append) as messages:
+    async with consumer.consume(expires=2, on_event=events.append, **limit) as messages:  # type: ignore[arg-type]
         task = asyncio.ensure_future(run(messages))
 
         async def some_seen() -> bool:
@@ -263,3 +265,46 @@ async def test_restart_ends_a_pending_fetch_promptly(
         with pytest.raises(StopAsyncIteration):
             await asyncio.wait_for(task, 10)
     assert loop.time() - start < 10
+
+
+async def test_consume_on_a_caller_owned_connection_keeps_its_callbacks(
+    nats_server_private: Server,
+) -> None:
+    # JetStream(nc) chains its disconnect/reconnect handling in front of the
+    # caller's callbacks: both the stream's events and the caller's callbacks fire.
+    if isinstance(nats_server_private, ExternalServer):
+        pytest.skip("restarts the server; cannot restart an external one")
+    server = nats_server_private
+    calls: list[str] = []
+
+    async def on_disconnected() -> None:
+        calls.append("disconnected")
+
+    async def on_reconnected() -> None:
+        calls.append("reconnected")
+
+    nc = await nats.connect(
+        server.url,
+        reconnect_time_wait=0.1,
+        max_reconnect_attempts=-1,
+        disconnected_cb=on_disconnected,
+        reconnected_cb=on_reconnected,
+    )
+    try:
+        js = JetStream(nc, timeout=1.5)
+        consumer = await _file_stream_consumer(js)
+        events: asyncio.Queue[ConsumeEvent] = asyncio.Queue()
+        async with consumer.consume(expires=2, on_event=events.put_nowait) as messages:
+            await asyncio.to_thread(server.restart)
+            await next_event(events, Reconnected, timeout=15)
+            await js.publish("s.a", b"after")
+            msg = await asyncio.wait_for(messages.__anext__(), 10)
+            assert msg.data == b"after"
+            await msg.ack()
+        assert "disconnected" in calls
+        assert "reconnected" in calls
+        await js.close()
+        assert not nc.is_closed  # the caller owns it
+    finally:
+        server.start()
+        await nc.close()
