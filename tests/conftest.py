@@ -12,12 +12,18 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+from hypothesis import settings
 
 from aioclients.jetstream import JetStream, StreamNotFoundError, connect
 from aioclients.testing import NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
 
 NATS_URL_ENV = "AIOCLIENTS_TEST_NATS_URL"
+
+# Property tests check behaviour, not speed: on a busy 2-core CI machine an
+# example may take longer than hypothesis's default 200 ms deadline.
+settings.register_profile("aioclients", deadline=None)
+settings.load_profile("aioclients")
 
 
 @pytest.fixture

@@ -616,6 +616,13 @@ def _terminal_error(consumer: Consumer, event: Terminated, max_bytes: int | None
             f"{max_bytes}; raise max_bytes so one message fits",
             code=409,
         )
+    if event.description.lower().startswith("exceeded"):
+        return JetStreamError(
+            f"the server refused the pull on {where}: {event.code} {event.description}; "
+            "ask for less (max_messages, max_bytes, expires) or raise the consumer's limits "
+            "(max_batch, max_bytes, max_expires, max_waiting)",
+            code=event.code,
+        )
     return JetStreamError(
         f"pull on {where} refused: {event.code} {event.description}", code=event.code
     )

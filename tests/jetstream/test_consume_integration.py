@@ -17,6 +17,7 @@ from aioclients.jetstream import (
     ConsumeStatistics,
     FetchResult,
     JetStream,
+    JetStreamError,
     MessageAlreadyAckedError,
     MessageStream,
     Msg,
@@ -643,3 +644,18 @@ async def test_full_buffer_without_open_pull_is_not_a_missed_heartbeat(
     assert [m.metadata.sequence.stream for m in (first, *rest)] == list(range(1, 11))
     assert events == []
     assert stats.heartbeats_missed == 0
+
+
+async def test_fetch_refused_by_a_server_limit_raises_saying_so(
+    js: JetStream, stream: Stream
+) -> None:
+    limited = await js.create_consumer(stream.name, durable_name="lim", max_batch=5)
+
+    async def drain_fetch() -> None:
+        async with limited.fetch(10, expires=2) as batch:
+            async for _ in batch:
+                pass
+
+    with pytest.raises(JetStreamError, match="Exceeded MaxRequestBatch") as info:
+        await drain_fetch()
+    assert "max_batch" in str(info.value)

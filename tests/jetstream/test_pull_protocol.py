@@ -158,6 +158,7 @@ def test_pull_request_json_uses_nanoseconds_and_adr_42_fields() -> None:
         (409, "Message Size Exceeds MaxBytes", StatusKind.SILENT),
         (409, "Batch Completed", StatusKind.SILENT),
         (409, "Leadership Change", StatusKind.LEADERSHIP_CHANGE),
+        (409, "Server Shutdown", StatusKind.LEADERSHIP_CHANGE),
         (423, "Nats-Pin-Id mismatch", StatusKind.PIN_MISMATCH),
         (503, "", StatusKind.NO_RESPONDERS),
         (409, "Something New", StatusKind.WARNING),
@@ -554,11 +555,18 @@ def test_fetch_terminal_status() -> None:
     assert buf.events() == [Terminated(409, "Consumer Deleted")]
 
 
-def test_fetch_warning_ends_it_with_the_warning() -> None:
+def test_fetch_ends_quietly_when_the_server_shuts_down() -> None:
     buf = started(Mode.FETCH, max_messages=5)
     buf.events()
-    buf.receive_status(409, "Exceeded MaxWaiting", 1.0)
-    assert buf.events() == [StatusWarning(409, "Exceeded MaxWaiting"), PullEnded("terminated")]
+    buf.receive_status(409, "Server Shutdown", 1.0)
+    assert buf.events() == [PullEnded("terminated")]
+
+
+def test_a_refused_fetch_ends_with_the_refusal() -> None:
+    buf = started(Mode.FETCH, max_messages=5)
+    buf.events()
+    buf.receive_status(409, "Exceeded MaxRequestBatch of 2", 1.0)
+    assert buf.events() == [Terminated(409, "Exceeded MaxRequestBatch of 2")]
 
 
 def test_fetch_reconnect_ends_it() -> None:

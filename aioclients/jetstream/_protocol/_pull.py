@@ -26,13 +26,15 @@ them; they never go below zero.
 Statuses (ADR-37 "Status handling", ADR-42 "Client implementation"):
     terminal  400 Bad Request, 409 Consumer Deleted, 409 Consumer is push based
     warning   409 Exceeded MaxRequestBatch / MaxRequestExpires /
-              MaxRequestMaxBytes / MaxWaiting (and any other 409 not listed)
+              MaxRequestMaxBytes / MaxWaiting (and any other 409 not listed);
+              a fetch, whose only pull was refused, ends with it as an error
     silent    404 No Messages, 408 Request Timeout, 409 Message Size Exceeds
               MaxBytes, 409 Batch Completed
     100       idle heartbeat
     423       pin id mismatch: forget the pin id, zero the pending counts, pull
               again without an id
-    409 Leadership Change: zero the pending counts (the old pulls are gone)
+    409 Leadership Change / Server Shutdown: zero the pending counts (the old
+              pulls are gone); a fetch just ends
 
 Heartbeats: the deadline is ``last activity + 2 * idle_heartbeat``; any
 message (user, status or heartbeat) is activity. Missing it is reported, never
@@ -381,7 +383,7 @@ def classify_status(code: int, description: str) -> StatusKind:
             return StatusKind.TERMINAL
         if text.startswith(_SILENT_409):
             return StatusKind.SILENT
-        if text.startswith("leadership change"):
+        if text.startswith(("leadership change", "server shutdown")):
             return StatusKind.LEADERSHIP_CHANGE
         return StatusKind.WARNING
     return StatusKind.WARNING
@@ -566,6 +568,13 @@ class PullBuffer:
                 # Nobody serves the pull: the consumer (or JetStream) is gone.
                 self.state = PullState.DONE
                 self._events.append(Terminated(code, description or "No Responders"))
+                return kind
+            if kind is StatusKind.WARNING and description.lower().startswith("exceeded"):
+                # The server refused this fetch's only pull (batch, expiry or
+                # max_bytes above the consumer's limits, too many waiting pulls):
+                # an empty result would hide it.
+                self.state = PullState.DONE
+                self._events.append(Terminated(code, description))
                 return kind
             if kind is StatusKind.WARNING:
                 self._events.append(StatusWarning(code, description))
