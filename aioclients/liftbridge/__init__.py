@@ -1,0 +1,3 @@
+"""asyncio-native Liftbridge client (in progress; see API.md "Liftbridge")."""
+
+__all__ = ()
