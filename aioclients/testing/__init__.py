@@ -1,6 +1,7 @@
 """Test servers for aioclients: a real nats-server, and (as they land) the
 protocol-faithful NSQ and Liftbridge emulators, plus a pytest plugin."""
 
+from aioclients.testing.liftbridge import LiftbridgeCluster
 from aioclients.testing.nats_server import NatsServer, find_nats_server_binary
 
-__all__ = ("NatsServer", "find_nats_server_binary")
+__all__ = ("LiftbridgeCluster", "NatsServer", "find_nats_server_binary")
