@@ -8,6 +8,7 @@ async with await connect(["127.0.0.1:9292"]) as client:
             ...
 """
 
+from aioclients.liftbridge._client import Client, ConsumerGroupJoin, connect
 from aioclients.liftbridge._errors import (
     EnvelopeError,
     IncorrectOffsetError,
@@ -43,11 +44,14 @@ from aioclients.liftbridge._protocol._types import (
     StartPosition,
     StopPosition,
 )
+from aioclients.liftbridge._subscription import Subscription
 
 __all__ = (
     "Ack",
     "AckPolicy",
     "BrokerInfo",
+    "Client",
+    "ConsumerGroupJoin",
     "EnvelopeError",
     "IncorrectOffsetError",
     "LiftbridgeClosedError",
@@ -70,7 +74,9 @@ __all__ = (
     "StreamDeletedError",
     "StreamExistsError",
     "StreamInfo",
+    "Subscription",
     "SubscriptionLostError",
+    "connect",
     "new_message",
     "unmarshal_ack",
     "unmarshal_message",
