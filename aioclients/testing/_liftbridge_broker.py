@@ -260,11 +260,17 @@ class Broker:
             ack.ackError = api_pb2.Ack.INCORRECT_OFFSET
             await self._send_ack(ack)
             return
-        offset, _ = p.append(
-            key=key, value=value, headers=headers, subject=msg.subject, reply=msg.reply or ""
+        offset, ts = p.append(
+            key=key,
+            value=value,
+            headers=headers,
+            subject=msg.subject,
+            reply=msg.reply or "",
+            timestamp=reception,
         )
         if ack_policy != _NONE:
             ack.offset = offset
+            ack.receptionTimestamp = ts
             await self._send_ack(ack)
 
     async def _send_ack(self, ack: api_pb2.Ack) -> None:

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from aioclients.testing.liftbridge import LiftbridgeCluster
 
-try:  # pytest-asyncio runs async fixtures; strict mode needs its own decorator
-    import pytest_asyncio
-
-    _async_fixture: Any = pytest_asyncio.fixture
-except ImportError:  # pragma: no cover - without it async tests cannot run anyway
+if TYPE_CHECKING:
     _async_fixture = pytest.fixture
+else:
+    try:  # pytest-asyncio runs async fixtures; its strict mode needs its own decorator
+        from pytest_asyncio import fixture as _async_fixture
+    except ImportError:  # pragma: no cover - without it async tests cannot run anyway
+        _async_fixture = pytest.fixture
 
 __all__ = ("LIFTBRIDGE_ENV", "ExternalLiftbridge", "liftbridge_cluster")
 

@@ -105,9 +105,11 @@ class Partition:
         headers: dict[str, bytes],
         subject: str,
         reply: str,
+        timestamp: int | None = None,
     ) -> tuple[int, int]:
-        """Append a message; returns its (offset, timestamp)."""
-        ts = now_ns()
+        """Append a message received at ``timestamp`` (ns, default now); returns its
+        (offset, timestamp)."""
+        ts = now_ns() if timestamp is None else timestamp
         if self.timestamps and ts < self.timestamps[-1]:
             ts = self.timestamps[-1]  # keep the log's timestamps monotonic
         offset = len(self.entries)
