@@ -1,10 +1,12 @@
-"""One emulated Liftbridge broker: a ``grpc.aio`` server and a NATS connection.
+"""Emulated Liftbridge brokers (a ``grpc.aio`` server and a NATS connection each)
+and the cluster's ingester.
 
-What the broker does, as a Liftbridge v1.9 server does it:
+What they do, as a Liftbridge v1.9 server does it:
 
-* For every partition it leads it subscribes to the partition's NATS subject
+* Every partition with a live leader is subscribed to its NATS subject
   (``<subject>`` for partition 0, ``<subject>.<n>`` otherwise; in the stream's
-  queue group when it has one). Each NATS message is appended to the log: a
+  queue group when it has one; see :class:`Ingester` for why one connection
+  does this for all brokers). Each NATS message is appended to the log: a
   publish envelope gives key, value, headers, ack inbox, correlation id and ack
   policy; anything else is a raw message whose value is the whole payload. The
   headers ``subject`` and ``reply`` record where it came from. When the policy is
@@ -49,7 +51,7 @@ from aioclients.testing._liftbridge_state import (
     now_ns,
 )
 
-__all__ = ("Broker", "ClusterHooks")
+__all__ = ("Broker", "ClusterHooks", "Ingester")
 
 if TYPE_CHECKING:
     _Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -72,6 +74,31 @@ _PUBLISH_ERROR_CODES: dict[int, str] = {
     api_pb2.PublishAsyncError.READONLY: "FAILED_PRECONDITION",
     api_pb2.PublishAsyncError.ENCRYPTION_FAILED: "INTERNAL",
 }
+
+
+async def settle(nc: NatsClient, timeout: float = 5.0) -> None:
+    """Return once the NATS server routes to every subscription ``nc`` has made so far.
+
+    A flush (PING/PONG) is not enough: with the nats-server this project tests
+    against, a message published right after a SUB's flush can still miss it.
+    SUBs of one connection take effect in order, so once a fresh probe
+    subscription receives a probe, the earlier ones are live too.
+    """
+    inbox = f"_LB_PROBE.{uuid.uuid4().hex}"
+    sub = await nc.subscribe(inbox)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            await nc.publish(inbox, b"")
+            try:
+                await sub.next_msg(timeout=0.02)
+                return
+            except nats.errors.TimeoutError:
+                if loop.time() > deadline:
+                    raise TimeoutError(f"NATS subscriptions not live after {timeout}s") from None
+    finally:
+        await sub.unsubscribe()
 
 
 class _PublishError(Exception):
@@ -120,106 +147,67 @@ class ClusterHooks(Protocol):
 _STOP = object()  # queued to PublishAsync sessions when the broker stops
 
 
-class Broker:
-    """One broker of the emulated cluster (see the module docstring)."""
+class Ingester:
+    """Stores what NATS delivers on partition subjects, for every partition with a live leader.
 
-    def __init__(
-        self, broker_id: str, state: ClusterState, nats_url: str, host: str, hooks: ClusterHooks
-    ) -> None:
-        self.id = broker_id
-        self.hooks = hooks
-        self.host = host
-        self.port = 0
+    A real leader subscribes to its partitions' subjects itself, and messages
+    published while leadership moves are lost. The emulator's brokers share
+    their logs, so one connection owned by the cluster ingests for all of them:
+    a leader stop then loses nothing, which keeps failover tests deterministic.
+    The stored result is the same as if the leader had received the message.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self.nats_url = nats_url
-        self.running = False
-        self._server: grpc.aio.Server | None = None
         self._nc: NatsClient | None = None
-        self._leader_subs: dict[Partition, NatsSubscription] = {}
-        self._ack_prefix = f"_LB_ACK.{uuid.uuid4().hex}"
-        self._ack_waiters: dict[str, asyncio.Future[bytes]] = {}
-        self._ack_sub: NatsSubscription | None = None
-        self._stop_waiter: asyncio.Future[None] | None = None
-        self._sessions: set[asyncio.Queue[object]] = set()
+        self._subs: dict[Partition, NatsSubscription] = {}
+        self._sync_lock = asyncio.Lock()  # RPCs on several brokers may resync at once
 
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    # -- lifecycle ---------------------------------------------------------
-
-    async def start(self) -> None:
-        self._stop_waiter = asyncio.get_running_loop().create_future()
+    async def start(self, nats_url: str) -> None:
         self._nc = await nats.connect(
-            self.nats_url, name=f"liftbridge-emulator-{self.id}", allow_reconnect=False
+            nats_url, name="liftbridge-emulator-ingest", allow_reconnect=False
         )
-        self._ack_sub = await self._nc.subscribe(
-            f"{self._ack_prefix}.*",
-            cb=self._on_ack,
-            pending_msgs_limit=_PENDING_MSGS,
-            pending_bytes_limit=_PENDING_BYTES,
-        )
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers((self._handlers(),))
-        port = server.add_insecure_port(f"{self.host}:{self.port}")
-        if port == 0:
-            await self._nc.close()
-            raise OSError(f"cannot listen on {self.host}:{self.port}")
-        self.port = port
-        await server.start()
-        self._server = server
-        self.running = True
-        await self.sync_leadership()
 
     async def stop(self) -> None:
-        """Stop serving: subscriptions end with UNAVAILABLE, then the port closes."""
-        if not self.running:
-            return
-        self.running = False
-        for queue in self._sessions:
-            queue.put_nowait(_STOP)
-        if self._stop_waiter is not None and not self._stop_waiter.done():
-            self._stop_waiter.set_result(None)
-        for fut in self._ack_waiters.values():
-            if not fut.done():
-                fut.cancel()
-        self._ack_waiters.clear()
-        server, self._server = self._server, None
-        if server is not None:
-            await server.stop(0.5)
-        self._leader_subs.clear()
+        self._subs.clear()
         nc, self._nc = self._nc, None
         if nc is not None:
             with contextlib.suppress(Exception):
                 await nc.close()
 
-    async def sync_leadership(self) -> None:
-        """Subscribe to the NATS subjects of the partitions this broker leads (and only those)."""
-        if not self.running or self._nc is None:
+    async def sync(self) -> None:
+        """Subscribe to the subjects of the partitions that can take messages (only those)."""
+        async with self._sync_lock:
+            await self._sync()
+
+    async def _sync(self) -> None:
+        if self._nc is None:
             return
+        state = self.state
         wanted = {
             p
-            for stream in self.state.streams.values()
+            for stream in state.streams.values()
             for p in stream.partitions.values()
-            if p.leader == self.id and not p.paused and not p.deleted
+            if p.leader in state.live and not p.paused and not p.deleted
         }
-        for p in list(self._leader_subs):
+        for p in list(self._subs):
             if p not in wanted:
-                sub = self._leader_subs.pop(p)
+                sub = self._subs.pop(p)
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
+        added = False
         for p in wanted:
-            if p not in self._leader_subs:
-                self._leader_subs[p] = await self._nc.subscribe(
+            if p not in self._subs:
+                self._subs[p] = await self._nc.subscribe(
                     p.subject,
                     queue=p.stream.group,
                     cb=self._ingest_cb(p),
                     pending_msgs_limit=_PENDING_MSGS,
                     pending_bytes_limit=_PENDING_BYTES,
                 )
-        await self._nc.flush()
-
-    # -- ingestion (leader side) -------------------------------------------
+                added = True
+        if added:
+            await settle(self._nc)
 
     def _ingest_cb(self, p: Partition) -> Callable[[NatsMsg], Awaitable[None]]:
         async def on_msg(msg: NatsMsg) -> None:
@@ -228,7 +216,7 @@ class Broker:
         return on_msg
 
     async def _ingest(self, p: Partition, msg: NatsMsg) -> None:
-        if p.deleted or p.paused or p.leader != self.id:
+        if p.deleted or p.paused or p.leader not in self.state.live:
             return  # a real leader has unsubscribed by then: the message is not stored
         reception = now_ns()
         data = msg.data
@@ -282,6 +270,78 @@ class Broker:
                 ack.ackInbox, envelope.encode(ack.SerializeToString(), envelope.TYPE_ACK)
             )
 
+
+class Broker:
+    """One broker of the emulated cluster (see the module docstring)."""
+
+    def __init__(
+        self, broker_id: str, state: ClusterState, nats_url: str, host: str, hooks: ClusterHooks
+    ) -> None:
+        self.id = broker_id
+        self.hooks = hooks
+        self.host = host
+        self.port = 0
+        self.state = state
+        self.nats_url = nats_url
+        self.running = False
+        self._server: grpc.aio.Server | None = None
+        self._nc: NatsClient | None = None
+        self._ack_prefix = f"_LB_ACK.{uuid.uuid4().hex}"
+        self._ack_waiters: dict[str, asyncio.Future[bytes]] = {}
+        self._ack_sub: NatsSubscription | None = None
+        self._stop_waiter: asyncio.Future[None] | None = None
+        self._sessions: set[asyncio.Queue[object]] = set()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def start(self) -> None:
+        self._stop_waiter = asyncio.get_running_loop().create_future()
+        self._nc = await nats.connect(
+            self.nats_url, name=f"liftbridge-emulator-{self.id}", allow_reconnect=False
+        )
+        self._ack_sub = await self._nc.subscribe(
+            f"{self._ack_prefix}.*",
+            cb=self._on_ack,
+            pending_msgs_limit=_PENDING_MSGS,
+            pending_bytes_limit=_PENDING_BYTES,
+        )
+        await settle(self._nc)
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((self._handlers(),))
+        port = server.add_insecure_port(f"{self.host}:{self.port}")
+        if port == 0:
+            await self._nc.close()
+            raise OSError(f"cannot listen on {self.host}:{self.port}")
+        self.port = port
+        await server.start()
+        self._server = server
+        self.running = True
+
+    async def stop(self) -> None:
+        """Stop serving: subscriptions end with UNAVAILABLE, then the port closes."""
+        if not self.running:
+            return
+        self.running = False
+        for queue in self._sessions:
+            queue.put_nowait(_STOP)
+        if self._stop_waiter is not None and not self._stop_waiter.done():
+            self._stop_waiter.set_result(None)
+        for fut in self._ack_waiters.values():
+            if not fut.done():
+                fut.cancel()
+        self._ack_waiters.clear()
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(0.5)
+        nc, self._nc = self._nc, None
+        if nc is not None:
+            with contextlib.suppress(Exception):
+                await nc.close()
+
     async def _on_ack(self, msg: NatsMsg) -> None:
         fut = self._ack_waiters.pop(msg.subject, None)
         if fut is not None and not fut.done():
@@ -318,6 +378,7 @@ class Broker:
         else:
             sub = await nc.subscribe(ack_inbox, max_msgs=1)
             try:
+                await settle(nc)
                 await nc.publish(subject, data)
                 try:
                     raw = (await sub.next_msg(timeout=timeout)).data
@@ -611,6 +672,7 @@ class Broker:
         sub = await nc.subscribe(
             inbox, cb=on_ack, pending_msgs_limit=_PENDING_MSGS, pending_bytes_limit=_PENDING_BYTES
         )
+        await settle(nc)
         reader = asyncio.create_task(read_requests())
         self._sessions.add(responses)
         try:
@@ -658,10 +720,10 @@ class Broker:
                 n = len(entries)
                 if offset < n:
                     end = n if stop < 0 else min(n, stop + 1)
-                    while offset < end:
+                    while offset < end and self.running:
                         yield entries[offset]
                         offset += 1
-                    if stop >= 0 and offset > stop:
+                    if stop >= 0 and offset > stop and self.running:
                         await context.abort(_EXHAUSTED, "Stop offset reached")
                     continue
                 if p.readonly:

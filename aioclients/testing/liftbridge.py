@@ -25,7 +25,7 @@ import logging
 from types import TracebackType
 
 from aioclients._core import check_int
-from aioclients.testing._liftbridge_broker import Broker
+from aioclients.testing._liftbridge_broker import Broker, Ingester
 from aioclients.testing._liftbridge_state import ClusterState
 from aioclients.testing.nats_server import NatsServer
 
@@ -65,6 +65,7 @@ class LiftbridgeCluster:
         ids = [f"broker-{i}" for i in range(brokers)]
         self._state = ClusterState(ids, cursor_partitions=cursor_partitions)
         self._brokers = [Broker(i, self._state, "", host, self) for i in ids]
+        self._ingester = Ingester(self._state)
         self._lock = asyncio.Lock()
         self._started = False
 
@@ -101,9 +102,11 @@ class LiftbridgeCluster:
             self._nats_url = self._own_nats.url
         self._started = True
         try:
+            await self._ingester.start(self._nats_url)
             for b in self._brokers:
                 b.nats_url = self._nats_url
                 await b.start()
+            await self._ingester.sync()
         except BaseException:
             await self.stop()
             raise
@@ -113,6 +116,7 @@ class LiftbridgeCluster:
         """Stop every broker (and the NATS server the cluster started)."""
         for b in self._brokers:
             await b.stop()
+        await self._ingester.stop()
         self._started = False
         if self._own_nats is not None:
             await asyncio.to_thread(self._own_nats.stop)
@@ -180,6 +184,4 @@ class LiftbridgeCluster:
         return self._brokers[index]
 
     async def _sync_all(self) -> None:
-        for b in self._brokers:
-            if b.running:
-                await b.sync_leadership()
+        await self._ingester.sync()

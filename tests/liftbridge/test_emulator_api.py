@@ -19,18 +19,20 @@ import pytest
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._pb import api_pb2_grpc as pbg
 from aioclients.testing import LiftbridgeCluster
+from aioclients.testing._liftbridge_broker import settle
 from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge
 
 Cluster = LiftbridgeCluster | ExternalLiftbridge
-TIMEOUT = 5.0
+TIMEOUT = 10.0  # generous: the suite shares 2 cores with other work
 MAGIC = b"\xb9\x0e\x43\xb4"
 
 
 class Brokers:
     """Channels to every broker of the cluster, by broker id (from FetchMetadata)."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, *, entry: str | None = None) -> None:
         self.cluster = cluster
+        self.entry = entry or cluster.addresses[0]  # the broker asked for metadata
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def stub(self, address: str) -> pbg.APIStub:
@@ -40,7 +42,7 @@ class Brokers:
 
     @property
     def any(self) -> pbg.APIStub:
-        return self.stub(self.cluster.addresses[0])
+        return self.stub(self.entry)
 
     async def metadata(self, *streams: str) -> pb.FetchMetadataResponse:
         return await self.any.FetchMetadata(
@@ -304,7 +306,7 @@ async def test_publish_to_ack_inbox_sends_enveloped_ack(
     await create(lb, unique_name)
     inbox = f"{unique_name}.acks"
     sub = await nc.subscribe(inbox)
-    await nc.flush()
+    await settle(nc)  # a flushed SUB can still miss a message published right away
     resp = await lb.any.Publish(
         pb.PublishRequest(stream=unique_name, value=b"x", ackInbox=inbox, correlationId="cid"),
         timeout=TIMEOUT,
@@ -325,6 +327,7 @@ async def test_messages_published_on_nats_land_in_the_log(
     await create(lb, unique_name, subject=subject)
     sub = await subscribe(await lb.leader(unique_name), stream=unique_name)
     acks = await nc.subscribe(f"{unique_name}.acks")
+    await settle(nc)
     # A raw payload, an envelope, and an envelope with a CRC-32C (flag bit 0).
     await nc.publish(subject, b"raw bytes", reply="the.reply")
     msg = pb.Message(
@@ -663,9 +666,9 @@ async def test_stop_broker_moves_leadership(
 
     await liftbridge_cluster.stop_broker(index)
     assert await sub.status() == grpc.StatusCode.UNAVAILABLE
-    lb_other = Brokers(liftbridge_cluster)
+    survivors = [a for a in liftbridge_cluster.addresses if a != old_address]
+    lb_other = Brokers(liftbridge_cluster, entry=survivors[0])
     try:
-        survivors = [a for a in liftbridge_cluster.addresses if a != old_address]
         md = await lb_other.stub(survivors[0]).FetchMetadata(
             pb.FetchMetadataRequest(streams=[unique_name]), timeout=TIMEOUT
         )
@@ -706,3 +709,42 @@ def _crc32c(data: bytes) -> int:
         for _ in range(8):
             crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
     return crc ^ 0xFFFFFFFF
+
+
+@pytest.mark.fault
+async def test_no_message_lost_while_leadership_moves(
+    liftbridge_cluster: Cluster, lb: Brokers, nc: Any, unique_name: str
+) -> None:
+    subject = f"{unique_name}.s"
+    await create(lb, unique_name, subject=subject)
+    p = await lb.partition(unique_name)
+    leader_address = (await lb.addresses())[p.leader]
+    index = liftbridge_cluster.addresses.index(leader_address)
+    total = 3000
+    half_sent = asyncio.Event()
+
+    async def pump() -> None:
+        for i in range(total):
+            await nc.publish(subject, b"%d" % i)
+            if i % 50 == 0:
+                await asyncio.sleep(0)  # let the stop proceed between bursts
+            if i == total // 4:
+                half_sent.set()
+        await nc.flush()
+
+    publisher = asyncio.create_task(pump())
+    await half_sent.wait()
+    await liftbridge_cluster.stop_broker(index)
+    await publisher
+    alive = next(a for a in liftbridge_cluster.addresses if a != leader_address)
+    survivors = Brokers(liftbridge_cluster, entry=alive)
+    try:
+        sub = await subscribe(
+            await survivors.leader(unique_name), stream=unique_name, startPosition=pb.EARLIEST
+        )
+        msgs = await sub.take(total)
+        assert [m.offset for m in msgs] == list(range(total))
+        assert [m.value for m in msgs] == [b"%d" % i for i in range(total)]
+        sub.call.cancel()
+    finally:
+        await survivors.close()
