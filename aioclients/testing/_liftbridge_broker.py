@@ -79,10 +79,12 @@ _PUBLISH_ERROR_CODES: dict[int, str] = {
 async def settle(nc: NatsClient, timeout: float = 5.0) -> None:
     """Return once the NATS server routes to every subscription ``nc`` has made so far.
 
-    A flush (PING/PONG) is not enough: with the nats-server this project tests
-    against, a message published right after a SUB's flush can still miss it.
-    SUBs of one connection take effect in order, so once a fresh probe
-    subscription receives a probe, the earlier ones are live too.
+    ``nc.flush()`` is not enough: nats-py (2.16) writes its PING straight to the
+    socket while SUB commands wait in its pending buffer, so the PONG can come
+    back before the server has seen the SUB, and a message published right
+    after is lost (reproduced here: about 1 fresh subscription in 10-80 under
+    load). Commands of one connection reach the server in order, so once a
+    fresh probe subscription receives a probe, the earlier SUBs are live too.
     """
     inbox = f"_LB_PROBE.{uuid.uuid4().hex}"
     sub = await nc.subscribe(inbox)

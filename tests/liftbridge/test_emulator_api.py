@@ -306,7 +306,7 @@ async def test_publish_to_ack_inbox_sends_enveloped_ack(
     await create(lb, unique_name)
     inbox = f"{unique_name}.acks"
     sub = await nc.subscribe(inbox)
-    await settle(nc)  # a flushed SUB can still miss a message published right away
+    await settle(nc)  # nats-py's flush() can return before the SUB is sent
     resp = await lb.any.Publish(
         pb.PublishRequest(stream=unique_name, value=b"x", ackInbox=inbox, correlationId="cid"),
         timeout=TIMEOUT,
