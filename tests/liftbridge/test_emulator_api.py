@@ -748,3 +748,57 @@ async def test_no_message_lost_while_leadership_moves(
         sub.call.cancel()
     finally:
         await survivors.close()
+
+
+async def test_optimistic_concurrency_control(lb: Brokers, unique_name: str) -> None:
+    await create(lb, unique_name, optimisticConcurrencyControl=pb.NullableBool(value=True))
+    ok = await lb.any.Publish(
+        pb.PublishRequest(stream=unique_name, value=b"a", expectedOffset=0), timeout=TIMEOUT
+    )
+    assert ok.ack.offset == 0
+    err = await rpc_error(
+        lb.any.Publish(
+            pb.PublishRequest(stream=unique_name, value=b"b", expectedOffset=0), timeout=TIMEOUT
+        )
+    )
+    assert err.code() == grpc.StatusCode.UNKNOWN
+    assert "incorrect expected offset" in (err.details() or "")
+    err = await rpc_error(
+        lb.any.Publish(
+            pb.PublishRequest(stream=unique_name, value=b"c", ackPolicy=pb.NONE), timeout=TIMEOUT
+        )
+    )
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    (p,) = (await lb.metadata(unique_name)).streamMetadata[0].partitions.values()
+    assert p.newestOffset == 0
+
+
+async def test_read_isr_replica(lb: Brokers, unique_name: str) -> None:
+    await create(lb, unique_name, replicationFactor=2)
+    await publish(lb, unique_name, b"a")
+    p = await lb.partition(unique_name)
+    (replica,) = [r for r in p.replicas if r != p.leader]
+    stub = lb.stub((await lb.addresses())[replica])
+    sub = await subscribe(stub, stream=unique_name, startPosition=pb.EARLIEST, readISRReplica=True)
+    assert [m.value for m in await sub.take(1)] == [b"a"]
+    sub.call.cancel()
+
+
+async def test_streams_in_one_group_share_a_subject(lb: Brokers, nc: Any, unique_name: str) -> None:
+    subject = f"{unique_name}.s"
+    for name in ("a", "b"):
+        await create(lb, f"{unique_name}_{name}", subject=subject, group="g")
+    for i in range(50):
+        await nc.publish(subject, b"%d" % i)
+    await nc.flush()
+
+    async def newest(name: str) -> int:
+        return (await lb.partition(f"{unique_name}_{name}")).newestOffset
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    while (await newest("a")) + (await newest("b")) + 2 < 50:
+        assert loop.time() < deadline, "messages did not arrive"
+        await asyncio.sleep(0.02)
+    # Each message went to exactly one stream of the queue group.
+    assert (await newest("a")) + (await newest("b")) + 2 == 50
