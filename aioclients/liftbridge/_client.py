@@ -45,7 +45,12 @@ from aioclients.liftbridge._errors import (
     NoSuchPartitionError,
     NoSuchStreamError,
 )
-from aioclients.liftbridge._io._grpc import ChannelFactory, channel_credentials, map_rpc_error
+from aioclients.liftbridge._io._grpc import (
+    ChannelFactory,
+    channel_credentials,
+    is_connection_failure,
+    map_rpc_error,
+)
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._pb import api_pb2_grpc as pb_grpc
 from aioclients.liftbridge._protocol._metadata import (
@@ -366,7 +371,7 @@ class Client:
                     request, timeout=timeout if timeout is not None else self._rpc_timeout
                 )
             except grpc.aio.AioRpcError as exc:
-                if exc.code() is grpc.StatusCode.UNAVAILABLE and not self._closed:
+                if is_connection_failure(exc) and not self._closed:
                     log.info("%s: broker %s unavailable, trying another", what, address)
                     self._broker_unavailable(address)
                     last = exc
@@ -652,7 +657,8 @@ class Client:
             return _PARTITION_BY_KEY
         if partitioner == "round_robin":
             return self._round_robin
-        if isinstance(partitioner, Partitioner):
+        # (str has a .partition method too: the protocol check alone would accept it)
+        if not isinstance(partitioner, (str, bytes)) and isinstance(partitioner, Partitioner):
             return partitioner
         raise InvalidArgumentError(
             f"partitioner must be 'key', 'round_robin' or a Partitioner, got {partitioner!r}"

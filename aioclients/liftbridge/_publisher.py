@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
+from aioclients._errors import InvalidArgumentError
 from aioclients.liftbridge._errors import (
     IncorrectOffsetError,
     LiftbridgeClosedError,
@@ -38,7 +39,7 @@ from aioclients.liftbridge._errors import (
     NoSuchStreamError,
     ReadonlyPartitionError,
 )
-from aioclients.liftbridge._io._grpc import map_rpc_error
+from aioclients.liftbridge._io._grpc import is_connection_failure, map_rpc_error
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._protocol._types import Ack
 
@@ -79,6 +80,8 @@ class AsyncPublisher:
         self._window = asyncio.Semaphore(window)
         self._pending: dict[str, _Pending] = {}
         self._call: Any = None
+        self._address = ""
+        self._unsent: set[str] = set()
         self._reader: asyncio.Task[None] | None = None
         self._open_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
@@ -95,20 +98,51 @@ class AsyncPublisher:
         self._counter += 1
         return f"{self._prefix}.{self._counter}"
 
-    async def _ensure_call(self) -> Any:
+    async def _ensure_call(self) -> tuple[Any, str]:
         if self._call is not None:
-            return self._call
+            return self._call, self._address
         async with self._open_lock:
             if self._call is not None:
-                return self._call
+                return self._call, self._address
             client = self._client
             address, stub = await client._any_stub()
             call = stub.PublishAsync()
             self._call = call
+            self._address = address
             self._reader = asyncio.get_running_loop().create_task(
                 self._read_responses(call, address), name="liftbridge-publish-async"
             )
-            return call
+            return call, address
+
+    async def _write(self, request: pb.PublishRequest) -> None:
+        """Write on the stream; a dead stream (broker gone) is replaced, a bounded number
+        of times. Only unwritten requests are retried, so nothing is sent twice."""
+        client = self._client
+        for attempt in range(client._max_rpc_attempts):
+            if attempt:
+                await asyncio.sleep(client._jitter())
+            if self._closed or client._closed:
+                raise LiftbridgeClosedError("publish_async: the client is closed")
+            call, address = await self._ensure_call()
+            try:
+                async with self._write_lock:
+                    await call.write(request)
+                return
+            except grpc.aio.AioRpcError as exc:
+                if not is_connection_failure(exc) or client._closed:
+                    raise map_rpc_error(exc, what="publish_async", closed=client._closed) from None
+            except (asyncio.InvalidStateError, grpc.aio.UsageError):
+                # The stream finished under us: the broker is gone, or we are closing.
+                if self._closed or client._closed:
+                    raise LiftbridgeClosedError("publish_async: the client is closed") from None
+            log.info("publish_async: the stream to %s broke; opening another", address)
+            if self._call is call:
+                self._call = None
+            client._broker_unavailable(address)
+        raise LiftbridgeConnectError(
+            f"publish_async: no broker took the PublishAsync stream after "
+            f"{client._max_rpc_attempts} attempts; is the cluster up?"
+        )
 
     async def send(
         self, request: pb.PublishRequest, *, partition: int, timeout: float
@@ -120,38 +154,23 @@ class AsyncPublisher:
         expects_ack = request.ackPolicy != pb.NONE
         cid = request.correlationId
         if expects_ack and cid in self._pending:
-            from aioclients._errors import InvalidArgumentError
-
             raise InvalidArgumentError(
                 f"correlation_id {cid!r} is already awaiting its ack; use unique ids"
             )
         await self._window.acquire()
         holding = True  # this call owns the window permit until a pending entry does
         try:
-            if self._closed:
-                raise LiftbridgeClosedError("publish_async: the client is closed")
-            call = await self._ensure_call()
             if expects_ack:
                 timer = loop.call_later(timeout, self._expire, cid, timeout)
                 self._pending[cid] = _Pending(future, partition, timer)
                 holding = False
-            async with self._write_lock:
-                await call.write(request)
+            self._unsent.add(cid)
+            try:
+                await self._write(request)
+            finally:
+                self._unsent.discard(cid)
             if not expects_ack:
                 future.set_result(None)
-        except grpc.aio.AioRpcError as exc:
-            self._drop(cid)
-            self._call = None
-            raise map_rpc_error(exc, what="publish_async", closed=self._client._closed) from None
-        except (asyncio.InvalidStateError, grpc.aio.UsageError):
-            # The stream finished under us (broker gone, or closing).
-            self._drop(cid)
-            self._call = None
-            if self._closed or self._client._closed:
-                raise LiftbridgeClosedError("publish_async: the client is closed") from None
-            raise LiftbridgeConnectError(
-                "publish_async: the PublishAsync stream broke; publish again"
-            ) from None
         except BaseException:
             self._drop(cid)
             raise
@@ -205,7 +224,7 @@ class AsyncPublisher:
                     break
                 self._on_response(resp)
         except grpc.aio.AioRpcError as exc:
-            if exc.code() is grpc.StatusCode.UNAVAILABLE:
+            if is_connection_failure(exc):
                 self._client._broker_unavailable(address)
             error = map_rpc_error(exc, what="publish_async", closed=self._client._closed)
         except asyncio.CancelledError:
@@ -220,7 +239,8 @@ class AsyncPublisher:
                     else LiftbridgeConnectError("publish_async: the broker ended the stream")
                 )
             for cid in list(self._pending):
-                self._settle(cid, None, error)
+                if cid not in self._unsent:  # those are retried on the next stream
+                    self._settle(cid, None, error)
 
     def _on_response(self, resp: pb.PublishResponse) -> None:
         cid = resp.correlationId or (resp.ack.correlationId if resp.HasField("ack") else "")

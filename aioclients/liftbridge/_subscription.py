@@ -40,7 +40,7 @@ from aioclients.liftbridge._errors import (
     StreamDeletedError,
     SubscriptionLostError,
 )
-from aioclients.liftbridge._io._grpc import map_rpc_error
+from aioclients.liftbridge._io._grpc import is_connection_failure, map_rpc_error
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._protocol._resubscribe import Resubscriber
 from aioclients.liftbridge._protocol._types import Message, StartPosition, StopPosition
@@ -193,6 +193,13 @@ def build_subscribe_request(
     if stop is not None:
         req.stopPosition = int(stop)  # type: ignore[assignment]
     return req
+
+
+def _task_cancelling() -> bool:
+    """Whether the current task itself is being cancelled (always assumed before 3.11)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return True if cancelling is None else bool(cancelling())
 
 
 class _Retry(Exception):
@@ -350,7 +357,7 @@ class Subscription:
             call.cancel()
             client._release_subscribe_channel(address, channel)
             code = exc.code()
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION):
+            if is_connection_failure(exc) or code is grpc.StatusCode.FAILED_PRECONDITION:
                 raise _Retry(f"{code.name}: {exc.details()}") from None
             raise map_rpc_error(
                 exc,
@@ -403,6 +410,8 @@ class Subscription:
                 await self._stream_failed(exc)
                 continue
             except asyncio.CancelledError:
+                if self._call is not call and not _task_cancelling():
+                    continue  # we dropped this call ourselves (closing): report that
                 # The read was abandoned half-way: this stream cannot be trusted
                 # any more; the next read resubscribes from last_offset + 1.
                 if not self._closed:
@@ -441,7 +450,7 @@ class Subscription:
         self._drop_call()
         if self._closed:
             return
-        if code is grpc.StatusCode.UNAVAILABLE or (
+        if is_connection_failure(exc) or (
             code is grpc.StatusCode.FAILED_PRECONDITION and "paus" not in details
         ):
             log.info("%s lost (%s); resubscribing", what, code.name)

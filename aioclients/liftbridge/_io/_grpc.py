@@ -38,7 +38,7 @@ from aioclients.liftbridge._errors import (
     StreamExistsError,
 )
 
-__all__ = ("ChannelFactory", "channel_credentials", "map_rpc_error")
+__all__ = ("ChannelFactory", "channel_credentials", "is_connection_failure", "map_rpc_error")
 
 log = logging.getLogger("aioclients.liftbridge.grpc")
 
@@ -119,6 +119,16 @@ def _details(exc: grpc.aio.AioRpcError) -> str:
     return exc.details() or exc.code().name
 
 
+def is_connection_failure(exc: grpc.aio.AioRpcError) -> bool:
+    """UNAVAILABLE, or an INTERNAL status made by gRPC itself when the connection
+    broke under a stream (a reset stream), rather than one sent by the broker."""
+    code = exc.code()
+    if code is StatusCode.UNAVAILABLE:
+        return True
+    details = (exc.details() or "").lower()
+    return code is StatusCode.INTERNAL and ("from core" in details or "rst_stream" in details)
+
+
 def map_rpc_error(
     exc: grpc.aio.AioRpcError,
     *,
@@ -144,7 +154,7 @@ def map_rpc_error(
             f"{what}: no answer (or no ack) in time; "
             "raise timeout/ack_wait_time or check the broker"
         )
-    if code is StatusCode.UNAVAILABLE:
+    if is_connection_failure(exc):
         return LiftbridgeConnectError(f"{what}: broker unavailable: {details}")
     if code is StatusCode.INVALID_ARGUMENT:
         return LiftbridgeServerError(
