@@ -46,6 +46,7 @@ from aioclients.testing import _liftbridge_envelope as envelope
 from aioclients.testing._liftbridge_state import (
     ClusterState,
     ConsumerGroup,
+    GroupMember,
     Partition,
     RpcError,
     now_ns,
@@ -698,7 +699,7 @@ class Broker:
 
     async def subscribe(self, req: api_pb2.SubscribeRequest, context: _Ctx) -> AsyncIterator[bytes]:
         try:
-            p, start, stop = await self._open_subscription(req)
+            p, start, stop, member = await self._open_subscription(req)
         except RpcError as e:
             await context.abort(getattr(grpc.StatusCode, e.code), e.details)
         yield _EMPTY_MESSAGE
@@ -711,6 +712,8 @@ class Broker:
             while True:
                 if not self.running:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "broker is shutting down")
+                if member is not None and member.replaced:
+                    return  # another member of the group took the partition: a clean end
                 if p.deleted:
                     await context.abort(grpc.StatusCode.NOT_FOUND, "commit log deleted")
                 if p.paused:
@@ -733,8 +736,14 @@ class Broker:
                 await asyncio.wait((p.changed(), stopping), return_when=asyncio.FIRST_COMPLETED)
         finally:
             p.subscriber_count -= 1
+            if member is not None:
+                group = req.consumer.groupId
+                if p.group_members.get(group) is member:
+                    del p.group_members[group]
 
-    async def _open_subscription(self, req: api_pb2.SubscribeRequest) -> tuple[Partition, int, int]:
+    async def _open_subscription(
+        self, req: api_pb2.SubscribeRequest
+    ) -> tuple[Partition, int, int, GroupMember | None]:
         group = req.consumer.groupId if req.HasField("consumer") else ""
         if group and not req.consumer.consumerId:
             raise RpcError(
@@ -752,6 +761,11 @@ class Broker:
                 )
             if self.id not in p.isr:
                 raise RpcError("FAILED_PRECONDITION", "Server not in partition ISR")
+        existing = p.group_members.get(group) if group else None
+        if existing is not None and existing.epoch > req.consumer.groupEpoch:
+            raise RpcError(
+                "FAILED_PRECONDITION", "Consumer is not currently assigned this partition"
+            )
         if req.resume and p.paused:
             await self._resume(p)
         if p.paused:
@@ -792,7 +806,14 @@ class Broker:
             raise RpcError(
                 "INVALID_ARGUMENT", f"Stop offset is before start offset: {stop} < {start}"
             )
-        return p, start, stop
+        member = None
+        if group:
+            if existing is not None:
+                existing.replaced = True  # the previous member's stream ends
+                p.wake()
+            member = GroupMember(req.consumer.consumerId, req.consumer.groupEpoch)
+            p.group_members[group] = member
+        return p, start, stop, member
 
     # cursors
 

@@ -28,6 +28,7 @@ __all__ = (
     "ClusterState",
     "ConsumerGroup",
     "EventTimestamps",
+    "GroupMember",
     "Partition",
     "RpcError",
     "Stream",
@@ -68,6 +69,15 @@ class EventTimestamps:
         )
 
 
+@dataclass(slots=True)
+class GroupMember:
+    """The one consumer of a group subscribed to a partition (a newer epoch replaces it)."""
+
+    consumer_id: str
+    epoch: int
+    replaced: bool = False
+
+
 class Partition:
     """One stream partition: its log, its leader and replica set, pause/readonly flags."""
 
@@ -89,6 +99,7 @@ class Partition:
         self.pause_timestamps = EventTimestamps()
         self.readonly_timestamps = EventTimestamps()
         self.subscriber_count = 0
+        self.group_members: dict[str, GroupMember] = {}
         self._waiter: asyncio.Future[None] | None = None
 
     # -- log ---------------------------------------------------------------

@@ -802,3 +802,26 @@ async def test_streams_in_one_group_share_a_subject(lb: Brokers, nc: Any, unique
         await asyncio.sleep(0.02)
     # Each message went to exactly one stream of the queue group.
     assert (await newest("a")) + (await newest("b")) + 2 == 50
+
+
+async def test_one_group_member_per_partition(lb: Brokers, unique_name: str) -> None:
+    await create(lb, unique_name)
+    leader = await lb.leader(unique_name)
+
+    def member(consumer: str, epoch: int) -> pb.Consumer:
+        return pb.Consumer(groupId="g", consumerId=consumer, groupEpoch=epoch)
+
+    first = await subscribe(leader, stream=unique_name, consumer=member("a", 1))
+    # An older epoch cannot take the partition over.
+    stale = leader.Subscribe(pb.SubscribeRequest(stream=unique_name, consumer=member("b", 0)))
+    assert await Sub(stale).status() == grpc.StatusCode.FAILED_PRECONDITION
+    # A newer epoch replaces the member, whose stream then ends cleanly.
+    second = await subscribe(leader, stream=unique_name, consumer=member("b", 2))
+    assert await first.status() == grpc.StatusCode.OK
+    await publish(lb, unique_name, b"x")
+    assert [m.value for m in await second.take(1)] == [b"x"]
+    second.call.cancel()
+    missing_id = leader.Subscribe(
+        pb.SubscribeRequest(stream=unique_name, consumer=pb.Consumer(groupId="g"))
+    )
+    assert await Sub(missing_id).status() == grpc.StatusCode.INVALID_ARGUMENT
