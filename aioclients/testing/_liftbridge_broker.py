@@ -64,7 +64,7 @@ _ALL = api_pb2.ALL
 _EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 _EMPTY_MESSAGE = b""  # a serialized empty Message: the subscription confirmation
 _ASYNC_ACK_TIMEOUT = 5.0  # how long PublishAsync waits for in-flight acks after the client is done
-_CONSUMER_TIMEOUT_NS = 15_000_000_000
+_CONSUMER_TIMEOUT_NS = 15_000_000_000  # a member silent this long is evicted
 _COORDINATOR_TIMEOUT_NS = 15_000_000_000
 _PENDING_MSGS = 1 << 22  # a busy benchmark must not hit nats-py's slow-consumer limits
 _PENDING_BYTES = 1 << 31
@@ -849,6 +849,10 @@ class Broker:
 
     # consumer groups
 
+    def _expire_members(self) -> None:
+        now = asyncio.get_running_loop().time()
+        self.state.expire_members(now, _CONSUMER_TIMEOUT_NS / 1e9)
+
     async def join_consumer_group(
         self, req: api_pb2.JoinConsumerGroupRequest, context: _Ctx
     ) -> api_pb2.JoinConsumerGroupResponse:
@@ -861,6 +865,7 @@ class Broker:
         for name in req.streams:
             if name not in self.state.streams:
                 raise RpcError("NOT_FOUND", f"stream {name} does not exist")
+        self._expire_members()
         state = self.state
         group = state.groups.get(req.groupId)
         if group is None:
@@ -888,6 +893,7 @@ class Broker:
             raise RpcError("INVALID_ARGUMENT", "No groupId provided")
         if not req.consumerId:
             raise RpcError("INVALID_ARGUMENT", "No consumerId provided")
+        self._expire_members()
         group = self.state.groups.get(req.groupId)
         if group is None:
             raise RpcError("NOT_FOUND", "consumer group does not exist")
@@ -908,6 +914,7 @@ class Broker:
             raise RpcError("INVALID_ARGUMENT", "No groupId provided")
         if not req.consumerId:
             raise RpcError("INVALID_ARGUMENT", "No consumerId provided")
+        self._expire_members()
         group = self.state.groups.get(req.groupId)
         if group is None:
             raise RpcError("NOT_FOUND", "consumer group does not exist")

@@ -432,6 +432,21 @@ class ClusterState:
 
     # -- consumer groups ---------------------------------------------------
 
+    def expire_members(self, now: float, timeout: float) -> None:
+        """Drop members that have not fetched assignments for ``timeout`` seconds; an
+        emptied group disappears, the others rebalance (what the coordinator does)."""
+        for group_id, group in list(self.groups.items()):
+            stale = [c for c, seen in group.last_seen.items() if now - seen > timeout]
+            if not stale:
+                continue
+            for consumer in stale:
+                group.members.pop(consumer, None)
+                group.last_seen.pop(consumer, None)
+            if group.members:
+                self.rebalance(group)
+            else:
+                del self.groups[group_id]
+
     def rebalance(self, group: ConsumerGroup) -> None:
         """Assign every partition of the members' streams round-robin; bump the epoch."""
         group.epoch += 1
