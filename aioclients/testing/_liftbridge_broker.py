@@ -282,6 +282,7 @@ class Broker:
     ) -> None:
         self.id = broker_id
         self.hooks = hooks
+        self.credentials: grpc.ServerCredentials | None = None  # TLS when set
         self.host = host
         self.port = 0
         self.state = state
@@ -315,7 +316,11 @@ class Broker:
         await settle(self._nc)
         server = grpc.aio.server()
         server.add_generic_rpc_handlers((self._handlers(),))
-        port = server.add_insecure_port(f"{self.host}:{self.port}")
+        bind = f"{self.host}:{self.port}"
+        if self.credentials is None:
+            port = server.add_insecure_port(bind)
+        else:
+            port = server.add_secure_port(bind, self.credentials)
         if port == 0:
             await self._nc.close()
             raise OSError(f"cannot listen on {self.host}:{self.port}")

@@ -99,6 +99,7 @@ class Partition:
         self.pause_timestamps = EventTimestamps()
         self.readonly_timestamps = EventTimestamps()
         self.subscriber_count = 0
+        self.last_activity = now_ns()  # last append or resume, for auto-pause
         self.group_members: dict[str, GroupMember] = {}
         self._waiter: asyncio.Future[None] | None = None
 
@@ -140,6 +141,7 @@ class Partition:
         self.timestamps.append(ts)
         self.keys.append(key)
         self.messages_received.update(ts)
+        self.last_activity = max(self.last_activity, ts)
         self.wake()
         return offset, ts
 
@@ -343,8 +345,31 @@ class ClusterState:
         for p in targets:
             p.paused = False
             p.pause_timestamps.update(ts)
+            p.last_activity = ts
             p.wake()
         return targets
+
+    def auto_pause(self, now: int) -> list[Partition]:
+        """Pause partitions idle for longer than their stream's ``autoPauseTime`` (ms)."""
+        paused = []
+        for stream in self.streams.values():
+            config = stream.config
+            if not config.HasField("autoPauseTime") or config.autoPauseTime.value <= 0:
+                continue
+            idle_ns = config.autoPauseTime.value * 1_000_000
+            spare_if_subscribed = config.HasField("autoPauseDisableIfSubscribers") and bool(
+                config.autoPauseDisableIfSubscribers.value
+            )
+            for p in stream.partitions.values():
+                if p.paused or now - p.last_activity <= idle_ns:
+                    continue
+                if spare_if_subscribed and p.subscriber_count > 0:
+                    continue
+                p.paused = True
+                p.pause_timestamps.update(now)
+                p.wake()
+                paused.append(p)
+        return paused
 
     def set_readonly(self, name: str, ids: list[int], readonly: bool) -> None:
         ts = now_ns()

@@ -21,8 +21,12 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from types import TracebackType
+
+import grpc
 
 from aioclients._core import check_int
 from aioclients.testing._liftbridge_broker import Broker, Ingester
@@ -32,6 +36,8 @@ from aioclients.testing.nats_server import NatsServer
 __all__ = ("LiftbridgeCluster",)
 
 log = logging.getLogger("aioclients.testing.liftbridge")
+
+_AUTO_PAUSE_CHECK = 0.05  # seconds between idle checks for auto-pause
 
 
 class LiftbridgeCluster:
@@ -47,6 +53,8 @@ class LiftbridgeCluster:
         host: the loopback address the brokers listen on.
         cursor_partitions: partitions of the internal ``__cursors`` stream (0 disables
             cursors, as on a server without ``cursors.stream.partitions``).
+        server_credentials: serve TLS with these credentials (e.g.
+            ``grpc.ssl_server_credentials([(key, chain)])``) instead of plaintext.
     """
 
     def __init__(
@@ -56,6 +64,7 @@ class LiftbridgeCluster:
         nats_url: str | None = None,
         host: str = "127.0.0.1",
         cursor_partitions: int = 1,
+        server_credentials: grpc.ServerCredentials | None = None,
     ) -> None:
         check_int("brokers", brokers, minimum=1)
         check_int("cursor_partitions", cursor_partitions, minimum=0)
@@ -65,9 +74,12 @@ class LiftbridgeCluster:
         ids = [f"broker-{i}" for i in range(brokers)]
         self._state = ClusterState(ids, cursor_partitions=cursor_partitions)
         self._brokers = [Broker(i, self._state, "", host, self) for i in ids]
+        for b in self._brokers:
+            b.credentials = server_credentials
         self._ingester = Ingester(self._state)
         self._lock = asyncio.Lock()
         self._started = False
+        self._auto_pause_task: asyncio.Task[None] | None = None
 
     # -- public API ----------------------------------------------------------
 
@@ -107,6 +119,7 @@ class LiftbridgeCluster:
                 b.nats_url = self._nats_url
                 await b.start()
             await self._ingester.sync()
+            self._auto_pause_task = asyncio.create_task(self._auto_pause_loop())
         except BaseException:
             await self.stop()
             raise
@@ -114,6 +127,11 @@ class LiftbridgeCluster:
 
     async def stop(self) -> None:
         """Stop every broker (and the NATS server the cluster started)."""
+        task, self._auto_pause_task = self._auto_pause_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         for b in self._brokers:
             await b.stop()
         await self._ingester.stop()
@@ -185,3 +203,10 @@ class LiftbridgeCluster:
 
     async def _sync_all(self) -> None:
         await self._ingester.sync()
+
+    async def _auto_pause_loop(self) -> None:
+        # Streams created with autoPauseTime pause when idle, like on the server.
+        while True:
+            await asyncio.sleep(_AUTO_PAUSE_CHECK)
+            if self._state.auto_pause(time.time_ns()):
+                await self._sync_all()

@@ -825,3 +825,34 @@ async def test_one_group_member_per_partition(lb: Brokers, unique_name: str) -> 
         pb.SubscribeRequest(stream=unique_name, consumer=pb.Consumer(groupId="g"))
     )
     assert await Sub(missing_id).status() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_auto_pause_when_idle(lb: Brokers, unique_name: str) -> None:
+    await create(lb, unique_name, autoPauseTime=pb.NullableInt64(value=300))
+    await publish(lb, unique_name, b"a")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    while not (await lb.partition(unique_name)).paused:
+        assert loop.time() < deadline, "the idle partition was not auto-paused"
+        await asyncio.sleep(0.05)
+    (ack,) = await publish(lb, unique_name, b"b")  # publishing resumes it
+    assert ack.offset == 1
+    assert not (await lb.partition(unique_name)).paused
+
+
+async def test_tls(nats_server: Any, unique_name: str) -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    creds = grpc.ssl_server_credentials(
+        [(cert.private_key_pem.bytes(), b"".join(c.bytes() for c in cert.cert_chain_pems))]
+    )
+    async with LiftbridgeCluster(1, nats_url=nats_server.url, server_credentials=creds) as c:
+        client_creds = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
+        async with grpc.aio.secure_channel(c.addresses[0], client_creds) as channel:
+            stub = pbg.APIStub(channel)
+            md = await stub.FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT)
+            assert [b.id for b in md.brokers] == ["broker-0"]
+        async with grpc.aio.insecure_channel(c.addresses[0]) as plain:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await pbg.APIStub(plain).FetchMetadata(pb.FetchMetadataRequest(), timeout=2.0)
