@@ -631,7 +631,9 @@ class Broker:
     async def publish_async(
         self, requests: AsyncIterator[api_pb2.PublishRequest], context: _Ctx
     ) -> AsyncIterator[api_pb2.PublishResponse]:
-        nc = self._require_nats()
+        if self._nc is None or not self.running:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "broker is shutting down")
+        nc = self._nc
         responses: asyncio.Queue[object] = asyncio.Queue()
         inflight = 0
         drained = asyncio.Event()

@@ -6,11 +6,15 @@ streams attached to NATS subjects on a real nats-server (anything published
 there, raw or enveloped, lands in the partition log), offsets from 0, every
 start and stop position, leaders and FAILED_PRECONDITION from non-leaders,
 NOT_FOUND / ALREADY_EXISTS, ack policies and ack inboxes, cursors, pause /
-read-only and consumer groups. :meth:`LiftbridgeCluster.stop_broker` closes a
-broker's port (its subscriptions end with UNAVAILABLE) and moves leadership of
-its partitions to a live broker; the logs are shared in process, so nothing is
-lost. What it does not emulate: retention, compaction, encryption at rest,
-authorization, TLS and replication lag (every replica is always in sync).
+read-only (and auto-pause), consumer groups and optional TLS.
+:meth:`LiftbridgeCluster.stop_broker` closes a broker's port (its subscriptions
+end with UNAVAILABLE) and moves leadership of its partitions to a live broker;
+the logs are shared in process, so nothing is lost. What it does not emulate:
+retention, compaction, encryption at rest, authorization and replication lag
+(every replica is always in sync). Behaviours taken from the Liftbridge server
+source are listed in ``_liftbridge_broker``'s docstring.
+
+Not thread-safe: use it from one event loop.
 
 Usage::
 
