@@ -522,3 +522,38 @@ async def test_subscriber_survives_a_leader_stop_during_10k_messages(
     client: Client, liftbridge_cluster: Cluster, unique_name: str
 ) -> None:
     await _subscriber_across_leader_stop(client, liftbridge_cluster, unique_name, 10_000)
+
+
+# -- the Subscribe connection pool ------------------------------------------------------------
+
+
+async def _until(condition: object, timeout: float = WAIT) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():  # type: ignore[operator]
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_subscriptions_share_pooled_connections_that_expire_when_idle(
+    liftbridge_cluster: Cluster, unique_name: str
+) -> None:
+    async with await connect(
+        liftbridge_cluster.addresses, max_conns_per_broker=2, keepalive_time=0.3
+    ) as c:
+        await c.create_stream(unique_name, unique_name)
+        await c.publish(unique_name, b"0")
+        subs = [c.subscribe(unique_name, start_at=StartPosition.EARLIEST) for _ in range(5)]
+        for sub in subs:
+            await sub.open()
+        stats = c.pool_statistics()
+        assert list(stats.values()) == [2]  # five subscriptions, two connections to the leader
+        for sub in subs:
+            assert [m.offset for m in await take(sub, 1)] == [0]
+        for sub in subs:
+            await sub.aclose()
+        assert c.pool_statistics() == stats  # returned, still open until idle long enough
+        await _until(lambda: c.pool_statistics() == {})
+        async with c.subscribe(unique_name, start_at=StartPosition.EARLIEST) as sub:
+            assert [m.offset for m in await take(sub, 1)] == [0]
+            assert list(c.pool_statistics().values()) == [1]

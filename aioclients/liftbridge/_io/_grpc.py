@@ -56,6 +56,15 @@ _DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
 )
 
 
+def _read_pem(what: str, path: str | Path | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidArgumentError(f"{what}: cannot read {str(path)!r}: {exc.strerror}") from None
+
+
 def channel_credentials(
     tls: object,
     *,
@@ -64,11 +73,11 @@ def channel_credentials(
     client_key: str | Path | None = None,
 ) -> grpc.ChannelCredentials | None:
     """Turn the ``tls`` argument of ``connect`` into gRPC channel credentials."""
-    roots = Path(root_certificates).read_bytes() if root_certificates is not None else None
-    chain = Path(client_cert).read_bytes() if client_cert is not None else None
-    key = Path(client_key).read_bytes() if client_key is not None else None
-    if (chain is None) != (key is None):
+    if (client_cert is None) != (client_key is None):
         raise InvalidArgumentError("tls_client_cert and tls_client_key go together; give both")
+    roots = _read_pem("tls_root_certificates", root_certificates)
+    chain = _read_pem("tls_client_cert", client_cert)
+    key = _read_pem("tls_client_key", client_key)
     if tls is None:
         if roots is None and chain is None:
             return None
