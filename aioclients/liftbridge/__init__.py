@@ -9,6 +9,7 @@ async with await connect(["127.0.0.1:9292"]) as client:
 """
 
 from aioclients.liftbridge._client import Client, ConsumerGroupJoin, connect
+from aioclients.liftbridge._consumer import GroupConsumer
 from aioclients.liftbridge._errors import (
     EnvelopeError,
     IncorrectOffsetError,
@@ -53,6 +54,7 @@ __all__ = (
     "Client",
     "ConsumerGroupJoin",
     "EnvelopeError",
+    "GroupConsumer",
     "IncorrectOffsetError",
     "LiftbridgeClosedError",
     "LiftbridgeConnectError",

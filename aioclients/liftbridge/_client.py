@@ -36,6 +36,7 @@ import grpc.aio
 
 from aioclients._core import check_int
 from aioclients._errors import InvalidArgumentError
+from aioclients.liftbridge._consumer import GroupConsumer
 from aioclients.liftbridge._errors import (
     IncorrectOffsetError,
     LiftbridgeClosedError,
@@ -1062,6 +1063,63 @@ class Client:
             "ReportConsumerGroupCoordinator",
             req,
             what=f"report_consumer_group_coordinator {group_id!r}",
+        )
+
+    def consumer(
+        self,
+        group_id: str,
+        streams: Sequence[str],
+        *,
+        consumer_id: str | None = None,
+        auto_offset: StartPosition = StartPosition.NEW_ONLY,
+        checkpoint_interval: float | None = 5.0,
+        fetch_interval: float | None = None,
+        buffer: int = 1024,
+    ) -> GroupConsumer:
+        """A consumer-group member reading the partitions the group assigns it (sync call).
+
+        ``async with client.consumer("g", ["s"]) as c: async for msg in c: ...``
+
+        Args:
+            group_id: the group.  streams: the streams the group consumes.
+            consumer_id: this member's id (default: a random one).
+            auto_offset: where to start a partition the group has no cursor for
+                (NEW_ONLY, EARLIEST or LATEST).
+            checkpoint_interval: seconds between cursor commits (None: only on
+                ``checkpoint()`` and close).
+            fetch_interval: seconds between assignment fetches (default 0.7 x the
+                group's consumer timeout).
+            buffer: messages buffered across the member's partitions.
+
+        Returns:
+            A :class:`GroupConsumer`.
+        """
+        self._check_open()
+        names = [_name("each stream", s) for s in streams]
+        if not names:
+            raise InvalidArgumentError("streams must name at least one stream")
+        if auto_offset not in (
+            StartPosition.NEW_ONLY,
+            StartPosition.EARLIEST,
+            StartPosition.LATEST,
+        ):
+            raise InvalidArgumentError(
+                f"auto_offset must be NEW_ONLY, EARLIEST or LATEST, got {auto_offset!r}"
+            )
+        member = consumer_id if consumer_id is not None else f"{self._rng.getrandbits(64):016x}"
+        return GroupConsumer(
+            self,
+            _name("group_id", group_id),
+            names,
+            consumer_id=_name("consumer_id", member),
+            auto_offset=auto_offset,
+            checkpoint_interval=None
+            if checkpoint_interval is None
+            else _timeout("checkpoint_interval", checkpoint_interval),
+            fetch_interval=None
+            if fetch_interval is None
+            else _timeout("fetch_interval", fetch_interval),
+            buffer=check_int("buffer", buffer, minimum=1),
         )
 
     async def leave_consumer_group(self, group_id: str, consumer_id: str) -> None:

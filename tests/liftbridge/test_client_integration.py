@@ -557,3 +557,35 @@ async def test_subscriptions_share_pooled_connections_that_expire_when_idle(
         async with c.subscribe(unique_name, start_at=StartPosition.EARLIEST) as sub:
             assert [m.offset for m in await take(sub, 1)] == [0]
             assert list(c.pool_statistics().values()) == [1]
+
+
+async def test_group_consumer_reads_its_partitions_and_commits_cursors(
+    client: Client, unique_name: str
+) -> None:
+    await client.create_stream(unique_name, unique_name, partitions=2)
+    for p in (0, 1):
+        for i in range(3):
+            await client.publish(unique_name, b"%d-%d" % (p, i), partition=p)
+    async with client.consumer(
+        unique_name, [unique_name], auto_offset=StartPosition.EARLIEST, checkpoint_interval=None
+    ) as member:
+        assert member.assignments == {unique_name: [0, 1]}
+        got: list[tuple[int, int]] = []
+
+        async def read(n: int) -> None:
+            async for msg in member:
+                got.append((msg.partition, msg.offset))
+                if len(got) == n:
+                    return
+
+        await asyncio.wait_for(read(6), WAIT)
+        assert sorted(got) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+        await member.checkpoint()
+    cursor_id = f"__group:{unique_name}"
+    assert await client.fetch_cursor(cursor_id, unique_name, 0) == 2
+    assert await client.fetch_cursor(cursor_id, unique_name, 1) == 2
+    # A new member of the group resumes after the committed cursors.
+    await client.publish(unique_name, b"new", partition=1)
+    async with client.consumer(unique_name, [unique_name], checkpoint_interval=None) as member:
+        msg = await asyncio.wait_for(member.__anext__(), WAIT)
+        assert (msg.partition, msg.offset, msg.value) == (1, 3, b"new")
