@@ -589,3 +589,33 @@ async def test_group_consumer_reads_its_partitions_and_commits_cursors(
     async with client.consumer(unique_name, [unique_name], checkpoint_interval=None) as member:
         msg = await asyncio.wait_for(member.__anext__(), WAIT)
         assert (msg.partition, msg.offset, msg.value) == (1, 3, b"new")
+
+
+async def test_publish_async_errors_arrive_on_the_future(client: Client, stream: str) -> None:
+    future = await client.publish_async("missing_" + stream, b"x", partition=0)
+    with pytest.raises(NoSuchStreamError):
+        await asyncio.wait_for(future, WAIT)
+    ok = await client.publish_async(stream, b"x")
+    ack = await asyncio.wait_for(ok, WAIT)
+    assert ack is not None
+    assert ack.offset == 0
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("liftbridge_cluster", [1], indirect=True)
+async def test_subscription_gives_up_after_resubscribe_wait_time(
+    liftbridge_cluster: Cluster, unique_name: str
+) -> None:
+    assert isinstance(liftbridge_cluster, LiftbridgeCluster) or pytest.skip("needs the emulator")
+    from aioclients.liftbridge import SubscriptionLostError
+
+    async with await connect(liftbridge_cluster.addresses, resubscribe_wait_time=0.5) as c:
+        await c.create_stream(unique_name, unique_name)
+        await c.publish(unique_name, b"0")
+        async with c.subscribe(unique_name, start_at=StartPosition.EARLIEST) as sub:
+            assert [m.offset for m in await take(sub, 1)] == [0]
+            await liftbridge_cluster.stop_broker(0)
+            with pytest.raises(SubscriptionLostError) as info:
+                await asyncio.wait_for(sub.__anext__(), WAIT)
+            assert info.value.last_offset == 0
+            assert "resubscribe from offset 1" in str(info.value)
