@@ -619,3 +619,19 @@ async def test_subscription_gives_up_after_resubscribe_wait_time(
                 await asyncio.wait_for(sub.__anext__(), WAIT)
             assert info.value.last_offset == 0
             assert "resubscribe from offset 1" in str(info.value)
+
+
+async def test_a_message_over_the_size_limit_is_a_clear_error(
+    liftbridge_cluster: Cluster, unique_name: str
+) -> None:
+    from aioclients.liftbridge import LiftbridgeServerError
+
+    options = [("grpc.max_send_message_length", 4096)]
+    async with await connect(liftbridge_cluster.addresses, grpc_options=options) as c:
+        await c.create_stream(unique_name, unique_name)
+        with pytest.raises(LiftbridgeServerError, match="too large") as info:
+            await c.publish(unique_name, b"x" * 10_000)
+        assert not isinstance(info.value, ReadonlyPartitionError)
+        ack = await c.publish(unique_name, b"x" * 100)
+        assert ack is not None
+        assert ack.offset == 0

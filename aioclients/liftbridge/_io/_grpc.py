@@ -112,11 +112,12 @@ class ChannelFactory:
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         self.credentials = credentials
-        opts = list(_DEFAULT_OPTIONS)
+        # Later settings win: gRPC itself would take the first of two equal keys.
+        opts = dict(_DEFAULT_OPTIONS)
         if server_name:
-            opts.append(("grpc.ssl_target_name_override", server_name))
-        opts.extend(options)
-        self.options = tuple(opts)
+            opts["grpc.ssl_target_name_override"] = server_name
+        opts.update(dict(options))
+        self.options = tuple(opts.items())
 
     def open(self, address: str) -> grpc.aio.Channel:
         if self.credentials is None:
@@ -168,6 +169,10 @@ def map_rpc_error(
     if code is StatusCode.INVALID_ARGUMENT:
         return LiftbridgeServerError(
             f"{what}: the broker refused the request: {details}", code=name
+        )
+    if code is StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details.lower():
+        return LiftbridgeServerError(
+            f"{what}: the message is too large ({details}); send smaller values", code=name
         )
     if "incorrect expected offset" in details.lower():
         return IncorrectOffsetError(f"{what}: {details}", code=name)
