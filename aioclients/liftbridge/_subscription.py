@@ -359,6 +359,12 @@ class Subscription:
             code = exc.code()
             if is_connection_failure(exc) or code is grpc.StatusCode.FAILED_PRECONDITION:
                 raise _Retry(f"{code.name}: {exc.details()}") from None
+            if code is grpc.StatusCode.INTERNAL and "commit log closed" in (exc.details() or ""):
+                raise PartitionPausedError(
+                    f"subscribe to {self.stream}/{self.partition}: the partition is paused; "
+                    "subscribe with resume=True (or publish to it) to resume it",
+                    code=code.name,
+                ) from None
             raise map_rpc_error(
                 exc,
                 what=f"subscribe to {self.stream}/{self.partition}",
@@ -450,9 +456,11 @@ class Subscription:
         self._drop_call()
         if self._closed:
             return
-        if is_connection_failure(exc) or (
-            code is grpc.StatusCode.FAILED_PRECONDITION and "paus" not in details
-        ):
+        # Liftbridge closes the partition's log under its readers when leadership
+        # moves away from a broker that stays up (INTERNAL, "commit log closed"),
+        # and when the partition is paused (then FAILED_PRECONDITION).
+        leader_moved = code is grpc.StatusCode.INTERNAL and "commit log closed" in details
+        if is_connection_failure(exc) or leader_moved:
             log.info("%s lost (%s); resubscribing", what, code.name)
             self._res.connection_lost(self._client._clock())
             return

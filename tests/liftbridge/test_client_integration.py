@@ -635,3 +635,39 @@ async def test_a_message_over_the_size_limit_is_a_clear_error(
         ack = await c.publish(unique_name, b"x" * 100)
         assert ack is not None
         assert ack.offset == 0
+
+
+async def test_pausing_ends_a_subscription_and_resume_reopens(client: Client, stream: str) -> None:
+    from aioclients.liftbridge import PartitionPausedError
+
+    await client.publish(stream, b"0")
+    async with client.subscribe(stream, start_at=StartPosition.EARLIEST) as sub:
+        assert [m.offset for m in await take(sub, 1)] == [0]
+        await client.pause_stream(stream)
+        with pytest.raises(PartitionPausedError):
+            await asyncio.wait_for(sub.__anext__(), WAIT)
+    with pytest.raises(PartitionPausedError, match="resume=True"):
+        async with client.subscribe(stream, start_at=StartPosition.EARLIEST):
+            pass
+    async with client.subscribe(stream, start_at=StartPosition.EARLIEST, resume=True) as sub:
+        assert [m.offset for m in await take(sub, 1)] == [0]
+
+
+@pytest.mark.fault
+async def test_subscription_follows_a_leader_change_without_a_broker_stop(
+    client: Client, liftbridge_cluster: Cluster, unique_name: str
+) -> None:
+    assert isinstance(liftbridge_cluster, LiftbridgeCluster) or pytest.skip("needs the emulator")
+    await client.create_stream(unique_name, unique_name, replication_factor=3)
+    await publish_values(client, unique_name, [b"0", b"1"])
+    async with client.subscribe(unique_name, start_at=StartPosition.EARLIEST) as sub:
+        assert [m.offset for m in await take(sub, 2)] == [0, 1]
+        # Move leadership inside the emulator, as a controller would (no public API for it).
+        part = liftbridge_cluster._state.get_partition(unique_name, 0)
+        assert part is not None
+        part.leader = next(b for b in liftbridge_cluster.broker_ids if b != part.leader)
+        part.leader_epoch += 1
+        await liftbridge_cluster.leadership_changed()
+        await publish_values(client, unique_name, [b"2", b"3"])
+        assert [m.offset for m in await take(sub, 2)] == [2, 3]
+        assert sub.statistics()["resubscribes"] == 1
