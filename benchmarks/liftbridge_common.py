@@ -15,7 +15,8 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -68,8 +69,15 @@ def emulated_cluster(addresses: list[str] | None, brokers: int = 1) -> Iterator[
             proc.wait()
 
 
-def run_worker(script: str, *args: str) -> float:
-    """Run ``script --worker args...`` in a child process; it prints a rate (msgs/s)."""
+def measured(n: int, thunk: Callable[[], float]) -> tuple[float, float]:
+    """Run ``thunk`` (returns msgs/s); also return this process's CPU time per message (us)."""
+    cpu = time.process_time()
+    rate = thunk()
+    return rate, (time.process_time() - cpu) / n * 1e6
+
+
+def run_worker(script: str, *args: str) -> tuple[float, float]:
+    """Run ``script --worker args...`` in a child process; it prints "rate cpu_us_per_msg"."""
     out = subprocess.run(
         [sys.executable, str(HERE / script), "--worker", *args],
         check=True,
@@ -77,16 +85,28 @@ def run_worker(script: str, *args: str) -> float:
         text=True,
         timeout=600,
     )
-    return float(out.stdout.strip().splitlines()[-1])
+    rate, cpu = out.stdout.strip().splitlines()[-1].split()
+    return float(rate), float(cpu)
 
 
-def report(rows: list[tuple[str, float, float | None]]) -> None:
-    """Print ``scenario, ours, theirs, ratio`` rows."""
-    print(f"{'scenario':<34}{'aioclients':>14}{'gufo':>14}{'ratio':>9}")
-    for name, ours, theirs in rows:
-        t = f"{theirs:,.0f}" if theirs else "-"
-        r = f"{ours / theirs:.2f}x" if theirs else "-"
-        print(f"{name:<34}{ours:>14,.0f}{t:>14}{r:>9}")
+Result = tuple[float, float]  # msgs/s, client CPU us per message
+
+
+def report(rows: list[tuple[str, Result, Result | None]]) -> None:
+    """Print msgs/s and client CPU per message, ours and gufo's, and the throughput ratio.
+
+    The CPU column is the measuring process's own CPU time per message (the cluster
+    runs elsewhere): on a busy machine it is steadier than msgs/s.
+    """
+    print(
+        f"{'scenario':<30}{'aioclients':>12}{'gufo':>10}{'ratio':>8}"
+        f"{'CPU us/msg ours':>17}{'gufo':>7}"
+    )
+    for name, (ours, ours_cpu), theirs in rows:
+        t = f"{theirs[0]:,.0f}" if theirs else "-"
+        r = f"{ours / theirs[0]:.2f}x" if theirs else "-"
+        tc = f"{theirs[1]:.0f}" if theirs else "-"
+        print(f"{name:<30}{ours:>12,.0f}{t:>10}{r:>8}{ours_cpu:>17.0f}{tc:>7}")
 
 
 if __name__ == "__main__":
