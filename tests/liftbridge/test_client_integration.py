@@ -671,3 +671,12 @@ async def test_subscription_follows_a_leader_change_without_a_broker_stop(
         await publish_values(client, unique_name, [b"2", b"3"])
         assert [m.offset for m in await take(sub, 2)] == [2, 3]
         assert sub.statistics()["resubscribes"] == 1
+
+
+async def test_read_from_an_isr_replica(client: Client, unique_name: str) -> None:
+    await client.create_stream(unique_name, unique_name, replication_factor=3)
+    await publish_values(client, unique_name, [b"0", b"1"])
+    async with client.subscribe(
+        unique_name, start_at=StartPosition.EARLIEST, read_isr_replica=True
+    ) as sub:
+        assert [m.value for m in await take(sub, 2)] == [b"0", b"1"]
