@@ -680,3 +680,30 @@ async def test_read_from_an_isr_replica(client: Client, unique_name: str) -> Non
         unique_name, start_at=StartPosition.EARLIEST, read_isr_replica=True
     ) as sub:
         assert [m.value for m in await take(sub, 2)] == [b"0", b"1"]
+
+
+async def test_tls_with_an_ssl_context(nats_server: object, unique_name: str) -> None:
+    import ssl
+
+    import grpc
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    server_creds = grpc.ssl_server_credentials(
+        [(cert.private_key_pem.bytes(), b"".join(p.bytes() for p in cert.cert_chain_pems))]
+    )
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    ca.configure_trust(ctx)
+    url = nats_server.url  # type: ignore[attr-defined]
+    async with LiftbridgeCluster(1, nats_url=url, server_credentials=server_creds) as cluster:
+        async with await connect(cluster.addresses, tls=ctx) as c:
+            await c.create_stream(unique_name, unique_name)
+            ack = await c.publish(unique_name, b"secret")
+            assert ack is not None
+            async with c.subscribe(unique_name, start_at=StartPosition.EARLIEST) as sub:
+                assert [m.value for m in await take(sub, 1)] == [b"secret"]
+        # Without the CA the handshake fails: no broker is reachable.
+        other = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        with pytest.raises(LiftbridgeConnectError):
+            await connect(cluster.addresses, tls=other, max_rpc_attempts=2, rpc_timeout=3.0)
