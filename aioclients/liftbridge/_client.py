@@ -372,7 +372,10 @@ class Client:
                     request, timeout=timeout if timeout is not None else self._rpc_timeout
                 )
             except grpc.aio.AioRpcError as exc:
-                if is_connection_failure(exc) and not self._closed:
+                # CANCELLED here means another call closed this broker's channel
+                # (it found the broker gone): as good as UNAVAILABLE.
+                lost = is_connection_failure(exc) or exc.code() is grpc.StatusCode.CANCELLED
+                if lost and not self._closed:
                     log.info("%s: broker %s unavailable, trying another", what, address)
                     self._broker_unavailable(address)
                     last = exc
