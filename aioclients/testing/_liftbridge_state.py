@@ -19,6 +19,7 @@ import asyncio
 import bisect
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aioclients.liftbridge._pb import api_pb2
@@ -242,6 +243,10 @@ class ClusterState:
         self.streams: dict[str, Stream] = {}
         self.cursors: dict[tuple[str, str, int], int] = {}
         self.groups: dict[str, ConsumerGroup] = {}
+        # Ack inboxes owned by the emulator's own brokers (Publish and PublishAsync
+        # sessions): the ingester hands their acks over in process instead of
+        # through NATS (see Ingester.send_ack).
+        self.local_acks: dict[str, Callable[[api_pb2.Ack], None]] = {}
         self._placement = 0
         if cursor_partitions > 0:
             self._create(
