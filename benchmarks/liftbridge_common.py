@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
+import os
 import subprocess
 import sys
 import time
@@ -41,9 +43,29 @@ async def _serve(brokers: int) -> None:
             await asyncio.to_thread(sys.stdin.read)
 
 
+_EMULATOR_PID: int | None = None  # the emulator's process, while one runs
+
+
+def emulator_cpu() -> float | None:
+    """CPU seconds the emulator process has used so far (None: not ours, or not Linux).
+
+    Read from /proc; it leaves out the nats-server, which is a process of its own.
+    """
+    if _EMULATOR_PID is None:
+        return None
+    try:
+        with open(f"/proc/{_EMULATOR_PID}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    ticks = int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
 def emulated_cluster(addresses: list[str] | None, brokers: int = 1) -> Iterator[list[str]]:
     """The given addresses, or an emulated cluster started in a child process."""
+    global _EMULATOR_PID
     if addresses:
         yield addresses
         return
@@ -58,8 +80,10 @@ def emulated_cluster(addresses: list[str] | None, brokers: int = 1) -> Iterator[
         line = proc.stdout.readline()
         if not line:
             raise RuntimeError("the emulated cluster did not start")
+        _EMULATOR_PID = proc.pid
         yield list(json.loads(line)["addresses"])
     finally:
+        _EMULATOR_PID = None
         assert proc.stdin is not None
         proc.stdin.close()
         try:
@@ -69,11 +93,32 @@ def emulated_cluster(addresses: list[str] | None, brokers: int = 1) -> Iterator[
             proc.wait()
 
 
+Result = tuple[float, float, float]  # msgs/s, client and emulator CPU us per message
+
+
 def measured(n: int, thunk: Callable[[], float]) -> tuple[float, float]:
     """Run ``thunk`` (returns msgs/s); also return this process's CPU time per message (us)."""
     cpu = time.process_time()
     rate = thunk()
     return rate, (time.process_time() - cpu) / n * 1e6
+
+
+def with_emulator_cpu(n: int, thunk: Callable[[], tuple[float, float]]) -> Result:
+    """Run ``thunk`` (returns msgs/s and client CPU us/msg); add the emulator's CPU us/msg.
+
+    The emulator's figure is nan when it runs elsewhere (--addresses).
+    """
+    before = emulator_cpu()
+    rate, cpu = thunk()
+    after = emulator_cpu()
+    emu = (after - before) / n * 1e6 if before is not None and after is not None else math.nan
+    return rate, cpu, emu
+
+
+def best(results: dict[str, Result], key: str, result: Result) -> None:
+    """Keep the round with the highest msgs/s."""
+    if result[0] > results.get(key, (0.0, 0.0, 0.0))[0]:
+        results[key] = result
 
 
 def run_worker(script: str, *args: str) -> tuple[float, float]:
@@ -89,24 +134,26 @@ def run_worker(script: str, *args: str) -> tuple[float, float]:
     return float(rate), float(cpu)
 
 
-Result = tuple[float, float]  # msgs/s, client CPU us per message
-
-
 def report(rows: list[tuple[str, Result, Result | None]]) -> None:
-    """Print msgs/s and client CPU per message, ours and gufo's, and the throughput ratio.
+    """Print msgs/s and CPU per message, ours and gufo's, and the throughput ratio.
 
-    The CPU column is the measuring process's own CPU time per message (the cluster
-    runs elsewhere): on a busy machine it is steadier than msgs/s.
+    "client CPU" is the measuring process's own CPU time per message; "emulator CPU"
+    is the emulated cluster's process during the same run (nats-server not counted).
+    On a busy machine they are steadier than msgs/s, and they show which side is
+    the bottleneck.
     """
     print(
-        f"{'scenario':<30}{'aioclients':>12}{'gufo':>10}{'ratio':>8}"
-        f"{'CPU us/msg ours':>17}{'gufo':>7}"
+        f"{'scenario':<30}{'aioclients':>11}{'gufo':>8}{'ratio':>7}"
+        f"{'client CPU us/msg':>19}{'gufo':>6}{'emulator CPU us/msg':>21}{'gufo':>6}"
     )
-    for name, (ours, ours_cpu), theirs in rows:
+    for name, (ours, ours_cpu, ours_emu), theirs in rows:
         t = f"{theirs[0]:,.0f}" if theirs else "-"
         r = f"{ours / theirs[0]:.2f}x" if theirs else "-"
         tc = f"{theirs[1]:.0f}" if theirs else "-"
-        print(f"{name:<30}{ours:>12,.0f}{t:>10}{r:>8}{ours_cpu:>17.0f}{tc:>7}")
+        te = f"{theirs[2]:.0f}" if theirs else "-"
+        print(
+            f"{name:<30}{ours:>11,.0f}{t:>8}{r:>7}{ours_cpu:>19.0f}{tc:>6}{ours_emu:>21.0f}{te:>6}"
+        )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
 import time
 import uuid
@@ -28,11 +29,13 @@ import uuid
 from liftbridge_common import (
     PAYLOAD,
     Result,
+    best,
     emulated_cluster,
     gufo_available,
     measured,
     report,
     run_worker,
+    with_emulator_cpu,
 )
 
 from aioclients import liftbridge
@@ -121,7 +124,7 @@ def main() -> None:
     given = args.addresses.split(",") if args.addresses else None
     with emulated_cluster(given) as addresses:
         joined = ",".join(addresses)
-        best: dict[str, Result] = {}
+        results: dict[str, Result] = {}
         scenarios = (
             (
                 "ours sync",
@@ -136,21 +139,20 @@ def main() -> None:
         )
         for _ in range(args.rounds):
             for key, n, thunk in scenarios:
-                result = measured(n, thunk)
-                if result[0] > best.get(key, (0.0, 0.0))[0]:
-                    best[key] = result
-            for key, worker_args in workers if gufo else ():
-                result = run_worker("liftbridge_publish.py", *worker_args)
-                if result[0] > best.get(key, (0.0, 0.0))[0]:
-                    best[key] = result
+                best(results, key, with_emulator_cpu(n, functools.partial(measured, n, thunk)))
+            for (key, worker_args), n in zip(
+                workers if gufo else (), (args.sync_count, args.count), strict=False
+            ):
+                job = functools.partial(run_worker, "liftbridge_publish.py", *worker_args)
+                best(results, key, with_emulator_cpu(n, job))
     print(f"emulated cluster, 100-byte payloads, best of {args.rounds} rounds")
     report(
         [
-            ("publish (sequential, acked)", best["ours sync"], best.get("gufo sync")),
-            ("publish_async (pipelined)", best["ours async"], best.get("gufo async")),
+            ("publish (sequential, acked)", results["ours sync"], results.get("gufo sync")),
+            ("publish_async (pipelined)", results["ours async"], results.get("gufo async")),
         ]
     )
-    ratio = best["ours async"][0] / best["ours sync"][0]
+    ratio = results["ours async"][0] / results["ours sync"][0]
     print(f"publish_async / publish (aioclients): {ratio:.1f}x (goal >= 10x)")
 
 

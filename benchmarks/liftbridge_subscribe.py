@@ -21,11 +21,13 @@ import uuid
 from liftbridge_common import (
     PAYLOAD,
     Result,
+    best,
     emulated_cluster,
     gufo_available,
     measured,
     report,
     run_worker,
+    with_emulator_cpu,
 )
 
 from aioclients import liftbridge
@@ -95,20 +97,31 @@ def main() -> None:
     given = args.addresses.split(",") if args.addresses else None
     with emulated_cluster(given) as addresses:
         stream = asyncio.run(fill(addresses, args.count))
-        best_ours: Result = (0.0, 0.0)
-        best_gufo: Result | None = None
+        results: dict[str, Result] = {}
+        worker_args = (",".join(addresses), stream, str(args.count))
         for _ in range(args.rounds):
-            result = measured(args.count, lambda: asyncio.run(ours(addresses, stream, args.count)))
-            best_ours = max(best_ours, result)
+            best(
+                results,
+                "ours",
+                with_emulator_cpu(
+                    args.count,
+                    lambda: measured(
+                        args.count, lambda: asyncio.run(ours(addresses, stream, args.count))
+                    ),
+                ),
+            )
             if have_gufo:
-                theirs = run_worker(
-                    "liftbridge_subscribe.py", ",".join(addresses), stream, str(args.count)
+                best(
+                    results,
+                    "gufo",
+                    with_emulator_cpu(
+                        args.count, lambda: run_worker("liftbridge_subscribe.py", *worker_args)
+                    ),
                 )
-                best_gufo = max(best_gufo or (0.0, 0.0), theirs)
     print(f"emulated cluster, {args.count} 100-byte messages, best of {args.rounds} rounds")
-    report([("subscribe (EARLIEST, read all)", best_ours, best_gufo)])
-    if best_gufo:
-        print(f"goal: >= 1.5x gufo-liftbridge; got {best_ours[0] / best_gufo[0]:.2f}x")
+    report([("subscribe (EARLIEST, read all)", results["ours"], results.get("gufo"))])
+    if "gufo" in results:
+        print(f"goal: >= 1.5x gufo-liftbridge; got {results['ours'][0] / results['gufo'][0]:.2f}x")
 
 
 if __name__ == "__main__":
