@@ -1,0 +1,176 @@
+"""The PublishAsync driver against a scripted stream: window, correlation, timeouts, close."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import grpc
+import pytest
+
+from aioclients.liftbridge import (
+    LiftbridgeClosedError,
+    LiftbridgeTimeoutError,
+    NoSuchStreamError,
+)
+from aioclients.liftbridge._pb import api_pb2 as pb
+from aioclients.liftbridge._publisher import AsyncPublisher
+
+
+class FakeCall:
+    """A PublishAsync stream: records writes; the test feeds responses."""
+
+    def __init__(self) -> None:
+        self.written: list[pb.PublishRequest] = []
+        self.responses: asyncio.Queue[Any] = asyncio.Queue()
+        self.done_writing_called = False
+        self.cancelled = False
+
+    async def write(self, request: pb.PublishRequest) -> None:
+        self.written.append(request)
+
+    async def read(self) -> Any:
+        return await self.responses.get()
+
+    async def done_writing(self) -> None:
+        self.done_writing_called = True
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.responses.put_nowait(grpc.aio.EOF)
+
+    def ack(self, cid: str, offset: int) -> None:
+        self.responses.put_nowait(
+            pb.PublishResponse(
+                correlationId=cid, ack=pb.Ack(stream="s", offset=offset, correlationId=cid)
+            )
+        )
+
+
+class FakeStub:
+    def __init__(self) -> None:
+        self.calls: list[FakeCall] = []
+
+    def PublishAsync(self) -> FakeCall:
+        call = FakeCall()
+        self.calls.append(call)
+        return call
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self._rng = random.Random(7)
+        self._max_rpc_attempts = 3
+        self._closed = False
+        self.stub = FakeStub()
+
+    def _jitter(self) -> float:
+        return 0.0
+
+    async def _any_stub(self) -> tuple[str, FakeStub]:
+        return "b:1", self.stub
+
+    def _broker_unavailable(self, address: str) -> None:
+        pass
+
+
+def _req(cid: str, policy: int = pb.LEADER) -> pb.PublishRequest:
+    return pb.PublishRequest(stream="s", value=b"v", correlationId=cid, ackPolicy=policy)  # type: ignore[arg-type]
+
+
+async def test_acks_resolve_futures_by_correlation_id_and_the_window_bounds_sends() -> None:
+    client = FakeClient()
+    pub = AsyncPublisher(client, window=2)  # type: ignore[arg-type]
+    f1 = await pub.send(_req("a"), partition=0, timeout=5)
+    f2 = await pub.send(_req("b"), partition=1, timeout=5)
+    third = asyncio.ensure_future(pub.send(_req("c"), partition=0, timeout=5))
+    await asyncio.sleep(0.01)
+    assert not third.done()  # two acks outstanding: the third send waits
+    assert pub.outstanding == 2
+    call = client.stub.calls[0]
+    call.ack("b", 7)  # out of order
+    f3 = await asyncio.wait_for(third, 1)
+    ack_b = await asyncio.wait_for(f2, 1)
+    assert (ack_b.offset, ack_b.partition, ack_b.correlation_id) == (7, 1, "b")
+    assert not f1.done()
+    call.ack("a", 6)
+    call.ack("c", 8)
+    assert (await f1).offset == 6
+    assert (await f3).offset == 8
+    assert [r.correlationId for r in call.written] == ["a", "b", "c"]
+    await pub.close()
+
+
+async def test_ack_policy_none_resolves_at_once_and_frees_the_window() -> None:
+    client = FakeClient()
+    pub = AsyncPublisher(client, window=1)  # type: ignore[arg-type]
+    for i in range(3):
+        fut = await pub.send(_req(f"n{i}", pb.NONE), partition=0, timeout=5)
+        assert fut.done()
+        assert fut.result() is None
+    assert pub.outstanding == 0
+    await pub.close()
+
+
+async def test_a_missing_ack_times_out_and_frees_the_window() -> None:
+    client = FakeClient()
+    pub = AsyncPublisher(client, window=1)  # type: ignore[arg-type]
+    fut = await pub.send(_req("t"), partition=0, timeout=0.05)
+    with pytest.raises(LiftbridgeTimeoutError):
+        await asyncio.wait_for(fut, 1)
+    # the late ack is ignored; the window is free again
+    client.stub.calls[0].ack("t", 1)
+    nxt = await asyncio.wait_for(pub.send(_req("u"), partition=0, timeout=5), 1)
+    client.stub.calls[0].ack("u", 2)
+    assert (await nxt).offset == 2
+    await pub.close()
+
+
+async def test_async_errors_fail_their_future() -> None:
+    client = FakeClient()
+    pub = AsyncPublisher(client, window=4)  # type: ignore[arg-type]
+    fut = await pub.send(_req("e"), partition=0, timeout=5)
+    client.stub.calls[0].responses.put_nowait(
+        pb.PublishResponse(
+            correlationId="e",
+            asyncError=pb.PublishAsyncError(
+                code=pb.PublishAsyncError.NOT_FOUND, message="no such stream: s"
+            ),
+        )
+    )
+    with pytest.raises(NoSuchStreamError):
+        await asyncio.wait_for(fut, 1)
+    await pub.close()
+
+
+async def test_close_waits_for_outstanding_acks_then_refuses() -> None:
+    client = FakeClient()
+    pub = AsyncPublisher(client, window=4)  # type: ignore[arg-type]
+    fut = await pub.send(_req("w"), partition=0, timeout=5)
+    closing = asyncio.ensure_future(pub.close())
+    await asyncio.sleep(0.01)
+    assert not closing.done()  # the ack is still outstanding
+    assert client.stub.calls[0].done_writing_called
+    client.stub.calls[0].ack("w", 3)
+    await asyncio.wait_for(closing, 1)
+    assert (await fut).offset == 3
+    with pytest.raises(LiftbridgeClosedError):
+        await pub.send(_req("x"), partition=0, timeout=5)
+
+
+async def test_a_broken_stream_fails_pending_acks() -> None:
+    client = FakeClient()
+    pub = AsyncPublisher(client, window=4)  # type: ignore[arg-type]
+    fut = await pub.send(_req("p"), partition=0, timeout=5)
+    client.stub.calls[0].responses.put_nowait(grpc.aio.EOF)  # the broker ended the stream
+    from aioclients.liftbridge import LiftbridgeConnectError
+
+    with pytest.raises(LiftbridgeConnectError):
+        await asyncio.wait_for(fut, 1)
+    # the next send opens a new stream
+    nxt = await pub.send(_req("q"), partition=0, timeout=5)
+    assert len(client.stub.calls) == 2
+    client.stub.calls[1].ack("q", 0)
+    assert (await nxt).offset == 0
+    await pub.close()
