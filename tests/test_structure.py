@@ -67,7 +67,13 @@ def test_pure_module_check_catches_a_forbidden_import(tmp_path: Path) -> None:
     assert _imports(sample) & FORBIDDEN == {"time", "asyncio", "random"}
 
 
-PUBLIC_PACKAGES = ["aioclients", "aioclients.jetstream", "aioclients.nsq", "aioclients.testing"]
+PUBLIC_PACKAGES = [
+    "aioclients",
+    "aioclients.jetstream",
+    "aioclients.liftbridge",
+    "aioclients.nsq",
+    "aioclients.testing",
+]
 
 
 @pytest.mark.parametrize("name", PUBLIC_PACKAGES)
@@ -89,7 +95,7 @@ def test_version_is_a_string() -> None:
     assert aioclients.__version__.count(".") >= 2
 
 
-PROTOCOL_PACKAGES = ["aioclients.jetstream", "aioclients.nsq"]
+PROTOCOL_PACKAGES = ["aioclients.jetstream", "aioclients.liftbridge", "aioclients.nsq"]
 
 
 @pytest.mark.parametrize("name", PROTOCOL_PACKAGES)
