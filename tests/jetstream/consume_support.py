@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
 from support import until_visible
 
-from aioclients.jetstream import JetStream
+from aioclients.jetstream import Consumer, JetStream
 
 
 async def publish_many(js: JetStream, subject: str, count: int, payload: bytes = b"x") -> None:
@@ -34,6 +34,24 @@ async def next_event(queue: asyncio.Queue[Any], kind: type, timeout: float = 10.
         event = await asyncio.wait_for(queue.get(), left)
         if isinstance(event, kind):
             return event
+
+
+async def until_pull_waiting(consumer: Consumer, count: int = 1, timeout: float = 5.0) -> None:
+    """Wait until the server holds at least ``count`` waiting pull requests for
+    ``consumer`` (its ``num_waiting``): proof that a pull reached the server, so a
+    test acts on a client that is really blocked on an open pull."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        waiting = (await consumer.info()).num_waiting
+        if waiting >= count:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(
+                f"the server held {waiting} waiting pulls for {consumer.name}, "
+                f"not {count}, after {timeout}s"
+            )
+        await asyncio.sleep(0.01)  # poll interval of a bounded wait
 
 
 class PullSnoop:

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 import pytest
-from consume_support import publish_many
+from consume_support import publish_many, until_pull_waiting
 from support import WaitFor
 
 from aioclients import AioClientsError, InvalidArgumentError
@@ -54,7 +54,7 @@ async def test_close_while_blocked_in_iteration_raises_closed_promptly(
 ) -> None:
     async with consumer.consume(expires=30) as messages:
         task = asyncio.ensure_future(messages.__anext__())
-        await asyncio.sleep(0.1)  # bounded: the iterator is blocked on an empty consumer
+        await until_pull_waiting(consumer)  # the iterator is blocked on an open pull
         assert not task.done()
         await js.close()
         with pytest.raises(JetStreamClosedError):
@@ -87,7 +87,8 @@ async def test_close_during_fetch_raises_closed(
 ) -> None:
     async with consumer.fetch(5, expires=30) as batch:
         task = asyncio.ensure_future(batch.__anext__())
-        await asyncio.sleep(0.1)  # bounded: the fetch is waiting for messages
+        await until_pull_waiting(consumer)  # the fetch's pull is open on the server
+        assert not task.done()
         await js.close()
         with pytest.raises(JetStreamClosedError):
             await asyncio.wait_for(task, 2)
@@ -95,7 +96,8 @@ async def test_close_during_fetch_raises_closed(
 
 async def test_next_during_close_raises_closed(js: JetStream, consumer: Consumer) -> None:
     task = asyncio.ensure_future(consumer.next(expires=30))
-    await asyncio.sleep(0.1)  # bounded: next() is waiting
+    await until_pull_waiting(consumer)  # next()'s pull is open on the server
+    assert not task.done()
     await js.close()
     with pytest.raises(JetStreamClosedError):
         await asyncio.wait_for(task, 2)
@@ -135,7 +137,8 @@ async def test_cancel_blocked_async_for_leaves_nothing_running(
                 await msg.ack()
 
     task = asyncio.ensure_future(run())
-    await asyncio.sleep(0.2)  # bounded: the task is blocked waiting for messages
+    await until_pull_waiting(consumer)  # the task is blocked on an open pull
+    assert not task.done()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -230,10 +233,13 @@ async def test_two_tasks_iterating_one_stream(
                 if len(got[1]) + len(got[2]) == 20:
                     all_in.set()
                 await msg.ack()
-                await asyncio.sleep(0.01)  # let the other worker take the next one
+                # a turn of the loop (not a wait for a state): the other worker,
+                # already woken, may take the next message meanwhile
+                await asyncio.sleep(0)
 
         tasks = [asyncio.ensure_future(worker(n)) for n in (1, 2)]
-        await asyncio.sleep(0.1)  # bounded: both workers are blocked on the empty consumer
+        await until_pull_waiting(consumer)  # the stream's pull is open on the server...
+        assert not any(t.done() for t in tasks)  # ...and both workers wait on it
         await publish_many(js, f"{stream.name}.a", 20)
         try:
             await asyncio.wait_for(all_in.wait(), 10)
@@ -259,7 +265,8 @@ async def test_drain_wakes_a_blocked_iterator(
 ) -> None:
     async with consumer.consume(expires=30) as messages:
         task = asyncio.ensure_future(messages.__anext__())
-        await asyncio.sleep(0.1)  # bounded: blocked on the empty consumer
+        await until_pull_waiting(consumer)  # blocked on an open pull
+        assert not task.done()
         await messages.drain()
         with pytest.raises(StopAsyncIteration):
             await asyncio.wait_for(task, 5)

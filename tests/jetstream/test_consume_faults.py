@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import nats
 import pytest
-from consume_support import next_event, publish_many
+from consume_support import next_event, publish_many, until_pull_waiting
 from support import Server, WaitFor
 
 from aioclients.jetstream import (
@@ -115,7 +115,8 @@ async def test_memory_consumer_gone_after_restart_raises_consumer_deleted(
     events: list[ConsumeEvent] = []
     async with consumer.consume(expires=2, on_event=events.append) as messages:
         task = asyncio.ensure_future(messages.__anext__())
-        await asyncio.sleep(0.1)  # bounded: the first pull is out
+        await until_pull_waiting(consumer)  # the first pull is open on the server
+        assert not task.done()
         await asyncio.to_thread(server.restart)
         # the recovery retries with a backoff capped at 2 s: 8 s is plenty
         with pytest.raises(ConsumerDeletedError):
@@ -135,7 +136,8 @@ async def test_consumer_deleted_right_after_reconnect_raises_consumer_deleted(
     events: asyncio.Queue[ConsumeEvent] = asyncio.Queue()
     async with consumer.consume(expires=2, on_event=events.put_nowait) as messages:
         task = asyncio.ensure_future(messages.__anext__())
-        await asyncio.sleep(0.1)  # bounded: the first pull is out
+        await until_pull_waiting(consumer)  # the first pull is open on the server
+        assert not task.done()
         await asyncio.to_thread(server.restart)
         await next_event(events, Reconnected, timeout=15)
 
@@ -182,7 +184,7 @@ async def test_fetch_with_heartbeat_on_paused_server_raises_no_heartbeat(
     consumer = await _file_stream_consumer(js)
     loop = asyncio.get_running_loop()
     async with consumer.fetch(5, expires=10, idle_heartbeat=0.5) as batch:
-        await asyncio.sleep(0.2)  # bounded: the pull reached the server
+        await until_pull_waiting(consumer)  # the pull reached the server
         server.pause()
         start = loop.time()
         try:
@@ -238,7 +240,8 @@ async def test_fetch_on_paused_server_ends_by_the_client_deadline(
     consumer = await _file_stream_consumer(js)
     loop = asyncio.get_running_loop()
     async with consumer.fetch(5, expires=1) as batch:
-        await asyncio.sleep(0.1)  # bounded: the pull reached the server
+        # the pull reached the server (seen well within its 1 s expiry)
+        await until_pull_waiting(consumer, timeout=0.8)
         server.pause()
         start = loop.time()
         try:
@@ -257,7 +260,8 @@ async def test_restart_ends_a_pending_fetch_promptly(
     loop = asyncio.get_running_loop()
     async with consumer.fetch(5, expires=30) as batch:
         task = asyncio.ensure_future(batch.__anext__())
-        await asyncio.sleep(0.1)  # bounded: the pull reached the server
+        await until_pull_waiting(consumer)  # the pull reached the server
+        assert not task.done()
         await asyncio.to_thread(server.restart)
         start = loop.time()
         # the pull died with the old connection: the fetch ends instead of

@@ -6,7 +6,7 @@ import asyncio
 from datetime import datetime, timezone
 
 import pytest
-from consume_support import next_event, publish_many, snoop_pulls
+from consume_support import next_event, publish_many, snoop_pulls, until_pull_waiting
 from support import Server, WaitFor
 
 from aioclients import InvalidArgumentError
@@ -48,7 +48,7 @@ def _size(msg: Msg) -> int:
 
 
 async def test_consume_10k_with_explicit_acks_none_lost_or_repeated(
-    js: JetStream, stream: Stream, consumer: Consumer
+    js: JetStream, stream: Stream, consumer: Consumer, wait_for: WaitFor
 ) -> None:
     total = 10_000
     await publish_many(js, f"{stream.name}.a", total)
@@ -66,12 +66,13 @@ async def test_consume_10k_with_explicit_acks_none_lost_or_repeated(
     assert seqs == sorted(seqs)  # one consumer, no redelivery: stream order
     assert stats.delivered == total
     assert stats.pulls > 1  # the buffer was refilled, not one huge pull
+
     # the last ack is on its way: the server records them all
-    for _ in range(100):
-        info = await consumer.info()
-        if info.num_ack_pending == 0:
-            break
-        await asyncio.sleep(0.05)
+    async def all_acked() -> bool:
+        return (await consumer.info()).num_ack_pending == 0
+
+    await wait_for(all_acked, timeout=5, what="no acks pending")
+    info = await consumer.info()
     assert info.num_ack_pending == 0
     assert info.num_pending == 0
     assert info.num_redelivered == 0
@@ -129,7 +130,8 @@ async def test_consume_delivers_messages_published_after_start(
     async with consumer.consume(max_messages=5, expires=2) as messages:
         it = messages.__aiter__()
         waiter = asyncio.ensure_future(it.__anext__())
-        await asyncio.sleep(0)
+        await until_pull_waiting(consumer)  # published only once a pull is open
+        assert not waiter.done()
         await js.publish(f"{stream.name}.a", b"late")
         msg = await asyncio.wait_for(waiter, 10)
         assert msg.data == b"late"
@@ -137,16 +139,21 @@ async def test_consume_delivers_messages_published_after_start(
 
 
 async def test_consume_across_pull_expiries(
-    js: JetStream, stream: Stream, consumer: Consumer
+    js: JetStream, stream: Stream, consumer: Consumer, wait_for: WaitFor
 ) -> None:
     # expires=1: the first pull expires before the message is published; the
     # stream re-pulls on its own and still gets it.
     async with consumer.consume(max_messages=5, expires=1) as messages:
-        await asyncio.sleep(1.6)  # bounded: let at least one pull expire (408) on the server
+
+        async def repulled() -> bool:
+            return messages.statistics().pulls >= 2
+
+        # an empty consumer re-pulls only after its pull expired (408)
+        await wait_for(repulled, timeout=10, what="a fresh pull after the first expired")
+        await until_pull_waiting(consumer)  # the fresh pull is open on the server
         await js.publish(f"{stream.name}.a", b"after-expiry")
         msg = await asyncio.wait_for(messages.__anext__(), 10)
         assert msg.data == b"after-expiry"
-        assert messages.statistics().pulls >= 2
 
 
 async def test_consume_max_messages_1_never_gets_stuck(
@@ -189,11 +196,12 @@ async def test_drain_stops_pulling_delivers_buffered_then_ends(
         async with consumer.consume(max_messages=10, expires=5) as messages:
             first = await messages.__anext__()
             await first.ack()
+
             # wait until the first pull's 10 messages are all buffered
-            for _ in range(200):
-                if messages.statistics().received >= 10:
-                    break
-                await asyncio.sleep(0.01)
+            async def all_received() -> bool:
+                return messages.statistics().received >= 10
+
+            await wait_for(all_received, timeout=5, what="the first pull's 10 messages")
             assert messages.statistics().received == 10
             pulls_before = messages.statistics().pulls
             await snoop.wait_count(pulls_before)
@@ -241,7 +249,7 @@ async def test_stop_from_another_task_wakes_a_blocked_iterator(
             return [m async for m in messages]
 
         task = asyncio.ensure_future(collect())
-        await asyncio.sleep(0.2)  # bounded: let the task block on the empty consumer
+        await until_pull_waiting(consumer)  # the task is blocked on an open pull
         assert not task.done()
         messages.stop()
         assert await asyncio.wait_for(task, 2) == []
@@ -294,7 +302,8 @@ async def test_delete_consumer_while_blocked_raises_promptly(
 ) -> None:
     async with consumer.consume(expires=30) as messages:
         task = asyncio.ensure_future(messages.__anext__())
-        await asyncio.sleep(0.2)  # bounded: the iterator is blocked with a pull open
+        await until_pull_waiting(consumer)  # the iterator is blocked with a pull open
+        assert not task.done()
         await consumer.delete()
         with pytest.raises(ConsumerDeletedError):
             await asyncio.wait_for(task, 5)
@@ -513,6 +522,9 @@ async def test_in_progress_prevents_redelivery(js: JetStream, stream: Stream) ->
     start = loop.time()
     while loop.time() - start < 2.0:  # twice ack_wait
         await msg.in_progress()
+        # pacing, not a wait for a state: report progress every 0.3 s, well inside
+        # the 1 s ack_wait, for a window of twice ack_wait; without these reports
+        # the message would be redelivered within it
         await asyncio.sleep(0.3)
     await msg.ack_sync()
     info = await consumer.info()
@@ -636,8 +648,10 @@ async def test_full_buffer_without_open_pull_is_not_a_missed_heartbeat(
         max_messages=5, expires=1, idle_heartbeat=0.5, on_event=events.append
     ) as messages:
         first = await asyncio.wait_for(messages.__anext__(), 5)
-        # bounded: a slow user holds a full buffer for 3 heartbeat intervals; with
-        # no pull open the server sends no heartbeats, and none may be "missed"
+        # bounded window, proving something does NOT happen: a slow user holds a
+        # full buffer for 3 heartbeat intervals; with no pull open the server sends
+        # no heartbeats, and none may be "missed". 1.5 s is past the 2-interval
+        # (1 s) miss threshold, so a check wrongly armed would have fired
         await asyncio.sleep(1.5)
         rest = [await asyncio.wait_for(messages.__anext__(), 5) for _ in range(9)]
         stats = messages.statistics()

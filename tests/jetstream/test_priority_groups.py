@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
-from consume_support import next_event, publish_many, snoop_pulls
+from consume_support import next_event, publish_many, snoop_pulls, until_pull_waiting
 from support import Server, WaitFor
 
 from aioclients import InvalidArgumentError
@@ -250,7 +250,10 @@ async def test_overflow_min_pending_served_only_when_backlog_is_deep(
 
         # the consumer's pending count follows the stream with a small lag
         await wait_for(lambda: backlog(4), timeout=5, what="backlog of 4")
-        # bounded: the pull must stay unserved while the backlog is 4 (< 5)
+        await until_pull_waiting(consumer)  # a's pull is open on the server
+        # bounded window, proving something does NOT happen: the open pull stays
+        # unserved while the backlog is 4 (< 5). A servable pull is answered within
+        # milliseconds; 1 s is far beyond that and short of the 4 s pull expiry
         await asyncio.sleep(1.0)
         assert a.seqs == []
         await js.publish(f"{stream.name}.a", b"fifth")
