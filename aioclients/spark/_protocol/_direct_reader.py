@@ -207,18 +207,20 @@ class DirectReplyParser:
         while pos < size:
             m = fast(buf, pos)
             if m is not None:
-                hlen = int(m[1])
+                hsize, tsize, subject, seq, stamp = m.groups()
+                hlen = int(hsize)
                 head_end = m.end()
+                # The match ends at the header block's blank line: its length must agree.
                 if head_end - m.end(2) - 2 == hlen:
-                    end = head_end + int(m[2]) - hlen
+                    end = head_end + int(tsize) - hlen
                     if end + 2 > size:
                         self._need = end + 2 - pos
                         return pos
                     if buf[end : end + 2] != _CRLF:
                         raise self._error("message not followed by CRLF", pos)
-                    subjects(m[3])
-                    sequences(m[4])
-                    stamps(m[5])
+                    subjects(subject)
+                    sequences(seq)
+                    stamps(stamp)
                     payloads(buf[head_end:end])
                     pos = end + 2
                     continue
