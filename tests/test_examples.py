@@ -12,15 +12,30 @@ import pytest
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
 
 
+def _is_spark(path: Path) -> bool:
+    return path.name.startswith("spark_")
+
+
+# Spark examples start a local SparkSession: marked (so `./run quick` skips them) and
+# given more time.
+EXAMPLE_PARAMS = [pytest.param(p, marks=pytest.mark.spark) if _is_spark(p) else p for p in EXAMPLES]
+
+
 def test_there_are_examples() -> None:
     assert EXAMPLES
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLE_PARAMS, ids=lambda p: p.name)
 def test_example_runs(path: Path, nats_server: object) -> None:
     env = dict(os.environ, NATS_URL=nats_server.url)  # type: ignore[attr-defined]
+    if _is_spark(path):
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
     result = subprocess.run(
-        [sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280 if _is_spark(path) else 120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip(), "an example should show what it did"
