@@ -294,7 +294,8 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.num_partitions = parts
         self._target: int | None = None  # Trigger.AvailableNow: read no further than this
         self._latest: int | None = None
-        _run(_stream_bounds(self.config))  # fail at start on a bad stream or options
+        # No server call here: executors build their own instance only to call read();
+        # a bad stream fails in initialOffset / latestOffset, on the driver.
 
     def _sequence(self, offset: Mapping[str, Any]) -> int:
         if offset.get("stream") != self.config.stream or not isinstance(

@@ -374,3 +374,16 @@ def test_stream_writer_publishes_each_micro_batch(
         query.stop()
     stored = streams.fetch_all(sink)
     assert sorted(int(m.subject.rsplit(".", 1)[1]) for m in stored) == list(range(1, 31))
+
+
+def test_stream_reader_on_a_missing_stream_fails_the_query(
+    spark: Any, streams: Streams, tmp_path: Path
+) -> None:
+    with pytest.raises(Exception, match="there is no stream"):
+        _stream_to_files(
+            spark,
+            streams.url,
+            f"{streams.prefix}_missing",
+            tmp_path / "out",
+            tmp_path / "checkpoint",
+        )
