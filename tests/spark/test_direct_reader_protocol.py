@@ -206,3 +206,21 @@ def test_bad_options_name_the_option_and_a_fix(options, call, message) -> None: 
     with pytest.raises(DataSourceOptionError, match=message) as excinfo:
         call(OptionReader(options, "jetstream"))
     assert '.option("' in str(excinfo.value)
+
+
+def test_public_names_are_exported() -> None:
+    import aioclients.spark as spark_pkg
+    from aioclients import AioClientsError
+
+    assert isinstance(spark_pkg.__all__, tuple)
+    assert len(set(spark_pkg.__all__)) == len(spark_pkg.__all__)
+    for name in spark_pkg.__all__:
+        assert hasattr(spark_pkg, name), name
+    assert callable(spark_pkg.register_data_sources)
+    for error in (
+        spark_pkg.DataSourceOptionError,
+        spark_pkg.DataSourceUnavailableError,
+        spark_pkg.PublishFailedError,
+    ):
+        assert issubclass(error, AioClientsError)
+    assert issubclass(spark_pkg.DataSourceOptionError, ValueError)
