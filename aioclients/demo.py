@@ -282,8 +282,8 @@ def spark_job(url: str, suffix: str, report: Report, parquet: str) -> None:
     for r in rows:
         print(f"  {r.region:<5} {r.product:<9} {r.revenue:>13,.2f}  {r.units:>6} units")
     print(
-        f"Spark read {counted} orders in {seconds:.2f}s ({counted / seconds:,.0f} rows/s incl. "
-        f"the aggregation); {stored} totals in {spark_totals}, {written} rows in Parquet"
+        f"Spark read {counted} orders in {seconds:.2f}s (a first job: that includes starting "
+        f"Spark's Python workers); {stored} totals in {spark_totals}, {written} rows in Parquet"
     )
     mismatched = [
         region
