@@ -12,36 +12,61 @@ import pytest
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
 
 
+def _is_spark(path: Path) -> bool:
+    return path.name.startswith("spark_")
+
+
+# Spark examples start a local SparkSession: marked (so `./run quick` skips them) and
+# given more time.
+EXAMPLE_PARAMS = [pytest.param(p, marks=pytest.mark.spark) if _is_spark(p) else p for p in EXAMPLES]
+
+
 def test_there_are_examples() -> None:
     assert EXAMPLES
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLE_PARAMS, ids=lambda p: p.name)
 def test_example_runs(path: Path, nats_server: object) -> None:
     env = dict(os.environ, NATS_URL=nats_server.url)  # type: ignore[attr-defined]
+    if _is_spark(path):
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
     result = subprocess.run(
-        [sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280 if _is_spark(path) else 120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip(), "an example should show what it did"
     assert "Traceback" not in result.stderr
 
 
-def test_demo_runs_end_to_end(nats_server: object) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aioclients.demo",
-            "--orders",
-            "2000",
-            "--nats-url",
-            nats_server.url,
-        ],  # type: ignore[attr-defined]
+def _run_demo(url: str, *extra: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    return subprocess.run(
+        [sys.executable, "-m", "aioclients.demo", "--orders", "2000", "--nats-url", url, *extra],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
+        env=env,
     )
+
+
+def test_demo_runs_end_to_end_without_spark(nats_server: object) -> None:
+    result = _run_demo(nats_server.url, "--no-spark", timeout=120)  # type: ignore[attr-defined]
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Revenue per region" in result.stdout
     assert "100 retried publishes de-duplicated" in result.stdout
+    assert "Spark" not in result.stdout
+
+
+@pytest.mark.spark
+def test_demo_runs_end_to_end(nats_server: object) -> None:
+    result = _run_demo(nats_server.url, timeout=280)  # type: ignore[attr-defined]
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Revenue per region" in result.stdout
+    assert "100 retried publishes de-duplicated" in result.stdout
+    assert "Spark read 2000 orders" in result.stdout
+    assert "Spark's revenue per region matches the asyncio client's" in result.stdout
