@@ -2,5 +2,7 @@
 protocol-faithful NSQ and Liftbridge emulators, plus a pytest plugin."""
 
 from aioclients.testing.nats_server import NatsServer, find_nats_server_binary
+from aioclients.testing.nsqd import NsqdEmulator
+from aioclients.testing.nsqlookupd import NsqlookupdEmulator
 
-__all__ = ("NatsServer", "find_nats_server_binary")
+__all__ = ("NatsServer", "NsqdEmulator", "NsqlookupdEmulator", "find_nats_server_binary")

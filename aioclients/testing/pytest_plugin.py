@@ -14,6 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from aioclients.testing._nsq_fixtures import (  # noqa: F401 (registers the fixtures)
+    nsqd,
+    nsqd_factory,
+    nsqlookupd,
+)
 from aioclients.testing.nats_server import NatsServer
 
 __all__ = ("ExternalServer", "nats_server", "nats_server_private", "unique_name")

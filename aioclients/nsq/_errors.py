@@ -1,0 +1,78 @@
+"""NSQ errors, beneath the families of :mod:`aioclients._errors`.
+
+nsqd reports errors as frames of type 1 whose text is ``"<CODE> <description>"``
+(for example ``E_BAD_TOPIC PUB topic name "a b" is not valid``); :class:`NSQError`
+keeps the code in ``.code``. Only ``E_FIN_FAILED``, ``E_REQ_FAILED`` and
+``E_TOUCH_FAILED`` leave the connection open; nsqd closes it after any other.
+"""
+
+from __future__ import annotations
+
+from aioclients._errors import (
+    ClientClosedError,
+    ConnectError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    ServerError,
+)
+
+__all__ = (
+    "NON_FATAL_ERROR_CODES",
+    "MessageRespondedError",
+    "NSQClosedError",
+    "NSQConnectError",
+    "NSQError",
+    "NSQProtocolError",
+    "parse_error_frame",
+)
+
+# The only errors after which nsqd keeps the connection open (client library guide,
+# "A Brief Interlude on Errors"): they are timing races on a message id.
+NON_FATAL_ERROR_CODES = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
+
+
+class NSQError(ServerError):
+    """nsqd (or nsqd's HTTP API) answered with an error.
+
+    Attributes:
+        code: nsqd's error code, e.g. ``"E_BAD_TOPIC"`` (TCP) or ``"INVALID_TOPIC"`` (HTTP).
+        description: the rest of the server's text.
+        fatal: whether nsqd closes the connection after this error.
+    """
+
+    code: str
+
+    def __init__(self, code: str, description: str = "", *, hint: str | None = None) -> None:
+        text = f"{code} {description}".strip()
+        if hint:
+            text = f"{text} - {hint}"
+        super().__init__(text, code=code)
+        self.code = code
+        self.description = description
+        self.fatal = code not in NON_FATAL_ERROR_CODES
+
+
+class NSQProtocolError(RemoteProtocolError):
+    """nsqd (or something pretending to be nsqd) sent bytes that break the NSQ protocol.
+
+    ``offset`` is the position in the connection's (decompressed) byte stream.
+    """
+
+
+class NSQConnectError(ConnectError):
+    """An nsqd or nsqlookupd could not be reached, or the connection was lost."""
+
+
+class NSQClosedError(ClientClosedError):
+    """The Reader or Producer was closed; open a new one."""
+
+
+class MessageRespondedError(LocalProtocolError):
+    """finish(), requeue() or touch() on a message that was already finished or requeued."""
+
+
+def parse_error_frame(data: bytes) -> NSQError:
+    """Turn the payload of an error frame into an :class:`NSQError`."""
+    text = data.decode("utf-8", "replace")
+    code, _, description = text.partition(" ")
+    return NSQError(code or "E_UNKNOWN", description)

@@ -1,0 +1,1 @@
+"""asyncio drivers: one per nsqd connection, and the nsqlookupd poller."""

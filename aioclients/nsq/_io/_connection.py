@@ -1,0 +1,354 @@
+"""The asyncio driver of one nsqd connection: socket <-> :class:`ConnectionCore`.
+
+Theory of operation: an :class:`asyncio.Protocol`, so received bytes are handled
+in ``data_received`` without a task or a queue per message. Each read cycle is
+read -> (decompress) -> ``core.receive_data`` -> events to the owner (Reader or
+Producer) -> one write of everything queued (RDY, NOP, FIN...). Responses made
+outside a read cycle (``Message.finish()``) are queued in the core and written by
+one ``call_soon`` flush per loop iteration, so a burst of FINs is one write.
+The core's one deadline (handshake timeout, heartbeat watchdog) is one
+``loop.call_at`` handle, re-armed when it fires (deadlines only move later while
+data flows, so it never needs re-arming per read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Callable
+from typing import Protocol
+
+from aioclients.nsq._errors import NSQConnectError, NSQError
+from aioclients.nsq._io._compression import Codec, make_codec
+from aioclients.nsq._protocol._connection import (
+    CloseWait,
+    ConnectionCore,
+    ConnectionState,
+    ErrorReceived,
+    Heartbeat,
+    Identified,
+    MessageReceived,
+    Ready,
+    Response,
+    Subscribed,
+    TimedOut,
+    UpgradeCompression,
+    UpgradeTLS,
+)
+from aioclients.nsq._protocol._lookup import parse_address
+
+__all__ = ("ConnectionOwner", "NsqdConnection")
+
+log = logging.getLogger("aioclients.nsq.connection")
+
+
+class ConnectionOwner(Protocol):
+    """What a connection reports to its Reader or Producer (all synchronous)."""
+
+    def on_message(self, conn: NsqdConnection, event: MessageReceived, now: float) -> None: ...
+    def on_response(self, conn: NsqdConnection, data: bytes) -> None: ...
+    def on_error(self, conn: NsqdConnection, error: NSQError) -> None: ...
+    def on_lost(self, conn: NsqdConnection, exc: BaseException | None) -> None: ...
+
+
+class NsqdConnection(asyncio.Protocol):
+    """One TCP (optionally TLS, deflate or snappy) connection to nsqd.
+
+    Args:
+        address: ``"host:port"``.
+        core: the pure state machine (consumer or publisher).
+        owner: receives messages, answers, errors and the loss of the connection.
+        tls_context: used when the core asks for the TLS upgrade.
+        clock: the loop's clock by default.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        core: ConnectionCore,
+        owner: ConnectionOwner,
+        *,
+        tls_context: ssl.SSLContext | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.address = address
+        self.host, self.port = parse_address(address)
+        self.core = core
+        self._owner = owner
+        self._tls_context = tls_context
+        self._loop = asyncio.get_running_loop()
+        self._clock = clock or self._loop.time
+        self._transport: asyncio.Transport | None = None
+        self._codec: Codec | None = None
+        self._handshake: asyncio.Future[str] | None = None
+        self._close_wait: asyncio.Future[None] | None = None
+        self._closed = self._loop.create_future()
+        self._flush_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self.max_rdy_count = 2500
+        self.lost = False
+        self.messages_received = 0
+        self.finished = 0
+        self.requeued = 0
+
+    @property
+    def usable(self) -> bool:
+        """Open, and not condemned by a fatal error."""
+        return not self.lost and self.core.state is not ConnectionState.CLOSED
+
+    # ---- opening ----------------------------------------------------------------------
+
+    async def open(self, timeout: float) -> None:
+        """Connect and run the handshake (IDENTIFY, TLS, compression, AUTH, SUB).
+
+        Raises:
+            NSQConnectError: unreachable, refused, timed out or the connection dropped.
+            NSQError: nsqd refused a step (bad topic, auth failed ...).
+        """
+        self._handshake = self._loop.create_future()
+        try:
+            try:
+                await asyncio.wait_for(
+                    self._loop.create_connection(lambda: self, self.host, self.port), timeout
+                )
+            except asyncio.TimeoutError:
+                raise NSQConnectError(
+                    f"could not connect to nsqd at {self.address} within {timeout}s"
+                ) from None
+            except OSError as exc:
+                raise NSQConnectError(
+                    f"could not connect to nsqd at {self.address}: {exc} "
+                    "(is nsqd running and is this its TCP address?)"
+                ) from exc
+            self.core.start(self._clock())
+            self.flush()
+            self._arm_timer()
+            while True:
+                step = await self._handshake
+                if step == "done":
+                    return
+                # step == "tls": upgrade, then nsqd's OK arrives over TLS
+                assert self._transport is not None
+                self._handshake = self._loop.create_future()
+                context = self._tls_context or ssl.create_default_context()
+                try:
+                    transport = await self._loop.start_tls(
+                        self._transport, self, context, server_hostname=self.host
+                    )
+                except (OSError, ssl.SSLError) as exc:
+                    raise NSQConnectError(f"TLS with nsqd at {self.address} failed: {exc}") from exc
+                if transport is None:  # pragma: no cover - the loop closed it
+                    raise NSQConnectError(f"TLS with nsqd at {self.address} failed")
+                self._transport = transport
+                self.core.tls_started()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _handshake_event(self, event: object) -> None:
+        waiter = self._handshake
+        if isinstance(event, Identified):
+            log.debug("%s: IDENTIFY answer %s", self.address, event.response)
+            self.max_rdy_count = event.response.max_rdy_count
+        elif isinstance(event, UpgradeTLS):
+            if waiter is not None and not waiter.done():
+                waiter.set_result("tls")
+        elif isinstance(event, UpgradeCompression):
+            self._codec = codec = make_codec(event.kind, event.level)
+            rest = self.core.take_buffered()
+            if rest:
+                for chunk in codec.decode(rest):
+                    self._feed(chunk)
+        elif isinstance(event, (Subscribed, Ready)):
+            if waiter is not None and not waiter.done():
+                waiter.set_result("done")
+
+    # ---- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            codec = self._codec
+            if codec is None:
+                self._feed(data)
+            else:
+                for chunk in codec.decode(data):
+                    self._feed(chunk)
+                    if self.lost:
+                        return
+        except Exception as exc:  # bad bytes, a refused handshake step
+            self._fail(exc)
+            return
+        self.flush()
+
+    def _feed(self, data: bytes) -> None:
+        now = self._clock()
+        events = self.core.receive_data(data, now)
+        owner = self._owner
+        for event in events:
+            if type(event) is MessageReceived:  # the hot path: one per message
+                self.messages_received += 1
+                owner.on_message(self, event, now)
+            elif isinstance(event, Heartbeat):
+                pass
+            elif isinstance(event, Response):
+                owner.on_response(self, event.data)
+            elif isinstance(event, ErrorReceived):
+                error = event.error
+                if error.fatal:
+                    log.warning("nsqd %s: %s (nsqd closes the connection)", self.address, error)
+                else:
+                    log.info("nsqd %s: %s", self.address, error)
+                owner.on_error(self, error)
+                if error.fatal:
+                    self._close_transport()
+            elif isinstance(event, CloseWait):
+                if self._close_wait is not None and not self._close_wait.done():
+                    self._close_wait.set_result(None)
+            else:
+                self._handshake_event(event)
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.lost:
+            return
+        self.lost = True
+        self.core.connection_lost()
+        self._cancel_timer()
+        self._transport = None
+        error = exc or ConnectionResetError("nsqd closed the connection")
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.set_exception(
+                NSQConnectError(f"connection to nsqd at {self.address} lost: {error}")
+            )
+        if self._close_wait is not None and not self._close_wait.done():
+            self._close_wait.set_result(None)
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+        if not self._closed.done():
+            self._closed.set_result(None)
+        try:
+            self._owner.on_lost(self, exc)
+        except Exception:  # pragma: no cover - owners must not raise here
+            log.exception("owner failed to handle the loss of %s", self.address)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+
+    # ---- writing -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        transport = self._transport
+        if transport is None or not self.core.has_data_to_send:
+            return
+        data = self.core.data_to_send()
+        if self._codec is not None:
+            data = self._codec.encode(data)
+        transport.write(data)
+
+    def schedule_flush(self) -> None:
+        """Write what the core has queued at the end of this loop iteration."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    async def drain(self) -> None:
+        """Wait while the socket's write buffer is above its high-water mark."""
+        if self._paused and not self.lost:
+            if self._drain_waiter is None or self._drain_waiter.done():
+                self._drain_waiter = self._loop.create_future()
+            await self._drain_waiter
+
+    def send_rdy(self, count: int) -> None:
+        if self.lost:
+            return
+        self.core.send_rdy(count)
+        self.schedule_flush()
+
+    # ---- timer -------------------------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        deadline = self.core.get_timer()
+        if deadline == self._timer_at:
+            return
+        self._cancel_timer()
+        if deadline is not None:
+            self._timer_at = deadline
+            self._timer = self._loop.call_at(deadline, self._on_timer)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        for event in self.core.handle_timer(self._clock()):
+            if isinstance(event, TimedOut):
+                self._fail(NSQConnectError(f"nsqd at {self.address}: {event.reason}"))
+                return
+        self._arm_timer()
+
+    # ---- closing -----------------------------------------------------------------------
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.set_exception(exc)
+        else:
+            log.warning("connection to nsqd at %s failed: %s", self.address, exc)
+        self.abort()
+
+    def _close_transport(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection now (no CLS)."""
+        transport = self._transport
+        if transport is not None:
+            transport.abort()
+        else:
+            self.connection_lost(None)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Send CLS (consumers), wait for CLOSE_WAIT, then close the socket.
+
+        Messages still in flight are not answered: nsqd re-queues them when their
+        msg_timeout expires.
+        """
+        if self.lost:
+            return
+        try:
+            if self.core.state is ConnectionState.SUBSCRIBED:
+                self._close_wait = self._loop.create_future()
+                self.core.cls()
+                self.flush()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._close_wait), timeout)
+            self.flush()
+            self._close_transport()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._closed), timeout)
+        finally:
+            if not self.lost:
+                self.abort()
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed)

@@ -1,0 +1,45 @@
+"""One nsqlookupd query over HTTP (aiohttp); the polling schedule lives in the Reader."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from aioclients.nsq._errors import NSQConnectError, NSQError
+from aioclients.nsq._protocol._lookup import parse_lookup_response
+
+__all__ = ("query_lookupd",)
+
+_ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
+
+
+async def query_lookupd(
+    session: aiohttp.ClientSession, base_url: str, topic: str, timeout: float
+) -> list[str]:
+    """The producers of ``topic`` known to one nsqlookupd, as ``"host:port"`` keys.
+
+    An unknown topic is an empty list (nsqlookupd answers 404 ``TOPIC_NOT_FOUND``).
+
+    Raises:
+        NSQConnectError: unreachable, timed out.
+        NSQError: another HTTP error.
+        NSQProtocolError: an answer of neither known shape.
+    """
+    url = f"{base_url}/lookup"
+    try:
+        async with session.get(
+            url,
+            params={"topic": topic},
+            headers=_ACCEPT,
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response:
+            body = await response.read()
+            status = response.status
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        raise NSQConnectError(f"nsqlookupd {base_url} unreachable: {exc!r}") from exc
+    if status == 404 or b"TOPIC_NOT_FOUND" in body[:200]:
+        return []
+    if status != 200:
+        raise NSQError(f"HTTP_{status}", f"nsqlookupd {url}: {body[:200]!r}")
+    return parse_lookup_response(body)

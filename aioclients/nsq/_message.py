@@ -1,0 +1,119 @@
+"""The message object handed to consumers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aioclients.nsq._errors import MessageRespondedError
+
+if TYPE_CHECKING:
+    from aioclients.nsq._io._connection import NsqdConnection
+    from aioclients.nsq._reader import Reader
+
+__all__ = ("Message",)
+
+
+class Message:
+    """One message delivered by nsqd.
+
+    Attributes:
+        id: nsqd's 16-byte message id (ASCII hex).
+        body: the payload.
+        timestamp: when nsqd received it, nanoseconds since the epoch.
+        attempts: delivery attempts so far (1 on the first delivery).
+        nsqd_address: ``"host:port"`` of the nsqd that delivered it.
+
+    Answer each message once, with :meth:`finish` or :meth:`requeue`, within nsqd's
+    msg_timeout (:meth:`touch` buys more time). A message left unanswered is
+    re-queued by nsqd when its timeout expires.
+    """
+
+    __slots__ = (
+        "_conn",
+        "_reader",
+        "_responded",
+        "attempts",
+        "body",
+        "id",
+        "nsqd_address",
+        "timestamp",
+    )
+
+    def __init__(
+        self,
+        message_id: bytes,
+        body: bytes,
+        timestamp: int,
+        attempts: int,
+        conn: NsqdConnection,
+        reader: Reader,
+    ) -> None:
+        self.id = message_id
+        self.body = body
+        self.timestamp = timestamp
+        self.attempts = attempts
+        self.nsqd_address = conn.address
+        self._conn = conn
+        self._reader = reader
+        self._responded = False
+
+    @property
+    def has_responded(self) -> bool:
+        """Whether :meth:`finish` or :meth:`requeue` was called (sync)."""
+        return self._responded
+
+    def _claim(self, what: str) -> None:
+        if self._responded:
+            raise MessageRespondedError(
+                f"{what}: message {self.id.decode(errors='replace')} was already answered"
+            )
+        self._responded = True
+
+    async def finish(self) -> None:
+        """Tell nsqd the message is done (FIN).
+
+        If the connection that delivered it is gone, nsqd will re-deliver the message
+        anyway, and this does nothing.
+
+        Raises:
+            MessageRespondedError: the message was already finished or requeued.
+        """
+        self._claim("finish()")
+        await self._reader._respond(self, None, True)
+
+    async def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
+        """Give the message back to nsqd for a later attempt (REQ).
+
+        Args:
+            delay: seconds before nsqd delivers it again; ``None`` means the Reader's
+                ``requeue_delay * attempts``, capped at ``max_requeue_delay``.
+            backoff: count this as a failure for the Reader's backoff (slowing down
+                every connection); ``False`` requeues without slowing down.
+
+        Raises:
+            MessageRespondedError: the message was already finished or requeued.
+            InvalidArgumentError: a negative delay.
+        """
+        delay_ms = self._reader._requeue_delay_ms(self, delay)
+        self._claim("requeue()")
+        await self._reader._respond(self, delay_ms, backoff)
+
+    async def touch(self) -> None:
+        """Ask nsqd for another msg_timeout before it re-queues the message (TOUCH).
+
+        Raises:
+            MessageRespondedError: the message was already finished or requeued.
+        """
+        if self._responded:
+            raise MessageRespondedError("touch(): the message was already answered")
+        conn = self._conn
+        if conn.usable and self.id in conn.core.in_flight:
+            conn.core.touch(self.id)
+            conn.schedule_flush()
+            await conn.drain()
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(id={self.id!r}, attempts={self.attempts}, "
+            f"nsqd_address={self.nsqd_address!r}, body={self.body[:32]!r})"
+        )

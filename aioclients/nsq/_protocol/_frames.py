@@ -1,0 +1,317 @@
+"""NSQ V2 wire format: frame decoding and command encoding (pure, no I/O).
+
+Theory of operation (NSQ "TCP Protocol Spec", section "Data Format"):
+
+- nsqd sends frames ``[size u32 BE][type u32 BE][data]``; ``size`` counts the type
+  field and the data, so it is at least 4. Types: 0 response, 1 error, 2 message.
+- A message frame's data is ``[timestamp i64 ns][attempts u16][16-byte ASCII id][body]``.
+- :class:`FrameDecoder` is incremental: it is fed chunks of any size and returns the
+  frames that became complete. A frame whose announced size is above the decoder's
+  ``max_frame_size`` is rejected as soon as its header is seen, so a peer can never
+  make us buffer more than one maximal frame. Every malformed input raises
+  :class:`NSQProtocolError` with the stream offset of the offending bytes; nothing
+  else escapes (the decoder fuzz test checks this).
+- The encoders build the client's commands. Topic and channel names are checked
+  against nsqd's rule: ``[.a-zA-Z0-9_-]+`` with an optional ``#ephemeral`` suffix,
+  1 to 64 characters in all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from aioclients._errors import InvalidArgumentError
+from aioclients.nsq._errors import NSQProtocolError
+
+__all__ = (
+    "FRAME_ERROR",
+    "FRAME_MESSAGE",
+    "FRAME_RESPONSE",
+    "MAGIC_V2",
+    "MESSAGE_HEADER_SIZE",
+    "FrameDecoder",
+    "check_channel",
+    "check_topic",
+    "encode_auth",
+    "encode_cls",
+    "encode_dpub",
+    "encode_fin",
+    "encode_identify",
+    "encode_mpub",
+    "encode_nop",
+    "encode_pub",
+    "encode_rdy",
+    "encode_req",
+    "encode_sub",
+    "encode_touch",
+    "is_valid_name",
+    "mpub_body",
+    "parse_message",
+)
+
+MAGIC_V2: Final = b"  V2"
+FRAME_RESPONSE: Final = 0
+FRAME_ERROR: Final = 1
+FRAME_MESSAGE: Final = 2
+MESSAGE_HEADER_SIZE: Final = 26  # 8 timestamp + 2 attempts + 16 id
+MAX_NAME_LENGTH: Final = 64
+DEFAULT_MAX_FRAME_SIZE: Final = 1024 * 1024 + MESSAGE_HEADER_SIZE
+
+_HEADER = struct.Struct(">II")
+_SIZE = struct.Struct(">I")
+_MESSAGE_HEAD = struct.Struct(">qH")
+_NAME = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?")
+_U32_MAX: Final = 0xFFFFFFFF
+
+
+class FrameDecoder:
+    """Incremental decoder of nsqd's frames.
+
+    Args:
+        max_frame_size: the largest ``type + data`` size accepted (bytes). Raise it
+            after the handshake to the message size the server may send.
+    """
+
+    __slots__ = ("_buf", "_consumed", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self._buf = bytearray()
+        self._consumed = 0  # stream offset of _buf[0]
+        self.max_frame_size = max_frame_size
+
+    @property
+    def offset(self) -> int:
+        """Stream offset of the next byte not yet consumed into a frame."""
+        return self._consumed
+
+    @property
+    def buffered(self) -> int:
+        """Number of bytes held waiting for the rest of a frame."""
+        return len(self._buf)
+
+    def take_buffered(self) -> bytes:
+        """Remove and return the bytes not yet decoded (used when the stream switches
+        to a compressed encoding in the middle of a chunk)."""
+        data = bytes(self._buf)
+        self._consumed += len(data)
+        self._buf.clear()
+        return data
+
+    def feed(self, data: bytes, limit: int | None = None) -> list[tuple[int, bytes]]:
+        """Add ``data`` and return every frame it completed, as ``(type, data)``.
+
+        Args:
+            data: the next bytes of the stream (any length, including 0).
+            limit: decode at most this many frames; the rest stays buffered.
+
+        Raises:
+            NSQProtocolError: the stream is malformed (the message names the offset).
+        """
+        buf = self._buf
+        if data:
+            buf += data
+        frames: list[tuple[int, bytes]] = []
+        pos = 0
+        end = len(buf)
+        max_size = self.max_frame_size + 4
+        unpack = _HEADER.unpack_from
+        while end - pos >= 8:
+            size, ftype = unpack(buf, pos)
+            if size < 4:
+                raise NSQProtocolError(
+                    f"frame size {size} is below the 4 bytes of the frame type",
+                    offset=self._consumed + pos,
+                )
+            if size > max_size:
+                raise NSQProtocolError(
+                    f"frame of {size - 4} bytes is larger than the maximum of "
+                    f"{self.max_frame_size} bytes",
+                    offset=self._consumed + pos,
+                )
+            if ftype > FRAME_MESSAGE:
+                raise NSQProtocolError(
+                    f"unknown frame type {ftype}", offset=self._consumed + pos + 4
+                )
+            stop = pos + 4 + size
+            if stop > end:
+                break
+            if ftype == FRAME_MESSAGE and size - 4 < MESSAGE_HEADER_SIZE:
+                raise NSQProtocolError(
+                    f"message frame of {size - 4} bytes is shorter than the "
+                    f"{MESSAGE_HEADER_SIZE}-byte message header",
+                    offset=self._consumed + pos,
+                )
+            frames.append((ftype, bytes(buf[pos + 8 : stop])))
+            pos = stop
+            if limit is not None and len(frames) >= limit:
+                break
+        if pos:
+            del buf[:pos]
+            self._consumed += pos
+        return frames
+
+
+def parse_message(data: bytes) -> tuple[int, int, bytes, bytes]:
+    """Split a message frame's data into ``(timestamp_ns, attempts, id, body)``.
+
+    The decoder has checked the length already.
+    """
+    timestamp, attempts = _MESSAGE_HEAD.unpack_from(data, 0)
+    return timestamp, attempts, data[10:26], data[26:]
+
+
+def is_valid_name(name: object) -> bool:
+    """Whether ``name`` is a valid topic or channel name for nsqd."""
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= MAX_NAME_LENGTH
+        and _NAME.fullmatch(name) is not None
+    )
+
+
+def _check_name(kind: str, name: object) -> bytes:
+    if not is_valid_name(name):
+        raise InvalidArgumentError(
+            f"{kind} name {name!r} is not valid for NSQ: use 1 to {MAX_NAME_LENGTH} "
+            "characters from [.a-zA-Z0-9_-], optionally ending in '#ephemeral'"
+        )
+    assert isinstance(name, str)
+    return name.encode("ascii")
+
+
+def check_topic(topic: object) -> bytes:
+    """Return the topic as bytes.
+
+    Raises:
+        InvalidArgumentError: the name breaks nsqd's naming rule.
+    """
+    return _check_name("topic", topic)
+
+
+def check_channel(channel: object) -> bytes:
+    """Return the channel as bytes.
+
+    Raises:
+        InvalidArgumentError: the name breaks nsqd's naming rule.
+    """
+    return _check_name("channel", channel)
+
+
+def _check_body(body: object, max_size: int | None, what: str = "body") -> bytes:
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise InvalidArgumentError(f"{what} must be bytes, got {type(body).__name__}")
+    data = bytes(body)
+    if max_size is not None and len(data) > max_size:
+        raise InvalidArgumentError(
+            f"{what} of {len(data)} bytes is larger than the maximum message size of "
+            f"{max_size} bytes (nsqd's --max-msg-size; raise max_message_size to match it)"
+        )
+    return data
+
+
+def _check_id(message_id: bytes) -> bytes:
+    if not isinstance(message_id, bytes) or len(message_id) != 16:
+        raise InvalidArgumentError(f"a message id is 16 bytes, got {message_id!r}")
+    return message_id
+
+
+def _check_ms(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _U32_MAX:
+        raise InvalidArgumentError(f"{name} must be a whole number of milliseconds >= 0")
+    return value
+
+
+def encode_identify(fields: Mapping[str, object]) -> bytes:
+    """``IDENTIFY\\n[size][json]``."""
+    body = json.dumps(dict(fields), separators=(",", ":"), sort_keys=True).encode()
+    return b"IDENTIFY\n" + _SIZE.pack(len(body)) + body
+
+
+def encode_auth(secret: str | bytes) -> bytes:
+    """``AUTH\\n[size][secret]``."""
+    data = secret.encode() if isinstance(secret, str) else bytes(secret)
+    return b"AUTH\n" + _SIZE.pack(len(data)) + data
+
+
+def encode_sub(topic: str, channel: str) -> bytes:
+    """``SUB <topic> <channel>\\n``."""
+    return b"SUB " + check_topic(topic) + b" " + check_channel(channel) + b"\n"
+
+
+def encode_pub(topic: str, body: bytes, max_size: int | None = None) -> bytes:
+    """``PUB <topic>\\n[size][body]``."""
+    data = _check_body(body, max_size)
+    return b"PUB " + check_topic(topic) + b"\n" + _SIZE.pack(len(data)) + data
+
+
+def encode_mpub(topic: str, bodies: Iterable[bytes], max_size: int | None = None) -> bytes:
+    """``MPUB <topic>\\n[size][count]([size][body])...``.
+
+    Raises:
+        InvalidArgumentError: no bodies, a body that is not bytes or is too large.
+    """
+    name = check_topic(topic)
+    if isinstance(bodies, (bytes, bytearray, memoryview, str)):
+        raise InvalidArgumentError("mpublish takes a list of bodies, not a single body")
+    parts: list[bytes] = []
+    pack = _SIZE.pack
+    count = 0
+    for body in bodies:
+        data = _check_body(body, max_size, f"body #{count}")
+        parts.append(pack(len(data)))
+        parts.append(data)
+        count += 1
+    if count == 0:
+        raise InvalidArgumentError("mpublish needs at least one body (nsqd rejects an empty MPUB)")
+    payload = b"".join(parts)
+    return b"MPUB " + name + b"\n" + pack(len(payload) + 4) + pack(count) + payload
+
+
+def mpub_body(bodies: Iterable[bytes], max_size: int | None = None) -> bytes:
+    """The ``[count]([size][body])...`` part of MPUB (also HTTP ``/mpub?binary=true``)."""
+    cmd = encode_mpub("x", bodies, max_size)
+    return cmd[len(b"MPUB x\n") + 4 :]
+
+
+def encode_dpub(topic: str, delay_ms: int, body: bytes, max_size: int | None = None) -> bytes:
+    """``DPUB <topic> <delay_ms>\\n[size][body]``."""
+    delay = _check_ms("delay", delay_ms)
+    data = _check_body(body, max_size)
+    head = b"DPUB " + check_topic(topic) + b" " + str(delay).encode() + b"\n"
+    return head + _SIZE.pack(len(data)) + data
+
+
+def encode_rdy(count: int) -> bytes:
+    """``RDY <count>\\n``."""
+    if not isinstance(count, int) or count < 0:
+        raise InvalidArgumentError(f"RDY count must be an int >= 0, got {count!r}")
+    return b"RDY %d\n" % count
+
+
+def encode_fin(message_id: bytes) -> bytes:
+    """``FIN <id>\\n``."""
+    return b"FIN " + _check_id(message_id) + b"\n"
+
+
+def encode_req(message_id: bytes, delay_ms: int) -> bytes:
+    """``REQ <id> <delay_ms>\\n``."""
+    return b"REQ %b %d\n" % (_check_id(message_id), _check_ms("requeue delay", delay_ms))
+
+
+def encode_touch(message_id: bytes) -> bytes:
+    """``TOUCH <id>\\n``."""
+    return b"TOUCH " + _check_id(message_id) + b"\n"
+
+
+def encode_cls() -> bytes:
+    """``CLS\\n``."""
+    return b"CLS\n"
+
+
+def encode_nop() -> bytes:
+    """``NOP\\n``."""
+    return b"NOP\n"

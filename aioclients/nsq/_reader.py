@@ -1,0 +1,730 @@
+"""The NSQ consumer: connections, discovery, RDY, backoff, iteration and handlers.
+
+Theory of operation (client library guide, every section): the Reader owns one
+:class:`NsqdConnection` per nsqd (given directly or discovered through nsqlookupd)
+and one pure :class:`RdyDistributor`. Connections report messages synchronously
+(``on_message``); the Reader wraps each in a :class:`Message`, appends it to a deque
+(bounded by RDY, so by ``max_in_flight``) and wakes the one waiting consumer. FIN
+and REQ go straight into the connection's write buffer, flushed once per loop
+iteration. The distributor's RDY decisions are applied as they are returned; its
+deadline (backoff window, RDY rotation) is one ``loop.call_at`` handle.
+
+Reconnection: an nsqd given in ``nsqd_tcp_addresses`` is retried with exponential
+backoff (``reconnect_delay`` doubling up to ``max_reconnect_delay``, jittered); an
+nsqd found through nsqlookupd is reconnected only when a later poll finds it again.
+
+Closing: CLS on every connection, wait for CLOSE_WAIT, close. Messages received but
+not answered (still queued, or held by the application) are neither finished nor
+requeued: nsqd re-delivers them when their msg_timeout expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import logging
+import math
+import random
+import socket
+import ssl
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from types import TracebackType
+from typing import Any, NamedTuple
+
+import aiohttp
+
+from aioclients._core import Backoff, check_int
+from aioclients._errors import InvalidArgumentError
+from aioclients._version import __version__
+from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
+from aioclients.nsq._io._connection import NsqdConnection
+from aioclients.nsq._io._lookupd import query_lookupd
+from aioclients.nsq._message import Message
+from aioclients.nsq._protocol._connection import ConnectionCore, MessageReceived
+from aioclients.nsq._protocol._frames import check_channel, check_topic
+from aioclients.nsq._protocol._lookup import lookupd_url, parse_address, poll_delay
+from aioclients.nsq._protocol._rdy import RdyDistributor, RdyUpdate
+
+__all__ = ("ConnectionStatistics", "Reader", "ReaderStatistics")
+
+log = logging.getLogger("aioclients.nsq.reader")
+
+USER_AGENT = f"aioclients/{__version__}"
+# Responses are written at the end of the loop iteration, or as soon as this many
+# bytes wait (about 40 FINs), so that nsqd can send more while we work.
+_EARLY_FLUSH_BYTES = 1024
+
+
+class ConnectionStatistics(NamedTuple):
+    """One nsqd connection of a Reader."""
+
+    address: str
+    rdy: int
+    in_flight: int
+    max_rdy_count: int
+    messages_received: int
+    messages_finished: int
+    messages_requeued: int
+
+
+class ReaderStatistics(NamedTuple):
+    """A snapshot of a Reader (see :meth:`Reader.statistics`)."""
+
+    connections: tuple[ConnectionStatistics, ...]
+    max_in_flight: int
+    total_rdy: int
+    in_flight: int
+    buffered: int
+    messages_received: int
+    messages_finished: int
+    messages_requeued: int
+    messages_given_up: int
+    backoff_level: int
+    in_backoff: bool
+
+
+def _positive(name: str, value: object, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise InvalidArgumentError(f"{name} must be a number of seconds, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidArgumentError(
+            f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}"
+        )
+    return float(value)
+
+
+class Reader:
+    """Consume ``topic`` on ``channel`` from every nsqd that has it.
+
+    Args:
+        topic, channel: names of ``[.a-zA-Z0-9_-]`` (1-64 characters, optionally
+            ending in ``#ephemeral``).
+        nsqd_tcp_addresses: nsqd to connect to directly, ``"host:port"``.
+        lookupd_http_addresses: nsqlookupd to poll, ``"http://host:port"`` or ``"host:port"``.
+        max_in_flight: messages held at once across all connections.
+        max_attempts: a message delivered more often than this is finished and handed
+            to ``on_give_up`` instead of the application (0: no limit).
+        requeue_delay: default REQ delay per attempt, seconds.
+        max_requeue_delay: cap on the default REQ delay, seconds.
+        max_backoff_duration: cap on a backoff window, seconds (0 disables backoff).
+        lookupd_poll_interval: seconds between nsqlookupd polls.
+        lookupd_poll_jitter: share of the interval added at random to each poll (0-1).
+        low_rdy_idle_timeout: when RDY is scarcer than connections, seconds without a
+            message after which a connection's RDY moves elsewhere.
+        heartbeat_interval: nsqd's heartbeat interval, seconds (``None``: nsqd's default).
+        msg_timeout: nsqd's in-flight timeout for this client, seconds.
+        tls: ``True`` or an :class:`ssl.SSLContext` to upgrade to TLS after IDENTIFY.
+        snappy, deflate, deflate_level: compression to negotiate.
+        sample_rate: percentage of messages nsqd delivers (0: all).
+        auth_secret: sent with AUTH when nsqd requires it.
+        user_agent, client_id, hostname: identification sent in IDENTIFY.
+        output_buffer_size, output_buffer_timeout: nsqd's buffering toward us
+            (bytes, seconds).
+        on_give_up: called with each message that exceeded ``max_attempts`` (may be a
+            coroutine function); by default the message is logged.
+        reconnect_delay, max_reconnect_delay: backoff for direct nsqd reconnects.
+        backoff_multiplier: length of the first backoff window, seconds.
+        max_message_size: largest message body accepted (nsqd's ``--max-msg-size``).
+        connect_timeout: seconds for connecting and the handshake.
+        close_timeout: seconds to wait for CLOSE_WAIT in :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        channel: str,
+        *,
+        nsqd_tcp_addresses: Iterable[str] = (),
+        lookupd_http_addresses: Iterable[str] = (),
+        max_in_flight: int = 1,
+        max_attempts: int = 5,
+        requeue_delay: float = 90.0,
+        max_requeue_delay: float = 900.0,
+        max_backoff_duration: float = 128.0,
+        lookupd_poll_interval: float = 60.0,
+        lookupd_poll_jitter: float = 0.3,
+        low_rdy_idle_timeout: float = 10.0,
+        heartbeat_interval: float | None = 30.0,
+        msg_timeout: float | None = None,
+        tls: bool | ssl.SSLContext | None = None,
+        snappy: bool = False,
+        deflate: bool = False,
+        deflate_level: int = 6,
+        sample_rate: int = 0,
+        auth_secret: str | bytes | None = None,
+        user_agent: str | None = None,
+        client_id: str | None = None,
+        hostname: str | None = None,
+        output_buffer_size: int | None = None,
+        output_buffer_timeout: float | None = None,
+        on_give_up: Callable[[Message], object] | None = None,
+        reconnect_delay: float = 8.0,
+        max_reconnect_delay: float = 128.0,
+        backoff_multiplier: float = 1.0,
+        max_message_size: int = 1024 * 1024,
+        connect_timeout: float = 10.0,
+        close_timeout: float = 5.0,
+    ) -> None:
+        check_topic(topic)
+        check_channel(channel)
+        self.topic = topic
+        self.channel = channel
+        if isinstance(nsqd_tcp_addresses, str) or isinstance(lookupd_http_addresses, str):
+            raise InvalidArgumentError("pass addresses as a list of strings, not one string")
+        self._direct = [
+            f"{h}:{p}" if ":" not in h else f"[{h}]:{p}"
+            for h, p in map(parse_address, nsqd_tcp_addresses)
+        ]
+        self._lookupds = [lookupd_url(a) for a in lookupd_http_addresses]
+        if not self._direct and not self._lookupds:
+            raise InvalidArgumentError(
+                "give nsqd_tcp_addresses or lookupd_http_addresses (or both)"
+            )
+        self._max_in_flight = check_int("max_in_flight", max_in_flight, minimum=0)
+        self._max_attempts = check_int("max_attempts", max_attempts, minimum=0)
+        self._requeue_delay = _positive("requeue_delay", requeue_delay, allow_zero=True)
+        self._max_requeue_delay = _positive("max_requeue_delay", max_requeue_delay, allow_zero=True)
+        self._max_backoff = _positive("max_backoff_duration", max_backoff_duration, allow_zero=True)
+        self._poll_interval = _positive("lookupd_poll_interval", lookupd_poll_interval)
+        jitter = _positive("lookupd_poll_jitter", lookupd_poll_jitter, allow_zero=True)
+        if jitter > 1:
+            raise InvalidArgumentError("lookupd_poll_jitter must be between 0 and 1")
+        self._poll_jitter = jitter
+        self._low_rdy_idle = _positive("low_rdy_idle_timeout", low_rdy_idle_timeout)
+        self._reconnect = (
+            _positive("reconnect_delay", reconnect_delay),
+            _positive("max_reconnect_delay", max_reconnect_delay),
+        )
+        self._backoff_multiplier = _positive("backoff_multiplier", backoff_multiplier)
+        self._max_message_size = check_int("max_message_size", max_message_size, minimum=1)
+        self._connect_timeout = _positive("connect_timeout", connect_timeout)
+        self._close_timeout = _positive("close_timeout", close_timeout, allow_zero=True)
+        check_int("deflate_level", deflate_level, minimum=1)
+        check_int("sample_rate", sample_rate, minimum=0)
+        if snappy and deflate:
+            raise InvalidArgumentError("choose snappy or deflate, not both (nsqd refuses both)")
+        self._tls_context: ssl.SSLContext | None
+        if tls is True:
+            self._tls_context = ssl.create_default_context()
+        elif isinstance(tls, ssl.SSLContext):
+            self._tls_context = tls
+        elif tls in (None, False):
+            self._tls_context = None
+        else:
+            raise InvalidArgumentError("tls must be None, True or an ssl.SSLContext")
+        self._auth_secret = auth_secret
+        self._heartbeat_interval = (
+            None
+            if heartbeat_interval is None
+            else _positive("heartbeat_interval", heartbeat_interval)
+        )
+        identify: dict[str, Any] = {
+            "client_id": client_id or socket.gethostname().split(".")[0],
+            "hostname": hostname or socket.gethostname(),
+            "user_agent": user_agent or USER_AGENT,
+            "tls_v1": self._tls_context is not None,
+            "snappy": bool(snappy),
+            "deflate": bool(deflate),
+            "deflate_level": deflate_level,
+            "sample_rate": sample_rate,
+        }
+        if self._heartbeat_interval is not None:
+            identify["heartbeat_interval"] = int(self._heartbeat_interval * 1000)
+        if msg_timeout is not None:
+            identify["msg_timeout"] = int(_positive("msg_timeout", msg_timeout) * 1000)
+        if output_buffer_size is not None:
+            identify["output_buffer_size"] = output_buffer_size
+        if output_buffer_timeout is not None:
+            identify["output_buffer_timeout"] = int(
+                _positive("output_buffer_timeout", output_buffer_timeout) * 1000
+            )
+        self._identify = identify
+        self._on_give_up = on_give_up
+        self._rng = random.Random()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._dist: RdyDistributor | None = None
+        self._conns: dict[str, NsqdConnection] = {}
+        self._connecting: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._queue: deque[Message] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._started = False
+        self._closed = False
+        self._received = self._finished = self._requeued = self._given_up = 0
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    async def __aenter__(self) -> Reader:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Connect to the nsqd given directly and poll nsqlookupd once.
+
+        Raises:
+            NSQConnectError: no nsqd given directly could be reached, or no nsqlookupd
+                answered (the reader is closed again).
+            NSQError: nsqd refused the subscription (bad topic, unauthorized ...).
+            NSQClosedError: the reader was closed.
+        """
+        if self._closed:
+            raise NSQClosedError("this Reader is closed; create a new one")
+        if self._started:
+            return
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        self._dist = RdyDistributor(
+            self._max_in_flight,
+            rng=self._rng,
+            low_rdy_idle_timeout=self._low_rdy_idle,
+            max_backoff_duration=self._max_backoff,
+            backoff_multiplier=self._backoff_multiplier,
+        )
+        try:
+            errors: list[BaseException] = []
+            if self._direct:
+                results = await asyncio.gather(
+                    *(self._connect(a) for a in self._direct), return_exceptions=True
+                )
+                for address, result in zip(self._direct, results, strict=True):
+                    if isinstance(result, BaseException):
+                        if isinstance(result, NSQError) and result.fatal:
+                            raise result
+                        if not isinstance(result, Exception):
+                            raise result
+                        errors.append(result)
+                        self._schedule_reconnect(
+                            address, Backoff(*self._reconnect, jitter=0.2, rng=self._rng)
+                        )
+            if self._lookupds:
+                self._session = aiohttp.ClientSession()
+                ok = await self._poll_once()
+                if not ok and not self._conns:
+                    raise NSQConnectError("no nsqlookupd answered: " + ", ".join(self._lookupds))
+                self._spawn(self._poll_loop())
+            elif errors and not self._conns:
+                raise NSQConnectError(
+                    "could not connect to any nsqd: " + "; ".join(str(e) for e in errors)
+                )
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Stop consuming: CLS to every nsqd, wait for CLOSE_WAIT, close the sockets.
+
+        Messages not yet answered are left to nsqd's msg_timeout (it re-delivers them).
+        Iteration ends; calling it twice is harmless.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        tasks = list(self._tasks) + list(self._connecting.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._cancel_timer()
+        conns = list(self._conns.values())
+        if conns:
+            await asyncio.gather(
+                *(c.close(self._close_timeout) for c in conns), return_exceptions=True
+            )
+        self._conns.clear()
+        self._queue.clear()
+        self._wake()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ---- consuming --------------------------------------------------------------------
+
+    def __aiter__(self) -> Reader:
+        return self
+
+    async def __anext__(self) -> Message:
+        queue = self._queue
+        while True:
+            if queue:
+                return queue.popleft()
+            if self._closed:
+                raise StopAsyncIteration
+            if not self._started:
+                raise NSQClosedError("start the Reader first: async with Reader(...) as reader")
+            loop = self._loop
+            assert loop is not None
+            waiter = self._waiter
+            if waiter is None or waiter.done():
+                waiter = self._waiter = loop.create_future()
+            await waiter
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def run(
+        self,
+        handler: Callable[[Message], Awaitable[object] | object],
+        *,
+        concurrency: int | None = None,
+    ) -> None:
+        """Call ``handler(message)`` for every message until the Reader is closed.
+
+        A handler that returns finishes the message (unless it answered itself); one
+        that raises requeues it with backoff (default delay).
+
+        Args:
+            handler: a coroutine function (or plain function) taking a :class:`Message`.
+            concurrency: handlers running at once; default ``max_in_flight`` (at least 1).
+        """
+        n = concurrency if concurrency is not None else max(1, self._max_in_flight)
+        check_int("concurrency", n, minimum=1)
+        workers = [asyncio.ensure_future(self._worker(handler)) for _ in range(n)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for w in workers:
+                w.cancel()
+            for w in workers:
+                with contextlib.suppress(BaseException):
+                    await w
+
+    async def _worker(self, handler: Callable[[Message], Awaitable[object] | object]) -> None:
+        async for msg in self:
+            try:
+                result = handler(msg)
+                if inspect.isawaitable(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("handler failed on %r; requeueing it", msg)
+                if not msg.has_responded:
+                    await msg.requeue()
+            else:
+                if not msg.has_responded:
+                    await msg.finish()
+
+    def is_starved(self) -> bool:
+        """Whether some connection has (nearly) all its RDY in flight: a batching
+        handler should process what it holds now (sync)."""
+        return self._dist.is_starved() if self._dist is not None else False
+
+    def set_max_in_flight(self, max_in_flight: int) -> None:
+        """Change ``max_in_flight`` now (0 pauses delivery) (sync)."""
+        check_int("max_in_flight", max_in_flight, minimum=0)
+        self._max_in_flight = max_in_flight
+        if self._dist is not None and self._loop is not None:
+            self._apply(self._dist.set_max_in_flight(max_in_flight, self._loop.time()))
+
+    def statistics(self) -> ReaderStatistics:
+        """Per-connection RDY and in-flight counts, message counters, backoff (sync)."""
+        dist = self._dist
+        conns = []
+        for address, c in self._conns.items():
+            known = dist is not None and address in dist.connections
+            conns.append(
+                ConnectionStatistics(
+                    address=address,
+                    rdy=dist.rdy(address) if known and dist else 0,
+                    in_flight=len(c.core.in_flight),
+                    max_rdy_count=c.max_rdy_count,
+                    messages_received=c.messages_received,
+                    messages_finished=c.finished,
+                    messages_requeued=c.requeued,
+                )
+            )
+        return ReaderStatistics(
+            connections=tuple(conns),
+            max_in_flight=self._max_in_flight,
+            total_rdy=dist.total_rdy if dist else 0,
+            in_flight=sum(len(c.core.in_flight) for c in self._conns.values()),
+            buffered=len(self._queue),
+            messages_received=self._received,
+            messages_finished=self._finished,
+            messages_requeued=self._requeued,
+            messages_given_up=self._given_up,
+            backoff_level=dist.backoff.level if dist else 0,
+            in_backoff=dist.backoff.active if dist else False,
+        )
+
+    # ---- connection callbacks (synchronous, from the drivers) -------------------------
+
+    def on_message(self, conn: NsqdConnection, event: MessageReceived, now: float) -> None:
+        self._received += 1
+        msg = Message(event.id, event.body, event.timestamp, event.attempts, conn, self)
+        max_attempts = self._max_attempts
+        if max_attempts and event.attempts > max_attempts:
+            self._give_up(msg, now)
+            return
+        dist = self._dist
+        assert dist is not None
+        updates = dist.on_message(conn.address, now)
+        if updates:
+            self._apply(updates)
+        self._queue.append(msg)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def on_response(self, conn: NsqdConnection, data: bytes) -> None:
+        log.debug("nsqd %s: unexpected response %r", conn.address, data[:80])
+
+    def on_error(self, conn: NsqdConnection, error: NSQError) -> None:
+        pass  # logged by the connection; fatal ones end in on_lost
+
+    def on_lost(self, conn: NsqdConnection, exc: BaseException | None) -> None:
+        address = conn.address
+        if self._conns.get(address) is conn:
+            del self._conns[address]
+            if self._dist is not None and self._loop is not None:
+                self._apply(self._dist.remove_connection(address, self._loop.time()))
+        if self._closed:
+            return
+        log.warning("lost nsqd %s: %s", address, exc or "closed by nsqd")
+        if address in self._direct:
+            self._schedule_reconnect(address, Backoff(*self._reconnect, jitter=0.2, rng=self._rng))
+
+    # ---- responses (from Message) ------------------------------------------------------
+
+    def _requeue_delay_ms(self, msg: Message, delay: float | None) -> int:
+        if delay is None:
+            seconds = min(self._requeue_delay * msg.attempts, self._max_requeue_delay)
+        else:
+            seconds = _positive("delay", delay, allow_zero=True)
+        return int(seconds * 1000)
+
+    async def _respond(self, msg: Message, requeue_ms: int | None, success: bool | None) -> None:
+        conn = msg._conn
+        if not conn.usable:
+            return  # nsqd re-delivers it after its timeout; nothing to say on a dead link
+        dist = self._dist
+        loop = self._loop
+        if msg.id not in conn.core.in_flight:
+            # The same id was delivered again (msg_timeout expired) and that copy was
+            # answered already: nothing to send, but this copy still frees its slot.
+            if dist is not None and loop is not None:
+                self._apply(dist.on_response(conn.address, loop.time(), None))
+            return
+        if requeue_ms is None:
+            conn.core.fin(msg.id)
+            conn.finished += 1
+            self._finished += 1
+        else:
+            conn.core.req(msg.id, requeue_ms)
+            conn.requeued += 1
+            self._requeued += 1
+            success = False if success else None
+        if conn.core.pending_bytes >= _EARLY_FLUSH_BYTES:
+            conn.flush()  # let nsqd refill while we go on with the messages we hold
+        else:
+            conn.schedule_flush()
+        if dist is not None and loop is not None:
+            updates = dist.on_response(conn.address, loop.time(), success)
+            if updates or success is False or dist.backoff.active:
+                self._apply(updates)  # also re-arms the timer: a backoff window may have opened
+        if conn._paused:
+            await conn.drain()
+
+    def _give_up(self, msg: Message, now: float) -> None:
+        self._given_up += 1
+        conn = msg._conn
+        msg._responded = True
+        conn.core.fin(msg.id)
+        conn.finished += 1
+        self._finished += 1
+        conn.schedule_flush()
+        if self._dist is not None:
+            # Neither success nor failure for backoff; it still frees its RDY slot.
+            self._dist.on_message(conn.address, now)
+            self._apply(self._dist.on_response(conn.address, now, None))
+        callback = self._on_give_up
+        if callback is None:
+            log.warning(
+                "giving up on message %s after %d attempts (max_attempts=%d)",
+                msg.id.decode(errors="replace"),
+                msg.attempts,
+                self._max_attempts,
+            )
+            return
+        try:
+            result = callback(msg)
+        except Exception:
+            log.exception("on_give_up failed for %r", msg)
+            return
+        if inspect.isawaitable(result):
+            self._spawn(self._await_give_up(result, msg))
+
+    async def _await_give_up(self, result: Awaitable[object], msg: Message) -> None:
+        try:
+            await result
+        except Exception:
+            log.exception("on_give_up failed for %r", msg)
+
+    # ---- RDY ---------------------------------------------------------------------------
+
+    def _apply(self, updates: Iterable[RdyUpdate]) -> None:
+        for update in updates:
+            conn = self._conns.get(update.conn)  # type: ignore[call-overload]
+            if conn is not None:
+                conn.send_rdy(update.count)
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        dist = self._dist
+        loop = self._loop
+        if dist is None or loop is None or self._closed:
+            return
+        deadline = dist.get_timer()
+        if deadline == self._timer_at:
+            return
+        self._cancel_timer()
+        if deadline is not None:
+            self._timer_at = deadline
+            self._timer = loop.call_at(deadline, self._on_timer)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        if self._dist is None or self._loop is None or self._closed:
+            return
+        self._apply(self._dist.handle_timer(self._loop.time()))
+
+    # ---- connections and discovery ------------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, address: str) -> None:
+        core = ConnectionCore(
+            identify=self._identify,
+            topic=self.topic,
+            channel=self.channel,
+            auth_secret=self._auth_secret,
+            tls=self._tls_context is not None,
+            max_message_size=self._max_message_size,
+            handshake_timeout=self._connect_timeout,
+            heartbeat_interval=self._heartbeat_interval,
+        )
+        conn = NsqdConnection(address, core, self, tls_context=self._tls_context)
+        await conn.open(self._connect_timeout)
+        if self._closed:
+            conn.abort()
+            raise NSQClosedError("the Reader was closed while connecting")
+        old = self._conns.get(address)
+        if old is not None and not old.lost:
+            conn.abort()
+            return
+        self._conns[address] = conn
+        log.info("subscribed to %s/%s on nsqd %s", self.topic, self.channel, address)
+        dist = self._dist
+        loop = self._loop
+        assert dist is not None
+        assert loop is not None
+        self._apply(dist.add_connection(address, conn.max_rdy_count, loop.time()))
+
+    def _forget_connecting(self, address: str, task: asyncio.Task[None]) -> None:
+        if self._connecting.get(address) is task:
+            del self._connecting[address]
+
+    def _schedule_reconnect(self, address: str, backoff: Backoff) -> None:
+        if self._closed or address in self._connecting:
+            return
+        task = asyncio.ensure_future(self._reconnect_loop(address, backoff))
+        self._connecting[address] = task
+        task.add_done_callback(functools.partial(self._forget_connecting, address))
+
+    async def _reconnect_loop(self, address: str, backoff: Backoff) -> None:
+        while not self._closed:
+            delay = backoff.next_delay()
+            log.info("reconnecting to nsqd %s in %.1fs", address, delay)
+            await asyncio.sleep(delay)
+            try:
+                await self._connect(address)
+                return
+            except (NSQConnectError, NSQError, OSError) as exc:
+                log.warning("reconnect to nsqd %s failed: %s", address, exc)
+
+    async def _poll_once(self) -> bool:
+        """Query every nsqlookupd; connect to producers not connected yet.
+        True when at least one nsqlookupd answered."""
+        session = self._session
+        assert session is not None
+        results = await asyncio.gather(
+            *(
+                query_lookupd(session, url, self.topic, self._connect_timeout)
+                for url in self._lookupds
+            ),
+            return_exceptions=True,
+        )
+        producers: list[str] = []
+        answered = False
+        for url, result in zip(self._lookupds, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result
+                log.warning("nsqlookupd %s: %s", url, result)
+                continue
+            answered = True
+            for key in result:
+                if key not in producers:
+                    producers.append(key)
+        new: list[asyncio.Task[None]] = []
+        for address in producers:
+            if address in self._conns or address in self._connecting or self._closed:
+                continue
+            task = asyncio.ensure_future(self._connect_discovered(address))
+            self._connecting[address] = task
+            task.add_done_callback(functools.partial(self._forget_connecting, address))
+            new.append(task)
+        if new:
+            await asyncio.gather(*new, return_exceptions=True)
+        return answered
+
+    async def _connect_discovered(self, address: str) -> None:
+        try:
+            await self._connect(address)
+        except (NSQConnectError, NSQError, OSError) as exc:
+            log.warning("could not connect to discovered nsqd %s: %s", address, exc)
+
+    async def _poll_loop(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(poll_delay(self._poll_interval, self._poll_jitter, self._rng))
+            try:
+                await self._poll_once()
+            except Exception:
+                log.exception("nsqlookupd poll failed")
+
+    def __repr__(self) -> str:
+        return (
+            f"Reader(topic={self.topic!r}, channel={self.channel!r}, "
+            f"connections={list(self._conns)}, closed={self._closed})"
+        )

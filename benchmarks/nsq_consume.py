@@ -1,0 +1,137 @@
+"""NSQ consume throughput: aioclients vs pynsq vs ansq on the same nsqd, in one run.
+
+Each client consumes --count 100-byte messages (FIN each) with max_in_flight
+--max-in-flight from a topic filled beforehand (the fill is not timed). The nsqd is
+the emulator, in a process of its own, unless --nsqd-tcp/--nsqd-http name a real one.
+Each client runs --rounds times, interleaved; the best round is reported.
+
+    python benchmarks/nsq_consume.py --count 100000 --max-in-flight 200
+    python benchmarks/nsq_consume.py --count 2000 --rounds 1      # quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+
+from _nsq_common import PAYLOAD, emulated_nsqd, report
+
+from aioclients.nsq import HTTPProducer, Reader
+
+
+async def fill(http: str, topic: str, count: int) -> None:
+    async with HTTPProducer(http) as producer:
+        for i in range(0, count, 2000):
+            await producer.mpublish(topic, [PAYLOAD] * min(2000, count - i))
+
+
+async def ours(tcp: str, topic: str, count: int, mif: int) -> float:
+    async with Reader(topic, "bench", nsqd_tcp_addresses=[tcp], max_in_flight=mif) as reader:
+        start = time.perf_counter()
+        n = 0
+        async for msg in reader:
+            await msg.finish()
+            n += 1
+            if n == count:
+                break
+        return count / (time.perf_counter() - start)
+
+
+async def pynsq(tcp: str, topic: str, count: int, mif: int) -> float:
+    import nsq
+
+    done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    n = 0
+
+    def handler(message: object) -> bool:
+        nonlocal n
+        n += 1
+        if n == count and not done.done():
+            done.set_result(time.perf_counter())
+        return True  # FIN
+
+    start = time.perf_counter()  # pynsq connects in the background: included, a few ms
+    reader = nsq.Reader(
+        topic=topic,
+        channel="bench",
+        message_handler=handler,
+        nsqd_tcp_addresses=[tcp],
+        max_in_flight=mif,
+    )
+    try:
+        return count / (await done - start)
+    finally:
+        reader.close()
+        await asyncio.sleep(0.1)
+
+
+async def ansq(tcp: str, topic: str, count: int, mif: int) -> float:
+    from ansq import open_connection
+
+    host, port = tcp.rsplit(":", 1)
+    conn = await open_connection(host, int(port))
+    try:
+        start = time.perf_counter()
+        await conn.subscribe(topic, "bench", mif)
+        n = 0
+        async for msg in conn.messages():
+            await msg.fin()
+            n += 1
+            if n == count:
+                break
+        return count / (time.perf_counter() - start)
+    finally:
+        await conn.close()
+
+
+CLIENTS: dict[str, Callable[[str, str, int, int], Awaitable[float]]] = {
+    "aioclients": ours,
+    "pynsq": pynsq,
+    "ansq": ansq,
+}
+
+
+@contextlib.contextmanager
+def servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    if args.nsqd_tcp:
+        yield args.nsqd_tcp, args.nsqd_http
+    else:
+        with emulated_nsqd() as addresses:
+            yield addresses
+
+
+async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
+    best: dict[str, float] = {}
+    for _ in range(args.rounds):
+        for name, run in CLIENTS.items():
+            if name not in args.clients:
+                continue
+            topic = f"bench_{name}_{uuid.uuid4().hex[:8]}"
+            await fill(http, topic, args.count)
+            try:
+                rate = await asyncio.wait_for(run(tcp, topic, args.count, args.max_in_flight), 300)
+            except ImportError as exc:
+                print(f"{name}: not installed ({exc})")
+                continue
+            best[name] = max(best.get(name, 0.0), rate)
+    report(
+        f"consume {args.count} x {len(PAYLOAD)}-byte messages, max_in_flight {args.max_in_flight}",
+        best,
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=100_000)
+    parser.add_argument("--max-in-flight", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", nargs="+", default=list(CLIENTS))
+    parser.add_argument("--nsqd-tcp", help="a real nsqd's TCP address (host:port)")
+    parser.add_argument("--nsqd-http", help="the same nsqd's HTTP address (host:port)")
+    ns = parser.parse_args()
+    with servers(ns) as (tcp_address, http_address):
+        asyncio.run(main(ns, tcp_address, http_address))

@@ -1,0 +1,264 @@
+"""The pure connection state machine: handshake transcripts, steady state, timers."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aioclients import LocalProtocolError
+from aioclients.nsq import NSQError, NSQProtocolError
+from aioclients.nsq._errors import NSQConnectError
+from aioclients.nsq._protocol import _connection as C
+
+
+def frame(ftype: int, data: bytes) -> bytes:
+    return struct.pack(">II", len(data) + 4, ftype) + data
+
+
+def msg(mid: bytes, body: bytes = b"b", attempts: int = 1) -> bytes:
+    return frame(2, struct.pack(">qH", 5, attempts) + mid + body)
+
+
+MID = b"0000000000000001"
+FEATURES = {"max_rdy_count": 50, "version": "1.3.0", "tls_v1": False, "auth_required": False}
+
+
+def consumer(**kw: object) -> C.ConnectionCore:
+    core = C.ConnectionCore(identify={"client_id": "me"}, topic="t", channel="c", **kw)  # type: ignore[arg-type]
+    core.start(0.0)
+    return core
+
+
+def subscribed() -> C.ConnectionCore:
+    core = consumer()
+    core.receive_data(frame(0, b"OK") + frame(0, b"OK"), 0.0)
+    assert core.data_to_send().endswith(b"SUB t c\n")
+    return core
+
+
+def test_consumer_handshake_transcript() -> None:
+    core = consumer()
+    out = core.data_to_send()
+    assert out.startswith(b"  V2IDENTIFY\n")
+    body = json.loads(out[4 + 9 + 4 :])
+    assert body == {"client_id": "me", "feature_negotiation": True}
+    events = core.receive_data(frame(0, json.dumps(FEATURES).encode()), 1.0)
+    assert isinstance(events[0], C.Identified)
+    assert events[0].response.max_rdy_count == 50
+    assert core.data_to_send() == b"SUB t c\n"
+    events = core.receive_data(frame(0, b"OK"), 1.0)
+    assert events == [C.Subscribed(50)]
+    core.send_rdy(1)
+    assert core.data_to_send() == b"RDY 1\n"
+
+
+def test_plain_ok_means_max_rdy_2500() -> None:
+    core = consumer()
+    events = core.receive_data(frame(0, b"OK") + frame(0, b"OK"), 0.0)
+    assert events[-1] == C.Subscribed(2500)
+    assert core.state is C.ConnectionState.SUBSCRIBED
+
+
+def test_messages_in_flight_fin_req_touch() -> None:
+    core = subscribed()
+    mid2 = b"0000000000000002"
+    events = core.receive_data(msg(MID, b"one") + msg(mid2, b"two", attempts=4), 0.0)
+    assert events == [C.MessageReceived(5, 1, MID, b"one"), C.MessageReceived(5, 4, mid2, b"two")]
+    assert core.in_flight == {MID, mid2}
+    core.touch(MID)
+    core.fin(MID)
+    core.req(mid2, 1500)
+    assert core.data_to_send() == b"TOUCH %b\nFIN %b\nREQ %b 1500\n" % (MID, MID, mid2)
+    assert core.in_flight == set()
+    with pytest.raises(LocalProtocolError, match="not in flight"):
+        core.fin(MID)
+
+
+def test_heartbeat_is_answered_with_nop() -> None:
+    core = subscribed()
+    assert core.receive_data(frame(0, b"_heartbeat_"), 0.0) == [C.Heartbeat()]
+    assert core.data_to_send() == b"NOP\n"
+
+
+def test_heartbeat_during_handshake_is_answered() -> None:
+    core = consumer()
+    core.data_to_send()
+    core.receive_data(frame(0, b"_heartbeat_"), 0.0)
+    assert core.data_to_send() == b"NOP\n"
+
+
+def test_non_fatal_and_fatal_errors() -> None:
+    core = consumer()
+    core.receive_data(frame(0, b"OK") + frame(0, b"OK"), 0.0)
+    (ev,) = core.receive_data(frame(1, b"E_FIN_FAILED FIN x failed"), 0.0)
+    assert isinstance(ev, C.ErrorReceived)
+    assert not ev.error.fatal
+    assert core.state is C.ConnectionState.SUBSCRIBED
+    (ev,) = core.receive_data(frame(1, b"E_INVALID nope"), 0.0)
+    assert isinstance(ev, C.ErrorReceived)
+    assert ev.error.fatal
+    assert ev.error.code == "E_INVALID"
+    assert core.state is C.ConnectionState.CLOSED
+
+
+def test_sub_refused_raises_with_code() -> None:
+    core = consumer()
+    core.receive_data(frame(0, b"OK"), 0.0)
+    with pytest.raises(NSQError) as err:
+        core.receive_data(frame(1, b"E_BAD_TOPIC SUB topic name is not valid"), 0.0)
+    assert err.value.code == "E_BAD_TOPIC"
+
+
+def test_cls_and_close_wait() -> None:
+    core = subscribed()
+    core.cls()
+    assert core.data_to_send() == b"CLS\n"
+    events = core.receive_data(msg(MID) + frame(0, b"CLOSE_WAIT"), 0.0)
+    assert isinstance(events[0], C.MessageReceived)
+    assert events[1] == C.CloseWait()
+    core.fin(MID)  # responding is still allowed while closing
+    core.send_rdy(5)  # ignored after CLS
+    assert core.data_to_send() == b"FIN %b\n" % MID
+
+
+def test_auth_required() -> None:
+    core = consumer(auth_secret="s")
+    core.data_to_send()
+    core.receive_data(frame(0, json.dumps({**FEATURES, "auth_required": True}).encode()), 0.0)
+    assert core.data_to_send() == b"AUTH\n\x00\x00\x00\x01s"
+    events = core.receive_data(
+        frame(0, b'{"identity":"i","identity_url":"u","permission_count":2}'), 0.0
+    )
+    assert events == [C.Authenticated("i", "u", 2)]
+    assert core.data_to_send() == b"SUB t c\n"
+
+
+def test_auth_required_without_secret_is_a_clear_error() -> None:
+    core = consumer()
+    with pytest.raises(NSQConnectError, match="auth_secret"):
+        core.receive_data(frame(0, json.dumps({**FEATURES, "auth_required": True}).encode()), 0.0)
+
+
+def test_no_auth_when_not_required_even_with_a_secret() -> None:
+    core = consumer(auth_secret="s")
+    core.data_to_send()
+    core.receive_data(frame(0, json.dumps(FEATURES).encode()), 0.0)
+    assert core.data_to_send() == b"SUB t c\n"
+
+
+def test_tls_upgrade_then_ok() -> None:
+    core = consumer(tls=True)
+    events = core.receive_data(frame(0, json.dumps({**FEATURES, "tls_v1": True}).encode()), 0.0)
+    assert events[-1] == C.UpgradeTLS()
+    assert core.data_to_send().endswith(b"}")  # nothing after IDENTIFY until TLS is up
+    core.tls_started()
+    core.receive_data(frame(0, b"OK"), 0.0)
+    assert core.data_to_send() == b"SUB t c\n"
+
+
+def test_tls_refused_is_a_clear_error() -> None:
+    core = consumer(tls=True)
+    with pytest.raises(NSQConnectError, match="TLS was requested"):
+        core.receive_data(frame(0, json.dumps(FEATURES).encode()), 0.0)
+
+
+def test_compression_stops_decoding_at_the_identify_answer() -> None:
+    core = consumer()
+    core.data_to_send()
+    compressed_ok = b"\x99garbage-that-is-compressed"
+    events = core.receive_data(
+        frame(0, json.dumps({**FEATURES, "deflate": True, "deflate_level": 3}).encode())
+        + compressed_ok,
+        0.0,
+    )
+    assert events[-1] == C.UpgradeCompression("deflate", 3)
+    assert core.take_buffered() == compressed_ok
+    core.receive_data(frame(0, b"OK"), 0.0)  # the driver decompressed it
+    assert core.data_to_send() == b"SUB t c\n"
+
+
+def test_message_during_handshake_is_a_protocol_error() -> None:
+    core = consumer()
+    with pytest.raises(NSQProtocolError, match="during the handshake"):
+        core.receive_data(msg(MID), 0.0)
+
+
+def test_garbage_identify_answer() -> None:
+    core = consumer()
+    with pytest.raises(NSQProtocolError, match="neither OK nor JSON"):
+        core.receive_data(frame(0, b"<html>"), 0.0)
+
+
+def test_producer_publishes_and_matches_answers() -> None:
+    core = C.ConnectionCore(identify={})
+    core.start(0.0)
+    core.data_to_send()
+    assert core.receive_data(frame(0, b"OK"), 0.0) == [
+        C.Identified(C.IdentifyResponse()),
+        C.Ready(),
+    ]
+    core.publish(b"PUB t\n\x00\x00\x00\x01x")
+    core.publish(b"PUB t\n\x00\x00\x00\x01y")
+    assert core.pending_responses == 2
+    events = core.receive_data(frame(0, b"OK") + frame(1, b"E_BAD_MESSAGE too big"), 0.0)
+    assert events[0] == C.Response(b"OK")
+    assert isinstance(events[1], C.ErrorReceived)
+    assert events[1].error.code == "E_BAD_MESSAGE"
+    assert core.pending_responses == 0
+    with pytest.raises(LocalProtocolError):
+        core.publish(b"PUB t\n\x00\x00\x00\x01z")  # nsqd closes after a fatal error
+
+
+def test_publish_before_ready_is_refused() -> None:
+    core = C.ConnectionCore(identify={})
+    with pytest.raises(LocalProtocolError, match="READY"):
+        core.publish(b"PUB t\n")
+
+
+def test_handshake_and_heartbeat_timers() -> None:
+    core = consumer(handshake_timeout=5.0, heartbeat_interval=10.0)
+    assert core.get_timer() == 5.0
+    assert core.handle_timer(4.9) == []
+    core.receive_data(frame(0, b"OK") + frame(0, b"OK"), 1.0)
+    assert core.get_timer() == 1.0 + 20.0 + C.HEARTBEAT_MARGIN
+    core.receive_data(frame(0, b"_heartbeat_"), 11.0)
+    assert core.get_timer() == 11.0 + 20.0 + C.HEARTBEAT_MARGIN
+    (ev,) = core.handle_timer(100.0)
+    assert isinstance(ev, C.TimedOut)
+    assert "heartbeats stopped" in ev.reason
+    assert core.get_timer() is None
+
+
+def test_handshake_timeout_fires() -> None:
+    core = consumer(handshake_timeout=5.0)
+    (ev,) = core.handle_timer(5.0)
+    assert isinstance(ev, C.TimedOut)
+    assert "handshake" in ev.reason
+
+
+def test_no_heartbeat_watchdog_when_disabled() -> None:
+    core = consumer(heartbeat_interval=None)
+    core.receive_data(frame(0, b"OK") + frame(0, b"OK"), 1.0)
+    assert core.get_timer() is None
+
+
+def test_topic_without_channel_is_refused() -> None:
+    with pytest.raises(LocalProtocolError):
+        C.ConnectionCore(identify={}, topic="t")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=64), max_size=10))
+def test_fuzz_subscribed_core_raises_only_protocol_errors(chunks: list[bytes]) -> None:
+    core = subscribed()
+    try:
+        for chunk in chunks:
+            for event in core.receive_data(chunk, 0.0):
+                assert isinstance(event, (C.Event, C.MessageReceived))
+    except NSQProtocolError as err:
+        offset = err.offset
+        assert offset is not None

@@ -1,0 +1,375 @@
+"""Driver transcript tests: Reader and Producer against a scripted fake nsqd."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import pytest
+
+from aioclients import InvalidArgumentError, OperationTimeoutError
+from aioclients.nsq import (
+    MessageRespondedError,
+    NSQClosedError,
+    NSQConnectError,
+    NSQError,
+    Producer,
+    Reader,
+)
+from aioclients.nsq._io._compression import DeflateCodec, SnappyCodec
+from tests.nsq.fake_nsqd import FakeNsqd, frame, message_frame
+
+MID1 = b"00000000000000a1"
+MID2 = b"00000000000000a2"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_reader_transcript_identify_sub_rdy_fin_cls() -> None:
+    async with FakeNsqd() as fake:
+        async with Reader("t", "c", nsqd_tcp_addresses=[fake.address], max_in_flight=1) as reader:
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(message_frame(MID1, b"hello"))
+            msg = await asyncio.wait_for(reader.__anext__(), 5)
+            assert (msg.id, msg.body, msg.attempts) == (MID1, b"hello", 1)
+            assert msg.nsqd_address == fake.address
+            await msg.finish()
+            await fake.wait_for(lambda c: b"FIN " + MID1 in c)
+            assert msg.has_responded
+            with pytest.raises(MessageRespondedError):
+                await msg.finish()
+        await fake.wait_for(lambda c: b"CLS" in c)
+    assert fake.commands[0] == b"  V2"
+    assert fake.commands[1] == b"IDENTIFY"
+    identify = json.loads(fake.bodies[1] or b"")
+    assert identify["feature_negotiation"] is True
+    assert identify["heartbeat_interval"] == 30000
+    assert identify["user_agent"].startswith("aioclients/")
+    assert fake.commands[2:5] == [b"SUB t c", b"RDY 1", b"RDY 1"]  # refill after the message
+    assert fake.commands[-2:] == [b"FIN " + MID1, b"CLS"]
+
+
+async def test_reader_refills_to_its_share_and_requeues_with_delay() -> None:
+    async with FakeNsqd() as fake:
+        async with Reader(
+            "t", "c", nsqd_tcp_addresses=[fake.address], max_in_flight=10, requeue_delay=2.0
+        ) as reader:
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(message_frame(MID1, b"a", attempts=3))
+            await fake.wait_for(lambda c: b"RDY 10" in c)
+            msg = await asyncio.wait_for(reader.__anext__(), 5)
+            await msg.requeue()  # 2 s x 3 attempts
+            await fake.wait_for(lambda c: b"REQ " + MID1 + b" 6000" in c)
+            assert reader.statistics().in_backoff  # a failure engaged backoff
+            await fake.wait_for(lambda c: c[-1] == b"RDY 0")
+            stats = reader.statistics()
+            assert stats.messages_requeued == 1
+            assert stats.backoff_level == 1
+
+
+async def test_requeue_without_backoff_and_explicit_delay() -> None:
+    async with FakeNsqd() as fake:
+        async with Reader("t", "c", nsqd_tcp_addresses=[fake.address], max_in_flight=5) as reader:
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(message_frame(MID1, b"a"))
+            msg = await asyncio.wait_for(reader.__anext__(), 5)
+            with pytest.raises(InvalidArgumentError):
+                await msg.requeue(-1.0)
+            await msg.requeue(0.25, backoff=False)
+            await fake.wait_for(lambda c: b"REQ " + MID1 + b" 250" in c)
+            assert not reader.statistics().in_backoff
+
+
+async def test_touch_only_when_asked() -> None:
+    async with FakeNsqd() as fake:
+        async with Reader("t", "c", nsqd_tcp_addresses=[fake.address]) as reader:
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(message_frame(MID1, b"a"))
+            msg = await asyncio.wait_for(reader.__anext__(), 5)
+            await msg.touch()
+            await msg.finish()
+            await fake.wait_for(lambda c: b"FIN " + MID1 in c)
+    touches = [c for c in fake.commands if c.startswith(b"TOUCH")]
+    assert touches == [b"TOUCH " + MID1]
+
+
+async def test_heartbeat_is_answered_with_nop() -> None:
+    async with FakeNsqd() as fake:
+        async with Reader("t", "c", nsqd_tcp_addresses=[fake.address]):
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(frame(0, b"_heartbeat_"))
+            await fake.wait_for(lambda c: b"NOP" in c)
+
+
+async def test_max_attempts_gives_up_and_finishes() -> None:
+    given_up = []
+    async with FakeNsqd() as fake:
+        async with Reader(
+            "t", "c", nsqd_tcp_addresses=[fake.address], max_attempts=2, on_give_up=given_up.append
+        ) as reader:
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(message_frame(MID1, b"old", attempts=3) + message_frame(MID2, b"ok", 2))
+            msg = await asyncio.wait_for(reader.__anext__(), 5)
+            assert msg.id == MID2
+            await fake.wait_for(lambda c: b"FIN " + MID1 in c)
+            assert [m.id for m in given_up] == [MID1]
+            assert reader.statistics().messages_given_up == 1
+
+
+async def test_async_on_give_up_is_awaited() -> None:
+    done = asyncio.Event()
+
+    async def give_up(msg: object) -> None:
+        done.set()
+
+    async with FakeNsqd() as fake:
+        async with Reader(
+            "t", "c", nsqd_tcp_addresses=[fake.address], max_attempts=1, on_give_up=give_up
+        ):
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(message_frame(MID1, b"old", attempts=2))
+            await asyncio.wait_for(done.wait(), 5)
+
+
+async def test_run_finishes_on_success_and_requeues_on_exception() -> None:
+    async with FakeNsqd() as fake:
+        async with Reader(
+            "t", "c", nsqd_tcp_addresses=[fake.address], max_in_flight=2, max_backoff_duration=0
+        ) as reader:
+
+            async def handler(msg: object) -> None:
+                if getattr(msg, "body", b"") == b"bad":
+                    raise ValueError("boom")
+
+            runner = asyncio.ensure_future(reader.run(handler, concurrency=2))
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(message_frame(MID1, b"good") + message_frame(MID2, b"bad"))
+            await fake.wait_for(
+                lambda c: b"FIN " + MID1 in c and any(x.startswith(b"REQ " + MID2) for x in c)
+            )
+            runner.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await runner
+
+
+async def test_run_returns_when_the_reader_closes() -> None:
+    async with FakeNsqd() as fake:
+        reader = Reader("t", "c", nsqd_tcp_addresses=[fake.address])
+        await reader.start()
+        runner = asyncio.ensure_future(reader.run(lambda m: None))
+        await fake.wait_for(lambda c: b"RDY 1" in c)
+        await reader.close()
+        await asyncio.wait_for(runner, 5)
+        assert reader.closed
+        with pytest.raises(NSQClosedError):
+            await reader.start()
+
+
+async def test_cancelled_iteration_leaves_the_reader_usable() -> None:
+    async with FakeNsqd() as fake:
+        async with Reader("t", "c", nsqd_tcp_addresses=[fake.address]) as reader:
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            waiting = asyncio.ensure_future(reader.__anext__())
+            await asyncio.sleep(0)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            fake.send(message_frame(MID1, b"x"))
+            msg = await asyncio.wait_for(reader.__anext__(), 5)
+            assert msg.body == b"x"
+
+
+async def test_unreachable_nsqd_is_a_clear_error_not_a_hang() -> None:
+    reader = Reader("t", "c", nsqd_tcp_addresses=[f"127.0.0.1:{free_port()}"])
+    with pytest.raises(NSQConnectError, match="could not connect"):
+        await asyncio.wait_for(reader.start(), 10)
+    assert reader.closed
+
+
+async def test_silent_nsqd_times_out_the_handshake() -> None:
+    async with FakeNsqd(silent=True) as fake:
+        reader = Reader("t", "c", nsqd_tcp_addresses=[fake.address], connect_timeout=0.3)
+        with pytest.raises(NSQConnectError, match="handshake"):
+            await asyncio.wait_for(reader.start(), 10)
+
+
+async def test_garbage_from_nsqd_fails_the_connection() -> None:
+    async with FakeNsqd(identify_answer=b"\x00\x00\x00\x02\x00\x00\x00\x09??") as fake:
+
+        def answer(fake: FakeNsqd, command: bytes, body: bytes | None) -> bytes | None:
+            return b"\x00\x00\x00\x02garbage" if command == b"IDENTIFY" else None
+
+        fake.on_command = answer
+        reader = Reader("t", "c", nsqd_tcp_addresses=[fake.address])
+        with pytest.raises(NSQConnectError, match="below the 4 bytes"):
+            await asyncio.wait_for(reader.start(), 10)
+
+
+async def test_sub_refused_raises_nsq_error_with_code() -> None:
+    def answer(fake: FakeNsqd, command: bytes, body: bytes | None) -> bytes | None:
+        if command.startswith(b"SUB"):
+            return frame(1, b"E_UNAUTHORIZED AUTH failed")
+        return fake.default_answer(command, body)
+
+    async with FakeNsqd(on_command=answer) as fake:
+        reader = Reader("t", "c", nsqd_tcp_addresses=[fake.address])
+        with pytest.raises(NSQError) as err:
+            await reader.start()
+        assert err.value.code == "E_UNAUTHORIZED"
+
+
+async def test_auth_sent_when_required() -> None:
+    answer = {"max_rdy_count": 100, "auth_required": True}
+    async with FakeNsqd(identify_answer=answer) as fake:
+        async with Reader("t", "c", nsqd_tcp_addresses=[fake.address], auth_secret="pw"):
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+    i = fake.commands.index(b"AUTH")
+    assert fake.bodies[i] == b"pw"
+    assert fake.commands[i + 1] == b"SUB t c"
+
+
+def test_bad_reader_arguments() -> None:
+    with pytest.raises(InvalidArgumentError, match="not valid for NSQ"):
+        Reader("bad topic", "c", nsqd_tcp_addresses=["h:1"])
+    with pytest.raises(InvalidArgumentError, match="nsqd_tcp_addresses or lookupd"):
+        Reader("t", "c")
+    with pytest.raises(InvalidArgumentError, match="host:port"):
+        Reader("t", "c", nsqd_tcp_addresses=["nohost"])
+    with pytest.raises(InvalidArgumentError, match="list of strings"):
+        Reader("t", "c", nsqd_tcp_addresses="h:1")
+    with pytest.raises(InvalidArgumentError, match="max_in_flight"):
+        Reader("t", "c", nsqd_tcp_addresses=["h:1"], max_in_flight=-1)
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        Reader("t", "c", nsqd_tcp_addresses=["h:1"], snappy=True, deflate=True)
+
+
+# ---- Producer ---------------------------------------------------------------------------
+
+
+async def test_producer_transcript_and_in_order_answers() -> None:
+    async with FakeNsqd() as fake, Producer(fake.address) as producer:
+        await asyncio.gather(
+            producer.publish("t", b"one"),
+            producer.mpublish("t", [b"a", b"b"]),
+            producer.dpublish("t", b"later", 1.5),
+        )
+    assert fake.commands[1:5] == [b"IDENTIFY", b"PUB t", b"MPUB t", b"DPUB t 1500"]
+    assert fake.bodies[2] == b"one"
+    assert fake.bodies[3] == b"\x00\x00\x00\x02\x00\x00\x00\x01a\x00\x00\x00\x01b"
+
+
+async def test_producer_error_then_reconnect() -> None:
+    def answer(fake: FakeNsqd, command: bytes, body: bytes | None) -> bytes | None:
+        if body == b"reject":
+            return frame(1, b"E_BAD_MESSAGE PUB message too big")
+        return fake.default_answer(command, body)
+
+    async with FakeNsqd(on_command=answer) as fake, Producer(fake.address) as producer:
+        with pytest.raises(NSQError) as err:
+            await producer.publish("t", b"reject")
+        assert err.value.code == "E_BAD_MESSAGE"
+        await producer.publish("t", b"fine")  # a new connection after the fatal error
+    assert fake.commands.count(b"  V2") == 2
+
+
+async def test_producer_bad_input_is_refused_before_sending() -> None:
+    async with FakeNsqd() as fake, Producer(fake.address, max_message_size=4) as producer:
+        with pytest.raises(InvalidArgumentError, match="not valid"):
+            await producer.publish("no spaces", b"x")
+        with pytest.raises(InvalidArgumentError, match="at least one body"):
+            await producer.mpublish("t", [])
+        with pytest.raises(InvalidArgumentError, match="maximum message size"):
+            await producer.publish("t", b"12345")
+        with pytest.raises(InvalidArgumentError, match="delay"):
+            await producer.dpublish("t", b"x", -1)
+    assert not any(c.startswith((b"PUB", b"MPUB", b"DPUB")) for c in fake.commands)
+
+
+async def test_producer_timeout_and_unreachable() -> None:
+    def answer(fake: FakeNsqd, command: bytes, body: bytes | None) -> bytes | None:
+        return fake.default_answer(command, body) if command == b"IDENTIFY" else None
+
+    async with FakeNsqd(on_command=answer) as fake, Producer(fake.address, timeout=0.2) as producer:
+        with pytest.raises(OperationTimeoutError):
+            await producer.publish("t", b"x")
+    with pytest.raises(NSQConnectError):
+        await Producer(f"127.0.0.1:{free_port()}").publish("t", b"x")
+
+
+async def test_producer_close_fails_later_calls() -> None:
+    async with FakeNsqd() as fake:
+        producer = Producer(fake.address)
+        await producer.publish("t", b"x")
+        await producer.close()
+        with pytest.raises(NSQClosedError):
+            await producer.publish("t", b"y")
+
+
+# ---- codecs -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec_type", [DeflateCodec, SnappyCodec])
+def test_codecs_round_trip_across_any_chunking(codec_type: type) -> None:
+    sender = codec_type(6) if codec_type is DeflateCodec else codec_type()
+    receiver = codec_type(6) if codec_type is DeflateCodec else codec_type()
+    parts = [b"OK", b"x" * 100_000, bytes(range(256)) * 50]
+    stream = b"".join(sender.encode(p) for p in parts)
+    out = b""
+    for i in range(0, len(stream), 777):
+        out += b"".join(receiver.decode(stream[i : i + 777]))
+    assert out == b"".join(parts)
+
+
+async def test_cancelling_start_during_the_handshake_closes_everything() -> None:
+    async with FakeNsqd(silent=True) as fake:
+        reader = Reader("t", "c", nsqd_tcp_addresses=[fake.address])
+        task = asyncio.ensure_future(reader.start())
+        await fake.wait_for(lambda c: b"IDENTIFY" in c)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert reader.closed
+        assert reader.statistics().connections == ()
+
+
+async def test_cancelling_a_publish_keeps_answers_in_order() -> None:
+    held: list[bytes] = []
+
+    def answer(fake: FakeNsqd, command: bytes, body: bytes | None) -> bytes | None:
+        if body == b"slow":
+            held.append(body)
+            return None  # answered later, by the test
+        return fake.default_answer(command, body)
+
+    async with FakeNsqd(on_command=answer) as fake, Producer(fake.address) as producer:
+        slow = asyncio.ensure_future(producer.publish("t", b"slow"))
+        await fake.wait_for(lambda c: b"PUB t" in c)
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        fake.send(frame(0, b"OK"))  # the late answer to the cancelled PUB
+        await asyncio.wait_for(producer.publish("t", b"next"), 5)
+    assert held == [b"slow"]
+
+
+async def test_a_redelivered_id_frees_both_slots() -> None:
+    """nsqd re-delivers a timed-out message with the same id; answering both copies
+    sends one FIN and leaves nothing counted in flight."""
+    async with FakeNsqd() as fake:
+        async with Reader("t", "c", nsqd_tcp_addresses=[fake.address], max_in_flight=2) as reader:
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(message_frame(MID1, b"x"))
+            first = await asyncio.wait_for(reader.__anext__(), 5)
+            fake.send(message_frame(MID1, b"x", attempts=2))
+            second = await asyncio.wait_for(reader.__anext__(), 5)
+            await second.finish()
+            await first.finish()
+            await fake.wait_for(lambda c: b"FIN " + MID1 in c)
+            assert reader._dist is not None
+            assert reader._dist.total_in_flight == 0
+    assert fake.commands.count(b"FIN " + MID1) == 1
