@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from aioclients.testing._liftbridge_fixtures import liftbridge_cluster
 from aioclients.testing._nsq_fixtures import (  # noqa: F401 (registers the fixtures)
     nsqd,
     nsqd_factory,
@@ -21,7 +22,13 @@ from aioclients.testing._nsq_fixtures import (  # noqa: F401 (registers the fixt
 )
 from aioclients.testing.nats_server import NatsServer
 
-__all__ = ("ExternalServer", "nats_server", "nats_server_private", "unique_name")
+__all__ = (
+    "ExternalServer",
+    "liftbridge_cluster",
+    "nats_server",
+    "nats_server_private",
+    "unique_name",
+)
 
 NATS_URL_ENV = "AIOCLIENTS_TEST_NATS_URL"
 

@@ -1,0 +1,83 @@
+"""Liftbridge on asyncio (gRPC ``grpc.aio``, liftbridge-api v1.9).
+
+async with await connect(["127.0.0.1:9292"]) as client:
+    await client.create_stream("orders", "orders-stream", partitions=3)
+    ack = await client.publish("orders-stream", b"{...}", key=b"id-1", partitioner="key")
+    async with client.subscribe("orders-stream", start_at=StartPosition.EARLIEST) as sub:
+        async for msg in sub:
+            ...
+"""
+
+from aioclients.liftbridge._client import Client, ConsumerGroupJoin, connect
+from aioclients.liftbridge._errors import (
+    EnvelopeError,
+    IncorrectOffsetError,
+    LiftbridgeClosedError,
+    LiftbridgeConnectError,
+    LiftbridgeError,
+    LiftbridgeServerError,
+    LiftbridgeTimeoutError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    PartitionPausedError,
+    ReadonlyPartitionError,
+    StreamDeletedError,
+    StreamExistsError,
+    SubscriptionLostError,
+)
+from aioclients.liftbridge._protocol._envelope import new_message, unmarshal_ack, unmarshal_message
+from aioclients.liftbridge._protocol._metadata import (
+    BrokerInfo,
+    Metadata,
+    PartitionInfo,
+    StreamInfo,
+)
+from aioclients.liftbridge._protocol._partition import (
+    PartitionByKey,
+    PartitionByRoundRobin,
+    Partitioner,
+)
+from aioclients.liftbridge._protocol._types import (
+    Ack,
+    AckPolicy,
+    Message,
+    StartPosition,
+    StopPosition,
+)
+from aioclients.liftbridge._subscription import Subscription
+
+__all__ = (
+    "Ack",
+    "AckPolicy",
+    "BrokerInfo",
+    "Client",
+    "ConsumerGroupJoin",
+    "EnvelopeError",
+    "IncorrectOffsetError",
+    "LiftbridgeClosedError",
+    "LiftbridgeConnectError",
+    "LiftbridgeError",
+    "LiftbridgeServerError",
+    "LiftbridgeTimeoutError",
+    "Message",
+    "Metadata",
+    "NoSuchPartitionError",
+    "NoSuchStreamError",
+    "PartitionByKey",
+    "PartitionByRoundRobin",
+    "PartitionInfo",
+    "Partitioner",
+    "PartitionPausedError",
+    "ReadonlyPartitionError",
+    "StartPosition",
+    "StopPosition",
+    "StreamDeletedError",
+    "StreamExistsError",
+    "StreamInfo",
+    "Subscription",
+    "SubscriptionLostError",
+    "connect",
+    "new_message",
+    "unmarshal_ack",
+    "unmarshal_message",
+)

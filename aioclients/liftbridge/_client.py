@@ -1,0 +1,1174 @@
+"""The Liftbridge client: resilient RPCs, metadata, publishing, subscriptions.
+
+Theory of operation (liftbridge client guide, "Client Implementation"):
+
+* Ordinary RPCs (CreateStream, Publish, FetchMetadata ...) may go to any
+  broker. They use one dedicated channel; on UNAVAILABLE the client moves to
+  the next known broker, in random order, at most ``max_rpc_attempts`` times
+  (a resilient RPC), then raises ``LiftbridgeConnectError``.
+* RPCs that must reach a partition leader (cursors, partition metadata) ask the
+  :class:`MetadataCache` for the leader; on FAILED_PRECONDITION (not the leader
+  any more) or UNAVAILABLE they refresh the metadata, wait a random 10-500 ms
+  and try again, a bounded number of times.
+* Subscribe streams use a per-broker pool of connections (``max_conns_per_broker``,
+  idle ones closed after ``keepalive_time``); a subscription gives its
+  connection back when it ends. The pool's expiry is one ``loop.call_at``
+  re-armed from the pure :class:`SubscribePool`'s ``get_timer()``.
+* ``close()`` is idempotent: it ends subscriptions (readers get
+  ``LiftbridgeClosedError``), lets PublishAsync deliver outstanding acks, and
+  closes every channel. Every public method raises ``LiftbridgeClosedError``
+  afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from aioclients._core import check_int
+from aioclients._errors import InvalidArgumentError
+from aioclients.liftbridge._errors import (
+    IncorrectOffsetError,
+    LiftbridgeClosedError,
+    LiftbridgeConnectError,
+    LiftbridgeError,
+    LiftbridgeServerError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+)
+from aioclients.liftbridge._io._grpc import (
+    ChannelFactory,
+    channel_credentials,
+    is_connection_failure,
+    map_rpc_error,
+)
+from aioclients.liftbridge._pb import api_pb2 as pb
+from aioclients.liftbridge._pb import api_pb2_grpc as pb_grpc
+from aioclients.liftbridge._protocol._metadata import (
+    Metadata,
+    MetadataCache,
+    PartitionInfo,
+    partition_from_pb,
+)
+from aioclients.liftbridge._protocol._partition import (
+    PartitionByKey,
+    PartitionByRoundRobin,
+    Partitioner,
+)
+from aioclients.liftbridge._protocol._pool import SubscribePool
+from aioclients.liftbridge._protocol._resubscribe import MAX_WAIT, MIN_WAIT
+from aioclients.liftbridge._protocol._types import Ack, AckPolicy, StartPosition, StopPosition
+from aioclients.liftbridge._publisher import AsyncPublisher, async_error
+from aioclients.liftbridge._subscription import Subscription, build_subscribe_request
+
+__all__ = ("Client", "ConsumerGroupJoin", "connect")
+
+log = logging.getLogger("aioclients.liftbridge.client")
+
+CURSORS_STREAM = "__cursors"
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+_PARTITION_BY_KEY = PartitionByKey()
+
+# CreateStream options: keyword -> (request field, kind). Durations are float
+# seconds here and milliseconds on the wire (as the Go client sends them).
+_STREAM_OPTIONS: dict[str, tuple[str, str]] = {
+    "retention_max_bytes": ("retentionMaxBytes", "int64"),
+    "retention_max_messages": ("retentionMaxMessages", "int64"),
+    "retention_max_age": ("retentionMaxAge", "duration"),
+    "cleaner_interval": ("cleanerInterval", "duration"),
+    "segment_max_bytes": ("segmentMaxBytes", "int64"),
+    "segment_max_age": ("segmentMaxAge", "duration"),
+    "compact_max_goroutines": ("compactMaxGoroutines", "int32"),
+    "compact_enabled": ("compactEnabled", "bool"),
+    "auto_pause_time": ("autoPauseTime", "duration"),
+    "auto_pause_disable_if_subscribers": ("autoPauseDisableIfSubscribers", "bool"),
+    "min_isr": ("minIsr", "int32"),
+    "optimistic_concurrency_control": ("optimisticConcurrencyControl", "bool"),
+    "encryption": ("encryption", "bool"),
+}
+
+_CONNECT_OPTIONS = frozenset(
+    {
+        "rpc_timeout",
+        "max_rpc_attempts",
+        "publish_async_window",
+        "metadata_max_age",
+        "rng",
+        "clock",
+        "tls_root_certificates",
+        "tls_client_cert",
+        "tls_client_key",
+        "tls_server_name",
+        "grpc_options",
+    }
+)
+
+
+def _name(what: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(f"{what} must be a non-empty str, got {value!r}")
+    return value
+
+
+def _subject(what: str, value: object) -> str:
+    subject = _name(what, value)
+    if any(c in subject for c in " \t\r\n") or any(not t for t in subject.split(".")):
+        raise InvalidArgumentError(
+            f"{what} {subject!r} is not a valid NATS subject (dot-separated, non-empty tokens, "
+            "no whitespace)"
+        )
+    return subject
+
+
+def _partition(value: object, what: str = "partition") -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _INT32_MAX:
+        raise InvalidArgumentError(
+            f"{what} must be an int between 0 and {_INT32_MAX}, got {value!r}"
+        )
+    return value
+
+
+def _headers(headers: Mapping[str, bytes] | None) -> dict[str, bytes]:
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise InvalidArgumentError(
+            f"headers must be a dict[str, bytes], got {type(headers).__name__}"
+        )
+    out = {}
+    for k, v in headers.items():
+        if not isinstance(k, str) or not isinstance(v, (bytes, bytearray)):
+            raise InvalidArgumentError(
+                f"headers must map str to bytes, got {k!r}: {type(v).__name__}"
+            )
+        out[k] = bytes(v)
+    return out
+
+
+def _bytes(what: str, value: object, *, optional: bool = False) -> bytes:
+    if value is None and optional:
+        return b""
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise InvalidArgumentError(f"{what} must be bytes, got {type(value).__name__}")
+    return bytes(value)
+
+
+def _ack_policy(value: object) -> AckPolicy:
+    try:
+        return AckPolicy(value)  # type: ignore[arg-type]
+    except ValueError:
+        raise InvalidArgumentError(f"ack_policy must be an AckPolicy, got {value!r}") from None
+
+
+def _timeout(what: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidArgumentError(f"{what} must be a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+class ConsumerGroupJoin:
+    """What ``join_consumer_group`` returns: the coordinator and the group's epoch.
+
+    Attributes:
+        coordinator: broker id that hands out the assignments.
+        epoch: the group epoch.
+        consumer_timeout: seconds without a fetch before the member is evicted.
+        coordinator_timeout: seconds after which to report an unresponsive coordinator.
+    """
+
+    __slots__ = ("consumer_timeout", "coordinator", "coordinator_timeout", "epoch")
+
+    def __init__(
+        self, coordinator: str, epoch: int, consumer_timeout: float, coordinator_timeout: float
+    ) -> None:
+        self.coordinator = coordinator
+        self.epoch = epoch
+        self.consumer_timeout = consumer_timeout
+        self.coordinator_timeout = coordinator_timeout
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumerGroupJoin(coordinator={self.coordinator!r}, epoch={self.epoch}, "
+            f"consumer_timeout={self.consumer_timeout}, "
+            f"coordinator_timeout={self.coordinator_timeout})"
+        )
+
+
+class Client:
+    """A connection to a Liftbridge cluster. Create it with :func:`connect`."""
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        *,
+        factory: ChannelFactory,
+        resubscribe_wait_time: float,
+        ack_wait_time: float,
+        max_conns_per_broker: int,
+        keepalive_time: float,
+        rpc_timeout: float = 10.0,
+        max_rpc_attempts: int = 10,
+        publish_async_window: int = 1024,
+        metadata_max_age: float = 60.0,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._factory = factory
+        self._resubscribe_wait_time = resubscribe_wait_time
+        self._ack_wait_time = ack_wait_time
+        self._rpc_timeout = rpc_timeout
+        self._max_rpc_attempts = max_rpc_attempts
+        self._rng = rng if rng is not None else random.Random()
+        self._clock = clock if clock is not None else self._loop.time
+        self._metadata = MetadataCache(addresses, max_age=metadata_max_age)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[grpc.aio.Channel, Any] = {}
+        self._current: str | None = None
+        self._pool: SubscribePool[grpc.aio.Channel] = SubscribePool(
+            max_conns_per_broker=max_conns_per_broker, keepalive_time=keepalive_time
+        )
+        self._pool_timer: asyncio.TimerHandle | None = None
+        self._closing_channels: set[asyncio.Task[None]] = set()
+        self._subscriptions: set[Subscription] = set()
+        self._publisher = AsyncPublisher(self, window=publish_async_window)
+        self._round_robin = PartitionByRoundRobin()
+        self._refresh_lock = asyncio.Lock()
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LiftbridgeClosedError("the Liftbridge client is closed; connect() again")
+
+    async def close(self) -> None:
+        """Close subscriptions, the PublishAsync stream and every connection (idempotent).
+
+        Outstanding ``publish_async`` acks are awaited (each until its own
+        deadline); subscription readers get ``LiftbridgeClosedError``.
+        """
+        if self._closed:
+            return
+        await self._publisher.close()
+        self._closed = True
+        for sub in list(self._subscriptions):
+            sub._client_closed()
+        self._subscriptions.clear()
+        if self._pool_timer is not None:
+            self._pool_timer.cancel()
+            self._pool_timer = None
+        channels = set(self._channels.values()) | set(self._pool.close())
+        self._channels.clear()
+        self._stubs.clear()
+        await asyncio.gather(*(ch.close() for ch in channels), return_exceptions=True)
+        if self._closing_channels:
+            await asyncio.gather(*self._closing_channels, return_exceptions=True)
+
+    # -- channels ------------------------------------------------------------------
+
+    def _stub_for(self, channel: grpc.aio.Channel) -> Any:
+        stub = self._stubs.get(channel)
+        if stub is None:
+            stub = pb_grpc.APIStub(channel)
+            self._stubs[channel] = stub
+        return stub
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._factory.open(address)
+            self._channels[address] = channel
+        return channel
+
+    def _broker_unavailable(self, address: str) -> None:
+        """Forget the RPC channel of a broker that answered UNAVAILABLE."""
+        channel = self._channels.pop(address, None)
+        if self._current == address:
+            self._current = None
+        if channel is not None:
+            self._stubs.pop(channel, None)
+            self._close_later(channel)
+
+    def _close_later(self, channel: grpc.aio.Channel) -> None:
+        task = self._loop.create_task(channel.close())
+        self._closing_channels.add(task)
+        task.add_done_callback(self._closing_channels.discard)
+
+    def _address_order(self) -> list[str]:
+        """The dedicated broker first, then the others in random order."""
+        addresses = list(self._metadata.addresses())
+        self._rng.shuffle(addresses)
+        if self._current in addresses:
+            addresses.remove(self._current)
+            addresses.insert(0, self._current)
+        return addresses
+
+    async def _any_stub(self) -> tuple[str, Any]:
+        """The dedicated channel's stub (a broker chosen at random if there is none yet)."""
+        self._check_open()
+        if self._current is None:
+            order = self._address_order()
+            if not order:
+                raise LiftbridgeConnectError(
+                    "no broker address is known; pass addresses to connect()"
+                )
+            self._current = order[0]
+        return self._current, self._stub_for(self._channel(self._current))
+
+    def _jitter(self) -> float:
+        return self._rng.uniform(MIN_WAIT, MAX_WAIT)
+
+    # -- resilient RPCs ----------------------------------------------------------------
+
+    async def _rpc(
+        self,
+        method: str,
+        request: Any,
+        *,
+        what: str,
+        timeout: float | None = None,
+        not_found: type[LiftbridgeServerError] = NoSuchStreamError,
+    ) -> Any:
+        """Call ``method`` on any broker, moving to the next on UNAVAILABLE (bounded)."""
+        self._check_open()
+        last: grpc.aio.AioRpcError | None = None
+        order: list[str] = []
+        for attempt in range(self._max_rpc_attempts):
+            if not order:
+                order = self._address_order()
+                if not order:
+                    break
+                if attempt:
+                    # Every known broker failed once: refresh the list's order
+                    # after a short pause instead of spinning.
+                    await asyncio.sleep(self._jitter())
+            address = order.pop(0)
+            self._current = address
+            stub = self._stub_for(self._channel(address))
+            try:
+                return await getattr(stub, method)(
+                    request, timeout=timeout if timeout is not None else self._rpc_timeout
+                )
+            except grpc.aio.AioRpcError as exc:
+                if is_connection_failure(exc) and not self._closed:
+                    log.info("%s: broker %s unavailable, trying another", what, address)
+                    self._broker_unavailable(address)
+                    last = exc
+                    continue
+                raise map_rpc_error(
+                    exc, what=what, closed=self._closed, not_found=not_found
+                ) from None
+        detail = f" (last error: {last.details()})" if last is not None else ""
+        raise LiftbridgeConnectError(
+            f"{what}: no broker reachable after {self._max_rpc_attempts} attempts over "
+            f"{list(self._metadata.addresses())}{detail}; "
+            "check the addresses and that the cluster is up"
+        )
+
+    async def _leader_rpc(
+        self,
+        stream: str,
+        partition: int,
+        method: str,
+        request: Any,
+        *,
+        what: str,
+        not_found: type[LiftbridgeServerError] = NoSuchPartitionError,
+    ) -> Any:
+        """Call ``method`` on the partition leader; refresh and retry while it moves."""
+        self._check_open()
+        attempts = 5
+        for attempt in range(attempts):
+            address = self._metadata.leader_address(stream, partition)
+            if address is None:
+                await self._refresh_metadata()
+                address = self._metadata.leader_address(stream, partition)
+                if address is None:
+                    md = self._metadata.get()
+                    info = md.get_stream(stream)
+                    if info is None:
+                        raise NoSuchStreamError(f"{what}: no stream {stream!r}", code="NOT_FOUND")
+                    if partition not in info.partitions:
+                        raise NoSuchPartitionError(
+                            f"{what}: stream {stream!r} has no partition {partition}",
+                            code="NOT_FOUND",
+                        )
+                    await asyncio.sleep(self._jitter())
+                    continue
+            stub = self._stub_for(self._channel(address))
+            try:
+                return await getattr(stub, method)(request, timeout=self._rpc_timeout)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                retry = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION)
+                if not retry or self._closed or attempt == attempts - 1:
+                    raise map_rpc_error(
+                        exc, what=what, closed=self._closed, not_found=not_found
+                    ) from None
+                if code is grpc.StatusCode.UNAVAILABLE:
+                    self._broker_unavailable(address)
+                await asyncio.sleep(self._jitter())
+                await self._refresh_metadata()
+        raise LiftbridgeConnectError(f"{what}: the leader of {stream}/{partition} is not reachable")
+
+    async def _refresh_metadata(self) -> Metadata:
+        """Fetch metadata (one fetch at a time; a caller that waited reuses the result)."""
+        generation = self._metadata.generation
+        async with self._refresh_lock:
+            if self._metadata.generation != generation:
+                return self._metadata.get()
+            resp = await self._rpc(
+                "FetchMetadata", pb.FetchMetadataRequest(), what="fetch_metadata"
+            )
+            return self._metadata.update(resp, now=self._clock(), wall=datetime.now(timezone.utc))
+
+    async def _metadata_with(self, stream: str) -> Metadata:
+        md = self._metadata.get()
+        if md.get_stream(stream) is None or self._metadata.is_stale(self._clock()):
+            md = await self._refresh_metadata()
+        return md
+
+    # -- subscribe pool -----------------------------------------------------------------
+
+    def _subscribe_address(self, stream: str, partition: int, read_isr_replica: bool) -> str | None:
+        md = self._metadata.get()
+        if read_isr_replica:
+            isr = md.isr_addresses(stream, partition)
+            if isr:
+                return self._rng.choice(isr)
+        return md.leader_address(stream, partition)
+
+    async def _acquire_subscribe_channel(self, address: str) -> grpc.aio.Channel:
+        self._check_open()
+        now = self._clock()
+        channel = self._pool.acquire(address, now)
+        if channel is None:
+            channel = self._factory.open(address)
+            self._pool.add(address, channel, now)
+        self._arm_pool_timer()
+        return channel
+
+    def _release_subscribe_channel(self, address: str, channel: grpc.aio.Channel) -> None:
+        if self._closed:
+            return
+        self._pool.release(address, channel, self._clock())
+        self._arm_pool_timer()
+
+    def _arm_pool_timer(self) -> None:
+        if self._pool_timer is not None:
+            self._pool_timer.cancel()
+            self._pool_timer = None
+        due = self._pool.get_timer()
+        if due is not None and not self._closed:
+            self._pool_timer = self._loop.call_at(due, self._on_pool_timer)
+
+    def _on_pool_timer(self) -> None:
+        self._pool_timer = None
+        for channel in self._pool.handle_timer(self._clock()):
+            self._stubs.pop(channel, None)
+            self._close_later(channel)
+        self._arm_pool_timer()
+
+    def pool_statistics(self) -> dict[str, int]:
+        """Open Subscribe connections per broker address."""
+        md = self._metadata.get()
+        return {a: n for a in md.addresses() if (n := self._pool.connections(a))}
+
+    # -- streams ---------------------------------------------------------------------
+
+    async def create_stream(
+        self,
+        subject: str,
+        name: str,
+        *,
+        group: str | None = None,
+        replication_factor: int = 1,
+        max_replication: bool = False,
+        partitions: int = 1,
+        **stream_options: Any,
+    ) -> None:
+        """Create a stream attached to a NATS subject (partition n listens on ``subject.n``).
+
+        Args:
+            subject: the NATS subject of partition 0.
+            name: the stream name (unique in the cluster).
+            group: a NATS queue group shared with other streams on the subject.
+            replication_factor: replicas per partition (-1: every broker).
+            max_replication: replicate to every broker (overrides replication_factor).
+            partitions: the number of partitions (>= 1).
+            **stream_options: ``retention_max_bytes``, ``retention_max_messages``,
+                ``retention_max_age`` (s), ``cleaner_interval`` (s), ``segment_max_bytes``,
+                ``segment_max_age`` (s), ``compact_max_goroutines``, ``compact_enabled``,
+                ``auto_pause_time`` (s), ``auto_pause_disable_if_subscribers``, ``min_isr``,
+                ``optimistic_concurrency_control``, ``encryption``; unset ones take the
+                server's defaults.
+
+        Raises:
+            StreamExistsError: a stream of that name exists.
+            InvalidArgumentError: a bad argument or an unknown option.
+        """
+        req = pb.CreateStreamRequest(subject=_subject("subject", subject), name=_name("name", name))
+        if group is not None:
+            req.group = _name("group", group)
+        if max_replication:
+            req.replicationFactor = -1
+        else:
+            if replication_factor != -1:
+                check_int("replication_factor", replication_factor, minimum=1)
+            if replication_factor > _INT32_MAX:
+                raise InvalidArgumentError(f"replication_factor {replication_factor} is too large")
+            req.replicationFactor = replication_factor
+        check_int("partitions", partitions, minimum=1)
+        if partitions > _INT32_MAX:
+            raise InvalidArgumentError(f"partitions {partitions} is too large")
+        req.partitions = partitions
+        for key, value in stream_options.items():
+            if key not in _STREAM_OPTIONS:
+                raise InvalidArgumentError(
+                    f"unknown stream option {key!r}; known: {', '.join(sorted(_STREAM_OPTIONS))}"
+                )
+            if value is None:
+                continue
+            field, kind = _STREAM_OPTIONS[key]
+            target = getattr(req, field)
+            if kind == "bool":
+                if not isinstance(value, bool):
+                    raise InvalidArgumentError(f"{key} must be a bool, got {value!r}")
+                target.value = value
+            elif kind == "duration":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                    raise InvalidArgumentError(f"{key} must be seconds >= 0, got {value!r}")
+                target.value = round(value * 1000)
+            else:
+                limit = _INT32_MAX if kind == "int32" else _INT64_MAX
+                check_int(key, value, minimum=0)
+                if value > limit:
+                    raise InvalidArgumentError(f"{key} must be <= {limit}, got {value!r}")
+                target.value = value
+        await self._rpc("CreateStream", req, what=f"create_stream {name!r}")
+
+    async def delete_stream(self, name: str) -> None:
+        """Delete a stream and all its partitions.
+
+        Raises:
+            NoSuchStreamError: there is no such stream.
+        """
+        req = pb.DeleteStreamRequest(name=_name("name", name))
+        await self._rpc("DeleteStream", req, what=f"delete_stream {name!r}")
+
+    def _partitions(self, partitions: Sequence[int] | None) -> list[int]:
+        if partitions is None:
+            return []
+        if isinstance(partitions, (str, bytes)) or not isinstance(partitions, Sequence):
+            raise InvalidArgumentError(f"partitions must be a list of ints, got {partitions!r}")
+        return [_partition(p, "each partition") for p in partitions]
+
+    async def pause_stream(
+        self, name: str, *, partitions: Sequence[int] | None = None, resume_all: bool = False
+    ) -> None:
+        """Pause some (default: all) partitions; publishing to one resumes it.
+
+        Args:
+            name: the stream.
+            partitions: the partitions to pause (None: all).
+            resume_all: publishing to any partition resumes every one.
+
+        Raises:
+            NoSuchPartitionError: no such stream or partition.
+        """
+        req = pb.PauseStreamRequest(
+            name=_name("name", name), partitions=self._partitions(partitions), resumeAll=resume_all
+        )
+        await self._rpc(
+            "PauseStream", req, what=f"pause_stream {name!r}", not_found=NoSuchPartitionError
+        )
+
+    async def set_stream_readonly(
+        self, name: str, *, partitions: Sequence[int] | None = None, readonly: bool = True
+    ) -> None:
+        """Make some (default: all) partitions readonly, or writable again.
+
+        Raises:
+            NoSuchPartitionError: no such stream or partition.
+        """
+        req = pb.SetStreamReadonlyRequest(
+            name=_name("name", name), partitions=self._partitions(partitions), readonly=readonly
+        )
+        await self._rpc(
+            "SetStreamReadonly",
+            req,
+            what=f"set_stream_readonly {name!r}",
+            not_found=NoSuchPartitionError,
+        )
+
+    # -- metadata ---------------------------------------------------------------------
+
+    async def fetch_metadata(self) -> Metadata:
+        """Fetch the cluster's metadata from a broker (always a fresh fetch).
+
+        Returns:
+            An immutable :class:`Metadata` snapshot.
+        """
+        self._check_open()
+        resp = await self._rpc("FetchMetadata", pb.FetchMetadataRequest(), what="fetch_metadata")
+        return self._metadata.update(resp, now=self._clock(), wall=datetime.now(timezone.utc))
+
+    async def fetch_partition_metadata(self, stream: str, partition: int) -> PartitionInfo:
+        """Fetch one partition's metadata from its leader.
+
+        Raises:
+            NoSuchPartitionError: no such stream or partition.
+        """
+        req = pb.FetchPartitionMetadataRequest(
+            stream=_name("stream", stream), partition=_partition(partition)
+        )
+        resp = await self._leader_rpc(
+            stream, partition, "FetchPartitionMetadata", req, what="fetch_partition_metadata"
+        )
+        return partition_from_pb(resp.metadata)
+
+    # -- publishing ---------------------------------------------------------------------
+
+    def _resolve_partitioner(self, partitioner: object) -> Partitioner | None:
+        if partitioner is None:
+            return None
+        if partitioner == "key":
+            return _PARTITION_BY_KEY
+        if partitioner == "round_robin":
+            return self._round_robin
+        # (str has a .partition method too: the protocol check alone would accept it)
+        if not isinstance(partitioner, (str, bytes)) and isinstance(partitioner, Partitioner):
+            return partitioner
+        raise InvalidArgumentError(
+            f"partitioner must be 'key', 'round_robin' or a Partitioner, got {partitioner!r}"
+        )
+
+    async def _publish_request(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        partition: int | None,
+        partitioner: object,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+        correlation_id: str | None,
+    ) -> tuple[pb.PublishRequest, int]:
+        self._check_open()
+        stream = _name("stream", stream)
+        value_b = _bytes("value", value)
+        key_b = _bytes("key", key, optional=True)
+        policy = _ack_policy(ack_policy)
+        chooser = self._resolve_partitioner(partitioner)
+        if partition is not None:
+            target = _partition(partition)
+        elif chooser is not None:
+            md = await self._metadata_with(stream)
+            if md.get_stream(stream) is None:
+                raise NoSuchStreamError(
+                    f"publish: no stream {stream!r}; create it first", code="NOT_FOUND"
+                )
+            target = _partition(
+                chooser.partition(stream, key, value_b, md), "the partitioner's result"
+            )
+        else:
+            target = 0
+        if expected_offset is not None:
+            if (
+                isinstance(expected_offset, bool)
+                or not isinstance(expected_offset, int)
+                or not (-1 <= expected_offset <= _INT64_MAX)
+            ):
+                raise InvalidArgumentError(
+                    f"expected_offset must be an int >= -1, got {expected_offset!r}"
+                )
+        if correlation_id is not None and not isinstance(correlation_id, str):
+            raise InvalidArgumentError(f"correlation_id must be a str, got {correlation_id!r}")
+        req = pb.PublishRequest(
+            stream=stream,
+            partition=target,
+            key=key_b,
+            value=value_b,
+            headers=_headers(headers),
+            ackPolicy=int(policy),  # type: ignore[arg-type]
+            correlationId=correlation_id or "",
+            expectedOffset=-1 if expected_offset is None else expected_offset,
+        )
+        return req, target
+
+    async def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: str | Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publish a message to a stream partition and wait for its ack.
+
+        Args:
+            stream: the stream.
+            value: the payload.
+            key: the message key (used by ``partitioner="key"`` and compaction).
+            headers: ``dict[str, bytes]``.
+            partition: an explicit partition (wins over ``partitioner``).
+            partitioner: ``"key"``, ``"round_robin"`` or a :class:`Partitioner`.
+            ack_policy: LEADER (default), ALL, or NONE (returns None at once).
+            expected_offset: the offset the message must get (streams with
+                optimistic concurrency control); None means "next".
+            correlation_id: echoed in the ack.
+            timeout: seconds to wait for the ack (default ``ack_wait_time``).
+
+        Returns:
+            The :class:`Ack`, or None with ``AckPolicy.NONE``.
+
+        Raises:
+            NoSuchStreamError / NoSuchPartitionError: no such stream or partition.
+            ReadonlyPartitionError: the partition is readonly.
+            IncorrectOffsetError: ``expected_offset`` did not match.
+            LiftbridgeTimeoutError: no ack in time (a ``TimeoutError``).
+            LiftbridgeConnectError: no broker reachable.
+        """
+        wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
+        req, target = await self._publish_request(
+            stream,
+            value,
+            key=key,
+            headers=headers,
+            partition=partition,
+            partitioner=partitioner,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            correlation_id=correlation_id,
+        )
+        resp = await self._rpc(
+            "Publish",
+            req,
+            what=f"publish to {stream}/{target}",
+            timeout=wait,
+            not_found=NoSuchStreamError,
+        )
+        if resp.HasField("asyncError"):
+            raise async_error(resp.asyncError, f"publish to {stream}/{target}")
+        if not resp.HasField("ack"):
+            return None
+        ack = Ack._from_pb(resp.ack, target)
+        if ack.ack_error == "INCORRECT_OFFSET":
+            raise IncorrectOffsetError(
+                f"publish to {stream}/{target}: incorrect expected offset {expected_offset}",
+                code="INCORRECT_OFFSET",
+            )
+        if ack.ack_error is not None:
+            raise LiftbridgeServerError(
+                f"publish to {stream}/{target}: the broker rejected the message ({ack.ack_error})",
+                code=ack.ack_error,
+            )
+        return ack
+
+    async def publish_async(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: str | Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> asyncio.Future[Ack | None]:
+        """Send a message on the pipelined PublishAsync stream; don't wait for the ack.
+
+        Awaiting this returns once the message is written (waiting first while
+        ``publish_async_window`` acks are outstanding).
+
+        Args:
+            The same as :meth:`publish`; ``correlation_id`` defaults to a unique id.
+
+        Returns:
+            A future resolved with the :class:`Ack` (None for ``AckPolicy.NONE``),
+            or failed with the errors :meth:`publish` raises.
+
+        Raises:
+            LiftbridgeClosedError: the client is closed.
+            InvalidArgumentError: a bad argument.
+        """
+        wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
+        req, target = await self._publish_request(
+            stream,
+            value,
+            key=key,
+            headers=headers,
+            partition=partition,
+            partitioner=partitioner,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            correlation_id=correlation_id,
+        )
+        if not req.correlationId:
+            req.correlationId = self._publisher.next_correlation_id()
+        return await self._publisher.send(req, partition=target, timeout=wait)
+
+    async def publish_to_subject(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_inbox: str | None = None,
+        correlation_id: str | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publish a Liftbridge message to a NATS subject (every stream on it stores it).
+
+        Returns:
+            The first :class:`Ack` (its ``partition`` is None), or None with
+            ``AckPolicy.NONE``.
+
+        Raises:
+            LiftbridgeTimeoutError: no ack in time (e.g. no stream on the subject).
+        """
+        self._check_open()
+        wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
+        req = pb.PublishToSubjectRequest(
+            subject=_subject("subject", subject),
+            value=_bytes("value", value),
+            key=_bytes("key", key, optional=True),
+            headers=_headers(headers),
+            ackInbox=_subject("ack_inbox", ack_inbox) if ack_inbox is not None else "",
+            correlationId=correlation_id or "",
+            ackPolicy=int(_ack_policy(ack_policy)),  # type: ignore[arg-type]
+        )
+        resp = await self._rpc(
+            "PublishToSubject", req, what=f"publish_to_subject {subject!r}", timeout=wait
+        )
+        if not resp.HasField("ack"):
+            return None
+        return Ack._from_pb(resp.ack)
+
+    # -- subscribing --------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        stream: str,
+        *,
+        partition: int = 0,
+        start_at: StartPosition = StartPosition.NEW_ONLY,
+        start_offset: int | None = None,
+        start_time: datetime | int | None = None,
+        start_time_delta: Any = None,
+        stop_at: StopPosition | None = None,
+        stop_offset: int | None = None,
+        stop_time: datetime | int | None = None,
+        read_isr_replica: bool = False,
+        resume: bool = False,
+    ) -> Subscription:
+        """A subscription to one partition (sync; open it with ``async with``).
+
+        ``async with client.subscribe(...) as sub`` returns once the broker has
+        confirmed the subscription, so with ``NEW_ONLY`` nothing published
+        afterwards is missed; ``async for msg in sub`` then reads messages.
+
+        Args:
+            stream: the stream.  partition: the partition (default 0).
+            start_at: NEW_ONLY (default), OFFSET, EARLIEST, LATEST or TIMESTAMP.
+            start_offset: start here (implies OFFSET).
+            start_time: an aware datetime or int ns since the epoch (implies TIMESTAMP).
+            start_time_delta: a timedelta or float seconds back from now (implies TIMESTAMP).
+            stop_at: OFFSET, LATEST or TIMESTAMP; the iteration then ends there.
+            stop_offset / stop_time: where to stop (imply OFFSET / TIMESTAMP).
+            read_isr_replica: read from a random in-sync replica, not only the leader.
+            resume: resume the partition if it is paused.
+
+        Returns:
+            A :class:`Subscription`.
+
+        Raises:
+            InvalidArgumentError: inconsistent or bad arguments.
+            LiftbridgeClosedError: the client is closed.
+        """
+        self._check_open()
+        req = build_subscribe_request(
+            stream,
+            partition=partition,
+            start_at=start_at,
+            start_offset=start_offset,
+            start_time=start_time,
+            start_time_delta=start_time_delta,
+            stop_at=stop_at,
+            stop_offset=stop_offset,
+            stop_time=stop_time,
+            read_isr_replica=read_isr_replica,
+            resume=resume,
+            now_ns=time.time_ns(),
+        )
+        return Subscription(self, req)
+
+    # -- cursors ------------------------------------------------------------------------
+
+    async def _cursor_rpc(self, method: str, request: Any, what: str) -> Any:
+        key = f"{request.cursorId},{request.stream},{request.partition}".encode()
+        md = await self._metadata_with(CURSORS_STREAM)
+        info = md.get_stream(CURSORS_STREAM)
+        if info is None or not info.partitions:
+            # No cursors stream in the metadata: any broker forwards the call.
+            return await self._rpc(method, request, what=what, not_found=NoSuchPartitionError)
+        cursor_partition = zlib.crc32(key) % len(info.partitions)
+        return await self._leader_rpc(CURSORS_STREAM, cursor_partition, method, request, what=what)
+
+    async def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
+        """Store a cursor: ``offset`` is the last offset processed by ``cursor_id``.
+
+        Raises:
+            NoSuchPartitionError: no such stream or partition.
+        """
+        if (
+            isinstance(offset, bool)
+            or not isinstance(offset, int)
+            or not -1 <= offset <= _INT64_MAX
+        ):
+            raise InvalidArgumentError(f"offset must be an int >= -1, got {offset!r}")
+        req = pb.SetCursorRequest(
+            cursorId=_name("cursor_id", cursor_id),
+            stream=_name("stream", stream),
+            partition=_partition(partition),
+            offset=offset,
+        )
+        await self._cursor_rpc("SetCursor", req, f"set_cursor {cursor_id!r}")
+
+    async def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
+        """The stored cursor offset, or -1 when there is none.
+
+        Raises:
+            NoSuchPartitionError: no such stream or partition.
+        """
+        req = pb.FetchCursorRequest(
+            cursorId=_name("cursor_id", cursor_id),
+            stream=_name("stream", stream),
+            partition=_partition(partition),
+        )
+        resp = await self._cursor_rpc("FetchCursor", req, f"fetch_cursor {cursor_id!r}")
+        return int(resp.offset)
+
+    # -- consumer groups ----------------------------------------------------------------
+
+    async def join_consumer_group(
+        self, group_id: str, consumer_id: str, streams: Sequence[str]
+    ) -> ConsumerGroupJoin:
+        """Join (or create) a consumer group consuming ``streams``.
+
+        Returns:
+            The coordinator broker id, the epoch and the group's timeouts.
+        """
+        names = [_name("each stream", s) for s in streams]
+        if not names:
+            raise InvalidArgumentError("streams must name at least one stream")
+        req = pb.JoinConsumerGroupRequest(
+            groupId=_name("group_id", group_id),
+            consumerId=_name("consumer_id", consumer_id),
+            streams=names,
+        )
+        resp = await self._rpc("JoinConsumerGroup", req, what=f"join_consumer_group {group_id!r}")
+        return ConsumerGroupJoin(
+            resp.coordinator,
+            int(resp.epoch),
+            resp.consumerTimeout / 1e9,
+            resp.coordinatorTimeout / 1e9,
+        )
+
+    async def _coordinator_rpc(self, coordinator: str, method: str, req: Any, what: str) -> Any:
+        md = self._metadata.get()
+        broker = md.broker(coordinator)
+        if broker is None:
+            md = await self._refresh_metadata()
+            broker = md.broker(coordinator)
+        if broker is None:
+            raise LiftbridgeError(
+                f"{what}: coordinator broker {coordinator!r} is not in the metadata"
+            )
+        stub = self._stub_for(self._channel(broker.address))
+        try:
+            return await getattr(stub, method)(req, timeout=self._rpc_timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise map_rpc_error(exc, what=what, closed=self._closed) from None
+
+    async def fetch_consumer_group_assignments(
+        self, group_id: str, consumer_id: str, epoch: int, *, coordinator: str
+    ) -> tuple[int, dict[str, list[int]]]:
+        """Ask the group coordinator for this member's partitions.
+
+        Returns:
+            ``(epoch, {stream: [partition, ...]})``.
+        """
+        check_int("epoch", epoch, minimum=0)
+        req = pb.FetchConsumerGroupAssignmentsRequest(
+            groupId=_name("group_id", group_id),
+            consumerId=_name("consumer_id", consumer_id),
+            epoch=epoch,
+        )
+        resp = await self._coordinator_rpc(
+            _name("coordinator", coordinator),
+            "FetchConsumerGroupAssignments",
+            req,
+            f"fetch_consumer_group_assignments {group_id!r}",
+        )
+        return int(resp.epoch), {a.stream: list(a.partitions) for a in resp.assignments}
+
+    async def report_consumer_group_coordinator(
+        self, group_id: str, consumer_id: str, coordinator: str, epoch: int
+    ) -> None:
+        """Tell the cluster the coordinator does not answer (a majority elects another)."""
+        check_int("epoch", epoch, minimum=0)
+        req = pb.ReportConsumerGroupCoordinatorRequest(
+            groupId=_name("group_id", group_id),
+            consumerId=_name("consumer_id", consumer_id),
+            coordinator=_name("coordinator", coordinator),
+            epoch=epoch,
+        )
+        await self._rpc(
+            "ReportConsumerGroupCoordinator",
+            req,
+            what=f"report_consumer_group_coordinator {group_id!r}",
+        )
+
+    async def leave_consumer_group(self, group_id: str, consumer_id: str) -> None:
+        """Leave a consumer group."""
+        req = pb.LeaveConsumerGroupRequest(
+            groupId=_name("group_id", group_id), consumerId=_name("consumer_id", consumer_id)
+        )
+        await self._rpc("LeaveConsumerGroup", req, what=f"leave_consumer_group {group_id!r}")
+
+
+async def connect(
+    addresses: str | list[str],
+    *,
+    tls: Any = None,
+    resubscribe_wait_time: float = 30.0,
+    ack_wait_time: float = 5.0,
+    max_conns_per_broker: int = 2,
+    keepalive_time: float = 30.0,
+    **options: Any,
+) -> Client:
+    """Connect to a Liftbridge cluster and fetch its metadata.
+
+    Args:
+        addresses: ``"host:port"`` or a list (one reachable broker is enough;
+            the others are learnt from the metadata).
+        tls: an ``ssl.SSLContext`` (its CA certificates are handed to gRPC) or
+            ``grpc.ChannelCredentials``; None for plaintext.
+        resubscribe_wait_time: how long a broken subscription keeps trying to
+            resubscribe (seconds).
+        ack_wait_time: the default time to wait for a publish ack (seconds).
+        max_conns_per_broker: Subscribe connections per broker.
+        keepalive_time: seconds an unused Subscribe connection stays open.
+        **options: ``rpc_timeout`` (10 s), ``max_rpc_attempts`` (10),
+            ``publish_async_window`` (1024 outstanding acks), ``metadata_max_age``
+            (60 s), ``rng`` (a ``random.Random``), ``clock``, ``tls_root_certificates``,
+            ``tls_client_cert``, ``tls_client_key`` (PEM paths), ``tls_server_name``,
+            ``grpc_options`` (extra channel arguments).
+
+    Returns:
+        A connected :class:`Client` (use ``async with``).
+
+    Raises:
+        LiftbridgeConnectError: no broker answered.
+        InvalidArgumentError: bad arguments.
+    """
+    if isinstance(addresses, str):
+        addresses = [addresses]
+    if not isinstance(addresses, (list, tuple)) or not addresses:
+        raise InvalidArgumentError("addresses must be 'host:port' or a non-empty list of them")
+    seeds = []
+    for address in addresses:
+        if not isinstance(address, str) or ":" not in address or address.rsplit(":", 1)[1] == "":
+            raise InvalidArgumentError(f"each address must be 'host:port', got {address!r}")
+        seeds.append(address.strip())
+    unknown = set(options) - _CONNECT_OPTIONS
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown connect option(s) {sorted(unknown)}; known: {sorted(_CONNECT_OPTIONS)}"
+        )
+    rpc_timeout = _timeout("rpc_timeout", options.get("rpc_timeout", 10.0))
+    max_attempts = check_int("max_rpc_attempts", options.get("max_rpc_attempts", 10), minimum=1)
+    window = check_int("publish_async_window", options.get("publish_async_window", 1024), minimum=1)
+    metadata_max_age = _timeout("metadata_max_age", options.get("metadata_max_age", 60.0))
+    if (
+        isinstance(resubscribe_wait_time, bool)
+        or not isinstance(resubscribe_wait_time, (int, float))
+        or (resubscribe_wait_time < 0)
+    ):
+        raise InvalidArgumentError(
+            f"resubscribe_wait_time must be seconds >= 0, got {resubscribe_wait_time!r}"
+        )
+    ack_wait = _timeout("ack_wait_time", ack_wait_time)
+    check_int("max_conns_per_broker", max_conns_per_broker, minimum=1)
+    if (
+        isinstance(keepalive_time, bool)
+        or not isinstance(keepalive_time, (int, float))
+        or keepalive_time < 0
+    ):
+        raise InvalidArgumentError(f"keepalive_time must be seconds >= 0, got {keepalive_time!r}")
+    credentials = channel_credentials(
+        tls,
+        root_certificates=options.get("tls_root_certificates"),
+        client_cert=options.get("tls_client_cert"),
+        client_key=options.get("tls_client_key"),
+    )
+    factory = ChannelFactory(
+        credentials,
+        server_name=options.get("tls_server_name"),
+        options=tuple(options.get("grpc_options", ())),
+    )
+    client = Client(
+        seeds,
+        factory=factory,
+        resubscribe_wait_time=float(resubscribe_wait_time),
+        ack_wait_time=ack_wait,
+        max_conns_per_broker=max_conns_per_broker,
+        keepalive_time=float(keepalive_time),
+        rpc_timeout=rpc_timeout,
+        max_rpc_attempts=max_attempts,
+        publish_async_window=window,
+        metadata_max_age=metadata_max_age,
+        rng=options.get("rng"),
+        clock=options.get("clock"),
+    )
+    try:
+        await client._refresh_metadata()
+    except BaseException:
+        await client.close()
+        raise
+    return client

@@ -1,0 +1,1 @@
+"""gRPC (``grpc.aio``) side of the Liftbridge client: channels, TLS, error mapping."""

@@ -1,0 +1,169 @@
+"""Channels, TLS credentials and the one place gRPC errors become ours.
+
+Every call into ``grpc.aio`` made by the client goes through code that catches
+``grpc.aio.AioRpcError`` and passes it to :func:`map_rpc_error`; nothing of
+grpc's escapes the package (the httpcore ``map_exceptions`` rule).
+
+TLS: gRPC cannot use an ``ssl.SSLContext`` (it has its own TLS stack). Given
+one, :func:`channel_credentials` copies the CA certificates loaded into it
+(``load_verify_locations``) into ``grpc.ssl_channel_credentials``, or uses
+gRPC's bundled roots when it holds none; its client certificate cannot be read
+back, so mutual TLS needs ``grpc.ssl_channel_credentials(...)`` passed as
+``tls``, or the ``tls_client_cert``/``tls_client_key`` paths. A context that
+does not verify certificates is refused (gRPC always verifies).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from aioclients._errors import InvalidArgumentError
+from aioclients.liftbridge._errors import (
+    IncorrectOffsetError,
+    LiftbridgeClosedError,
+    LiftbridgeConnectError,
+    LiftbridgeError,
+    LiftbridgeServerError,
+    LiftbridgeTimeoutError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    ReadonlyPartitionError,
+    StreamExistsError,
+)
+
+__all__ = ("ChannelFactory", "channel_credentials", "is_connection_failure", "map_rpc_error")
+
+log = logging.getLogger("aioclients.liftbridge.grpc")
+
+StatusCode = grpc.StatusCode
+
+# Keep idle HTTP/2 connections alive and notice dead brokers; let large
+# messages through (the server's own limit applies).
+_DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.enable_retries", 0),
+)
+
+
+def channel_credentials(
+    tls: object,
+    *,
+    root_certificates: str | Path | None = None,
+    client_cert: str | Path | None = None,
+    client_key: str | Path | None = None,
+) -> grpc.ChannelCredentials | None:
+    """Turn the ``tls`` argument of ``connect`` into gRPC channel credentials."""
+    roots = Path(root_certificates).read_bytes() if root_certificates is not None else None
+    chain = Path(client_cert).read_bytes() if client_cert is not None else None
+    key = Path(client_key).read_bytes() if client_key is not None else None
+    if (chain is None) != (key is None):
+        raise InvalidArgumentError("tls_client_cert and tls_client_key go together; give both")
+    if tls is None:
+        if roots is None and chain is None:
+            return None
+        return grpc.ssl_channel_credentials(roots, key, chain)
+    if isinstance(tls, grpc.ChannelCredentials):
+        return tls
+    if isinstance(tls, ssl.SSLContext):
+        if tls.verify_mode == ssl.CERT_NONE:
+            raise InvalidArgumentError(
+                "gRPC always verifies the broker's certificate: pass an SSLContext that "
+                "verifies (check_hostname/verify_mode) and give it the CA with "
+                "load_verify_locations"
+            )
+        if roots is None:
+            ders = tls.get_ca_certs(binary_form=True)
+            pems = [ssl.DER_cert_to_PEM_cert(der) for der in ders]
+            roots = "".join(pems).encode() if pems else None
+        return grpc.ssl_channel_credentials(roots, key, chain)
+    raise InvalidArgumentError(
+        f"tls must be None, an ssl.SSLContext or grpc.ChannelCredentials, got {type(tls).__name__}"
+    )
+
+
+class ChannelFactory:
+    """Opens ``grpc.aio`` channels with the client's credentials and options."""
+
+    def __init__(
+        self,
+        credentials: grpc.ChannelCredentials | None,
+        *,
+        server_name: str | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.credentials = credentials
+        opts = list(_DEFAULT_OPTIONS)
+        if server_name:
+            opts.append(("grpc.ssl_target_name_override", server_name))
+        opts.extend(options)
+        self.options = tuple(opts)
+
+    def open(self, address: str) -> grpc.aio.Channel:
+        if self.credentials is None:
+            return grpc.aio.insecure_channel(address, options=self.options)
+        return grpc.aio.secure_channel(address, self.credentials, options=self.options)
+
+
+def _details(exc: grpc.aio.AioRpcError) -> str:
+    return exc.details() or exc.code().name
+
+
+def is_connection_failure(exc: grpc.aio.AioRpcError) -> bool:
+    """UNAVAILABLE, or an INTERNAL status made by gRPC itself when the connection
+    broke under a stream (a reset stream), rather than one sent by the broker."""
+    code = exc.code()
+    if code is StatusCode.UNAVAILABLE:
+        return True
+    details = (exc.details() or "").lower()
+    return code is StatusCode.INTERNAL and ("from core" in details or "rst_stream" in details)
+
+
+def map_rpc_error(
+    exc: grpc.aio.AioRpcError,
+    *,
+    what: str,
+    closed: bool = False,
+    not_found: type[LiftbridgeServerError] = NoSuchStreamError,
+) -> LiftbridgeError:
+    """The aioclients error for a failed RPC (``what`` names the operation)."""
+    code = exc.code()
+    details = _details(exc)
+    name = code.name
+    if closed and code is StatusCode.CANCELLED:
+        return LiftbridgeClosedError(f"{what}: the client was closed")
+    if code is StatusCode.ALREADY_EXISTS:
+        return StreamExistsError(f"{what}: {details}", code=name)
+    if code is StatusCode.NOT_FOUND:
+        cls = not_found
+        if "partition" in details.lower() and cls is NoSuchStreamError:
+            cls = NoSuchPartitionError
+        return cls(f"{what}: {details}", code=name)
+    if code is StatusCode.DEADLINE_EXCEEDED:
+        return LiftbridgeTimeoutError(
+            f"{what}: no answer (or no ack) in time; "
+            "raise timeout/ack_wait_time or check the broker"
+        )
+    if is_connection_failure(exc):
+        return LiftbridgeConnectError(f"{what}: broker unavailable: {details}")
+    if code is StatusCode.INVALID_ARGUMENT:
+        return LiftbridgeServerError(
+            f"{what}: the broker refused the request: {details}", code=name
+        )
+    if "incorrect expected offset" in details.lower():
+        return IncorrectOffsetError(f"{what}: {details}", code=name)
+    if code is StatusCode.RESOURCE_EXHAUSTED or (
+        code is StatusCode.FAILED_PRECONDITION and "readonly" in details.lower()
+    ):
+        return ReadonlyPartitionError(f"{what}: {details}", code=name)
+    return LiftbridgeServerError(f"{what}: {details} ({name})", code=name)

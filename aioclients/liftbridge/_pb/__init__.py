@@ -1,0 +1,1 @@
+"""Code generated from protos/liftbridge/api.proto by protos/generate.sh; do not edit."""

@@ -1,0 +1,1 @@
+"""Pure cores of the Liftbridge client: no I/O, no clock, no global randomness."""

@@ -1,0 +1,290 @@
+"""Pipelined publishing over one PublishAsync stream.
+
+Theory of operation. The first ``publish_async`` opens a bidirectional
+PublishAsync stream on a broker (any broker; the next known one if it is
+unavailable). Each request carries a correlation id; the broker answers each
+non-NONE request with a PublishResponse naming that id (an Ack, or an
+asyncError). ``publish_async`` returns once the request is written, with a
+future resolved by the matching response.
+
+Rules: at most ``window`` requests are awaiting their ack (a semaphore taken
+before writing, given back when the ack, its error or its timeout arrives), so
+a fast producer waits instead of queueing without bound. Each pending ack has
+a deadline (``timeout`` or ``ack_wait_time``) after which its future fails with
+``LiftbridgeTimeoutError``. If the stream breaks, every pending future fails
+(the messages may or may not be stored) and the next call opens a new stream.
+``close()`` stops writing, lets the stream run until every outstanding ack has
+arrived or timed out, then fails whatever remains with a ClosedError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import grpc.aio
+
+from aioclients._errors import InvalidArgumentError
+from aioclients.liftbridge._errors import (
+    IncorrectOffsetError,
+    LiftbridgeClosedError,
+    LiftbridgeConnectError,
+    LiftbridgeError,
+    LiftbridgeServerError,
+    LiftbridgeTimeoutError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    ReadonlyPartitionError,
+)
+from aioclients.liftbridge._io._grpc import is_connection_failure, map_rpc_error
+from aioclients.liftbridge._pb import api_pb2 as pb
+from aioclients.liftbridge._protocol._types import Ack
+
+if TYPE_CHECKING:
+    from aioclients.liftbridge._client import Client
+
+__all__ = ("AsyncPublisher", "async_error")
+
+log = logging.getLogger("aioclients.liftbridge.publisher")
+
+
+def async_error(error: Any, what: str) -> LiftbridgeError:
+    """The error for a PublishAsyncError (or an Ack's ackError) from the broker."""
+    code = pb.PublishAsyncError.Code.Name(error.code) if error.code in range(8) else str(error.code)
+    message = f"{what}: {error.message or code}"
+    if code == "NOT_FOUND":
+        cls = NoSuchPartitionError if "partition" in error.message.lower() else NoSuchStreamError
+        return cls(message, code=code)
+    if code == "READONLY":
+        return ReadonlyPartitionError(message, code=code)
+    if code == "INCORRECT_OFFSET":
+        return IncorrectOffsetError(message, code=code)
+    return LiftbridgeServerError(message, code=code)
+
+
+@dataclass(slots=True)
+class _Pending:
+    future: asyncio.Future[Ack | None]
+    partition: int
+    timer: asyncio.TimerHandle | None
+
+
+class AsyncPublisher:
+    """The PublishAsync stream of one client (created on first use)."""
+
+    def __init__(self, client: Client, *, window: int) -> None:
+        self._client = client
+        self._window = asyncio.Semaphore(window)
+        self._pending: dict[str, _Pending] = {}
+        self._call: Any = None
+        self._address = ""
+        self._unsent: set[str] = set()
+        self._reader: asyncio.Task[None] | None = None
+        self._open_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock()
+        self._counter = 0
+        self._prefix = f"{client._rng.getrandbits(48):012x}"
+        self._closed = False
+
+    @property
+    def outstanding(self) -> int:
+        """Requests sent whose ack has not arrived yet."""
+        return len(self._pending)
+
+    def next_correlation_id(self) -> str:
+        self._counter += 1
+        return f"{self._prefix}.{self._counter}"
+
+    async def _ensure_call(self) -> tuple[Any, str]:
+        if self._call is not None:
+            return self._call, self._address
+        async with self._open_lock:
+            if self._call is not None:
+                return self._call, self._address
+            client = self._client
+            address, stub = await client._any_stub()
+            call = stub.PublishAsync()
+            self._call = call
+            self._address = address
+            self._reader = asyncio.get_running_loop().create_task(
+                self._read_responses(call, address), name="liftbridge-publish-async"
+            )
+            return call, address
+
+    async def _write(self, request: pb.PublishRequest) -> None:
+        """Write on the stream; a dead stream (broker gone) is replaced, a bounded number
+        of times. Only unwritten requests are retried, so nothing is sent twice."""
+        client = self._client
+        for attempt in range(client._max_rpc_attempts):
+            if attempt:
+                await asyncio.sleep(client._jitter())
+            if self._closed or client._closed:
+                raise LiftbridgeClosedError("publish_async: the client is closed")
+            call, address = await self._ensure_call()
+            try:
+                async with self._write_lock:
+                    await call.write(request)
+                return
+            except grpc.aio.AioRpcError as exc:
+                if not is_connection_failure(exc) or client._closed:
+                    raise map_rpc_error(exc, what="publish_async", closed=client._closed) from None
+            except (asyncio.InvalidStateError, grpc.aio.UsageError):
+                # The stream finished under us: the broker is gone, or we are closing.
+                if self._closed or client._closed:
+                    raise LiftbridgeClosedError("publish_async: the client is closed") from None
+            log.info("publish_async: the stream to %s broke; opening another", address)
+            if self._call is call:
+                self._call = None
+            client._broker_unavailable(address)
+        raise LiftbridgeConnectError(
+            f"publish_async: no broker took the PublishAsync stream after "
+            f"{client._max_rpc_attempts} attempts; is the cluster up?"
+        )
+
+    async def send(
+        self, request: pb.PublishRequest, *, partition: int, timeout: float
+    ) -> asyncio.Future[Ack | None]:
+        if self._closed:
+            raise LiftbridgeClosedError("publish_async: the client is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Ack | None] = loop.create_future()
+        expects_ack = request.ackPolicy != pb.NONE
+        cid = request.correlationId
+        if expects_ack and cid in self._pending:
+            raise InvalidArgumentError(
+                f"correlation_id {cid!r} is already awaiting its ack; use unique ids"
+            )
+        await self._window.acquire()
+        holding = True  # this call owns the window permit until a pending entry does
+        try:
+            if expects_ack:
+                timer = loop.call_later(timeout, self._expire, cid, timeout)
+                self._pending[cid] = _Pending(future, partition, timer)
+                holding = False
+            self._unsent.add(cid)
+            try:
+                await self._write(request)
+            finally:
+                self._unsent.discard(cid)
+            if not expects_ack:
+                future.set_result(None)
+        except BaseException:
+            self._drop(cid)
+            raise
+        finally:
+            if holding:
+                self._window.release()
+        return future
+
+    def _drop(self, cid: str) -> None:
+        """Forget a pending entry without resolving it (its permit goes back)."""
+        entry = self._pending.pop(cid, None)
+        if entry is None:
+            return
+        if entry.timer is not None:
+            entry.timer.cancel()
+        self._window.release()
+
+    def _settle(self, cid: str, result: Ack | None, error: BaseException | None) -> None:
+        entry = self._pending.pop(cid, None)
+        if entry is None:
+            return  # timed out already, or an answer we did not ask for
+        if entry.timer is not None:
+            entry.timer.cancel()
+        self._window.release()
+        if entry.future.done():
+            return
+        if error is not None:
+            entry.future.set_exception(error)
+        else:
+            entry.future.set_result(result)
+
+    def _expire(self, cid: str, timeout: float) -> None:
+        entry = self._pending.get(cid)
+        if entry is None:
+            return
+        entry.timer = None
+        self._settle(
+            cid,
+            None,
+            LiftbridgeTimeoutError(
+                f"publish_async: no ack for correlation id {cid!r} within {timeout}s"
+            ),
+        )
+
+    async def _read_responses(self, call: Any, address: str) -> None:
+        error: LiftbridgeError | None = None
+        try:
+            while True:
+                resp = await call.read()
+                if resp is grpc.aio.EOF:
+                    break
+                self._on_response(resp)
+        except grpc.aio.AioRpcError as exc:
+            if is_connection_failure(exc):
+                self._client._broker_unavailable(address)
+            error = map_rpc_error(exc, what="publish_async", closed=self._client._closed)
+        except asyncio.CancelledError:
+            error = LiftbridgeClosedError("publish_async: the client was closed")
+        finally:
+            if self._call is call:
+                self._call = None
+            if error is None:
+                error = (
+                    LiftbridgeClosedError("publish_async: the client was closed")
+                    if self._closed
+                    else LiftbridgeConnectError("publish_async: the broker ended the stream")
+                )
+            for cid in list(self._pending):
+                if cid not in self._unsent:  # those are retried on the next stream
+                    self._settle(cid, None, error)
+
+    def _on_response(self, resp: pb.PublishResponse) -> None:
+        cid = resp.correlationId or (resp.ack.correlationId if resp.HasField("ack") else "")
+        entry = self._pending.get(cid)
+        if entry is None:
+            log.debug("PublishAsync response for unknown correlation id %r", cid)
+            return
+        if resp.HasField("asyncError"):
+            self._settle(cid, None, async_error(resp.asyncError, "publish_async"))
+            return
+        if not resp.HasField("ack"):
+            self._settle(cid, None, None)
+            return
+        ack = Ack._from_pb(resp.ack, entry.partition)
+        if ack.ack_error == "INCORRECT_OFFSET":
+            self._settle(
+                cid, None, IncorrectOffsetError("publish_async: incorrect expected offset")
+            )
+        elif ack.ack_error is not None:
+            self._settle(cid, None, LiftbridgeServerError(f"publish_async: {ack.ack_error}"))
+        else:
+            self._settle(cid, ack, None)
+
+    async def close(self) -> None:
+        """Stop writing; wait for outstanding acks (each until its deadline); fail the rest."""
+        self._closed = True
+        call, reader = self._call, self._reader
+        if call is not None:
+            try:
+                async with self._write_lock:
+                    await call.done_writing()
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                pass
+        if self._pending:
+            waiters = [p.future for p in self._pending.values()]
+            await asyncio.wait(waiters)
+        if call is not None:
+            call.cancel()
+        if reader is not None:
+            reader.cancel()
+            try:
+                await reader
+            except asyncio.CancelledError:
+                pass
+        error = LiftbridgeClosedError("publish_async: the client was closed")
+        for cid in list(self._pending):
+            self._settle(cid, None, error)

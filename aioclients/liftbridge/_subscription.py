@@ -1,0 +1,516 @@
+"""A subscription to one stream partition: the Subscribe stream's driver.
+
+Theory of operation. ``Client.subscribe()`` returns a :class:`Subscription`;
+``async with`` opens the Subscribe stream on the partition leader (a pooled
+connection) and returns only after the broker's first, empty message, which
+confirms the subscription (liftbridge client guide, "Subscribe Implementation").
+Reading is pull-based: ``__anext__`` reads the next message from the stream,
+so a slow consumer holds messages back through gRPC flow control, never in an
+unbounded queue.
+
+When the stream breaks with UNAVAILABLE (broker gone) or the broker says it is
+no longer the leader, the pure :class:`Resubscriber` decides when to try again
+(random 10-500 ms waits within ``resubscribe_wait_time``) and from where
+(``last_offset + 1``); offsets at or below the last delivered one are dropped,
+so the consumer sees each offset once, in order. Any other error ends the
+subscription with the mapped error; reaching the stop position ends it with
+``StopAsyncIteration``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import grpc.aio
+
+from aioclients._errors import InvalidArgumentError
+from aioclients.liftbridge._errors import (
+    LiftbridgeClosedError,
+    LiftbridgeConnectError,
+    LiftbridgeError,
+    LiftbridgeServerError,
+    LiftbridgeTimeoutError,
+    NoSuchPartitionError,
+    PartitionPausedError,
+    ReadonlyPartitionError,
+    StreamDeletedError,
+    SubscriptionLostError,
+)
+from aioclients.liftbridge._io._grpc import is_connection_failure, map_rpc_error
+from aioclients.liftbridge._pb import api_pb2 as pb
+from aioclients.liftbridge._protocol._resubscribe import Resubscriber
+from aioclients.liftbridge._protocol._types import Message, StartPosition, StopPosition
+
+if TYPE_CHECKING:
+    from aioclients.liftbridge._client import Client
+
+__all__ = ("Subscription", "to_nanoseconds")
+
+log = logging.getLogger("aioclients.liftbridge.subscription")
+
+_INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def to_nanoseconds(name: str, value: object) -> int:
+    """An aware ``datetime`` or integer nanoseconds since the epoch, as int ns."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise InvalidArgumentError(
+                f"{name} must be a timezone-aware datetime (e.g. datetime.now(timezone.utc))"
+            )
+        # Exact integer arithmetic: no float rounding of the microseconds.
+        ns = (value - _EPOCH) // timedelta(microseconds=1) * 1000
+        if ns < 0:
+            raise InvalidArgumentError(f"{name} must not be before 1970, got {value!r}")
+        return int(ns)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value <= _INT64_MAX:
+            raise InvalidArgumentError(f"{name} must be >= 0 nanoseconds, got {value!r}")
+        return value
+    raise InvalidArgumentError(
+        f"{name} must be an aware datetime or int nanoseconds, got {type(value).__name__}"
+    )
+
+
+def _offset(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _INT64_MAX:
+        raise InvalidArgumentError(f"{name} must be an int offset >= 0, got {value!r}")
+    return value
+
+
+def build_subscribe_request(
+    stream: str,
+    *,
+    partition: int,
+    start_at: StartPosition,
+    start_offset: int | None,
+    start_time: object,
+    start_time_delta: object,
+    stop_at: StopPosition | None,
+    stop_offset: int | None,
+    stop_time: object,
+    read_isr_replica: bool,
+    resume: bool,
+    now_ns: int,
+) -> pb.SubscribeRequest:
+    """Validate the subscribe arguments and build the request (raises InvalidArgumentError)."""
+    if not isinstance(stream, str) or not stream:
+        raise InvalidArgumentError(f"stream must be a non-empty str, got {stream!r}")
+    if (
+        not isinstance(partition, int)
+        or isinstance(partition, bool)
+        or not 0 <= partition <= _INT32_MAX
+    ):
+        raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
+    try:
+        start = StartPosition(start_at)
+    except ValueError:
+        raise InvalidArgumentError(f"start_at must be a StartPosition, got {start_at!r}") from None
+    req = pb.SubscribeRequest(
+        stream=stream,
+        partition=partition,
+        readISRReplica=bool(read_isr_replica),
+        resume=bool(resume),
+    )
+    # The most specific argument picks the start position (an offset, a time,
+    # a delta); start_at alone names the others.
+    given = [
+        n
+        for n, v in (
+            ("start_offset", start_offset),
+            ("start_time", start_time),
+            ("start_time_delta", start_time_delta),
+        )
+        if v is not None
+    ]
+    if len(given) > 1:
+        raise InvalidArgumentError(
+            f"give at most one of start_offset, start_time, start_time_delta; got {given}"
+        )
+    if start_offset is not None:
+        if start not in (StartPosition.OFFSET, StartPosition.NEW_ONLY):
+            raise InvalidArgumentError(f"start_offset goes with start_at=OFFSET, not {start.name}")
+        req.startPosition = pb.OFFSET
+        req.startOffset = _offset("start_offset", start_offset)
+    elif start_time is not None or start_time_delta is not None:
+        if start not in (StartPosition.TIMESTAMP, StartPosition.NEW_ONLY):
+            raise InvalidArgumentError(f"start_time goes with start_at=TIMESTAMP, not {start.name}")
+        req.startPosition = pb.TIMESTAMP
+        if start_time is not None:
+            req.startTimestamp = to_nanoseconds("start_time", start_time)
+        else:
+            if isinstance(start_time_delta, timedelta):
+                delta_ns = start_time_delta // timedelta(microseconds=1) * 1000
+            elif isinstance(start_time_delta, (int, float)) and not isinstance(
+                start_time_delta, bool
+            ):
+                delta_ns = int(start_time_delta * 1e9)
+            else:
+                raise InvalidArgumentError(
+                    "start_time_delta must be a timedelta or float seconds, "
+                    f"got {start_time_delta!r}"
+                )
+            if delta_ns < 0:
+                raise InvalidArgumentError(
+                    f"start_time_delta must be >= 0, got {start_time_delta!r}"
+                )
+            req.startTimestamp = max(0, now_ns - delta_ns)
+    else:
+        if start is StartPosition.OFFSET:
+            raise InvalidArgumentError("start_at=OFFSET needs start_offset")
+        if start is StartPosition.TIMESTAMP:
+            raise InvalidArgumentError("start_at=TIMESTAMP needs start_time or start_time_delta")
+        req.startPosition = int(start)  # type: ignore[assignment]
+
+    stop: StopPosition | None = None
+    if stop_at is not None:
+        try:
+            stop = StopPosition(stop_at)
+        except ValueError:
+            raise InvalidArgumentError(f"stop_at must be a StopPosition, got {stop_at!r}") from None
+    if stop_offset is not None and stop_time is not None:
+        raise InvalidArgumentError("give at most one of stop_offset and stop_time")
+    if stop_offset is not None:
+        if stop not in (None, StopPosition.OFFSET):
+            raise InvalidArgumentError(f"stop_offset goes with stop_at=OFFSET, not {stop.name}")
+        stop = StopPosition.OFFSET
+        req.stopOffset = _offset("stop_offset", stop_offset)
+    elif stop_time is not None:
+        if stop not in (None, StopPosition.TIMESTAMP):
+            raise InvalidArgumentError(f"stop_time goes with stop_at=TIMESTAMP, not {stop.name}")
+        stop = StopPosition.TIMESTAMP
+        req.stopTimestamp = to_nanoseconds("stop_time", stop_time)
+    elif stop is StopPosition.OFFSET:
+        raise InvalidArgumentError("stop_at=OFFSET needs stop_offset")
+    elif stop is StopPosition.TIMESTAMP:
+        raise InvalidArgumentError("stop_at=TIMESTAMP needs stop_time")
+    if stop is not None:
+        req.stopPosition = int(stop)  # type: ignore[assignment]
+    return req
+
+
+def _task_cancelling() -> bool:
+    """Whether the current task itself is being cancelled (always assumed before 3.11)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return True if cancelling is None else bool(cancelling())
+
+
+class _Retry(Exception):
+    """Internal: the attempt failed in a way worth retrying (not leader, unavailable)."""
+
+
+class Subscription:
+    """An open (or about to open) subscription; use ``async with`` then ``async for``.
+
+    Attributes:
+        stream, partition: what it reads.
+        last_offset: the offset of the last message delivered, or None.
+    """
+
+    def __init__(self, client: Client, request: pb.SubscribeRequest) -> None:
+        self._client = client
+        self._request = request
+        self.stream = request.stream
+        self.partition = request.partition
+        self._res = Resubscriber(wait_time=client._resubscribe_wait_time, rng=client._rng)
+        self._call: Any = None
+        self._address: str | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._opened = False
+        self._closed = False
+        self._ended = False
+        self._error: BaseException | None = None
+        self._stop_offset = request.stopOffset if request.stopPosition == pb.STOP_OFFSET else None
+        self._has_stop = request.stopPosition != pb.STOP_ON_CANCEL
+        self._delivered = 0
+        self._resubscribes = 0
+
+    @property
+    def last_offset(self) -> int | None:
+        return self._res.last_offset
+
+    def statistics(self) -> dict[str, int]:
+        """Messages delivered and resubscriptions made so far."""
+        return {"delivered": self._delivered, "resubscribes": self._resubscribes}
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def __aenter__(self) -> Subscription:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def open(self) -> None:
+        """Open the stream; returns once the broker confirmed the subscription.
+
+        Raises:
+            NoSuchPartitionError: no such stream or partition.
+            LiftbridgeConnectError: no leader could be reached.
+            LiftbridgeClosedError: the client is closed.
+        """
+        if self._opened:
+            raise LiftbridgeError("the subscription is open already; create a new one")
+        self._client._check_open()
+        self._opened = True
+        self._client._subscriptions.add(self)
+        try:
+            await self._subscribe_with_retries(None)
+        except BaseException:
+            self._client._subscriptions.discard(self)
+            self._closed = True
+            raise
+
+    async def aclose(self) -> None:
+        """End the subscription and give its connection back to the pool (idempotent)."""
+        self._closed = True
+        self._res.close()
+        self._client._subscriptions.discard(self)
+        self._drop_call()
+
+    def _client_closed(self) -> None:
+        """The client is closing: end this subscription with a ClosedError."""
+        if not self._closed:
+            self._error = LiftbridgeClosedError("the client was closed")
+        self._closed = True
+        self._res.close()
+        self._drop_call()
+
+    def _drop_call(self) -> None:
+        call, self._call = self._call, None
+        if call is not None:
+            call.cancel()
+        if self._channel is not None and self._address is not None:
+            self._client._release_subscribe_channel(self._address, self._channel)
+        self._channel = None
+        self._address = None
+
+    # -- opening ---------------------------------------------------------------
+
+    def _request_from(self, start_offset: int | None) -> pb.SubscribeRequest:
+        if start_offset is None:
+            return self._request
+        req = pb.SubscribeRequest()
+        req.CopyFrom(self._request)
+        req.startPosition = pb.OFFSET
+        req.startOffset = start_offset
+        return req
+
+    async def _subscribe_with_retries(self, start_offset: int | None) -> None:
+        """The first subscribe: a few quick retries while the leader is unknown or moving."""
+        client = self._client
+        attempts = 5
+        for attempt in range(attempts):
+            try:
+                await self._subscribe_once(start_offset, refresh=attempt > 0)
+                return
+            except _Retry as exc:
+                if attempt == attempts - 1:
+                    raise LiftbridgeConnectError(
+                        f"subscribe to {self.stream}/{self.partition}: {exc}; is the cluster up?"
+                    ) from None
+                await asyncio.sleep(client._jitter())
+
+    async def _subscribe_once(self, start_offset: int | None, *, refresh: bool) -> None:
+        client = self._client
+        if refresh:
+            try:
+                await client._refresh_metadata()
+            except LiftbridgeConnectError as exc:
+                raise _Retry(str(exc)) from None
+        address = client._subscribe_address(
+            self.stream, self.partition, self._request.readISRReplica
+        )
+        if address is None:
+            if not refresh:
+                await client._refresh_metadata()
+                address = client._subscribe_address(
+                    self.stream, self.partition, self._request.readISRReplica
+                )
+            if address is None:
+                md = client._metadata.get()
+                if md.get_stream(self.stream) is None:
+                    raise NoSuchPartitionError(
+                        f"subscribe: no stream {self.stream!r} in the cluster; create it first",
+                        code="NOT_FOUND",
+                    )
+                if self.partition not in md.get_stream(self.stream).partitions:  # type: ignore[union-attr]
+                    raise NoSuchPartitionError(
+                        f"subscribe: stream {self.stream!r} has no partition {self.partition}",
+                        code="NOT_FOUND",
+                    )
+                raise _Retry("the partition has no reachable leader")
+        channel = await client._acquire_subscribe_channel(address)
+        stub = client._stub_for(channel)
+        call = stub.Subscribe(self._request_from(start_offset))
+        try:
+            first = await asyncio.wait_for(call.read(), client._rpc_timeout)
+        except grpc.aio.AioRpcError as exc:
+            call.cancel()
+            client._release_subscribe_channel(address, channel)
+            code = exc.code()
+            if is_connection_failure(exc) or code is grpc.StatusCode.FAILED_PRECONDITION:
+                raise _Retry(f"{code.name}: {exc.details()}") from None
+            raise map_rpc_error(
+                exc,
+                what=f"subscribe to {self.stream}/{self.partition}",
+                closed=client._closed,
+                not_found=NoSuchPartitionError,
+            ) from None
+        except asyncio.TimeoutError:
+            call.cancel()
+            client._release_subscribe_channel(address, channel)
+            raise LiftbridgeTimeoutError(
+                f"subscribe to {self.stream}/{self.partition}: the broker did not confirm the "
+                f"subscription within {client._rpc_timeout}s"
+            ) from None
+        except BaseException:
+            call.cancel()
+            client._release_subscribe_channel(address, channel)
+            raise
+        if first is grpc.aio.EOF:
+            client._release_subscribe_channel(address, channel)
+            raise _Retry("the stream ended before confirming the subscription")
+        if self._closed:
+            call.cancel()
+            client._release_subscribe_channel(address, channel)
+            raise LiftbridgeClosedError("the subscription was closed while opening")
+        self._call = call
+        self._address = address
+        self._channel = channel
+        log.debug("subscribed to %s/%s on %s", self.stream, self.partition, address)
+
+    # -- reading -----------------------------------------------------------------
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Message:
+        res = self._res
+        while True:
+            call = self._call
+            if call is None:
+                await self._no_call()
+                continue
+            if self._stop_offset is not None and res.last_offset is not None:
+                if res.last_offset >= self._stop_offset:
+                    await self._finish()
+                    raise StopAsyncIteration
+            try:
+                msg = await call.read()
+            except grpc.aio.AioRpcError as exc:
+                await self._stream_failed(exc)
+                continue
+            except asyncio.CancelledError:
+                if self._call is not call and not _task_cancelling():
+                    continue  # we dropped this call ourselves (closing): report that
+                # The read was abandoned half-way: this stream cannot be trusted
+                # any more; the next read resubscribes from last_offset + 1.
+                if not self._closed:
+                    self._drop_call()
+                    res.connection_lost(self._client._clock())
+                raise
+            if msg is grpc.aio.EOF:
+                # The broker ended the stream cleanly: a stop position was reached.
+                await self._finish()
+                raise StopAsyncIteration
+            if res.on_message(msg.offset):
+                self._delivered += 1
+                return Message._wrap(msg)
+
+    async def _no_call(self) -> None:
+        """No open stream: raise the terminal state, or resubscribe."""
+        if self._error is not None:
+            raise self._error
+        if self._closed or self._ended:
+            if self._client._closed and not self._ended:
+                raise LiftbridgeClosedError("the client was closed")
+            raise StopAsyncIteration
+        if not self._opened:
+            raise LiftbridgeError("use `async with client.subscribe(...)` (or await sub.open())")
+        await self._resubscribe()
+
+    async def _finish(self) -> None:
+        self._ended = True
+        self._drop_call()
+        self._client._subscriptions.discard(self)
+
+    async def _stream_failed(self, exc: grpc.aio.AioRpcError) -> None:
+        code = exc.code()
+        details = (exc.details() or "").lower()
+        what = f"subscription to {self.stream}/{self.partition}"
+        self._drop_call()
+        if self._closed:
+            return
+        if is_connection_failure(exc) or (
+            code is grpc.StatusCode.FAILED_PRECONDITION and "paus" not in details
+        ):
+            log.info("%s lost (%s); resubscribing", what, code.name)
+            self._res.connection_lost(self._client._clock())
+            return
+        err: LiftbridgeError
+        if code is grpc.StatusCode.NOT_FOUND:
+            err = StreamDeletedError(f"{what}: the stream was deleted", code=code.name)
+        elif code is grpc.StatusCode.FAILED_PRECONDITION:
+            err = PartitionPausedError(
+                f"{what}: the partition was paused; subscribe with resume=True", code=code.name
+            )
+        elif code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+            if self._has_stop:
+                self._ended = True
+                self._client._subscriptions.discard(self)
+                return
+            err = ReadonlyPartitionError(
+                f"{what}: the partition is readonly and every message was read", code=code.name
+            )
+        else:
+            err = map_rpc_error(exc, what=what, closed=self._client._closed)
+        self._error = err
+        self._client._subscriptions.discard(self)
+
+    async def _resubscribe(self) -> None:
+        res = self._res
+        clock = self._client._clock
+        while True:
+            if self._closed:
+                return
+            due = res.get_timer()
+            if due is None:
+                if res.gave_up:
+                    self._error = SubscriptionLostError(
+                        f"subscription to {self.stream}/{self.partition} lost and not "
+                        "re-established "
+                        f"within {res.wait_time}s; resubscribe from offset "
+                        f"{res.resume_offset() if res.last_offset is not None else 'the start'}",
+                        last_offset=res.last_offset,
+                    )
+                    self._client._subscriptions.discard(self)
+                    raise self._error
+                return
+            delay = due - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            attempt = res.handle_timer(clock())
+            if attempt is None:
+                continue
+            try:
+                await self._subscribe_once(attempt.start_offset, refresh=True)
+            except (_Retry, LiftbridgeConnectError, LiftbridgeTimeoutError) as exc:
+                log.debug("resubscribe attempt %d failed: %s", attempt.attempt, exc)
+                res.attempt_failed(clock())
+                continue
+            except LiftbridgeServerError as exc:
+                self._error = exc
+                self._client._subscriptions.discard(self)
+                raise
+            res.resubscribed()
+            self._resubscribes += 1
+            return

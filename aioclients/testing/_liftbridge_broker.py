@@ -1,0 +1,971 @@
+"""Emulated Liftbridge brokers (a ``grpc.aio`` server and a NATS connection each)
+and the cluster's ingester.
+
+What they do, as a Liftbridge v1.9 server does it:
+
+* Every partition with a live leader is subscribed to its NATS subject
+  (``<subject>`` for partition 0, ``<subject>.<n>`` otherwise; in the stream's
+  queue group when it has one; see :class:`Ingester` for why one connection
+  does this for all brokers). Each NATS message is appended to the log: a
+  publish envelope gives key, value, headers, ack inbox, correlation id and ack
+  policy; anything else is a raw message whose value is the whole payload. The
+  headers ``subject`` and ``reply`` record where it came from. When the policy is
+  not NONE and an ack inbox is set, an enveloped ``Ack`` goes to that inbox.
+* Publish / PublishAsync / PublishToSubject do not touch the log: they publish
+  an envelope on NATS and (Publish, PublishToSubject, when the call has a
+  deadline and the policy is not NONE) wait for the ack on the ack inbox.
+  Without a deadline Publish is fire-and-forget and returns no ack, like the
+  real server.
+* Subscribe checks the partition (NOT_FOUND) and leadership
+  (FAILED_PRECONDITION), sends one empty ``Message`` to confirm, then streams
+  the log from the start position; it ends with RESOURCE_EXHAUSTED at the stop
+  offset or the end of a read-only partition, NOT_FOUND when the stream is
+  deleted, FAILED_PRECONDITION when the partition is paused, and UNAVAILABLE
+  when this broker stops.
+
+Status codes and messages follow the Liftbridge server source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import grpc
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg as NatsMsg
+from nats.aio.subscription import Subscription as NatsSubscription
+
+from aioclients.liftbridge._pb import api_pb2
+from aioclients.testing import _liftbridge_envelope as envelope
+from aioclients.testing._liftbridge_state import (
+    ClusterState,
+    ConsumerGroup,
+    GroupMember,
+    Partition,
+    RpcError,
+    now_ns,
+)
+
+__all__ = ("Broker", "ClusterHooks", "Ingester")
+
+if TYPE_CHECKING:
+    _Ctx = grpc.aio.ServicerContext[Any, Any]
+
+log = logging.getLogger("aioclients.testing.liftbridge")
+
+_NONE = api_pb2.NONE
+_ALL = api_pb2.ALL
+_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
+_EMPTY_MESSAGE = b""  # a serialized empty Message: the subscription confirmation
+_ASYNC_ACK_TIMEOUT = 5.0  # how long PublishAsync waits for in-flight acks after the client is done
+_CONSUMER_TIMEOUT_NS = 15_000_000_000  # a member silent this long is evicted
+_COORDINATOR_TIMEOUT_NS = 15_000_000_000
+_PENDING_MSGS = 1 << 22  # a busy benchmark must not hit nats-py's slow-consumer limits
+_PENDING_BYTES = 1 << 31
+
+_PUBLISH_ERROR_CODES: dict[int, str] = {
+    api_pb2.PublishAsyncError.NOT_FOUND: "NOT_FOUND",
+    api_pb2.PublishAsyncError.BAD_REQUEST: "INVALID_ARGUMENT",
+    api_pb2.PublishAsyncError.READONLY: "FAILED_PRECONDITION",
+    api_pb2.PublishAsyncError.ENCRYPTION_FAILED: "INTERNAL",
+}
+
+
+async def settle(nc: NatsClient, timeout: float = 5.0) -> None:
+    """Return once the NATS server routes to every subscription ``nc`` has made so far.
+
+    ``nc.flush()`` is not enough: nats-py (2.16) writes its PING straight to the
+    socket while SUB commands wait in its pending buffer, so the PONG can come
+    back before the server has seen the SUB, and a message published right
+    after is lost (reproduced here: about 1 fresh subscription in 10-80 under
+    load). Commands of one connection reach the server in order, so once a
+    fresh probe subscription receives a probe, the earlier SUBs are live too.
+    """
+    inbox = f"_LB_PROBE.{uuid.uuid4().hex}"
+    sub = await nc.subscribe(inbox)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            await nc.publish(inbox, b"")
+            try:
+                await sub.next_msg(timeout=0.02)
+                return
+            except nats.errors.TimeoutError:
+                if loop.time() > deadline:
+                    raise TimeoutError(f"NATS subscriptions not live after {timeout}s") from None
+    finally:
+        await sub.unsubscribe()
+
+
+class _PublishError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def to_proto(self) -> api_pb2.PublishAsyncError:
+        return api_pb2.PublishAsyncError(code=self.code, message=self.message)  # type: ignore[arg-type]
+
+    def to_rpc(self) -> RpcError:
+        return RpcError(_PUBLISH_ERROR_CODES.get(self.code, "UNKNOWN"), self.message)
+
+
+def _ack_error(ack: api_pb2.Ack) -> _PublishError | None:
+    if ack.ackError == api_pb2.Ack.OK:
+        return None
+    if ack.ackError == api_pb2.Ack.INCORRECT_OFFSET:
+        return _PublishError(
+            api_pb2.PublishAsyncError.INCORRECT_OFFSET, "incorrect expected offset"
+        )
+    if ack.ackError == api_pb2.Ack.TOO_LARGE:
+        return _PublishError(
+            api_pb2.PublishAsyncError.BAD_REQUEST, "message exceeds max replication size"
+        )
+    if ack.ackError == api_pb2.Ack.ENCRYPTION:
+        return _PublishError(
+            api_pb2.PublishAsyncError.ENCRYPTION_FAILED, "encryption failed on partition"
+        )
+    return _PublishError(api_pb2.PublishAsyncError.UNKNOWN, "unknown error")
+
+
+class ClusterHooks(Protocol):
+    """What a broker needs from the cluster it belongs to."""
+
+    def live_brokers(self) -> list[Broker]:
+        """The brokers that are up, in id order."""
+        ...
+
+    async def leadership_changed(self) -> None:
+        """Partitions were created, deleted, paused or resumed: resync NATS subscriptions."""
+        ...
+
+
+_STOP = object()  # queued to PublishAsync sessions when the broker stops
+
+
+class Ingester:
+    """Stores what NATS delivers on partition subjects, for every partition with a live leader.
+
+    A real leader subscribes to its partitions' subjects itself, and messages
+    published while leadership moves are lost. The emulator's brokers share
+    their logs, so one connection owned by the cluster ingests for all of them:
+    a leader stop then loses nothing, which keeps failover tests deterministic.
+    The stored result is the same as if the leader had received the message.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._nc: NatsClient | None = None
+        self._subs: dict[Partition, NatsSubscription] = {}
+        self._sync_lock = asyncio.Lock()  # RPCs on several brokers may resync at once
+
+    async def start(self, nats_url: str) -> None:
+        self._nc = await nats.connect(
+            nats_url, name="liftbridge-emulator-ingest", allow_reconnect=False
+        )
+
+    async def stop(self) -> None:
+        self._subs.clear()
+        nc, self._nc = self._nc, None
+        if nc is not None:
+            with contextlib.suppress(Exception):
+                await nc.close()
+
+    async def sync(self) -> None:
+        """Subscribe to the subjects of the partitions that can take messages (only those)."""
+        async with self._sync_lock:
+            await self._sync()
+
+    async def _sync(self) -> None:
+        if self._nc is None:
+            return
+        state = self.state
+        wanted = {
+            p
+            for stream in state.streams.values()
+            for p in stream.partitions.values()
+            if p.leader in state.live and not p.paused and not p.deleted
+        }
+        for p in list(self._subs):
+            if p not in wanted:
+                sub = self._subs.pop(p)
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+        added = False
+        for p in wanted:
+            if p not in self._subs:
+                self._subs[p] = await self._nc.subscribe(
+                    p.subject,
+                    queue=p.stream.group,
+                    cb=self._ingest_cb(p),
+                    pending_msgs_limit=_PENDING_MSGS,
+                    pending_bytes_limit=_PENDING_BYTES,
+                )
+                added = True
+        if added:
+            await settle(self._nc)
+
+    def _ingest_cb(self, p: Partition) -> Callable[[NatsMsg], Awaitable[None]]:
+        async def on_msg(msg: NatsMsg) -> None:
+            await self._ingest(p, msg)
+
+        return on_msg
+
+    async def _ingest(self, p: Partition, msg: NatsMsg) -> None:
+        if p.deleted or p.paused or p.leader not in self.state.live:
+            return  # a real leader has unsubscribed by then: the message is not stored
+        reception = now_ns()
+        data = msg.data
+        env = envelope.decode_message(data)
+        headers: dict[str, bytes]
+        if env is not None:
+            key, value = env.key, env.value
+            headers = dict(env.headers)
+            ack_inbox, correlation_id, ack_policy = env.ackInbox, env.correlationId, env.ackPolicy
+            expected = env.offset
+        else:
+            key, value, headers = b"", data, {}
+            ack_inbox, correlation_id, expected = "", "", 0
+            ack_policy = api_pb2.LEADER
+        headers["subject"] = msg.subject.encode()
+        headers["reply"] = (msg.reply or "").encode()
+        ack = api_pb2.Ack(
+            stream=p.stream.name,
+            partitionSubject=p.stream.subject,
+            msgSubject=msg.subject,
+            ackInbox=ack_inbox,
+            correlationId=correlation_id,
+            ackPolicy=ack_policy,
+            receptionTimestamp=reception,
+        )
+        if p.readonly:
+            return  # the log refuses the write; no ack
+        if p.stream.concurrency_control and expected != p.newest_offset + 1:
+            ack.ackError = api_pb2.Ack.INCORRECT_OFFSET
+            await self._send_ack(ack)
+            return
+        offset, ts = p.append(
+            key=key,
+            value=value,
+            headers=headers,
+            subject=msg.subject,
+            reply=msg.reply or "",
+            timestamp=reception,
+        )
+        if ack_policy != _NONE:
+            ack.offset = offset
+            ack.receptionTimestamp = ts
+            await self._send_ack(ack)
+
+    async def _send_ack(self, ack: api_pb2.Ack) -> None:
+        if not ack.ackInbox or self._nc is None:
+            return
+        ack.commitTimestamp = now_ns()
+        with contextlib.suppress(Exception):
+            await self._nc.publish(
+                ack.ackInbox, envelope.encode(ack.SerializeToString(), envelope.TYPE_ACK)
+            )
+
+
+class Broker:
+    """One broker of the emulated cluster (see the module docstring)."""
+
+    def __init__(
+        self, broker_id: str, state: ClusterState, nats_url: str, host: str, hooks: ClusterHooks
+    ) -> None:
+        self.id = broker_id
+        self.hooks = hooks
+        self.credentials: grpc.ServerCredentials | None = None  # TLS when set
+        self.host = host
+        self.port = 0
+        self.state = state
+        self.nats_url = nats_url
+        self.running = False
+        self._server: grpc.aio.Server | None = None
+        self._nc: NatsClient | None = None
+        self._ack_prefix = f"_LB_ACK.{uuid.uuid4().hex}"
+        self._ack_waiters: dict[str, asyncio.Future[bytes]] = {}
+        self._ack_sub: NatsSubscription | None = None
+        self._stop_waiter: asyncio.Future[None] | None = None
+        self._sessions: set[asyncio.Queue[object]] = set()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def start(self) -> None:
+        self._stop_waiter = asyncio.get_running_loop().create_future()
+        self._nc = await nats.connect(
+            self.nats_url, name=f"liftbridge-emulator-{self.id}", allow_reconnect=False
+        )
+        self._ack_sub = await self._nc.subscribe(
+            f"{self._ack_prefix}.*",
+            cb=self._on_ack,
+            pending_msgs_limit=_PENDING_MSGS,
+            pending_bytes_limit=_PENDING_BYTES,
+        )
+        await settle(self._nc)
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((self._handlers(),))
+        bind = f"{self.host}:{self.port}"
+        if self.credentials is None:
+            port = server.add_insecure_port(bind)
+        else:
+            port = server.add_secure_port(bind, self.credentials)
+        if port == 0:
+            await self._nc.close()
+            raise OSError(f"cannot listen on {self.host}:{self.port}")
+        self.port = port
+        await server.start()
+        self._server = server
+        self.running = True
+
+    async def stop(self) -> None:
+        """Stop serving: subscriptions end with UNAVAILABLE, then the port closes."""
+        if not self.running:
+            return
+        self.running = False
+        for queue in self._sessions:
+            queue.put_nowait(_STOP)
+        if self._stop_waiter is not None and not self._stop_waiter.done():
+            self._stop_waiter.set_result(None)
+        for fut in self._ack_waiters.values():
+            if not fut.done():
+                fut.cancel()
+        self._ack_waiters.clear()
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(0.5)
+        nc, self._nc = self._nc, None
+        if nc is not None:
+            with contextlib.suppress(Exception):
+                await nc.close()
+
+    async def _on_ack(self, msg: NatsMsg) -> None:
+        fut = self._ack_waiters.pop(msg.subject, None)
+        if fut is not None and not fut.done():
+            fut.set_result(msg.data)
+
+    # -- publishing (client side of NATS) ----------------------------------
+
+    def _new_ack_inbox(self) -> str:
+        return f"{self._ack_prefix}.{uuid.uuid4().hex}"
+
+    async def _publish_and_wait(
+        self, subject: str, data: bytes, ack_inbox: str, timeout: float | None, wait: bool
+    ) -> api_pb2.Ack | None:
+        nc = self._require_nats()
+        if not wait:
+            await nc.publish(subject, data)
+            return None
+        assert timeout is not None
+        own = ack_inbox.startswith(self._ack_prefix + ".")
+        if own:
+            fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+            self._ack_waiters[ack_inbox] = fut
+            try:
+                await nc.publish(subject, data)
+                raw = await asyncio.wait_for(fut, timeout)
+            except asyncio.TimeoutError:
+                raise RpcError("DEADLINE_EXCEEDED", "nats: timeout") from None
+            except asyncio.CancelledError:
+                if not self.running:
+                    raise RpcError("UNAVAILABLE", "broker is shutting down") from None
+                raise
+            finally:
+                self._ack_waiters.pop(ack_inbox, None)
+        else:
+            sub = await nc.subscribe(ack_inbox, max_msgs=1)
+            try:
+                await settle(nc)
+                await nc.publish(subject, data)
+                try:
+                    raw = (await sub.next_msg(timeout=timeout)).data
+                except nats.errors.TimeoutError:
+                    raise RpcError("DEADLINE_EXCEEDED", "nats: timeout") from None
+            finally:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+        ack = envelope.decode_ack(raw)
+        if ack is None:
+            raise RpcError("UNKNOWN", "Invalid ack for publish")
+        return ack
+
+    def _require_nats(self) -> NatsClient:
+        if self._nc is None or not self.running:
+            raise RpcError("UNAVAILABLE", "broker is shutting down")
+        return self._nc
+
+    def _publish_target(self, req: api_pb2.PublishRequest) -> tuple[Partition, str]:
+        """Check a publish like the server does; returns the partition and its subject."""
+        if not req.stream:
+            raise _PublishError(api_pb2.PublishAsyncError.BAD_REQUEST, "no stream provided")
+        stream = self.state.streams.get(req.stream)
+        if stream is None:
+            raise _PublishError(
+                api_pb2.PublishAsyncError.NOT_FOUND, f"no such stream: {req.stream}"
+            )
+        p = stream.partitions.get(req.partition)
+        if p is None:
+            raise _PublishError(
+                api_pb2.PublishAsyncError.NOT_FOUND, f"no such partition: {req.partition}"
+            )
+        if p.readonly:
+            raise _PublishError(
+                api_pb2.PublishAsyncError.READONLY, f"readonly partition: {req.partition}"
+            )
+        if stream.concurrency_control and req.ackPolicy == _NONE:
+            raise _PublishError(
+                api_pb2.PublishAsyncError.BAD_REQUEST,
+                "stream with concurrency control must have AckPolicy set",
+            )
+        return p, p.subject
+
+    async def _resume(self, p: Partition) -> None:
+        resumed = self.state.resume(p)
+        if resumed:
+            await self._cluster_changed()
+
+    async def _cluster_changed(self) -> None:
+        await self.hooks.leadership_changed()
+
+    def _publish_envelope(self, req: api_pb2.PublishRequest, subject: str) -> bytes:
+        msg = api_pb2.Message(
+            key=req.key,
+            value=req.value,
+            stream=req.stream,
+            subject=subject,
+            headers=req.headers,
+            ackInbox=req.ackInbox,
+            correlationId=req.correlationId,
+            ackPolicy=req.ackPolicy,
+            offset=req.expectedOffset,
+        )
+        return envelope.encode(msg.SerializeToString(), envelope.TYPE_PUBLISH)
+
+    # -- RPC handlers --------------------------------------------------------
+
+    def _handlers(self) -> grpc.GenericRpcHandler:
+        def unary(
+            fn: Callable[[Any, _Ctx], Awaitable[Any]], req_type: Any
+        ) -> grpc.RpcMethodHandler[Any, Any]:
+            async def handler(request: Any, context: _Ctx) -> Any:
+                try:
+                    return await fn(request, context)
+                except RpcError as e:
+                    await context.abort(getattr(grpc.StatusCode, e.code), e.details)
+
+            return grpc.unary_unary_rpc_method_handler(
+                handler,
+                request_deserializer=req_type.FromString,
+                response_serializer=lambda m: m.SerializeToString(),
+            )
+
+        pb = api_pb2
+        methods = {
+            "CreateStream": unary(self.create_stream, pb.CreateStreamRequest),
+            "DeleteStream": unary(self.delete_stream, pb.DeleteStreamRequest),
+            "PauseStream": unary(self.pause_stream, pb.PauseStreamRequest),
+            "SetStreamReadonly": unary(self.set_stream_readonly, pb.SetStreamReadonlyRequest),
+            "FetchMetadata": unary(self.fetch_metadata, pb.FetchMetadataRequest),
+            "FetchPartitionMetadata": unary(
+                self.fetch_partition_metadata, pb.FetchPartitionMetadataRequest
+            ),
+            "Publish": unary(self.publish, pb.PublishRequest),
+            "PublishToSubject": unary(self.publish_to_subject, pb.PublishToSubjectRequest),
+            "SetCursor": unary(self.set_cursor, pb.SetCursorRequest),
+            "FetchCursor": unary(self.fetch_cursor, pb.FetchCursorRequest),
+            "JoinConsumerGroup": unary(self.join_consumer_group, pb.JoinConsumerGroupRequest),
+            "LeaveConsumerGroup": unary(self.leave_consumer_group, pb.LeaveConsumerGroupRequest),
+            "FetchConsumerGroupAssignments": unary(
+                self.fetch_consumer_group_assignments, pb.FetchConsumerGroupAssignmentsRequest
+            ),
+            "ReportConsumerGroupCoordinator": unary(
+                self.report_consumer_group_coordinator, pb.ReportConsumerGroupCoordinatorRequest
+            ),
+            # Subscribe yields pre-serialized messages (bytes): no serializer.
+            "Subscribe": grpc.unary_stream_rpc_method_handler(
+                self.subscribe, request_deserializer=pb.SubscribeRequest.FromString
+            ),
+            "PublishAsync": grpc.stream_stream_rpc_method_handler(
+                self.publish_async,
+                request_deserializer=pb.PublishRequest.FromString,
+                response_serializer=lambda m: m.SerializeToString(),
+            ),
+        }
+        return grpc.method_handlers_generic_handler("proto.API", methods)
+
+    # streams
+
+    async def create_stream(
+        self, req: api_pb2.CreateStreamRequest, context: _Ctx
+    ) -> api_pb2.CreateStreamResponse:
+        if req.HasField("encryption") and req.encryption.value:
+            # The real server needs LIFTBRIDGE_ENCRYPTION_KEY for this; the emulator
+            # stores values as they are and only records the option.
+            pass
+        self.state.create_stream(req)
+        await self._cluster_changed()
+        return api_pb2.CreateStreamResponse()
+
+    async def delete_stream(
+        self, req: api_pb2.DeleteStreamRequest, context: _Ctx
+    ) -> api_pb2.DeleteStreamResponse:
+        self.state.delete_stream(req.name)
+        await self._cluster_changed()
+        return api_pb2.DeleteStreamResponse()
+
+    async def pause_stream(
+        self, req: api_pb2.PauseStreamRequest, context: _Ctx
+    ) -> api_pb2.PauseStreamResponse:
+        self.state.pause(req.name, list(req.partitions), req.resumeAll)
+        await self._cluster_changed()
+        return api_pb2.PauseStreamResponse()
+
+    async def set_stream_readonly(
+        self, req: api_pb2.SetStreamReadonlyRequest, context: _Ctx
+    ) -> api_pb2.SetStreamReadonlyResponse:
+        self.state.set_readonly(req.name, list(req.partitions), req.readonly)
+        return api_pb2.SetStreamReadonlyResponse()
+
+    # metadata
+
+    async def fetch_metadata(
+        self, req: api_pb2.FetchMetadataRequest, context: _Ctx
+    ) -> api_pb2.FetchMetadataResponse:
+        state = self.state
+        partition_counts, leader_counts = state.leader_counts()
+        resp = api_pb2.FetchMetadataResponse()
+        for b in self.hooks.live_brokers():
+            resp.brokers.add(
+                id=b.id,
+                host=b.host,
+                port=b.port,
+                partitionCount=partition_counts.get(b.id, 0),
+                leaderCount=leader_counts.get(b.id, 0),
+            )
+        names = list(req.streams) or list(state.streams)
+        for name in names:
+            stream = state.streams.get(name)
+            if stream is None:
+                resp.streamMetadata.add(name=name, error=api_pb2.StreamMetadata.UNKNOWN_STREAM)
+            else:
+                resp.streamMetadata.append(stream.to_proto())
+        for group_id in req.groups:
+            group = state.groups.get(group_id)
+            if group is None:
+                resp.groupMetadata.add(
+                    groupId=group_id, error=api_pb2.ConsumerGroupMetadata.UNKNOWN_GROUP
+                )
+            else:
+                resp.groupMetadata.add(
+                    groupId=group_id, coordinator=group.coordinator, epoch=group.epoch
+                )
+        return resp
+
+    async def fetch_partition_metadata(
+        self, req: api_pb2.FetchPartitionMetadataRequest, context: _Ctx
+    ) -> api_pb2.FetchPartitionMetadataResponse:
+        p = self.state.get_partition(req.stream, req.partition)
+        if p is None:
+            raise RpcError("NOT_FOUND", "partition not found")
+        if p.leader != self.id:
+            raise RpcError("FAILED_PRECONDITION", "The request should be sent to partition leader")
+        return api_pb2.FetchPartitionMetadataResponse(metadata=p.to_proto())
+
+    # publishing
+
+    async def publish(self, req: api_pb2.PublishRequest, context: _Ctx) -> api_pb2.PublishResponse:
+        try:
+            p, subject = self._publish_target(req)
+        except _PublishError as e:
+            raise e.to_rpc() from None
+        await self._resume(p)
+        if not req.ackInbox:
+            req.ackInbox = self._new_ack_inbox()
+        timeout = context.time_remaining()
+        wait = req.ackPolicy != _NONE and timeout is not None
+        ack = await self._publish_and_wait(
+            subject, self._publish_envelope(req, subject), req.ackInbox, timeout, wait
+        )
+        if ack is not None:
+            err = _ack_error(ack)
+            if err is not None:
+                raise err.to_rpc()
+        return api_pb2.PublishResponse(ack=ack)
+
+    async def publish_to_subject(
+        self, req: api_pb2.PublishToSubjectRequest, context: _Ctx
+    ) -> api_pb2.PublishToSubjectResponse:
+        if not req.ackInbox:
+            req.ackInbox = self._new_ack_inbox()
+        msg = api_pb2.Message(
+            key=req.key,
+            value=req.value,
+            subject=req.subject,
+            headers=req.headers,
+            ackInbox=req.ackInbox,
+            correlationId=req.correlationId,
+            ackPolicy=req.ackPolicy,
+        )
+        timeout = context.time_remaining()
+        wait = req.ackPolicy != _NONE and timeout is not None
+        ack = await self._publish_and_wait(
+            req.subject,
+            envelope.encode(msg.SerializeToString(), envelope.TYPE_PUBLISH),
+            req.ackInbox,
+            timeout,
+            wait,
+        )
+        return api_pb2.PublishToSubjectResponse(ack=ack)
+
+    async def publish_async(
+        self, requests: AsyncIterator[api_pb2.PublishRequest], context: _Ctx
+    ) -> AsyncIterator[api_pb2.PublishResponse]:
+        if self._nc is None or not self.running:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "broker is shutting down")
+        nc = self._nc
+        responses: asyncio.Queue[object] = asyncio.Queue()
+        inflight = 0
+        drained = asyncio.Event()
+        drained.set()
+        inbox = self._new_ack_inbox() + ".async"
+
+        async def on_ack(msg: NatsMsg) -> None:
+            nonlocal inflight
+            ack = envelope.decode_ack(msg.data)
+            if ack is None:
+                return
+            inflight = max(0, inflight - 1)
+            if inflight == 0:
+                drained.set()
+            err = _ack_error(ack)
+            if err is not None:
+                responses.put_nowait(_async_error(ack.correlationId, err))
+            else:
+                responses.put_nowait(
+                    api_pb2.PublishResponse(correlationId=ack.correlationId, ack=ack)
+                )
+
+        async def read_requests() -> None:
+            nonlocal inflight
+            try:
+                async for req in requests:
+                    try:
+                        p, subject = self._publish_target(req)
+                        await self._resume(p)
+                    except _PublishError as e:
+                        responses.put_nowait(_async_error(req.correlationId, e))
+                        continue
+                    req.ackInbox = inbox
+                    await nc.publish(subject, self._publish_envelope(req, subject))
+                    if req.ackPolicy != _NONE:
+                        inflight += 1
+                        drained.clear()
+                # The client is done: give in-flight acks a while to arrive.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(drained.wait(), _ASYNC_ACK_TIMEOUT)
+            except Exception as e:  # the stream broke (client gone, broker stopping)
+                log.debug("PublishAsync session on %s ended: %r", self.id, e)
+            finally:
+                responses.put_nowait(None)
+
+        sub = await nc.subscribe(
+            inbox, cb=on_ack, pending_msgs_limit=_PENDING_MSGS, pending_bytes_limit=_PENDING_BYTES
+        )
+        await settle(nc)
+        reader = asyncio.create_task(read_requests())
+        self._sessions.add(responses)
+        try:
+            while True:
+                item = await responses.get()
+                if item is None:
+                    return
+                if item is _STOP:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "broker is shutting down")
+                assert isinstance(item, api_pb2.PublishResponse)
+                yield item
+        finally:
+            self._sessions.discard(responses)
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    # subscribing
+
+    async def subscribe(self, req: api_pb2.SubscribeRequest, context: _Ctx) -> AsyncIterator[bytes]:
+        try:
+            p, start, stop, member = await self._open_subscription(req)
+        except RpcError as e:
+            await context.abort(getattr(grpc.StatusCode, e.code), e.details)
+        yield _EMPTY_MESSAGE
+        p.subscriber_count += 1
+        stopping = self._stop_waiter
+        assert stopping is not None
+        try:
+            offset = start
+            entries = p.entries
+            while True:
+                if not self.running:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "broker is shutting down")
+                if member is not None and member.replaced:
+                    return  # another member of the group took the partition: a clean end
+                if p.deleted:
+                    await context.abort(grpc.StatusCode.NOT_FOUND, "commit log deleted")
+                if p.paused:
+                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "commit log closed")
+                if p.leader != self.id and not req.readISRReplica:
+                    # Leadership moved while this broker stays up: the old
+                    # leader's log is closed under the reader.
+                    await context.abort(grpc.StatusCode.INTERNAL, "commit log closed")
+                n = len(entries)
+                if offset < n:
+                    end = n if stop < 0 else min(n, stop + 1)
+                    while offset < end and self.running:
+                        yield entries[offset]
+                        offset += 1
+                    if stop >= 0 and offset > stop and self.running:
+                        await context.abort(_EXHAUSTED, "Stop offset reached")
+                    continue
+                if p.readonly:
+                    await context.abort(_EXHAUSTED, "End of readonly partition")
+                await asyncio.wait((p.changed(), stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            p.subscriber_count -= 1
+            if member is not None:
+                group = req.consumer.groupId
+                if p.group_members.get(group) is member:
+                    del p.group_members[group]
+
+    async def _open_subscription(
+        self, req: api_pb2.SubscribeRequest
+    ) -> tuple[Partition, int, int, GroupMember | None]:
+        group = req.consumer.groupId if req.HasField("consumer") else ""
+        if group and not req.consumer.consumerId:
+            raise RpcError(
+                "INVALID_ARGUMENT", "Consumer id cannot be empty when group id is provided"
+            )
+        p = self.state.get_partition(req.stream, req.partition)
+        if p is None:
+            raise RpcError("NOT_FOUND", "No such partition")
+        if p.leader != self.id:
+            if not req.readISRReplica:
+                raise RpcError("FAILED_PRECONDITION", "Server not partition leader")
+            if group:
+                raise RpcError(
+                    "INVALID_ARGUMENT", "Consumer groups not compatible with ReadISRReplica"
+                )
+            if self.id not in p.isr:
+                raise RpcError("FAILED_PRECONDITION", "Server not in partition ISR")
+        existing = p.group_members.get(group) if group else None
+        if existing is not None and existing.epoch > req.consumer.groupEpoch:
+            raise RpcError(
+                "FAILED_PRECONDITION", "Consumer is not currently assigned this partition"
+            )
+        if req.resume and p.paused:
+            await self._resume(p)
+        if p.paused:
+            raise RpcError("INTERNAL", "Failed to create stream reader: commit log closed")
+        newest = p.newest_offset
+        pos = req.startPosition
+        if pos == api_pb2.OFFSET:
+            start = req.startOffset
+        elif pos == api_pb2.TIMESTAMP:
+            start = p.offset_at_or_after(req.startTimestamp)
+        elif pos == api_pb2.EARLIEST:
+            start = 0 if newest >= 0 else -1
+        elif pos == api_pb2.LATEST:
+            start = newest
+        elif pos == api_pb2.NEW_ONLY:
+            start = newest + 1
+        else:
+            raise RpcError("INVALID_ARGUMENT", f"Unknown StartPosition {pos}")
+        start = max(start, 0)
+        spos = req.stopPosition
+        if spos == api_pb2.STOP_ON_CANCEL:
+            stop = newest if p.readonly else -1
+            if p.readonly and stop < start:
+                raise RpcError(
+                    "INVALID_ARGUMENT", f"Stop offset is before start offset: {stop} < {start}"
+                )
+        elif spos == api_pb2.STOP_OFFSET:
+            stop = req.stopOffset
+        elif spos == api_pb2.STOP_TIMESTAMP:
+            stop = p.offset_at_or_before(req.stopTimestamp)
+        elif spos == api_pb2.STOP_LATEST:
+            stop = newest
+            if stop == -1:
+                raise RpcError("RESOURCE_EXHAUSTED", "Stream is empty")
+        else:
+            raise RpcError("INVALID_ARGUMENT", f"Unknown StopPosition {spos}")
+        if spos != api_pb2.STOP_ON_CANCEL and stop < start:
+            raise RpcError(
+                "INVALID_ARGUMENT", f"Stop offset is before start offset: {stop} < {start}"
+            )
+        member = None
+        if group:
+            if existing is not None:
+                existing.replaced = True  # the previous member's stream ends
+                p.wake()
+            member = GroupMember(req.consumer.consumerId, req.consumer.groupEpoch)
+            p.group_members[group] = member
+        return p, start, stop, member
+
+    # cursors
+
+    def _cursor_partition(self, stream: str, cursor_id: str, partition: int) -> Partition:
+        if not stream:
+            raise RpcError("INVALID_ARGUMENT", "No stream provided")
+        if not cursor_id:
+            raise RpcError("INVALID_ARGUMENT", "No cursorId provided")
+        cp = self.state.cursors_partition(cursor_id, stream, partition)
+        if cp.leader != self.id:
+            raise RpcError(
+                "FAILED_PRECONDITION", f"Server not leader for cursors partition {cp.id}"
+            )
+        return cp
+
+    async def set_cursor(
+        self, req: api_pb2.SetCursorRequest, context: _Ctx
+    ) -> api_pb2.SetCursorResponse:
+        cp = self._cursor_partition(req.stream, req.cursorId, req.partition)
+        key = f"{req.cursorId},{req.stream},{req.partition}".encode()
+        # Stored in the __cursors partition like the real server does (the value
+        # here is the offset as text, not the server's internal protobuf).
+        cp.append(key=key, value=str(req.offset).encode(), headers={}, subject="", reply="")
+        self.state.cursors[(req.cursorId, req.stream, req.partition)] = req.offset
+        return api_pb2.SetCursorResponse()
+
+    async def fetch_cursor(
+        self, req: api_pb2.FetchCursorRequest, context: _Ctx
+    ) -> api_pb2.FetchCursorResponse:
+        self._cursor_partition(req.stream, req.cursorId, req.partition)
+        offset = self.state.cursors.get((req.cursorId, req.stream, req.partition), -1)
+        return api_pb2.FetchCursorResponse(offset=offset)
+
+    # consumer groups
+
+    def _expire_members(self) -> None:
+        now = asyncio.get_running_loop().time()
+        self.state.expire_members(now, _CONSUMER_TIMEOUT_NS / 1e9)
+
+    async def join_consumer_group(
+        self, req: api_pb2.JoinConsumerGroupRequest, context: _Ctx
+    ) -> api_pb2.JoinConsumerGroupResponse:
+        if not req.groupId:
+            raise RpcError("INVALID_ARGUMENT", "No groupId provided")
+        if not req.consumerId:
+            raise RpcError("INVALID_ARGUMENT", "No consumerId provided")
+        if not req.streams:
+            raise RpcError("INVALID_ARGUMENT", "No streams provided")
+        for name in req.streams:
+            if name not in self.state.streams:
+                raise RpcError("NOT_FOUND", f"stream {name} does not exist")
+        self._expire_members()
+        state = self.state
+        group = state.groups.get(req.groupId)
+        if group is None:
+            live = [b for b in state.broker_ids if b in state.live]
+            # Coordinators go round the live brokers by group count.
+            coordinator = live[len(state.groups) % len(live)]
+            group = ConsumerGroup(req.groupId, coordinator)
+            state.groups[req.groupId] = group
+        if req.consumerId in group.members:
+            raise RpcError("ALREADY_EXISTS", "consumer is already a member of the consumer group")
+        group.members[req.consumerId] = list(req.streams)
+        group.last_seen[req.consumerId] = asyncio.get_running_loop().time()
+        state.rebalance(group)
+        return api_pb2.JoinConsumerGroupResponse(
+            coordinator=group.coordinator,
+            epoch=group.epoch,
+            consumerTimeout=_CONSUMER_TIMEOUT_NS,
+            coordinatorTimeout=_COORDINATOR_TIMEOUT_NS,
+        )
+
+    async def leave_consumer_group(
+        self, req: api_pb2.LeaveConsumerGroupRequest, context: _Ctx
+    ) -> api_pb2.LeaveConsumerGroupResponse:
+        if not req.groupId:
+            raise RpcError("INVALID_ARGUMENT", "No groupId provided")
+        if not req.consumerId:
+            raise RpcError("INVALID_ARGUMENT", "No consumerId provided")
+        self._expire_members()
+        group = self.state.groups.get(req.groupId)
+        if group is None:
+            raise RpcError("NOT_FOUND", "consumer group does not exist")
+        if req.consumerId not in group.members:
+            raise RpcError("NOT_FOUND", "consumer is not a member of the consumer group")
+        del group.members[req.consumerId]
+        group.last_seen.pop(req.consumerId, None)
+        if group.members:
+            self.state.rebalance(group)
+        else:
+            del self.state.groups[req.groupId]
+        return api_pb2.LeaveConsumerGroupResponse()
+
+    async def fetch_consumer_group_assignments(
+        self, req: api_pb2.FetchConsumerGroupAssignmentsRequest, context: _Ctx
+    ) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
+        if not req.groupId:
+            raise RpcError("INVALID_ARGUMENT", "No groupId provided")
+        if not req.consumerId:
+            raise RpcError("INVALID_ARGUMENT", "No consumerId provided")
+        self._expire_members()
+        group = self.state.groups.get(req.groupId)
+        if group is None:
+            raise RpcError("NOT_FOUND", "consumer group does not exist")
+        if req.consumerId not in group.members:
+            raise RpcError("FAILED_PRECONDITION", "consumer is not a member of the consumer group")
+        if group.coordinator != self.id:
+            raise RpcError("FAILED_PRECONDITION", "broker is not the consumer group coordinator")
+        if req.epoch != group.epoch:
+            raise RpcError(
+                "FAILED_PRECONDITION",
+                "client-provided group epoch differs from broker group epoch",
+            )
+        group.last_seen[req.consumerId] = asyncio.get_running_loop().time()
+        resp = api_pb2.FetchConsumerGroupAssignmentsResponse(epoch=group.epoch)
+        for stream, partitions in group.assignments.get(req.consumerId, {}).items():
+            resp.assignments.add(stream=stream, partitions=partitions)
+        return resp
+
+    async def report_consumer_group_coordinator(
+        self,
+        req: api_pb2.ReportConsumerGroupCoordinatorRequest,
+        context: _Ctx,
+    ) -> api_pb2.ReportConsumerGroupCoordinatorResponse:
+        if not req.groupId:
+            raise RpcError("INVALID_ARGUMENT", "No groupId provided")
+        if not req.consumerId:
+            raise RpcError("INVALID_ARGUMENT", "No consumerId provided")
+        if not req.coordinator:
+            raise RpcError("INVALID_ARGUMENT", "No coordinator provided")
+        group = self.state.groups.get(req.groupId)
+        if group is None:
+            raise RpcError("NOT_FOUND", "consumer group does not exist")
+        if req.coordinator == group.coordinator and req.epoch == group.epoch:
+            # One report is a majority in the emulator: pick the next live broker.
+            live = [b for b in self.state.broker_ids if b in self.state.live]
+            others = [b for b in live if b != group.coordinator] or live
+            group.coordinator = others[0]
+            group.epoch += 1
+        return api_pb2.ReportConsumerGroupCoordinatorResponse()
+
+
+def _async_error(correlation_id: str, err: _PublishError) -> api_pb2.PublishResponse:
+    # Like the server, also set an empty Ack so that clients unaware of
+    # asyncError still see a response for the correlation id.
+    return api_pb2.PublishResponse(
+        correlationId=correlation_id, ack=api_pb2.Ack(correlationId=""), asyncError=err.to_proto()
+    )

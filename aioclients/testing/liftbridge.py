@@ -1,0 +1,216 @@
+"""An in-process emulator of a Liftbridge v1.9 cluster, for tests and benchmarks.
+
+Each broker is a ``grpc.aio`` server on its own loopback port, serving the
+Liftbridge client API (``proto.API``) with the semantics a client relies on:
+streams attached to NATS subjects on a real nats-server (anything published
+there, raw or enveloped, lands in the partition log), offsets from 0, every
+start and stop position, leaders and FAILED_PRECONDITION from non-leaders,
+NOT_FOUND / ALREADY_EXISTS, ack policies and ack inboxes, cursors, pause /
+read-only (and auto-pause), consumer groups and optional TLS.
+:meth:`LiftbridgeCluster.stop_broker` closes a broker's port (its subscriptions
+end with UNAVAILABLE) and moves leadership of its partitions to a live broker;
+the logs are shared in process, so nothing is lost. What it does not emulate:
+retention, compaction, encryption at rest, authorization and replication lag
+(every replica is always in sync). Behaviours taken from the Liftbridge server
+source are listed in ``_liftbridge_broker``'s docstring.
+
+Not thread-safe: use it from one event loop.
+
+Usage::
+
+    async with NatsServer() as nats, LiftbridgeCluster(3, nats_url=nats.url) as cluster:
+        client = await aioclients.liftbridge.connect(cluster.addresses)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from types import TracebackType
+
+import grpc
+
+from aioclients._core import check_int
+from aioclients.testing._liftbridge_broker import Broker, Ingester
+from aioclients.testing._liftbridge_state import ClusterState
+from aioclients.testing.nats_server import NatsServer
+
+__all__ = ("LiftbridgeCluster",)
+
+log = logging.getLogger("aioclients.testing.liftbridge")
+
+_AUTO_PAUSE_CHECK = 0.05  # seconds between idle checks for auto-pause
+
+
+class LiftbridgeCluster:
+    """An emulated Liftbridge cluster of ``brokers`` brokers sharing one NATS server.
+
+    Usable as ``async with LiftbridgeCluster(...) as cluster`` (or ``await
+    cluster.start()`` / ``await cluster.stop()``).
+
+    Args:
+        brokers: number of brokers (>= 1); their ids are ``"broker-0"``, ``"broker-1"``, ...
+        nats_url: the NATS server the brokers use. When ``None`` the cluster starts
+            (and stops) a nats-server of its own.
+        host: the loopback address the brokers listen on.
+        cursor_partitions: partitions of the internal ``__cursors`` stream (0 disables
+            cursors, as on a server without ``cursors.stream.partitions``).
+        server_credentials: serve TLS with these credentials (e.g.
+            ``grpc.ssl_server_credentials([(key, chain)])``) instead of plaintext.
+    """
+
+    def __init__(
+        self,
+        brokers: int = 1,
+        *,
+        nats_url: str | None = None,
+        host: str = "127.0.0.1",
+        cursor_partitions: int = 1,
+        server_credentials: grpc.ServerCredentials | None = None,
+    ) -> None:
+        check_int("brokers", brokers, minimum=1)
+        check_int("cursor_partitions", cursor_partitions, minimum=0)
+        self._nats_url = nats_url
+        self._own_nats: NatsServer | None = None
+        self._host = host
+        ids = [f"broker-{i}" for i in range(brokers)]
+        self._state = ClusterState(ids, cursor_partitions=cursor_partitions)
+        self._brokers = [Broker(i, self._state, "", host, self) for i in ids]
+        for b in self._brokers:
+            b.credentials = server_credentials
+        self._ingester = Ingester(self._state)
+        self._lock = asyncio.Lock()
+        self._started = False
+        self._auto_pause_task: asyncio.Task[None] | None = None
+
+    # -- public API ----------------------------------------------------------
+
+    @property
+    def addresses(self) -> list[str]:
+        """``"host:port"`` of every broker, in broker order (stopped ones included)."""
+        return [b.address for b in self._brokers]
+
+    @property
+    def nats_url(self) -> str:
+        """The URL of the NATS server the brokers use."""
+        if self._nats_url is None:
+            raise RuntimeError("the cluster is not started: use `async with` or `await start()`")
+        return self._nats_url
+
+    @property
+    def broker_ids(self) -> list[str]:
+        """The broker ids, in broker order."""
+        return [b.id for b in self._brokers]
+
+    def is_running(self, index: int) -> bool:
+        """Whether broker ``index`` is serving."""
+        return self._broker(index).running
+
+    async def start(self) -> None:
+        """Start the NATS server (when the cluster owns one) and every broker."""
+        if self._started:
+            return
+        if self._nats_url is None:
+            self._own_nats = NatsServer(jetstream=False)
+            await asyncio.to_thread(self._own_nats.start)
+            self._nats_url = self._own_nats.url
+        self._started = True
+        try:
+            await self._ingester.start(self._nats_url)
+            for b in self._brokers:
+                b.nats_url = self._nats_url
+                await b.start()
+            await self._ingester.sync()
+            self._auto_pause_task = asyncio.create_task(self._auto_pause_loop())
+        except BaseException:
+            await self.stop()
+            raise
+        log.debug("liftbridge emulator up: %s", self.addresses)
+
+    async def stop(self) -> None:
+        """Stop every broker (and the NATS server the cluster started)."""
+        task, self._auto_pause_task = self._auto_pause_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for b in self._brokers:
+            await b.stop()
+        await self._ingester.stop()
+        self._started = False
+        if self._own_nats is not None:
+            await asyncio.to_thread(self._own_nats.stop)
+            self._own_nats = None
+            self._nats_url = None
+
+    async def stop_broker(self, index: int) -> None:
+        """Stop broker ``index``: its port closes, its subscriptions end with UNAVAILABLE,
+        and leadership of its partitions moves to a live broker.
+
+        Raises:
+            IndexError: for an index outside ``range(brokers)``.
+        """
+        broker = self._broker(index)
+        async with self._lock:
+            if not broker.running:
+                return
+            await broker.stop()
+            self._state.broker_down(broker.id)
+            await self._sync_all()
+
+    async def start_broker(self, index: int) -> None:
+        """Start broker ``index`` again on the same port; it rejoins the ISR of its
+        partitions (leadership stays where it moved).
+
+        Raises:
+            IndexError: for an index outside ``range(brokers)``.
+        """
+        broker = self._broker(index)
+        async with self._lock:
+            if broker.running:
+                return
+            self._state.broker_up(broker.id)
+            await broker.start()
+            await self._sync_all()
+
+    async def __aenter__(self) -> LiftbridgeCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- hooks used by the brokers ------------------------------------------
+
+    def live_brokers(self) -> list[Broker]:
+        return [b for b in self._brokers if b.running]
+
+    async def leadership_changed(self) -> None:
+        await self._sync_all()
+
+    # -- internals -------------------------------------------------------------
+
+    def _broker(self, index: int) -> Broker:
+        check_int("index", index, minimum=0)
+        if index >= len(self._brokers):
+            raise IndexError(
+                f"broker index {index} out of range: the cluster has {len(self._brokers)} brokers"
+            )
+        return self._brokers[index]
+
+    async def _sync_all(self) -> None:
+        await self._ingester.sync()
+
+    async def _auto_pause_loop(self) -> None:
+        # Streams created with autoPauseTime pause when idle, like on the server.
+        while True:
+            await asyncio.sleep(_AUTO_PAUSE_CHECK)
+            if self._state.auto_pause(time.time_ns()):
+                await self._sync_all()

@@ -1,0 +1,144 @@
+"""Liftbridge publish throughput: aioclients vs gufo-liftbridge, side by side in one run.
+
+Starts an emulated Liftbridge cluster (aioclients.testing.LiftbridgeCluster on a
+nats-server) in a child process unless --addresses is given, and publishes
+100-byte payloads with:
+
+- publish: one message at a time, each waiting for its LEADER ack;
+- publish_async: pipelined over the PublishAsync stream (a window of
+  outstanding acks), then every ack awaited.
+
+gufo-liftbridge runs the same scenarios (``publish`` and ``publish_bulk``) in a
+child process against the same cluster. Note: gufo's ``publish`` sets no gRPC
+deadline, so the broker does not wait for the ack (fire and forget); ours waits.
+Each scenario runs --rounds times per client, interleaved; the best round is
+reported as msgs/s, with the ratios aioclients / gufo and publish_async / publish.
+
+    python benchmarks/liftbridge_publish.py --count 20000 --sync-count 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+
+from liftbridge_common import PAYLOAD, emulated_cluster, gufo_available, report, run_worker
+
+from aioclients import liftbridge
+
+
+async def _stream(addresses: list[str]) -> str:
+    name = f"bench_{uuid.uuid4().hex[:8]}"
+    async with await liftbridge.connect(addresses) as client:
+        await client.create_stream(name, name)
+    return name
+
+
+async def ours_sync(addresses: list[str], n: int) -> float:
+    stream = await _stream(addresses)
+    async with await liftbridge.connect(addresses) as client:
+        start = time.perf_counter()
+        for _ in range(n):
+            await client.publish(stream, PAYLOAD)
+        return n / (time.perf_counter() - start)
+
+
+async def ours_async(addresses: list[str], n: int) -> float:
+    stream = await _stream(addresses)
+    async with await liftbridge.connect(addresses, publish_async_window=4096) as client:
+        start = time.perf_counter()
+        futures = [await client.publish_async(stream, PAYLOAD) for _ in range(n)]
+        acks = await asyncio.gather(*futures)
+        elapsed = time.perf_counter() - start
+        assert acks[-1] is not None
+        assert acks[-1].offset == n - 1
+        return n / elapsed
+
+
+async def gufo_sync(addresses: list[str], n: int) -> float:
+    from gufo.liftbridge.client import LiftbridgeClient
+
+    stream = await _stream(addresses)
+    async with LiftbridgeClient(addresses) as client:
+        start = time.perf_counter()
+        for _ in range(n):
+            await client.publish(PAYLOAD, stream=stream)
+        return n / (time.perf_counter() - start)
+
+
+async def gufo_async(addresses: list[str], n: int) -> float:
+    from gufo.liftbridge.client import LiftbridgeClient
+
+    stream = await _stream(addresses)
+    async with LiftbridgeClient(addresses) as client:
+        start = time.perf_counter()
+        requests = (client.get_publish_request(PAYLOAD, stream=stream) for _ in range(n))
+        count = 0
+        async for _ack in client.publish_bulk(requests):
+            count += 1
+        elapsed = time.perf_counter() - start
+        assert count == n, count
+        return n / elapsed
+
+
+WORKERS = {"sync": gufo_sync, "async": gufo_async}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--addresses", help="comma list of brokers (default: start an emulator)")
+    parser.add_argument("--count", type=int, default=20_000, help="messages for publish_async")
+    parser.add_argument("--sync-count", type=int, default=2_000, help="messages for publish")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--worker", nargs=3, metavar=("MODE", "ADDRESSES", "COUNT"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.worker:
+        mode, addresses, count = args.worker
+        print(asyncio.run(WORKERS[mode](addresses.split(","), int(count))))
+        return
+    gufo = gufo_available()
+    if not gufo:
+        print(
+            "gufo-liftbridge is not installed (pip install gufo-liftbridge): ours only",
+            file=sys.stderr,
+        )
+    given = args.addresses.split(",") if args.addresses else None
+    with emulated_cluster(given) as addresses:
+        joined = ",".join(addresses)
+        best: dict[str, float] = {}
+        for _ in range(args.rounds):
+            for key, run in (
+                ("ours sync", lambda: asyncio.run(ours_sync(addresses, args.sync_count))),
+                ("ours async", lambda: asyncio.run(ours_async(addresses, args.count))),
+                (
+                    "gufo sync",
+                    lambda: run_worker(
+                        "liftbridge_publish.py", "sync", joined, str(args.sync_count)
+                    ),
+                ),
+                (
+                    "gufo async",
+                    lambda: run_worker("liftbridge_publish.py", "async", joined, str(args.count)),
+                ),
+            ):
+                if key.startswith("gufo") and not gufo:
+                    continue
+                best[key] = max(best.get(key, 0.0), run())
+    print(f"emulated cluster, 100-byte payloads, best of {args.rounds} rounds (msgs/s)")
+    report(
+        [
+            ("publish (sequential, acked)", best["ours sync"], best.get("gufo sync")),
+            ("publish_async (pipelined)", best["ours async"], best.get("gufo async")),
+        ]
+    )
+    ratio = best["ours async"] / best["ours sync"]
+    print(f"publish_async / publish (aioclients): {ratio:.1f}x (goal >= 10x)")
+
+
+if __name__ == "__main__":
+    main()

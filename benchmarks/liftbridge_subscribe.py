@@ -1,0 +1,104 @@
+"""Liftbridge subscribe throughput: aioclients vs gufo-liftbridge, side by side in one run.
+
+Starts an emulated Liftbridge cluster (aioclients.testing.LiftbridgeCluster on a
+nats-server) in a child process unless --addresses is given, fills a stream with
+--count 100-byte messages, then reads them all from the earliest offset: with
+aioclients in this process and with gufo-liftbridge in a child process (each
+client has a process of its own). Each client reads --rounds times, interleaved;
+the best round is reported as msgs/s with the ratio aioclients / gufo.
+
+    python benchmarks/liftbridge_subscribe.py --count 50000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+
+from liftbridge_common import PAYLOAD, emulated_cluster, gufo_available, report, run_worker
+
+from aioclients import liftbridge
+
+
+async def fill(addresses: list[str], n: int) -> str:
+    name = f"bench_{uuid.uuid4().hex[:8]}"
+    async with await liftbridge.connect(addresses, publish_async_window=4096) as client:
+        await client.create_stream(name, name)
+        futures = [await client.publish_async(name, PAYLOAD) for _ in range(n)]
+        await asyncio.gather(*futures)
+    return name
+
+
+async def ours(addresses: list[str], stream: str, n: int) -> float:
+    async with await liftbridge.connect(addresses) as client:
+        start = time.perf_counter()
+        count = 0
+        async with client.subscribe(stream, start_at=liftbridge.StartPosition.EARLIEST) as sub:
+            async for msg in sub:
+                count += 1
+                if msg.offset == n - 1:
+                    break
+        elapsed = time.perf_counter() - start
+        assert count == n, count
+        return n / elapsed
+
+
+async def gufo(addresses: list[str], stream: str, n: int) -> float:
+    from gufo.liftbridge.client import LiftbridgeClient
+    from gufo.liftbridge.types import StartPosition
+
+    async with LiftbridgeClient(addresses) as client:
+        start = time.perf_counter()
+        count = 0
+        async for msg in client.subscribe(stream, start_position=StartPosition.EARLIEST):
+            count += 1
+            if msg.offset == n - 1:
+                break
+        elapsed = time.perf_counter() - start
+        assert count == n, count
+        return n / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--addresses", help="comma list of brokers (default: start an emulator)")
+    parser.add_argument("--count", type=int, default=50_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--worker", nargs=3, metavar=("ADDRESSES", "STREAM", "COUNT"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.worker:
+        addresses, stream, count = args.worker
+        print(asyncio.run(gufo(addresses.split(","), stream, int(count))))
+        return
+    have_gufo = gufo_available()
+    if not have_gufo:
+        print(
+            "gufo-liftbridge is not installed (pip install gufo-liftbridge): ours only",
+            file=sys.stderr,
+        )
+    given = args.addresses.split(",") if args.addresses else None
+    with emulated_cluster(given) as addresses:
+        stream = asyncio.run(fill(addresses, args.count))
+        best_ours = best_gufo = 0.0
+        for _ in range(args.rounds):
+            best_ours = max(best_ours, asyncio.run(ours(addresses, stream, args.count)))
+            if have_gufo:
+                rate = run_worker(
+                    "liftbridge_subscribe.py", ",".join(addresses), stream, str(args.count)
+                )
+                best_gufo = max(best_gufo, rate)
+    print(
+        f"emulated cluster, {args.count} 100-byte messages, best of {args.rounds} rounds (msgs/s)"
+    )
+    report([("subscribe (EARLIEST, read all)", best_ours, best_gufo or None)])
+    if have_gufo:
+        print(f"goal: >= 1.5x gufo-liftbridge; got {best_ours / best_gufo:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
