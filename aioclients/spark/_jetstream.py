@@ -1,0 +1,572 @@
+"""The ``jetstream`` Spark data source: batch and streaming reads and writes.
+
+Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource``):
+
+- Planning runs in a Python process next to the driver: the reader looks up the
+  stream once (``aioclients.jetstream``), checks ``allow_direct``, and splits the
+  sequence range into :class:`SequenceRange` partitions. Everything ``read()``
+  needs travels inside the partition (it is pickled to the executors, where
+  another process, with another reader instance, does the reading).
+- ``read()`` runs on an executor: one event loop and one NATS connection per
+  partition, reading the range with batched Direct Get (ADR-31) through the lean
+  reader in :mod:`aioclients.spark._direct_io`, and yielding Arrow record batches.
+  A range read is exact: the same range always yields the same rows, which is
+  what makes streaming replay after a restart exact.
+- Streaming offsets are ``{"stream": <name>, "sequence": <last sequence covered>}``;
+  a micro-batch covers the sequences after its start up to its end. The latest
+  offset is the stream's last sequence, capped by ``maxMessagesPerTrigger``
+  (through ``getDefaultReadLimit`` / ``latestOffset(start, limit)``) and, for
+  ``Trigger.AvailableNow``, by the last sequence when the query started.
+  ``commit()`` has nothing to release: the stream is read, never consumed.
+- Writers publish each row with ``publish_async`` on one connection per task and
+  wait for every ack; a failed or missing ack fails the task. A ``msg_id``
+  column becomes ``Nats-Msg-Id``, so a retried task adds no duplicates within
+  the stream's duplicate window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    DataType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from aioclients import jetstream
+from aioclients.spark._arrow import to_record_batch
+from aioclients.spark._direct_io import DirectGetConnection, read_sequence_range
+from aioclients.spark._errors import DataSourceOptionError, PublishFailedError
+from aioclients.spark._protocol._options import OptionReader
+
+__all__ = (
+    "JETSTREAM_SCHEMA",
+    "JetStreamDataSource",
+    "ReadConfig",
+    "SequenceRange",
+    "split_range",
+)
+
+log = logging.getLogger("aioclients.spark.jetstream")
+
+FORMAT = "jetstream"
+JETSTREAM_SCHEMA = StructType(
+    [
+        StructField("subject", StringType()),
+        StructField("sequence", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("headers", MapType(StringType(), StringType())),
+        StructField("data", BinaryType()),
+    ]
+)
+DEFAULT_BATCH_SIZE = 10_000
+DEFAULT_TIMEOUT = 30.0
+READ_OPTIONS = {
+    "servers",
+    "stream",
+    "subject",
+    "startSequence",
+    "endSequence",
+    "numPartitions",
+    "batchSize",
+    "maxMessagesPerTrigger",
+    "timeout",
+}
+WRITE_OPTIONS = {"servers", "subject", "timeout", "maxPending"}
+WRITE_COLUMNS = {"subject", "data", "headers", "msg_id"}
+
+T = TypeVar("T")
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run one coroutine on a fresh event loop (planning code is synchronous)."""
+    return asyncio.run(coro)
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReadConfig:
+    """What a partition reader needs besides its range (pickled with every partition)."""
+
+    servers: tuple[str, ...]
+    stream: str
+    subject: str | None
+    batch_size: int
+    timeout: float
+
+
+@dataclass(frozen=True)
+class SequenceRange(InputPartition):
+    """The sequences ``first`` to ``last`` (inclusive) of one stream."""
+
+    config: ReadConfig
+    first: int
+    last: int
+
+
+def split_range(first: int, last: int, parts: int) -> list[tuple[int, int]]:
+    """Split ``[first, last]`` into at most ``parts`` contiguous ranges of near-equal size."""
+    count = last - first + 1
+    if count <= 0:
+        return []
+    parts = max(1, min(parts, count))
+    size, extra = divmod(count, parts)
+    ranges = []
+    start = first
+    for i in range(parts):
+        end = start + size - 1 + (1 if i < extra else 0)
+        ranges.append((start, end))
+        start = end + 1
+    return ranges
+
+
+def _read_config(opts: OptionReader) -> ReadConfig:
+    servers = opts.servers()
+    stream = opts.required("stream", "ORDERS", "the JetStream stream to read")
+    if any(c in stream for c in " .*>\t\r\n"):
+        raise DataSourceOptionError(
+            f"option 'stream': {stream!r} is not a stream name (no spaces, '.', '*' or '>')"
+        )
+    batch_size = opts.integer("batchSize", default=DEFAULT_BATCH_SIZE, minimum=1, example="10000")
+    assert batch_size is not None
+    return ReadConfig(
+        servers=tuple(servers),
+        stream=stream,
+        subject=opts.get("subject"),
+        batch_size=batch_size,
+        timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
+    )
+
+
+# Options Spark itself passes on to sources and sinks.
+SPARK_OPTIONS = {"path", "checkpointLocation", "queryName"}
+
+
+def _check_options(opts: OptionReader, known: set[str], what: str) -> None:
+    unknown = opts.unknown(known | SPARK_OPTIONS)
+    if unknown:
+        raise DataSourceOptionError(
+            f"unknown option(s) {unknown} for the {FORMAT} {what}; "
+            f"it takes {sorted(known)} (names are case-insensitive)"
+        )
+
+
+async def _stream_bounds(config: ReadConfig) -> tuple[int, int]:
+    """The stream's first and last sequence; checks that it exists and allows Direct Get."""
+    try:
+        js = await jetstream.connect(list(config.servers), timeout=min(config.timeout, 10.0))
+    except jetstream.JetStreamConnectError as exc:
+        raise jetstream.JetStreamConnectError(f"{exc}; check the 'servers' option") from None
+    async with js:
+        try:
+            stream = await js.stream(config.stream)
+        except jetstream.StreamNotFoundError:
+            raise DataSourceOptionError(
+                f"option 'stream': there is no stream {config.stream!r} at "
+                f"{', '.join(config.servers)}; create it or fix the option"
+            ) from None
+        info = stream.cached_info
+        if not info.config.get("allow_direct"):
+            raise jetstream.DirectGetUnavailableError(
+                f"stream {config.stream!r} does not allow Direct Get, which the {FORMAT} "
+                "data source reads with",
+                hint=f"enable it with update_stream({config.stream!r}, allow_direct=True) "
+                f"(nats CLI: nats stream edit {config.stream} --allow-direct)",
+            )
+        return info.state.first_seq, info.state.last_seq
+
+
+def read_partition(partition: SequenceRange) -> Iterator[pa.RecordBatch]:
+    """Read one partition's range: one event loop and one connection for the whole range."""
+    config = partition.config
+    loop = asyncio.new_event_loop()
+    try:
+        conn = loop.run_until_complete(
+            DirectGetConnection.open(list(config.servers), timeout=config.timeout)
+        )
+        batches = read_sequence_range(
+            conn,
+            config.stream,
+            first=partition.first,
+            last=partition.last,
+            subject=config.subject,
+            batch_size=config.batch_size,
+        )
+        try:
+            while True:
+                try:
+                    columns = loop.run_until_complete(anext(batches))
+                except StopAsyncIteration:
+                    break
+                batch = to_record_batch(columns, up_to=partition.last)
+                if batch.num_rows:
+                    yield batch
+        finally:
+            loop.run_until_complete(batches.aclose())  # type: ignore[attr-defined]
+            loop.run_until_complete(conn.close())
+    finally:
+        loop.close()
+
+
+def _check_schema(schema: StructType) -> None:
+    if schema != JETSTREAM_SCHEMA:
+        raise DataSourceOptionError(
+            f"the {FORMAT} source has a fixed schema ({JETSTREAM_SCHEMA.simpleString()}); "
+            "do not pass .schema(...) to the reader"
+        )
+
+
+class JetStreamBatchReader(DataSourceReader):
+    """``spark.read.format("jetstream")``: a sequence range split into partitions."""
+
+    def __init__(self, options: Mapping[str, str], default_partitions: int) -> None:
+        opts = OptionReader(options, FORMAT)
+        _check_options(opts, READ_OPTIONS - {"maxMessagesPerTrigger"}, "batch reader")
+        self.config = _read_config(opts)
+        start = opts.sequence("startSequence")
+        end = opts.sequence("endSequence")
+        parts = opts.integer("numPartitions", default=default_partitions, minimum=1, example="4")
+        assert parts is not None
+        if isinstance(start, int) and isinstance(end, int) and start > end:
+            raise DataSourceOptionError(
+                f"option 'startSequence' ({start}) is after 'endSequence' ({end}); "
+                "swap them or drop one"
+            )
+        first, last = _run(_stream_bounds(self.config))
+        lo = start if isinstance(start, int) else max(first, 1)
+        hi = end if isinstance(end, int) else last
+        self.ranges = split_range(lo, hi, parts)
+
+    def partitions(self) -> list[SequenceRange]:
+        # An empty range still needs one partition: with none, Spark plans its own.
+        ranges = self.ranges or [(1, 0)]
+        return [SequenceRange(self.config, a, b) for a, b in ranges]
+
+    def read(self, partition: SequenceRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return read_partition(partition)
+
+
+def _offset(stream: str, sequence: int) -> dict[str, Any]:
+    return {"stream": stream, "sequence": sequence}
+
+
+class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("jetstream")``: micro-batches of sequence ranges."""
+
+    def __init__(self, options: Mapping[str, str], default_partitions: int) -> None:
+        opts = OptionReader(options, FORMAT)
+        _check_options(opts, READ_OPTIONS - {"endSequence"}, "stream reader")
+        self.config = _read_config(opts)
+        self.start = opts.sequence("startSequence", words=("earliest", "latest"))
+        self.max_per_trigger = opts.integer(
+            "maxMessagesPerTrigger", default=None, minimum=1, example="10000"
+        )
+        parts = opts.integer("numPartitions", default=default_partitions, minimum=1, example="4")
+        assert parts is not None
+        self.num_partitions = parts
+        self._target: int | None = None  # Trigger.AvailableNow: read no further than this
+        self._latest: int | None = None
+        _run(_stream_bounds(self.config))  # fail at start on a bad stream or options
+
+    def _sequence(self, offset: Mapping[str, Any]) -> int:
+        if offset.get("stream") != self.config.stream or not isinstance(
+            offset.get("sequence"), int
+        ):
+            raise DataSourceOptionError(
+                f"the checkpoint's offset {dict(offset)} is not of stream "
+                f"{self.config.stream!r}; use a new checkpointLocation for a different stream"
+            )
+        sequence: int = offset["sequence"]
+        return sequence
+
+    def initialOffset(self) -> dict[str, Any]:
+        first, last = _run(_stream_bounds(self.config))
+        if self.start == "latest":
+            sequence = last
+        elif isinstance(self.start, int):
+            sequence = self.start - 1
+        else:
+            sequence = max(first, 1) - 1
+        return _offset(self.config.stream, sequence)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.max_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = _run(_stream_bounds(self.config))[1]
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        covered = self._sequence(start)
+        first, last = _run(_stream_bounds(self.config))
+        if last < covered:
+            raise DataSourceOptionError(
+                f"stream {self.config.stream!r} ends at sequence {last}, before the "
+                f"checkpoint's {covered}: it was recreated or rolled back; "
+                "start the query with a new checkpointLocation"
+            )
+        self._latest = last
+        top = last if self._target is None else min(last, self._target)
+        if isinstance(limit, ReadMaxRows):
+            # At most max_rows sequences, so at most max_rows messages.
+            top = min(top, max(covered, first - 1) + limit.max_rows)
+        return _offset(self.config.stream, max(top, covered))
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return None if self._latest is None else _offset(self.config.stream, self._latest)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[SequenceRange]:
+        ranges = split_range(self._sequence(start) + 1, self._sequence(end), self.num_partitions)
+        return [SequenceRange(self.config, a, b) for a, b in ranges]
+
+    def read(self, partition: SequenceRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return read_partition(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: the stream is read by sequence, not consumed."""
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WriteConfig:
+    servers: tuple[str, ...]
+    subject: str | None
+    timeout: float
+    max_pending: int
+    data_is_text: bool
+
+
+@dataclass(frozen=True)
+class WriteResult(WriterCommitMessage):
+    """What one task published: messages stored and messages the stream saw before."""
+
+    stored: int
+    duplicates: int
+
+
+def _write_config(options: Mapping[str, str], schema: StructType) -> WriteConfig:
+    opts = OptionReader(options, FORMAT)
+    _check_options(opts, WRITE_OPTIONS, "writer")
+    servers = opts.servers()
+    fields: dict[str, DataType] = {f.name: f.dataType for f in schema.fields}
+    extra = sorted(set(fields) - WRITE_COLUMNS)
+    if extra:
+        raise DataSourceOptionError(
+            f"unexpected column(s) {extra} for the {FORMAT} writer; it takes "
+            "data (binary or string), and optionally subject (string), headers "
+            "(map<string,string>) and msg_id (string): select or rename them first"
+        )
+    data_type = fields.get("data")
+    if not isinstance(data_type, (BinaryType, StringType)):
+        raise DataSourceOptionError(
+            f"the {FORMAT} writer needs a 'data' column of binary or string type "
+            f"(got {data_type.simpleString() if data_type else 'none'}); "
+            "e.g. df.select(to_json(struct('*')).alias('data'))"
+        )
+    for name, wanted in (
+        ("subject", StringType()),
+        ("msg_id", StringType()),
+        ("headers", MapType(StringType(), StringType())),
+    ):
+        if name in fields and fields[name] != wanted:
+            raise DataSourceOptionError(
+                f"column {name!r} must be {wanted.simpleString()}, "
+                f"got {fields[name].simpleString()}"
+            )
+    subject = opts.get("subject")
+    if subject is None and "subject" not in fields:
+        raise DataSourceOptionError(
+            f"the {FORMAT} writer needs a subject: add a 'subject' column or "
+            '.option("subject", "orders.totals")'
+        )
+    max_pending = opts.integer("maxPending", default=4000, minimum=1, example="4000")
+    assert max_pending is not None
+    return WriteConfig(
+        servers=tuple(servers),
+        subject=subject,
+        timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
+        max_pending=max_pending,
+        data_is_text=isinstance(data_type, StringType),
+    )
+
+
+class _Acks:
+    """Counts acks as they settle; remembers the first failure."""
+
+    def __init__(self) -> None:
+        self.stored = 0
+        self.duplicates = 0
+        self.failed = 0
+        self.first_error: BaseException | None = None
+
+    def settle(self, future: asyncio.Future[jetstream.PubAck]) -> None:
+        if future.cancelled():
+            error: BaseException | None = PublishFailedError("a publish was cancelled")
+        else:
+            error = future.exception()
+        if error is not None:
+            self.failed += 1
+            if self.first_error is None:
+                self.first_error = error
+            return
+        ack = future.result()
+        if ack.duplicate:
+            self.duplicates += 1
+        else:
+            self.stored += 1
+
+    def check(self) -> None:
+        if self.first_error is not None:
+            raise PublishFailedError(
+                f"{self.failed} publish(es) failed, the first with: {self.first_error}"
+            ) from self.first_error
+
+
+async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
+    acks = _Acks()
+    js = await jetstream.connect(
+        list(config.servers), timeout=config.timeout, max_pending=config.max_pending
+    )
+    try:
+        for batch in batches:
+            names = batch.schema.names
+            count = batch.num_rows
+            data = batch.column("data").to_pylist()
+            subjects = batch.column("subject").to_pylist() if "subject" in names else None
+            msg_ids = batch.column("msg_id").to_pylist() if "msg_id" in names else None
+            headers = batch.column("headers").to_pylist() if "headers" in names else None
+            for i in range(count):
+                subject = (subjects[i] if subjects is not None else None) or config.subject
+                if subject is None:
+                    raise PublishFailedError(
+                        "a row has a null subject and there is no 'subject' option to fall back on"
+                    )
+                payload = data[i]
+                if payload is None:
+                    payload = b""
+                elif config.data_is_text:
+                    payload = payload.encode()
+                hdrs = dict(headers[i]) if headers is not None and headers[i] else None
+                future = await js.publish_async(
+                    subject,
+                    payload,
+                    headers=hdrs,
+                    msg_id=msg_ids[i] if msg_ids is not None and msg_ids[i] else None,
+                )
+                future.add_done_callback(acks.settle)
+            acks.check()  # fail fast: stop publishing once something failed
+        await js.publish_async_complete(timeout=config.timeout)
+        acks.check()
+    finally:
+        await js.close()
+    return WriteResult(stored=acks.stored, duplicates=acks.duplicates)
+
+
+def _write(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
+    return _run(_publish(config, batches))
+
+
+def _log_commit(messages: list[WriteResult | None], what: str) -> None:
+    stored = sum(m.stored for m in messages if m is not None)
+    duplicates = sum(m.duplicates for m in messages if m is not None)
+    log.info("%s: %d messages stored, %d duplicates ignored", what, stored, duplicates)
+
+
+class JetStreamWriter(DataSourceArrowWriter):
+    """``df.write.format("jetstream")``: every row published, every ack checked."""
+
+    def __init__(self, config: WriteConfig) -> None:
+        self.config = config
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+        return _write(self.config, iterator)
+
+    def commit(self, messages: list[WriteResult | None]) -> None:  # type: ignore[override]
+        _log_commit(messages, "jetstream write")
+
+
+class JetStreamStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("jetstream")``: each micro-batch as the batch writer does."""
+
+    def __init__(self, config: WriteConfig) -> None:
+        self.config = config
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+        return _write(self.config, iterator)
+
+    def commit(self, messages: list[WriteResult | None], batchId: int) -> None:  # type: ignore[override]
+        _log_commit(messages, f"jetstream micro-batch {batchId}")
+
+    def abort(self, messages: list[WriteResult | None], batchId: int) -> None:  # type: ignore[override]
+        log.warning("jetstream micro-batch %d aborted; its retry de-duplicates by msg_id", batchId)
+
+
+class JetStreamDataSource(DataSource):
+    """The ``jetstream`` format (see the module docstring and README "Spark")."""
+
+    #: numPartitions when the option is not given (``register_data_sources`` sets
+    #: it to the session's default parallelism).
+    default_partitions = 2
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return JETSTREAM_SCHEMA
+
+    def reader(self, schema: StructType) -> JetStreamBatchReader:
+        _check_schema(schema)
+        return JetStreamBatchReader(self.options, self.default_partitions)
+
+    def streamReader(self, schema: StructType) -> JetStreamStreamReader:
+        _check_schema(schema)
+        return JetStreamStreamReader(self.options, self.default_partitions)
+
+    def writer(self, schema: StructType, overwrite: bool) -> JetStreamWriter:
+        _check_overwrite(overwrite)
+        return JetStreamWriter(_write_config(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> JetStreamStreamWriter:
+        # Complete output mode asks to overwrite: a stream is a log, so every
+        # trigger's full result is appended (readers take the last per subject).
+        return JetStreamStreamWriter(_write_config(self.options, schema))
+
+
+def _check_overwrite(overwrite: bool) -> None:
+    if overwrite:
+        raise DataSourceOptionError(
+            f"the {FORMAT} writer appends to streams; use .mode('append') "
+            "(a stream cannot be overwritten; purge it first if you mean to)"
+        )

@@ -1,0 +1,343 @@
+"""A lean NATS client-protocol parser for reading Direct Get batches into columns.
+
+Theory of operation. The Spark partition reader opens one plain NATS connection,
+subscribes to one inbox (sid 1) and sends batched Direct Get requests (ADR-31,
+``$JS.API.DIRECT.GET.<stream>`` with ``{"seq":..,"batch":..,"max_bytes":..}``).
+The server answers each request with one ``HMSG`` per stored message, carrying
+``Nats-Stream``, ``Nats-Subject``, ``Nats-Sequence``, ``Nats-Time-Stamp``,
+``Nats-Num-Pending`` and ``Nats-Last-Sequence`` after the message's own headers,
+then ends the batch with a ``NATS/1.0 204 EOB`` status frame carrying the pending
+count and the last sequence sent. ``404`` means nothing at or after the sequence;
+``408``/``503`` and others are errors.
+
+This parser turns received bytes into columns (lists of raw values, appended
+message by message) and control events (:class:`ServerInfo`, :class:`Ping`,
+:class:`Pong`, :class:`ServerErr`, :class:`BatchEnd`, :class:`StatusReply`). It
+does no I/O and no conversion: the driver converts a finished batch's columns to
+Arrow arrays in one go, which costs far less than building a Python object per
+message. The hot path is one regular-expression match per message for the
+common reply shape (no user headers); anything else takes the general path,
+which decodes the header block line by line. A frame is consumed only once it is
+complete, so bytes may arrive split anywhere.
+
+NATS client protocol: https://docs.nats.io/reference/reference-protocols/nats-protocol
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from aioclients._errors import RemoteProtocolError
+
+__all__ = (
+    "BatchEnd",
+    "Columns",
+    "DirectReplyParser",
+    "Event",
+    "Ping",
+    "Pong",
+    "ServerErr",
+    "ServerInfo",
+    "StatusReply",
+    "join_header_values",
+)
+
+# The reply of a message without headers of its own, in one match: control line
+# (subject, sid, optional reply, header length, total length), then the header block.
+_FAST_AFTER_SID = (
+    rb" (?:[^ \r\n]+ )?(\d+) (\d+)\r\n"
+    rb"NATS/1\.0\r\nNats-Stream: [^\r\n]*\r\n"
+    rb"Nats-Subject: ([^\r\n]*)\r\nNats-Sequence: (\d+)\r\nNats-Time-Stamp: ([^\r\n]*)\r\n"
+    rb"(?:Nats-Num-Pending: \d+\r\n)?(?:Nats-Last-Sequence: \d+\r\n)?\r\n"
+)
+
+
+def _fast_pattern(sid: bytes) -> re.Pattern[bytes]:
+    return re.compile(rb"HMSG [^ \r\n]+ " + re.escape(sid) + _FAST_AFTER_SID)
+
+
+_CRLF = b"\r\n"
+# Headers the server adds to a Direct Get reply: bookkeeping, not the user's.
+_BOOKKEEPING = frozenset(
+    {
+        "Nats-Stream",
+        "Nats-Subject",
+        "Nats-Sequence",
+        "Nats-Time-Stamp",
+        "Nats-Num-Pending",
+        "Nats-Last-Sequence",
+        "Nats-UpTo-Sequence",
+    }
+)
+# A control line longer than this without CRLF is not NATS (INFO lines are a few KB).
+_MAX_CONTROL_LINE = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ServerErr:
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEnd:
+    """A Direct Get batch ended: ``204 EOB`` (or ``404``: nothing matched).
+
+    ``num_pending`` is how many matching messages follow the last one sent;
+    ``last_seq`` is the sequence of the last message sent (``None`` if none).
+    """
+
+    num_pending: int
+    last_seq: int | None
+    not_found: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    """Any other status reply (e.g. ``503`` no responders, ``408`` bad request)."""
+
+    code: str
+    description: str
+
+
+Event = ServerInfo | Ping | Pong | ServerErr | BatchEnd | StatusReply
+
+
+@dataclass(slots=True)
+class Columns:
+    """Raw column values of the messages received so far, in arrival order.
+
+    ``subjects``, ``sequences`` and ``stamps`` hold the header values as bytes
+    (converted column-wise later); ``data`` the payloads; ``headers`` maps a row
+    index to that row's user headers (most rows have none).
+    """
+
+    subjects: list[bytes] = field(default_factory=list)
+    sequences: list[bytes] = field(default_factory=list)
+    stamps: list[bytes] = field(default_factory=list)
+    data: list[bytes] = field(default_factory=list)
+    headers: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+
+def join_header_values(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Fold repeated header names into one entry, values joined with ``", "``.
+
+    A Spark ``map<string,string>`` holds one value per key; joining with a comma
+    and a space is how HTTP combines repeated fields (RFC 9110, 5.3). The first
+    occurrence's position is kept.
+    """
+    merged: dict[str, str] = {}
+    for name, value in pairs:
+        merged[name] = f"{merged[name]}, {value}" if name in merged else value
+    return list(merged.items())
+
+
+class DirectReplyParser:
+    """Parse a NATS connection's incoming bytes (see the module docstring).
+
+    Call :meth:`receive_data` with each chunk read from the socket; it returns
+    the control events completed by it, in order, while messages accumulate in
+    :attr:`columns`. Take them with :meth:`take_columns` after a :class:`BatchEnd`.
+    Messages are accepted only on ``sid``; other sids are protocol errors.
+    """
+
+    def __init__(self, *, sid: bytes = b"1") -> None:
+        self._sid = sid
+        self._fast = _fast_pattern(sid)
+        self.columns = Columns()
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        # Bytes needed before the first incomplete frame can be parsed (0: unknown).
+        self._need = 0
+        self._offset = 0  # position of the buffer's start in the peer's byte stream
+
+    def take_columns(self) -> Columns:
+        """Return the messages received so far and start a new, empty set."""
+        columns, self.columns = self.columns, Columns()
+        return columns
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Consume ``data``; return the control events it completed."""
+        if not data:
+            return []
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered < self._need:
+            return []  # a large frame still arriving: do not re-join its chunks each time
+        buf = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        events: list[Event] = []
+        pos = self._parse(buf, events)
+        self._offset += pos
+        rest = buf[pos:] if pos < len(buf) else b""
+        self._chunks = [rest] if rest else []
+        self._buffered = len(rest)
+        return events
+
+    def _parse(self, buf: bytes, events: list[Event]) -> int:
+        """Consume complete frames from ``buf``; return where the first incomplete one starts."""
+        columns = self.columns
+        subjects = columns.subjects.append
+        sequences = columns.sequences.append
+        stamps = columns.stamps.append
+        payloads = columns.data.append
+        fast = self._fast.match
+        size = len(buf)
+        pos = 0
+        self._need = 0
+        while pos < size:
+            m = fast(buf, pos)
+            if m is not None:
+                hlen = int(m[1])
+                head_end = m.end()
+                if head_end - m.end(2) - 2 == hlen:
+                    end = head_end + int(m[2]) - hlen
+                    if end + 2 > size:
+                        self._need = end + 2 - pos
+                        return pos
+                    if buf[end : end + 2] != _CRLF:
+                        raise self._error("message not followed by CRLF", pos)
+                    subjects(m[3])
+                    sequences(m[4])
+                    stamps(m[5])
+                    payloads(buf[head_end:end])
+                    pos = end + 2
+                    continue
+            line_end = buf.find(_CRLF, pos)
+            if line_end < 0:
+                if size - pos > _MAX_CONTROL_LINE:
+                    raise self._error("control line too long", pos)
+                return pos
+            consumed = self._general(buf, pos, line_end, events)
+            if consumed is None:
+                return pos
+            pos = consumed
+        return pos
+
+    def _error(self, what: str, pos: int) -> RemoteProtocolError:
+        return RemoteProtocolError(f"NATS server sent bad bytes: {what}", offset=self._offset + pos)
+
+    def _general(self, buf: bytes, pos: int, line_end: int, events: list[Event]) -> int | None:
+        """Parse one frame the fast path did not take; ``None`` if it is incomplete."""
+        line = buf[pos:line_end]
+        op, _, args = line.partition(b" ")
+        op = op.upper()
+        after = line_end + 2
+        if op == b"HMSG":
+            parts = args.split()
+            if len(parts) not in (4, 5):
+                raise self._error(f"malformed HMSG line {line[:200]!r}", pos)
+            try:
+                hlen, total = int(parts[-2]), int(parts[-1])
+            except ValueError:
+                raise self._error(f"malformed HMSG sizes {line[:200]!r}", pos) from None
+            if not 0 < hlen <= total:
+                raise self._error(f"malformed HMSG sizes {line[:200]!r}", pos)
+            end = after + total
+            if end + 2 > len(buf):
+                self._need = end + 2 - pos
+                return None
+            if buf[end : end + 2] != _CRLF:
+                raise self._error("message not followed by CRLF", pos)
+            if parts[1] != self._sid:
+                raise self._error(f"message for unknown subscription {parts[1]!r}", pos)
+            self._message(buf[after : after + hlen], buf[after + hlen : end], pos, events)
+            return end + 2
+        if op == b"MSG":
+            raise self._error(
+                "a message without headers (Direct Get replies always carry headers)", pos
+            )
+        if op == b"PING":
+            events.append(Ping())
+        elif op == b"PONG":
+            events.append(Pong())
+        elif op == b"+OK":
+            pass
+        elif op == b"-ERR":
+            events.append(ServerErr(args.decode("utf-8", "replace").strip().strip("'")))
+        elif op == b"INFO":
+            try:
+                info = json.loads(args)
+            except ValueError:
+                raise self._error(f"INFO is not JSON {args[:200]!r}", pos) from None
+            if not isinstance(info, dict):
+                raise self._error("INFO is not a JSON object", pos)
+            events.append(ServerInfo(info))
+        else:
+            raise self._error(f"unknown operation {line[:40]!r}", pos)
+        return after
+
+    def _message(self, block: bytes, payload: bytes, pos: int, events: list[Event]) -> None:
+        """One Direct Get reply: a stored message with headers, or a status."""
+        lines = block.split(_CRLF)
+        first = lines[0]
+        if not first.startswith(b"NATS/1.0"):
+            raise self._error("header block does not start with NATS/1.0", pos)
+        status = first[8:].strip()
+        pairs: list[tuple[str, str]] = []
+        for raw in lines[1:]:
+            if not raw:
+                continue
+            name, sep, value = raw.partition(b":")
+            if not sep:
+                raise self._error(f"header line without ':' {raw[:200]!r}", pos)
+            pairs.append(
+                (name.strip().decode("utf-8", "replace"), value.strip().decode("utf-8", "replace"))
+            )
+        found = dict(pairs)  # a repeated name keeps its last value
+        if status and "Nats-Sequence" not in found:
+            code, _, description = status.decode("utf-8", "replace").partition(" ")
+            if code == "204":
+                events.append(
+                    BatchEnd(
+                        num_pending=self._int(found, "Nats-Num-Pending", pos, default=0),
+                        last_seq=self._int(found, "Nats-Last-Sequence", pos, default=None),
+                    )
+                )
+            elif code == "404":
+                events.append(BatchEnd(num_pending=0, last_seq=None, not_found=True))
+            else:
+                events.append(StatusReply(code, description))
+            return
+        subject = found.get("Nats-Subject")
+        seq = found.get("Nats-Sequence")
+        stamp = found.get("Nats-Time-Stamp")
+        if not subject or not seq or not seq.isdigit() or not stamp:
+            raise self._error(
+                "Direct Get reply lacks Nats-Subject, Nats-Sequence or Nats-Time-Stamp", pos
+            )
+        columns = self.columns
+        user = [(k, v) for k, v in pairs if k not in _BOOKKEEPING]
+        if user:
+            columns.headers[len(columns.sequences)] = join_header_values(user)
+        columns.subjects.append(subject.encode())
+        columns.sequences.append(seq.encode())
+        columns.stamps.append(stamp.encode())
+        columns.data.append(payload)
+
+    def _int(self, found: dict[str, str], name: str, pos: int, *, default: Any) -> Any:
+        text = found.get(name)
+        if text is None:
+            return default
+        if not text.isdigit():
+            raise self._error(f"header {name} is not an integer: {text!r}", pos)
+        return int(text)
