@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from pyspark.sql.types import StructType
 
 from aioclients import liftbridge
 from aioclients.spark._errors import DataSourceOptionError
@@ -30,6 +31,8 @@ from aioclients.spark._lb_offsets import (
     resolve_start,
     to_checkpoint,
 )
+from aioclients.spark._liftbridge import LiftbridgeBatchReader, LiftbridgeStreamReader
+from aioclients.spark._liftbridge import _write_config as write_config
 from aioclients.testing import LiftbridgeCluster
 from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge
 
@@ -260,26 +263,44 @@ async def test_bad_options_fail_clearly(
 ) -> None:
     await publish(client, stream, {0: 3})
     brokers = brokers_of(liftbridge_cluster)
-    cases: list[tuple[Callable[[], Any], str]] = [
+    # Through Spark: the planner's error reaches the caller with its text.
+    spark_cases: list[tuple[Callable[[], Any], str]] = [
         (lambda: spark.read.format("liftbridge").option("stream", stream).load(), "'brokers'"),
-        (lambda: spark.read.format("liftbridge").option("brokers", brokers).load(), "'stream'"),
         (lambda: read(spark, brokers, f"{stream}-missing"), "there is no Liftbridge stream"),
-        (lambda: read(spark, "nohost", stream), "not host:port"),
         (lambda: read(spark, brokers, stream, startingOffsets="{0: 1"), "'startingOffsets'"),
-        (lambda: read(spark, brokers, stream, endingOffsets="earliest"), "'endingOffsets'"),
         (lambda: read(spark, brokers, stream, partitions="7"), "no partition 7"),
-        (lambda: read(spark, brokers, stream, startingOffsets={"9": 0}), "partition(s) [9]"),
-        (lambda: read(spark, brokers, stream, endingOffsets={"0": 50}), "past its newest"),
-        (
-            lambda: read(spark, brokers, stream, startingOffsets={"0": 2}, endingOffsets={"0": 0}),
-            "is after 'endingOffsets'",
-        ),
-        (lambda: read(spark, brokers, stream, maxMessagesPerTrigger="5"), "unknown option"),
     ]
-    for load, expected in cases:
+    for load, expected in spark_cases:
         with pytest.raises(Exception) as excinfo:  # noqa: PT011 - Spark wraps our error
             await in_thread(spark, lambda load=load: load().collect())  # type: ignore[misc]
         assert expected in str(excinfo.value), (expected, str(excinfo.value)[:2000])
+
+    # The same planning code called directly (as Spark's planner process does), faster.
+    def batch(**options: object) -> LiftbridgeBatchReader:
+        given = {"brokers": brokers, "stream": stream}
+        given.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()})
+        return LiftbridgeBatchReader({k: v for k, v in given.items() if v is not None})
+
+    direct_cases: list[tuple[dict[str, object], str]] = [
+        ({"stream": None}, "'stream'"),
+        ({"brokers": "nohost"}, "not host:port"),
+        ({"endingOffsets": "earliest"}, "'endingOffsets'"),
+        ({"startingOffsets": {"9": 0}}, "partition(s) [9]"),
+        ({"endingOffsets": {"0": 50}}, "past its newest"),
+        ({"startingOffsets": {"0": 2}, "endingOffsets": {"0": 0}}, "is after 'endingOffsets'"),
+        ({"maxMessagesPerTrigger": "5"}, "unknown option"),
+    ]
+    for options, expected in direct_cases:
+        with pytest.raises(DataSourceOptionError) as excinfo:
+            await asyncio.to_thread(batch, **options)
+        assert expected in str(excinfo.value), (expected, str(excinfo.value))
+
+    def stream_start() -> object:
+        options = {"brokers": brokers, "stream": stream, "startingOffsets": '{"0": 9}'}
+        return LiftbridgeStreamReader(options).initialOffset()
+
+    with pytest.raises(DataSourceOptionError, match="'startingOffsets': partition 0 starts at 9"):
+        await asyncio.to_thread(stream_start)
 
 
 # -- streaming -------------------------------------------------------------------------------
@@ -444,25 +465,29 @@ async def test_stream_writer_and_bad_writer_input(
             f"m-{p}-{i}".encode() for p, n in ((0, 12), (1, 8)) for i in range(n)
         )
 
+        # Through Spark once; the column and option checks directly.
+        def attempt() -> None:
+            df = spark.createDataFrame([], "value binary")
+            df.write.format("liftbridge").option("brokers", brokers).option(
+                "stream", f"{stream}-missing"
+            ).mode("append").save()
+
+        with pytest.raises(Exception, match="there is no Liftbridge stream"):
+            await in_thread(spark, attempt)
+
         cases: list[tuple[str, dict[str, str], str]] = [
             ("key binary", {"stream": stream}, "'value' column"),
             ("value binary, extra string", {"stream": stream}, "unexpected column"),
             ("value int", {"stream": stream}, "'value' column"),
+            ("value binary, partition string", {"stream": stream}, "column 'partition'"),
             ("value binary", {}, "'stream'"),
-            ("value binary", {"stream": f"{stream}-missing"}, "there is no Liftbridge stream"),
             ("value binary", {"stream": stream, "partitioner": "hash"}, "'partitioner'"),
         ]
         for schema, options, expected in cases:
-
-            def attempt(schema: str = schema, options: dict[str, str] = options) -> None:
-                df = spark.createDataFrame([], schema)
-                writer = df.write.format("liftbridge").option("brokers", brokers).mode("append")
-                for key, value in options.items():
-                    writer = writer.option(key, value)
-                writer.save()
-
-            with pytest.raises(Exception) as excinfo:  # noqa: PT011 - Spark wraps our error
-                await in_thread(spark, attempt)
-            assert expected in str(excinfo.value), (expected, str(excinfo.value)[:2000])
+            with pytest.raises(DataSourceOptionError) as excinfo:
+                await asyncio.to_thread(
+                    write_config, {"brokers": brokers, **options}, StructType.fromDDL(schema)
+                )
+            assert expected in str(excinfo.value), (expected, str(excinfo.value))
     finally:
         await client.delete_stream(sink)

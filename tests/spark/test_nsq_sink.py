@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from pyspark.sql.types import StructType
 
 from aioclients import nsq
+from aioclients.spark._errors import DataSourceOptionError
+from aioclients.spark._nsq import _write_config as write_config
 from aioclients.testing import NsqdEmulator
 from aioclients.testing._nsq_fixtures import ExternalNsqd
 
@@ -165,28 +169,15 @@ async def test_a_failed_mpub_fails_the_task(spark: Any, nsqd: Nsqd, unique_name:
 async def test_bad_options_and_reads_fail_clearly(spark: Any, nsqd: Nsqd, unique_name: str) -> None:
     topic = topic_name(unique_name)
     address = nsqd.tcp_address
-    text = "data string"
-    cases: list[tuple[str, list[Any], dict[str, str], str]] = [
-        (text, [("x",)], {"topic": topic}, "'nsqd'"),
-        (text, [("x",)], {"nsqd": address}, "'topic'"),
-        (text, [("x",)], {"nsqd": "nsqd-without-port", "topic": topic}, "not host:port"),
-        (text, [("x",)], {"nsqd": address, "topic": "bad topic!"}, "not a valid NSQ topic"),
-        (text, [("x",)], {"nsqd": address, "topic": topic, "batchSize": "0"}, "'batchSize'"),
-        ("data int", [(1,)], {"nsqd": address, "topic": topic}, "binary or string"),
-        (
-            "data string, body string",
-            [("x", "y")],
-            {"nsqd": address, "topic": topic},
-            "exactly one",
-        ),
-        (text, [("x",), ("",)], {"nsqd": address, "topic": topic}, "row 1 has an empty"),
+    # Through Spark: an option error at planning and a row error in a task.
+    spark_cases: list[tuple[list[Any], dict[str, str], str]] = [
+        ([("x",)], {"nsqd": address}, "'topic'"),
+        ([("x",), ("",)], {"nsqd": address, "topic": topic}, "row 1 has an empty"),
     ]
-    for schema, rows, options, expected in cases:
+    for rows, options, expected in spark_cases:
 
-        def attempt(
-            schema: str = schema, rows: list[Any] = rows, options: dict[str, str] = options
-        ) -> None:
-            writer = spark.createDataFrame(rows, schema).coalesce(1).write.format("nsq")
+        def attempt(rows: list[Any] = rows, options: dict[str, str] = options) -> None:
+            writer = spark.createDataFrame(rows, "data string").coalesce(1).write.format("nsq")
             for key, value in options.items():
                 writer = writer.option(key, value)
             writer.mode("append").save()
@@ -194,6 +185,21 @@ async def test_bad_options_and_reads_fail_clearly(spark: Any, nsqd: Nsqd, unique
         with pytest.raises(Exception) as excinfo:  # noqa: PT011 - Spark wraps our error
             await in_thread(spark, attempt)
         assert expected in str(excinfo.value), (expected, str(excinfo.value)[:2000])
+
+    # The planner's checks called directly.
+    direct_cases: list[tuple[str, dict[str, str], str]] = [
+        ("data string", {"topic": topic}, "'nsqd'"),
+        ("data string", {"nsqd": "nsqd-without-port", "topic": topic}, "not host:port"),
+        ("data string", {"nsqd": address, "topic": "bad topic!"}, "not a valid NSQ topic"),
+        ("data string", {"nsqd": address, "topic": topic, "batchSize": "0"}, "'batchSize'"),
+        ("data string", {"nsqd": address, "topic": topic, "size": "1"}, "unknown option"),
+        ("data int", {"nsqd": address, "topic": topic}, "binary or string"),
+        ("data string, body string", {"nsqd": address, "topic": topic}, "exactly one"),
+        ("value string", {"nsqd": address, "topic": topic}, "exactly one"),
+    ]
+    for schema, options, expected in direct_cases:
+        with pytest.raises(DataSourceOptionError, match=re.escape(expected)):
+            write_config(options, StructType.fromDDL(schema))
 
     for read in (
         lambda: spark.read.format("nsq").option("nsqd", address).load().collect(),
