@@ -1,4 +1,4 @@
-"""PySpark data sources for JetStream (and, as their clients land, Liftbridge and NSQ).
+"""PySpark data sources for JetStream, Liftbridge and NSQ.
 
     from aioclients.spark import register_data_sources
 
@@ -58,9 +58,8 @@ def _default_parallelism(spark: SparkSession) -> int:
 def register_data_sources(spark: SparkSession) -> None:
     """Register the ``jetstream``, ``liftbridge`` and ``nsq`` formats with ``spark``.
 
-    Every format is registered; one whose client is not part of this
-    installation yet fails on use with ``DataSourceUnavailableError``, naming
-    what is missing (rather than Spark's "data source not found").
+    ``jetstream`` and ``liftbridge`` read and write; ``nsq`` only writes (reading
+    it fails with ``DataSourceUnavailableError``, saying why: NSQ keeps no log).
 
     The ``jetstream`` source's default ``numPartitions`` becomes the session's
     default parallelism.

@@ -1,0 +1,493 @@
+"""The liftbridge Spark data source against the Liftbridge emulator (or a real cluster
+named by ``AIOCLIENTS_TEST_LIFTBRIDGE``), on the shared local[2] session.
+
+The emulator runs in the test's event loop, so every Spark action runs in a
+thread (``asyncio.to_thread``): Spark's Python workers connect to the emulator
+while the loop keeps serving them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from pyspark.sql.types import StructType
+
+from aioclients import liftbridge
+from aioclients.spark._errors import DataSourceOptionError
+from aioclients.spark._lb_offsets import (
+    cap_offsets,
+    checkpoint_offsets,
+    parse_brokers,
+    parse_offsets,
+    parse_partitions,
+    resolve_end,
+    resolve_start,
+    to_checkpoint,
+)
+from aioclients.spark._liftbridge import LiftbridgeBatchReader, LiftbridgeStreamReader
+from aioclients.spark._liftbridge import _write_config as write_config
+from aioclients.testing import LiftbridgeCluster
+from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge
+
+pytestmark = pytest.mark.spark
+
+Cluster = LiftbridgeCluster | ExternalLiftbridge
+T = TypeVar("T")
+EPOCH = datetime(1970, 1, 1)
+
+
+async def in_thread(spark: Any, fn: Callable[[], T]) -> T:
+    """Run a blocking Spark call off the loop that serves the emulator.
+
+    The JVM's active session is per thread, and ``writeStream`` looks Python data
+    sources up in it: make the session active in the worker thread first.
+    """
+
+    def call() -> T:
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        return fn()
+
+    return await asyncio.to_thread(call)
+
+
+@pytest.fixture
+async def client(liftbridge_cluster: Cluster) -> AsyncIterator[liftbridge.Client]:
+    c = await liftbridge.connect(liftbridge_cluster.addresses)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+@pytest.fixture
+async def stream(client: liftbridge.Client, unique_name: str) -> AsyncIterator[str]:
+    """A stream of two partitions, deleted afterwards."""
+    await client.create_stream(unique_name, unique_name, partitions=2)
+    yield unique_name
+    try:
+        await client.delete_stream(unique_name)
+    except liftbridge.NoSuchStreamError:
+        pass
+
+
+def brokers_of(cluster: Cluster) -> str:
+    return ",".join(cluster.addresses)
+
+
+Sent = tuple[
+    int, int, bytes | None, bytes, dict[str, bytes]
+]  # partition, offset, key, value, headers
+
+
+async def publish(
+    client: liftbridge.Client, stream: str, counts: dict[int, int], tag: str = "m"
+) -> list[Sent]:
+    """Publish ``counts[p]`` messages to each partition ``p``; some keyed, some with headers."""
+    sent: list[Sent] = []
+    for partition, count in counts.items():
+        for i in range(count):
+            key = f"k{i % 4}".encode() if i % 2 == 0 else None
+            headers = {"n": str(i).encode(), "bin": bytes([0, i % 256])} if i % 3 == 0 else {}
+            value = f"{tag}-{partition}-{i}".encode()
+            ack = await client.publish(
+                stream, value, key=key, headers=headers or None, partition=partition
+            )
+            assert ack is not None
+            sent.append((partition, ack.offset, key, value, headers))
+    return sent
+
+
+def read(spark: Any, brokers: str, stream: str, **options: object) -> Any:
+    reader = spark.read.format("liftbridge").option("brokers", brokers).option("stream", stream)
+    for key, value in options.items():
+        reader = reader.option(key, value if isinstance(value, str) else json.dumps(value))
+    return reader.load()
+
+
+def rows_of(df: Any) -> list[Any]:
+    return sorted(df.collect(), key=lambda r: (r.partition, r.offset))
+
+
+# -- pure helpers ----------------------------------------------------------------------------
+
+
+def test_offset_options_parse_like_kafka() -> None:
+    assert parse_brokers(" a:1, b:2 ") == ["a:1", "b:2"]
+    assert parse_partitions(None, [1, 0], "s") == [0, 1]
+    assert parse_partitions("1, 1", [0, 1], "s") == [1]
+    words = ("earliest", "latest")
+    assert parse_offsets("startingOffsets", None, default=-2, words=words, stream="s") == -2
+    assert parse_offsets("startingOffsets", "LATEST", default=-2, words=words, stream="s") == -1
+    spec = parse_offsets(
+        "startingOffsets", '{"0": 5, "1": -2}', default=-2, words=words, stream="s"
+    )
+    assert spec == {0: 5, 1: -2}
+    nested = parse_offsets(
+        "startingOffsets", '{"s": {"1": 3}}', default=-2, words=words, stream="s"
+    )
+    assert nested == {1: 3}
+    hws = {0: 9, 1: -1, 2: 4}
+    assert resolve_start({0: 5, 1: -1}, hws, stream="s") == {0: 5, 1: 0, 2: 0}
+    assert resolve_start(-1, hws, stream="s") == {0: 10, 1: 0, 2: 5}
+    assert resolve_end({2: 3}, hws, stream="s") == {0: 9, 1: -1, 2: 3}
+    assert checkpoint_offsets(to_checkpoint("s", {1: 4, 0: 2}), "s") == {0: 2, 1: 4}
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (lambda: parse_brokers(""), "'brokers'"),
+        (lambda: parse_brokers("localhost"), "not host:port"),
+        (lambda: parse_partitions("3", [0, 1], "s"), "no partition 3"),
+        (lambda: parse_partitions("x", [0, 1], "s"), "not a partition number"),
+        (
+            lambda: parse_offsets(
+                "endingOffsets", "earliest", default=-1, words=("latest",), stream="s"
+            ),
+            "'latest' or JSON",
+        ),
+        (
+            lambda: parse_offsets("startingOffsets", "{0: 1}", default=-2, words=(), stream="s"),
+            "JSON offsets",
+        ),
+        (
+            lambda: parse_offsets(
+                "startingOffsets", '{"0": -3}', default=-2, words=("latest",), stream="s"
+            ),
+            "partition 0 has offset -3",
+        ),
+        (lambda: resolve_start({5: 0}, {0: 1}, stream="s"), "partition(s) [5]"),
+        (lambda: checkpoint_offsets({"stream": "t", "offsets": {}}, "s"), "new checkpointLocation"),
+    ],
+)
+def test_bad_offset_options_name_the_option(call: Callable[[], object], expected: str) -> None:
+    with pytest.raises(DataSourceOptionError, match=re.escape(expected)):
+        call()
+
+
+def test_max_per_trigger_is_shared_between_partitions() -> None:
+    start = {0: 0, 1: 10, 2: 5}
+    end = {0: 100, 1: 12, 2: 5}
+    capped = cap_offsets(start, end, 10)
+    assert capped == {0: 8, 1: 12, 2: 5}  # partition 1 needs 2, partition 0 gets the rest
+    assert sum(capped[p] - start[p] for p in start) == 10
+    assert cap_offsets({0: 0, 1: 0}, {0: 3, 1: 3}, 1) == {0: 1, 1: 0}  # progress at least
+    assert cap_offsets(start, end, 1000) == end
+
+
+# -- batch reads -----------------------------------------------------------------------------
+
+
+async def test_batch_read_equals_what_was_published(
+    spark: Any, liftbridge_cluster: Cluster, client: liftbridge.Client, stream: str
+) -> None:
+    sent = await publish(client, stream, {0: 40, 1: 25})
+    stamps: dict[tuple[int, int], int] = {}
+    for partition, count in ((0, 40), (1, 25)):
+        sub = client.subscribe(
+            stream,
+            partition=partition,
+            start_at=liftbridge.StartPosition.EARLIEST,
+            stop_offset=count - 1,
+        )
+        async with sub:
+            async for msg in sub:
+                stamps[(partition, msg.offset)] = msg.timestamp
+
+    df = read(spark, brokers_of(liftbridge_cluster), stream, batchSize="7")
+    assert await in_thread(spark, lambda: df.rdd.getNumPartitions()) == 2
+    rows = await in_thread(spark, lambda: rows_of(df))
+
+    assert len(rows) == len(sent)
+    for row, (partition, offset, key, value, headers) in zip(
+        rows, sorted(sent, key=lambda s: (s[0], s[1])), strict=True
+    ):
+        assert (row.stream, row.partition, row.offset) == (stream, partition, offset)
+        assert row.key == key
+        assert bytes(row.value) == value
+        # Liftbridge adds the NATS subject and reply of every message to its headers.
+        assert {
+            k: v for k, v in (row.headers or {}).items() if k not in ("subject", "reply")
+        } == headers
+        expected = EPOCH + timedelta(microseconds=stamps[(partition, offset)] // 1000)
+        assert row.timestamp == expected
+    assert [r.offset for r in rows if r.partition == 0] == list(range(40))
+
+
+async def test_offset_ranges_and_partitions_option(
+    spark: Any, liftbridge_cluster: Cluster, client: liftbridge.Client, stream: str
+) -> None:
+    await publish(client, stream, {0: 30, 1: 20})
+    brokers = brokers_of(liftbridge_cluster)
+
+    def offsets(df: Any) -> list[tuple[int, int]]:
+        return sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+
+    ranged = read(
+        spark, brokers, stream, startingOffsets={"0": 10, "1": 5}, endingOffsets={"0": 19}
+    )
+    expected = [(0, o) for o in range(10, 20)] + [(1, o) for o in range(5, 20)]
+    assert await in_thread(spark, lambda: offsets(ranged)) == expected
+
+    # Kafka's nested form, -2 for earliest, and one partition only.
+    only_one = read(
+        spark,
+        brokers,
+        stream,
+        partitions="1",
+        startingOffsets={stream: {"1": -2}},
+        endingOffsets={stream: {"1": 3}},
+    )
+    assert await in_thread(spark, lambda: offsets(only_one)) == [(1, o) for o in range(4)]
+
+    latest = read(spark, brokers, stream, startingOffsets="latest")
+    assert await in_thread(spark, lambda: latest.count()) == 0
+
+
+async def test_empty_stream_reads_no_rows(
+    spark: Any, liftbridge_cluster: Cluster, stream: str
+) -> None:
+    df = read(spark, brokers_of(liftbridge_cluster), stream)
+    assert await in_thread(spark, lambda: df.count()) == 0
+
+
+async def test_bad_options_fail_clearly(
+    spark: Any, liftbridge_cluster: Cluster, client: liftbridge.Client, stream: str
+) -> None:
+    await publish(client, stream, {0: 3})
+    brokers = brokers_of(liftbridge_cluster)
+    # Through Spark: the planner's error reaches the caller with its text.
+    spark_cases: list[tuple[Callable[[], Any], str]] = [
+        (lambda: spark.read.format("liftbridge").option("stream", stream).load(), "'brokers'"),
+        (lambda: read(spark, brokers, f"{stream}-missing"), "there is no Liftbridge stream"),
+        (lambda: read(spark, brokers, stream, startingOffsets="{0: 1"), "'startingOffsets'"),
+        (lambda: read(spark, brokers, stream, partitions="7"), "no partition 7"),
+    ]
+    for load, expected in spark_cases:
+        with pytest.raises(Exception) as excinfo:  # noqa: PT011 - Spark wraps our error
+            await in_thread(spark, lambda load=load: load().collect())  # type: ignore[misc]
+        assert expected in str(excinfo.value), (expected, str(excinfo.value)[:2000])
+
+    # The same planning code called directly (as Spark's planner process does), faster.
+    def batch(**options: object) -> LiftbridgeBatchReader:
+        given = {"brokers": brokers, "stream": stream}
+        given.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()})
+        return LiftbridgeBatchReader({k: v for k, v in given.items() if v is not None})
+
+    direct_cases: list[tuple[dict[str, object], str]] = [
+        ({"stream": None}, "'stream'"),
+        ({"brokers": "nohost"}, "not host:port"),
+        ({"endingOffsets": "earliest"}, "'endingOffsets'"),
+        ({"startingOffsets": {"9": 0}}, "partition(s) [9]"),
+        ({"endingOffsets": {"0": 50}}, "past its newest"),
+        ({"startingOffsets": {"0": 2}, "endingOffsets": {"0": 0}}, "is after 'endingOffsets'"),
+        ({"maxMessagesPerTrigger": "5"}, "unknown option"),
+    ]
+    for options, expected in direct_cases:
+        with pytest.raises(DataSourceOptionError) as excinfo:
+            await asyncio.to_thread(batch, **options)
+        assert expected in str(excinfo.value), (expected, str(excinfo.value))
+
+    def stream_start() -> object:
+        options = {"brokers": brokers, "stream": stream, "startingOffsets": '{"0": 9}'}
+        return LiftbridgeStreamReader(options).initialOffset()
+
+    with pytest.raises(DataSourceOptionError, match="'startingOffsets': partition 0 starts at 9"):
+        await asyncio.to_thread(stream_start)
+
+
+# -- streaming -------------------------------------------------------------------------------
+
+
+def stream_to_files(
+    spark: Any, brokers: str, stream: str, out: Path, checkpoint: Path, **options: object
+) -> None:
+    reader = spark.readStream.format("liftbridge").option("brokers", brokers)
+    reader = reader.option("stream", stream)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    query = (
+        reader.load()
+        .selectExpr("partition", "offset", "cast(value as string) as value")
+        .writeStream.format("json")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(240), "the availableNow query did not finish"
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+
+async def test_stream_restarted_from_checkpoint_yields_every_message_once(
+    spark: Any,
+    liftbridge_cluster: Cluster,
+    client: liftbridge.Client,
+    stream: str,
+    tmp_path: Path,
+) -> None:
+    brokers = brokers_of(liftbridge_cluster)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    first = await publish(client, stream, {0: 40, 1: 20}, tag="a")
+
+    def run() -> None:
+        stream_to_files(
+            spark,
+            brokers,
+            stream,
+            out,
+            checkpoint,
+            startingOffsets="earliest",
+            maxMessagesPerTrigger=25,
+        )
+
+    def written() -> list[tuple[int, int, str]]:
+        rows = spark.read.json(str(out)).collect()
+        return sorted((r.partition, r.offset, r.value) for r in rows)
+
+    await in_thread(spark, run)
+    assert await in_thread(spark, written) == sorted((p, o, v.decode()) for p, o, _, v, _ in first)
+
+    second = await publish(client, stream, {0: 10, 1: 15}, tag="b")
+    await in_thread(spark, run)
+    everything = sorted((p, o, v.decode()) for p, o, _, v, _ in first + second)
+    assert await in_thread(spark, written) == everything, "every message exactly once"
+
+    commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    # 60 messages in batches of <= 25, then 25 more: at least 3 + 1 micro-batches.
+    assert len(commits) >= 4
+    last = (checkpoint / "offsets" / str(commits[-1])).read_text().strip().splitlines()[-1]
+    assert json.loads(last) == {"stream": stream, "offsets": {"0": 50, "1": 35}}
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+async def test_writer_round_trips(spark: Any, liftbridge_cluster: Cluster, stream: str) -> None:
+    brokers = brokers_of(liftbridge_cluster)
+    rows = [
+        (f"v{i}".encode(), f"k{i}" if i % 2 else None, i % 2, {"h": f"{i}".encode()})
+        for i in range(30)
+    ]
+
+    def write() -> None:
+        df = spark.createDataFrame(
+            rows, "value binary, key string, partition int, headers map<string,binary>"
+        ).repartition(2)
+        df.write.format("liftbridge").option("brokers", brokers).option("stream", stream).mode(
+            "append"
+        ).save()
+
+    await in_thread(spark, write)
+    back = await in_thread(spark, lambda: rows_of(read(spark, brokers, stream)))
+    got = sorted(
+        (
+            bytes(r.value),
+            r.key,
+            r.partition,
+            {k: v for k, v in (r.headers or {}).items() if k == "h"},
+        )
+        for r in back
+    )
+    expected = sorted((v, None if k is None else k.encode(), p, h) for v, k, p, h in rows)
+    assert got == expected
+    for partition in (0, 1):
+        assert sorted(r.offset for r in back if r.partition == partition) == list(range(15))
+
+
+async def test_writer_fails_the_task_when_a_publish_fails(
+    spark: Any, liftbridge_cluster: Cluster, stream: str
+) -> None:
+    brokers = brokers_of(liftbridge_cluster)
+
+    def write() -> None:
+        df = spark.createDataFrame(
+            [("ok", 0), ("no such partition", 5)], "value string, partition int"
+        )
+        df.coalesce(1).write.format("liftbridge").option("brokers", brokers).option(
+            "stream", stream
+        ).mode("append").save()
+
+    with pytest.raises(
+        Exception, match=r"publish\(es\) to liftbridge stream .* failed; the first was row 1"
+    ):
+        await in_thread(spark, write)
+
+
+async def test_stream_writer_and_bad_writer_input(
+    spark: Any,
+    liftbridge_cluster: Cluster,
+    client: liftbridge.Client,
+    stream: str,
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    brokers = brokers_of(liftbridge_cluster)
+    sink = f"{unique_name}-sink"
+    await client.create_stream(sink, sink)
+    await publish(client, stream, {0: 12, 1: 8})
+
+    def copy() -> None:
+        query = (
+            spark.readStream.format("liftbridge")
+            .option("brokers", brokers)
+            .option("stream", stream)
+            .option("startingOffsets", "earliest")
+            .load()
+            .selectExpr("value", "key")
+            .writeStream.format("liftbridge")
+            .option("brokers", brokers)
+            .option("stream", sink)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            assert query.awaitTermination(240)
+        finally:
+            query.stop()
+        assert query.exception() is None
+
+    try:
+        await in_thread(spark, copy)
+        copied = await in_thread(spark, lambda: rows_of(read(spark, brokers, sink)))
+        assert sorted(bytes(r.value) for r in copied) == sorted(
+            f"m-{p}-{i}".encode() for p, n in ((0, 12), (1, 8)) for i in range(n)
+        )
+
+        # Through Spark once; the column and option checks directly.
+        def attempt() -> None:
+            df = spark.createDataFrame([], "value binary")
+            df.write.format("liftbridge").option("brokers", brokers).option(
+                "stream", f"{stream}-missing"
+            ).mode("append").save()
+
+        with pytest.raises(Exception, match="there is no Liftbridge stream"):
+            await in_thread(spark, attempt)
+
+        cases: list[tuple[str, dict[str, str], str]] = [
+            ("key binary", {"stream": stream}, "'value' column"),
+            ("value binary, extra string", {"stream": stream}, "unexpected column"),
+            ("value int", {"stream": stream}, "'value' column"),
+            ("value binary, partition string", {"stream": stream}, "column 'partition'"),
+            ("value binary", {}, "'stream'"),
+            ("value binary", {"stream": stream, "partitioner": "hash"}, "'partitioner'"),
+        ]
+        for schema, options, expected in cases:
+            with pytest.raises(DataSourceOptionError) as excinfo:
+                await asyncio.to_thread(
+                    write_config, {"brokers": brokers, **options}, StructType.fromDDL(schema)
+                )
+            assert expected in str(excinfo.value), (expected, str(excinfo.value))
+    finally:
+        await client.delete_stream(sink)
