@@ -527,6 +527,17 @@ class MessageStream(_Puller):
         return self if self._entered else self._owned_iteration()
 
     async def __anext__(self) -> Msg:
+        # The hot path, inlined: a buffered message is returned without another
+        # coroutine; everything else (waiting, ending, errors) is _next_message's.
+        buffer = self._buffer
+        if buffer and not self._stopped and self._error is None:
+            msg = buffer.popleft()
+            assert self._loop is not None
+            pull = self._core.take(self._sizes.popleft(), self._loop.time())
+            if pull is not None:
+                self._send_pull(pull)
+                self._rearm()
+            return msg
         return await self._next_message()
 
 
