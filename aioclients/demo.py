@@ -6,21 +6,34 @@ batched Direct Get, aggregates revenue per region, writes the results to a
 KV-style stream (one message per region) and reads the latest values back
 with a ``multi_last`` Direct Get.
 
-Then a Spark job (local[2]) reads the same orders through the ``jetstream``
-data source, aggregates revenue and units per region and product, and writes
-the results back: to a JetStream stream through the ``jetstream`` writer and to
-a Parquet folder. Prints progress and a short report, and checks that Spark's
-totals agree with the asyncio client's.
+Then it starts the Liftbridge emulator (two brokers on the same nats-server)
+and the nsqd emulator in its event loop, publishes a payment event for most
+orders to a two-partition Liftbridge stream (``publish_async``, keyed by order
+id) and reads them back with one Subscribe per partition.
 
-Options: ``--orders N`` (default 20000), ``--nats-url URL`` to use an existing
+A Spark job (local[2]) reads the orders through the ``jetstream`` data source
+and the payments through the ``liftbridge`` data source, aggregates revenue and
+units per region and product (written back to a JetStream stream through the
+``jetstream`` writer and to a Parquet folder), joins the payments to the orders
+(orders, paid, collected and outstanding per region) and writes one shipment
+request per paid order to NSQ through the ``nsq`` sink (MPUB), while an
+``nsq.Reader`` consumes and counts them. Every Spark action runs in a thread
+(``asyncio.to_thread``) so the loop keeps serving the emulators Spark's Python
+workers talk to. Prints progress and a short report, and checks that the
+counts and totals agree across JetStream, Liftbridge, Spark and NSQ (exit
+status 1 with ``demo check failed`` when they do not).
+
+Options: ``--orders N`` (default 10000), ``--nats-url URL`` to use an existing
 server instead of the embedded one, ``--parquet DIR`` to keep the Parquet output
-(default: a temporary folder), ``--no-spark`` to skip the Spark job.
+(default: a temporary folder), ``--no-spark`` to skip the Spark job (the asyncio
+client then joins the payments and publishes the shipment requests with MPUB).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import random
@@ -29,10 +42,12 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from aioclients import jetstream
-from aioclients.testing import NatsServer
+from aioclients import jetstream, liftbridge, nsq
+from aioclients.testing import LiftbridgeCluster, NatsServer, NsqdEmulator
 
 REGIONS = ("emea", "amer", "apac")
 PRODUCTS = ("keyboard", "mouse", "monitor", "laptop", "headset", "dock")
@@ -44,6 +59,13 @@ PRICES = {
     "headset": 89.0,
     "dock": 149.0,
 }
+METHODS = ("card", "paypal", "invoice")
+T = TypeVar("T")
+ORDER_SEED = 2026
+PAYMENT_SEED = 7
+PAID_SHARE = 0.9  # the other orders stay unpaid: the join has something to find
+MPUB_BATCH = 500
+WAIT = 90.0  # seconds for the NSQ consumer to see every shipment request
 
 
 @dataclass
@@ -54,6 +76,20 @@ class Report:
     publish_seconds: float = 0.0
     read_seconds: float = 0.0
     revenue: dict[str, float] = field(default_factory=dict)
+    payments: int = 0  # published to Liftbridge
+    payments_read: int = 0  # read back with Subscribe
+    shipments: int = 0  # received from NSQ
+
+
+@dataclass
+class RegionSummary:
+    """Orders joined with their payments, for one region."""
+
+    orders: int = 0
+    paid: int = 0
+    revenue: float = 0.0
+    collected: float = 0.0
+    paid_units: int = 0
 
 
 def _orders(count: int, rng: random.Random) -> list[dict[str, object]]:
@@ -126,7 +162,7 @@ async def _pipeline(
     report: Report,
 ) -> None:
     print(f"Producing {count} orders to stream {orders_stream.name} (publish_async, msg_id de-dup)")
-    orders = _orders(count, random.Random(2026))
+    orders = _orders(count, random.Random(ORDER_SEED))
     start = time.perf_counter()
     futures = []
     for i, order in enumerate(orders, 1):
@@ -193,28 +229,216 @@ async def _pipeline(
         f"Read {report.read} orders in {report.read_seconds:.2f}s "
         f"({report.read / report.read_seconds:,.0f} msgs/s)"
     )
-    if report.read != count or report.duplicates != 100:
+    if report.read != count or report.duplicates != min(count, 100):
         raise SystemExit("demo check failed: counts do not add up")
+
+
+# -- payments through Liftbridge, shipment requests through NSQ --------------------------------
+
+
+def _payments(orders: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
+    """One payment for most orders (a share stays unpaid), in the orders' order."""
+    return [
+        {"order_id": o["order_id"], "method": rng.choice(METHODS), "amount": o["amount"]}
+        for o in orders
+        if rng.random() < PAID_SHARE
+    ]
+
+
+def _expected(
+    orders: list[dict[str, Any]], payments: list[dict[str, Any]]
+) -> dict[str, RegionSummary]:
+    """The join computed in plain Python: what Spark and NSQ must agree with."""
+    paid = {p["order_id"]: p["amount"] for p in payments}
+    summary = {region: RegionSummary() for region in REGIONS}
+    for o in orders:
+        row = summary[o["region"]]
+        row.orders += 1
+        row.revenue += o["amount"]
+        if o["order_id"] in paid:
+            row.paid += 1
+            row.collected += paid[o["order_id"]]
+            row.paid_units += o["quantity"]
+    return summary
+
+
+def _shipment(order: dict[str, Any]) -> bytes:
+    keys = ("order_id", "region", "product", "quantity")
+    return json.dumps({k: order[k] for k in keys}).encode()
+
+
+def _names(suffix: str) -> tuple[str, str]:
+    """The Liftbridge stream (and its subject) and the NSQ topic."""
+    return f"payments{suffix}", f"shipments{suffix}"
+
+
+async def publish_payments(
+    brokers: list[str], payments: list[dict[str, Any]], suffix: str, report: Report
+) -> None:
+    """Publish the payments to a two-partition stream, then read every partition back."""
+    stream, _ = _names(suffix)
+    count = len(payments)
+    async with await liftbridge.connect(brokers) as client:
+        await client.create_stream(stream, stream, partitions=2)
+        print(
+            f"\nPublishing {count} payments to Liftbridge stream {stream} (publish_async, by key)"
+        )
+        start = time.perf_counter()
+        futures = []
+        for i, payment in enumerate(payments, 1):
+            futures.append(
+                await client.publish_async(
+                    stream,
+                    json.dumps(payment).encode(),
+                    key=str(payment["order_id"]).encode(),
+                    partitioner="key",
+                )
+            )
+            if i % max(count // 5, 1) == 0 or i == count:
+                _progress("publish", i, count)
+        acks = await asyncio.gather(*futures)
+        seconds = time.perf_counter() - start
+        report.payments = sum(a is not None and a.ack_error is None for a in acks)
+        per_partition: dict[int, int] = defaultdict(int)
+        for ack in acks:
+            if ack is not None and ack.partition is not None:
+                per_partition[ack.partition] += 1
+
+        print("Reading the payments back with one Subscribe per partition")
+        start_read = time.perf_counter()
+        collected = 0.0
+        for partition in sorted(per_partition):
+            sub = client.subscribe(
+                stream,
+                partition=partition,
+                start_at=liftbridge.StartPosition.EARLIEST,
+                stop_offset=per_partition[partition] - 1,
+            )
+            async with sub:
+                async for msg in sub:
+                    collected += json.loads(msg.value)["amount"]
+                    report.payments_read += 1
+            _progress(f"part {partition}", per_partition[partition], per_partition[partition])
+        read_seconds = time.perf_counter() - start_read
+    expected = round(sum(p["amount"] for p in payments), 2)
+    print(
+        f"Published {report.payments} payments in {seconds:.2f}s "
+        f"({report.payments / seconds:,.0f} msgs/s) over {len(per_partition)} partitions; "
+        f"read {report.payments_read} back in {read_seconds:.2f}s, "
+        f"{collected:,.2f} collected"
+    )
+    if (
+        report.payments != count
+        or report.payments_read != count
+        or abs(round(collected, 2) - expected) > 0.01
+    ):
+        raise SystemExit("demo check failed: the Liftbridge stream does not hold every payment")
+
+
+async def consume_shipments(
+    nsqd: NsqdEmulator,
+    topic: str,
+    expected: dict[str, RegionSummary],
+    report: Report,
+    producer: asyncio.Future[Any],
+) -> None:
+    """Count the shipment requests an ``nsq.Reader`` receives while ``producer`` (Spark's
+    write or the asyncio MPUBs) sends them; check them against the join.
+
+    A failed ``producer`` ends the wait at once (its error is raised); otherwise the
+    Reader gets ``WAIT`` seconds to see every request. ``producer`` is awaited before
+    returning, so no write is left running.
+    """
+    total = sum(row.paid for row in expected.values())
+    units: dict[str, int] = defaultdict(int)
+    seen: set[str] = set()
+    async with nsq.Reader(
+        topic, "warehouse", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=500
+    ) as reader:
+
+        async def take() -> None:
+            if total == 0:
+                return
+            async for msg in reader:
+                shipment = json.loads(msg.body)
+                await msg.finish()
+                seen.add(shipment["order_id"])
+                units[shipment["region"]] += shipment["quantity"]
+                report.shipments += 1
+                if report.shipments % max(total // 5, 1) == 0 or report.shipments == total:
+                    _progress("nsq", report.shipments, total)
+                if report.shipments == total:
+                    return
+
+        taking = asyncio.ensure_future(take())
+        try:
+            deadline = time.monotonic() + WAIT
+            waiting: set[asyncio.Future[Any]] = {taking, producer}
+            while not taking.done() and time.monotonic() < deadline:
+                done, _ = await asyncio.wait(
+                    waiting,
+                    timeout=deadline - time.monotonic(),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if producer in done:
+                    producer.result()  # a failed write fails the demo now, with its error
+                    waiting.discard(producer)
+        finally:
+            taking.cancel()
+            await asyncio.gather(taking, return_exceptions=True)
+            await asyncio.wait({producer})
+        producer.result()
+        if not taking.cancelled() and taking.exception() is not None:
+            raise taking.exception()  # type: ignore[misc]  # the Reader's own error
+        if report.shipments != total:
+            raise SystemExit(
+                f"demo check failed: NSQ delivered {report.shipments} of {total} shipment "
+                f"requests in {WAIT:.0f}s"
+            )
+    (stats,) = nsqd.stats(topic=topic, include_clients=False)["topics"]
+    print(
+        f"NSQ: the Reader received {report.shipments} shipment requests from topic {topic} "
+        f"({stats['message_count']} published to nsqd)"
+    )
+    wrong = [r for r in REGIONS if units[r] != expected[r].paid_units]
+    if len(seen) != total or stats["message_count"] != total or wrong:
+        raise SystemExit(
+            "demo check failed: the shipment requests in NSQ do not match the paid orders"
+        )
+    print("Every paid order reached NSQ once, with the units the orders say")
+
+
+async def publish_shipments(
+    nsqd: NsqdEmulator, topic: str, orders: list[dict[str, Any]], payments: list[dict[str, Any]]
+) -> None:
+    """Without Spark: the asyncio producer publishes the shipment requests with MPUB."""
+    paid = {p["order_id"] for p in payments}
+    bodies = [_shipment(o) for o in orders if o["order_id"] in paid]
+    async with nsq.Producer(nsqd.tcp_address) as producer:
+        for i in range(0, len(bodies), MPUB_BATCH):
+            await producer.mpublish(topic, bodies[i : i + MPUB_BATCH])
+
+
+def _print_summary(title: str, summary: dict[str, RegionSummary]) -> None:
+    print(f"\n{title}")
+    print(f"  {'region':<6} {'orders':>7} {'paid':>7} {'collected':>15} {'outstanding':>15}")
+    for region in REGIONS:
+        row = summary[region]
+        print(
+            f"  {region:<6} {row.orders:>7} {row.paid:>7} {row.collected:>15,.2f} "
+            f"{row.revenue - row.collected:>15,.2f}"
+        )
 
 
 # -- the Spark job ----------------------------------------------------------------------------
 
 
-def spark_job(url: str, suffix: str, report: Report, parquet: str) -> None:
-    """Read the orders with the jetstream data source, aggregate, write to JetStream and Parquet."""
-    try:
-        from pyspark.sql import SparkSession
-        from pyspark.sql import functions as F
+def _start_spark(started: float) -> Any:
+    """Start the local[2] session (blocking: the JVM starts) and register the data sources."""
+    from pyspark.sql import SparkSession
 
-        from aioclients.spark import register_data_sources
-    except ImportError as exc:
-        print(f"\nSkipping the Spark job ({exc}); install it with: pip install 'aioclients[spark]'")
-        return
-    orders_name, _, spark_totals = _stream_names(suffix)
-    asyncio.run(_create_spark_totals(url, spark_totals, suffix))
+    from aioclients.spark import register_data_sources
 
-    print("\nStarting Spark (local[2]) for the batch job")
-    start = time.perf_counter()
     # Spark's Python workers must run this interpreter (it has pyarrow and aioclients).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
@@ -224,41 +448,90 @@ def spark_job(url: str, suffix: str, report: Report, parquet: str) -> None:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.worker.reuse", "true")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    try:
-        register_data_sources(spark)
-        print(f"  Spark up in {time.perf_counter() - start:.1f}s")
-        orders = (
+    register_data_sources(spark)
+    print(f"  Spark up in {time.perf_counter() - started:.1f}s")
+    return spark
+
+
+async def _in_thread(spark: Any, action: Callable[[], T]) -> T:
+    """Run a blocking Spark action in a worker thread, off the loop that serves the emulators.
+
+    The JVM's active session is per thread and Spark looks Python data sources up in it
+    (``DATA_SOURCE_NOT_FOUND`` otherwise): make the session active in that thread first.
+    """
+
+    def call() -> T:
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        return action()
+
+    return await asyncio.to_thread(call)
+
+
+async def spark_job(
+    spark: Any,
+    url: str,
+    suffix: str,
+    report: Report,
+    parquet: str,
+    cluster: LiftbridgeCluster,
+    nsqd: NsqdEmulator,
+    expected: dict[str, RegionSummary],
+) -> None:
+    """Read orders (jetstream) and payments (liftbridge), aggregate and join them, write the
+    totals to JetStream and Parquet and the shipment requests to NSQ.
+
+    Every Spark call runs in a thread: the emulators live in this event loop and Spark's
+    Python workers connect to them. The caller stops ``spark``.
+    """
+    from pyspark.sql import functions as F
+
+    orders_name, _, spark_totals = _stream_names(suffix)
+    payments_name, topic = _names(suffix)
+    await _create_spark_totals(url, spark_totals, suffix)
+
+    print("\nThe Spark batch job")
+    orders = await _in_thread(
+        spark,
+        lambda: (
             spark.read.format("jetstream")
             .option("servers", url)
             .option("stream", orders_name)
             .load()
+        ),
+    )
+    print(
+        f"  reading {orders_name} through the jetstream data source "
+        f"({spark.sparkContext.defaultParallelism} partitions, batched Direct Get)"
+    )
+    schema = "order_id string, region string, product string, quantity int, amount double"
+    parsed = (
+        orders.select(F.from_json(F.col("data").cast("string"), schema).alias("o"))
+        .select("o.*")
+        .cache()
+    )
+    start = time.perf_counter()
+    totals = (
+        parsed.groupBy("region", "product")
+        .agg(
+            F.round(F.sum("amount"), 2).alias("revenue"),
+            F.sum("quantity").alias("units"),
+            F.count("*").alias("orders"),
         )
-        print(
-            f"  reading {orders_name} through the jetstream data source "
-            f"({spark.sparkContext.defaultParallelism} partitions, batched Direct Get)"
-        )
-        schema = "order_id string, region string, product string, quantity int, amount double"
-        parsed = orders.select(F.from_json(F.col("data").cast("string"), schema).alias("o"))
-        start = time.perf_counter()
-        totals = (
-            parsed.groupBy("o.region", "o.product")
-            .agg(
-                F.round(F.sum("o.amount"), 2).alias("revenue"),
-                F.sum("o.quantity").alias("units"),
-                F.count("*").alias("orders"),
-            )
-            .orderBy("region", "product")
-            .cache()
-        )
-        rows = totals.collect()
-        seconds = time.perf_counter() - start
-        counted = sum(r.orders for r in rows)
-        print(f"  aggregated {counted} orders into {len(rows)} rows in {seconds:.2f}s")
+        .orderBy("region", "product")
+        .cache()
+    )
+    rows = await _in_thread(spark, totals.collect)
+    seconds = time.perf_counter() - start
+    counted = sum(r.orders for r in rows)
+    print(f"  aggregated {counted} orders into {len(rows)} rows in {seconds:.2f}s")
 
-        print(f"  writing the totals to stream {spark_totals} (jetstream writer, msg_id de-dup)")
+    print(f"  writing the totals to stream {spark_totals} (jetstream writer, msg_id de-dup)")
+    await _in_thread(
+        spark,
         totals.select(
             F.concat(F.lit(f"spark_totals{suffix}."), "region", F.lit("."), "product").alias(
                 "subject"
@@ -267,14 +540,67 @@ def spark_job(url: str, suffix: str, report: Report, parquet: str) -> None:
             .cast("binary")
             .alias("data"),
             F.concat_ws(".", "region", "product").alias("msg_id"),
-        ).write.format("jetstream").option("servers", url).mode("append").save()
-        print(f"  writing the totals to Parquet at {parquet}")
-        totals.write.mode("overwrite").parquet(parquet)
-        written = spark.read.parquet(parquet).count()
-    finally:
-        spark.stop()
+        )
+        .write.format("jetstream")
+        .option("servers", url)
+        .mode("append")
+        .save,
+    )
+    print(f"  writing the totals to Parquet at {parquet}")
+    await _in_thread(spark, lambda: totals.write.mode("overwrite").parquet(parquet))
+    written = await _in_thread(spark, lambda: spark.read.parquet(parquet).count())
 
-    stored = asyncio.run(_count_messages(url, spark_totals))
+    print(
+        f"  joining the orders with {payments_name} read through the liftbridge data source "
+        "(one Subscribe per partition)"
+    )
+    start_join = time.perf_counter()
+    payments_raw = await _in_thread(
+        spark,
+        lambda: (
+            spark.read.format("liftbridge")
+            .option("brokers", ",".join(cluster.addresses))
+            .option("stream", payments_name)
+            .load()
+        ),
+    )
+    payments = payments_raw.select(
+        F.from_json(
+            F.col("value").cast("string"), "order_id string, method string, amount double"
+        ).alias("p")
+    ).select("p.order_id", F.col("p.amount").alias("paid_amount"))
+    joined = parsed.join(payments, "order_id", "left").cache()
+    summary_rows = await _in_thread(
+        spark,
+        joined.groupBy("region")
+        .agg(
+            F.count("*").alias("orders"),
+            F.count("paid_amount").alias("paid"),
+            F.sum("amount").alias("revenue"),
+            F.coalesce(F.sum("paid_amount"), F.lit(0.0)).alias("collected"),
+            F.coalesce(
+                F.sum(F.when(F.col("paid_amount").isNotNull(), F.col("quantity"))), F.lit(0)
+            ).alias("paid_units"),
+        )
+        .collect,
+    )
+    join_seconds = time.perf_counter() - start_join
+
+    print(f"  writing one shipment request per paid order to NSQ topic {topic} (nsq sink)")
+    shipments = joined.where(F.col("paid_amount").isNotNull()).select(
+        F.to_json(F.struct("order_id", "region", "product", "quantity")).alias("data")
+    )
+    writer = (
+        shipments.write.format("nsq")
+        .option("nsqd", nsqd.tcp_address)
+        .option("topic", topic)
+        .option("batchSize", str(MPUB_BATCH))
+        .mode("append")
+    )
+    writing = asyncio.ensure_future(_in_thread(spark, writer.save))
+    await consume_shipments(nsqd, topic, expected, report, writing)
+
+    stored = await _count_messages(url, spark_totals)
     by_region: dict[str, float] = defaultdict(float)
     for r in rows:
         by_region[r.region] += r.revenue
@@ -294,6 +620,28 @@ def spark_job(url: str, suffix: str, report: Report, parquet: str) -> None:
         raise SystemExit("demo check failed: Spark's totals do not match the orders")
     print("Spark's revenue per region matches the asyncio client's")
 
+    joined_summary = {
+        r.region: RegionSummary(r.orders, r.paid, r.revenue, r.collected, r.paid_units)
+        for r in summary_rows
+    }
+    _print_summary(
+        f"Spark report: orders joined with Liftbridge payments ({join_seconds:.2f}s)",
+        joined_summary,
+    )
+    if not _summaries_agree(joined_summary, expected):
+        raise SystemExit("demo check failed: Spark's join does not match the payments")
+    print("Spark's join matches the payments published to Liftbridge")
+
+
+def _summaries_agree(got: dict[str, RegionSummary], expected: dict[str, RegionSummary]) -> bool:
+    for region in REGIONS:
+        g, e = got.get(region), expected[region]
+        if g is None or (g.orders, g.paid, g.paid_units) != (e.orders, e.paid, e.paid_units):
+            return False
+        if abs(g.collected - e.collected) > 0.01 or abs(g.revenue - e.revenue) > 0.01:
+            return False
+    return True
+
 
 async def _create_spark_totals(url: str, name: str, suffix: str) -> None:
     async with await jetstream.connect(url) as js:
@@ -311,23 +659,84 @@ async def _count_messages(url: str, name: str) -> int:
         return (await js.stream_info(name)).state.messages
 
 
-def _run_all(url: str, count: int, suffix: str, parquet: str | None, with_spark: bool) -> None:
-    report = asyncio.run(run(url, count, suffix=suffix))
+# -- putting it together ----------------------------------------------------------------------
+
+
+async def _demo(url: str, count: int, suffix: str, parquet: str, with_spark: bool) -> None:
+    spark_start: asyncio.Future[Any] | None = None
     if with_spark:
-        if parquet is not None:
-            spark_job(url, suffix, report, parquet)
+        if importlib.util.find_spec("pyspark") is None:
+            print(
+                "Skipping the Spark job (pyspark is not installed); install it with: "
+                "pip install 'aioclients[spark]'"
+            )
         else:
-            with tempfile.TemporaryDirectory(prefix="aioclients-demo-") as folder:
-                spark_job(url, suffix, report, os.path.join(folder, "region_product_totals"))
+            # The JVM takes a while to start: let it start while the asyncio clients work.
+            print("Starting Spark (local[2]) in the background")
+            spark_start = asyncio.ensure_future(
+                asyncio.to_thread(_start_spark, time.perf_counter())
+            )
+    try:
+        await _pipelines(url, count, suffix, parquet, spark_start)
+    finally:
+        if spark_start is not None:
+            await _stop_spark(spark_start)
+
+
+async def _pipelines(
+    url: str, count: int, suffix: str, parquet: str, spark_start: asyncio.Future[Any] | None
+) -> None:
+    report = await run(url, count, suffix=suffix)
+    orders = _orders(count, random.Random(ORDER_SEED))
+    payments = _payments(orders, random.Random(PAYMENT_SEED))
+    expected = _expected(orders, payments)
+    _, topic = _names(suffix)
+    async with NsqdEmulator() as nsqd, LiftbridgeCluster(brokers=2, nats_url=url) as cluster:
+        print(
+            f"\nLiftbridge emulator (2 brokers on the same nats-server) at "
+            f"{', '.join(cluster.addresses)}; nsqd emulator at {nsqd.tcp_address}"
+        )
+        await publish_payments(cluster.addresses, payments, suffix, report)
+        _print_summary("Orders joined with their payments (computed by the demo)", expected)
+        if spark_start is not None:
+            spark = await spark_start
+            await spark_job(spark, url, suffix, report, parquet, cluster, nsqd, expected)
+        else:
+            print(f"\nPublishing one shipment request per paid order to NSQ topic {topic} (MPUB)")
+            publishing = asyncio.ensure_future(publish_shipments(nsqd, topic, orders, payments))
+            await consume_shipments(nsqd, topic, expected, report, publishing)
+    print(
+        f"\nAll checks passed: {report.read} orders in JetStream, {report.payments} payments "
+        f"in Liftbridge, {report.shipments} shipment requests through NSQ"
+    )
+
+
+async def _stop_spark(start: asyncio.Future[Any]) -> None:
+    try:
+        spark = await start
+    except Exception:  # already raised where the session was awaited (or not needed)
+        return
+    await asyncio.to_thread(spark.stop)
+
+
+def _run_all(url: str, count: int, suffix: str, parquet: str | None, with_spark: bool) -> None:
+    if parquet is not None:
+        asyncio.run(_demo(url, count, suffix, parquet, with_spark))
+    else:
+        with tempfile.TemporaryDirectory(prefix="aioclients-demo-") as folder:
+            path = os.path.join(folder, "region_product_totals")
+            asyncio.run(_demo(url, count, suffix, path, with_spark))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m aioclients.demo", description=__doc__)
-    parser.add_argument("--orders", type=int, default=20_000)
+    parser.add_argument("--orders", type=int, default=10_000)
     parser.add_argument("--nats-url", help="use this JetStream server instead of an embedded one")
     parser.add_argument("--parquet", help="write the Spark job's Parquet output here")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark job")
     args = parser.parse_args(argv)
+    if args.orders < 1:
+        parser.error("--orders must be at least 1")
     started = time.perf_counter()
     if args.nats_url:
         suffix = f"_{uuid.uuid4().hex[:8]}"

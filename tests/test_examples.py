@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,11 +55,32 @@ def _run_demo(url: str, *extra: str, timeout: float) -> subprocess.CompletedProc
     )
 
 
+def _assert_liftbridge_and_nsq(stdout: str, shipped_by: str) -> None:
+    """The payments went through Liftbridge and the shipment requests through NSQ, and
+    every system reports the same number of paid orders."""
+    published = re.search(
+        r"Published (\d+) payments in .* over 2 partitions; read (\d+) back", stdout
+    )
+    assert published, stdout
+    paid = int(published[1])
+    assert 0 < paid < 2000, "the demo leaves some of its 2000 orders unpaid"
+    assert int(published[2]) == paid
+    assert shipped_by in stdout
+    assert f"NSQ: the Reader received {paid} shipment requests" in stdout
+    assert f"({paid} published to nsqd)" in stdout
+    assert "Every paid order reached NSQ once" in stdout
+    assert (
+        f"All checks passed: 2000 orders in JetStream, {paid} payments in Liftbridge, "
+        f"{paid} shipment requests through NSQ"
+    ) in stdout
+
+
 def test_demo_runs_end_to_end_without_spark(nats_server: object) -> None:
     result = _run_demo(nats_server.url, "--no-spark", timeout=120)  # type: ignore[attr-defined]
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Revenue per region" in result.stdout
     assert "100 retried publishes de-duplicated" in result.stdout
+    _assert_liftbridge_and_nsq(result.stdout, "per paid order to NSQ topic shipments_")
     assert "Spark" not in result.stdout
 
 
@@ -70,3 +92,6 @@ def test_demo_runs_end_to_end(nats_server: object) -> None:
     assert "100 retried publishes de-duplicated" in result.stdout
     assert "Spark read 2000 orders" in result.stdout
     assert "Spark's revenue per region matches the asyncio client's" in result.stdout
+    assert "through the liftbridge data source" in result.stdout
+    assert "Spark's join matches the payments published to Liftbridge" in result.stdout
+    _assert_liftbridge_and_nsq(result.stdout, "(nsq sink)")
