@@ -671,7 +671,7 @@ async def _demo(url: str, count: int, suffix: str, parquet: str, with_spark: boo
                 "pip install 'aioclients[spark]'"
             )
         else:
-            # The JVM takes a while to start: let it start while the asyncio clients work.
+            # The JVM takes a while to start: let it start while the JetStream client works.
             print("Starting Spark (local[2]) in the background")
             spark_start = asyncio.ensure_future(
                 asyncio.to_thread(_start_spark, time.perf_counter())
@@ -691,6 +691,9 @@ async def _pipelines(
     payments = _payments(orders, random.Random(PAYMENT_SEED))
     expected = _expected(orders, payments)
     _, topic = _names(suffix)
+    # Spark launches its JVM with fork(): that must happen before the Liftbridge emulator's
+    # gRPC threads exist (a fork beside them can break both), so wait for the session here.
+    spark = None if spark_start is None else await spark_start
     async with NsqdEmulator() as nsqd, LiftbridgeCluster(brokers=2, nats_url=url) as cluster:
         print(
             f"\nLiftbridge emulator (2 brokers on the same nats-server) at "
@@ -698,8 +701,7 @@ async def _pipelines(
         )
         await publish_payments(cluster.addresses, payments, suffix, report)
         _print_summary("Orders joined with their payments (computed by the demo)", expected)
-        if spark_start is not None:
-            spark = await spark_start
+        if spark is not None:
             await spark_job(spark, url, suffix, report, parquet, cluster, nsqd, expected)
         else:
             print(f"\nPublishing one shipment request per paid order to NSQ topic {topic} (MPUB)")
