@@ -19,8 +19,8 @@ message. The hot path takes a whole run of replies of the common shape (no user
 headers, no CRLF in the payload) column-wise: one ``split`` of the buffer into
 lines, then checks and extraction per column in C (see ``_parse_run``). Where a
 run ends, frames are parsed one at a time: one regular-expression match for the
-common shape, else the general path, which decodes the header block line by line. A frame is consumed only once it is
-complete, so bytes may arrive split anywhere.
+common shape, else the general path, which decodes the header block line by line.
+A frame is consumed only once it is complete, so bytes may arrive split anywhere.
 
 NATS client protocol: https://docs.nats.io/reference/reference-protocols/nats-protocol
 """
