@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from itertools import takewhile
+from itertools import repeat, takewhile
 from operator import sub
 from typing import Any
 
@@ -325,15 +325,14 @@ class DirectReplyParser:
         numbers = list(map(int, sizes))
         heads, totals = numbers[0::2], numbers[1::2]
         # A header block is NATS/1.0, the header lines and a CRLF after each and the blank line.
-        block = [len(_NATS_1_0) + 2 * (step - 2) - head for head in heads]
+        fixed = repeat(len(_NATS_1_0) + 2 * (step - 2), count)
         columns = [lines[index:end:step] for index in range(2, step - 2)]
         for name, column in zip(names, columns, strict=True):
             if not _prefixed(column, name + b": "):
                 return pos
         payloads = lines[step - 1 : end : step]
-        if list(map(sum, zip(block, *[map(len, column) for column in columns], strict=True))) != [
-            0
-        ] * count or list(map(len, payloads)) != list(map(sub, totals, heads)):
+        blocks = map(sum, zip(fixed, *[map(len, column) for column in columns], strict=True))
+        if list(blocks) != heads or list(map(len, payloads)) != list(map(sub, totals, heads)):
             return pos
         subjects = _strip(columns[1], b"Nats-Subject: ", _CRLF)
         sequences = _strip(columns[2], b"Nats-Sequence: ", _CRLF)
