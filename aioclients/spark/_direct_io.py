@@ -41,8 +41,10 @@ log = logging.getLogger("aioclients.spark.jetstream")
 
 T = TypeVar("T")
 
-#: Reply bytes asked for per request: bounds what the server queues for us.
-DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+#: Reply bytes asked for per request: bounds what the server queues for us (well under
+#: nats-server's default 64 MB max_pending, past which it drops a slow consumer) while
+#: leaving room for a default batch (50000 messages of ~600 bytes with their headers).
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 
 
 class DirectGetConnection(asyncio.Protocol):

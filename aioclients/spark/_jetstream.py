@@ -85,7 +85,10 @@ JETSTREAM_SCHEMA = StructType(
         StructField("data", BinaryType()),
     ]
 )
-DEFAULT_BATCH_SIZE = 10_000
+# Fewer, larger Direct Get requests: nats-server's cost per request grows with the
+# stream's size (1M stored messages: ~11 us of server CPU per row read with 10000
+# per request, ~7.5 with 50000), and Spark gains nothing from smaller Arrow batches.
+DEFAULT_BATCH_SIZE = 50_000
 DEFAULT_TIMEOUT = 30.0
 READ_OPTIONS = {
     "servers",

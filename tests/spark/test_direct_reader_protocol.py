@@ -101,6 +101,93 @@ def test_payloads_of_any_bytes_survive_any_chunking(payload: bytes, chunk: int) 
     assert parser.take_columns().data == [payload]
 
 
+def regular_run(count: int) -> bytes:
+    return b"".join(
+        stored(seq, b"s.%d" % (seq % 7), b"p" * (seq % 5)) for seq in range(1, count + 1)
+    )
+
+
+_row = st.tuples(
+    st.sampled_from([b"a", b"a.b", b"HMSG", b"\xc3\xa9.x"]),
+    st.binary(max_size=40) | st.sampled_from([b"\r\nHMSG ", b"a\r\nb", b"\r\n", b"1 2 3"]),
+    st.sampled_from([b"", b"X-One: 1\r\n", b"Nats-Subject: no\r\n"]),
+)
+
+
+@given(st.lists(_row, min_size=1, max_size=12), st.integers(min_value=1, max_value=400))
+def test_runs_of_replies_give_the_same_columns_whole_or_chunked(
+    rows: list[tuple[bytes, bytes, bytes]], chunk: int
+) -> None:
+    data = b"".join(
+        stored(seq, subject, payload, user)
+        for seq, (subject, payload, user) in enumerate(rows, start=1)
+    ) + eob(0, len(rows))
+    for size in (len(data), chunk):
+        parser = DirectReplyParser()
+        events = []
+        for i in range(0, len(data), size):
+            events += parser.receive_data(data[i : i + size])
+        assert events == [BatchEnd(num_pending=0, last_seq=len(rows))]
+        cols = parser.take_columns()
+        # A user header named like a bookkeeping one comes first and loses to the server's.
+        assert cols.subjects == [subject for subject, _, _ in rows]
+        assert cols.sequences == [b"%d" % seq for seq in range(1, len(rows) + 1)]
+        assert cols.stamps == [STAMP] * len(rows)
+        assert cols.data == [payload for _, payload, _ in rows]
+        assert cols.headers == {
+            i: [("X-One", "1")] for i, row in enumerate(rows) if row[2][:1] == b"X"
+        }
+
+
+def test_a_long_run_of_regular_replies_is_taken_whole() -> None:
+    parser = DirectReplyParser()
+    data = regular_run(500)
+    assert parser.receive_data(data + eob(0, 500)[:10]) == []
+    cols = parser.take_columns()
+    assert cols.sequences == [b"%d" % seq for seq in range(1, 501)]
+    assert cols.subjects[:8] == [b"s.1", b"s.2", b"s.3", b"s.4", b"s.5", b"s.6", b"s.0", b"s.1"]
+    assert cols.data[:6] == [b"p", b"pp", b"ppp", b"pppp", b"", b"p"]
+    assert cols.headers == {}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        stored(51, b"a", b"x").replace(b" 1 ", b" 2 ", 1),  # another sid
+        stored(51, b"a", b"xy").replace(b" 2\r\n", b" 1\r\n", 1)[:-3] + b"\r\n",  # short total
+        b"HMSG x 1 10 5\r\n" + b"z" * 20,  # header longer than the message
+        stored(51, b"a", b"x").replace(b"NATS/1.0\r\n", b"NATS/1.1\r\n"),
+        b"HMSG x 1\r\n",
+    ],
+)
+def test_a_bad_frame_after_a_run_of_regular_ones_is_reported_at_its_offset(bad: bytes) -> None:
+    parser = DirectReplyParser()
+    run = regular_run(50)
+    with pytest.raises(RemoteProtocolError) as excinfo:
+        parser.receive_data(run + bad + stored(52, b"a", b"x"))
+    assert excinfo.value.offset == len(run)
+
+
+@pytest.mark.parametrize(
+    "lie",
+    [
+        (b" 156 ", b" 157 "),  # header length one too large
+        (b" 156 ", b" 155 "),
+        (b" 160\r\n", b" 161\r\n"),  # total one too large: swallows the CRLF
+        (b"Nats-Sequence: 3\r\n", b"Nats-Sequence: 3a\r\n"),
+    ],
+)
+def test_a_reply_whose_sizes_or_fields_lie_is_reported_at_its_offset(
+    lie: tuple[bytes, bytes],
+) -> None:
+    frame = stored(3, b"a", b"pppp")
+    assert lie[0] in frame
+    data = regular_run(2) + frame.replace(*lie, 1) + regular_run(2)
+    with pytest.raises(RemoteProtocolError) as excinfo:
+        DirectReplyParser().receive_data(data)
+    assert excinfo.value.offset == len(regular_run(2))
+
+
 def test_control_lines() -> None:
     parser = DirectReplyParser()
     events = parser.receive_data(

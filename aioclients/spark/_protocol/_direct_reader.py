@@ -15,10 +15,12 @@ message by message) and control events (:class:`ServerInfo`, :class:`Ping`,
 :class:`Pong`, :class:`ServerErr`, :class:`BatchEnd`, :class:`StatusReply`). It
 does no I/O and no conversion: the driver converts a finished batch's columns to
 Arrow arrays in one go, which costs far less than building a Python object per
-message. The hot path is one regular-expression match per message for the
-common reply shape (no user headers); anything else takes the general path,
-which decodes the header block line by line. A frame is consumed only once it is
-complete, so bytes may arrive split anywhere.
+message. The hot path takes a whole run of replies of the common shape (no user
+headers, no CRLF in the payload) column-wise: one ``split`` of the buffer into
+lines, then checks and extraction per column in C (see ``_parse_run``). Where a
+run ends, frames are parsed one at a time: one regular-expression match for the
+common shape, else the general path, which decodes the header block line by line.
+A frame is consumed only once it is complete, so bytes may arrive split anywhere.
 
 NATS client protocol: https://docs.nats.io/reference/reference-protocols/nats-protocol
 """
@@ -28,6 +30,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from itertools import repeat, takewhile
+from operator import sub
 from typing import Any
 
 from aioclients._errors import RemoteProtocolError
@@ -72,6 +76,46 @@ _BOOKKEEPING = frozenset(
         "Nats-UpTo-Sequence",
     }
 )
+# The header names of a regular reply, in the order the server writes them.
+_BASE_NAMES = [b"Nats-Stream", b"Nats-Subject", b"Nats-Sequence", b"Nats-Time-Stamp"]
+_REGULAR_NAMES = [
+    _BASE_NAMES + extra
+    for extra in (
+        [],
+        [b"Nats-Num-Pending"],
+        [b"Nats-Last-Sequence"],
+        [b"Nats-Num-Pending", b"Nats-Last-Sequence"],
+    )
+]
+_NATS_1_0 = b"NATS/1.0"
+
+
+def _prefixed(column: list[bytes], prefix: bytes) -> bool:
+    """Whether every line of ``column`` starts with ``prefix``.
+
+    Checked on the lines joined with CRLF, which no line contains: every CRLF in
+    the joined text is a separator, so it is followed by ``prefix`` once per line
+    but the first.
+    """
+    joined = _CRLF.join(column)
+    return joined.startswith(prefix) and joined.count(_CRLF + prefix) == len(column) - 1
+
+
+def _strip(column: list[bytes], prefix: bytes, sep: bytes) -> list[bytes] | None:
+    """``column``'s lines without ``prefix``, split on ``sep``; ``None`` if one lacks it.
+
+    With ``sep`` CRLF that is one value per line; with a space, the control lines'
+    size fields in a row. Same joined-text reasoning as :func:`_prefixed`.
+    """
+    joined = _CRLF.join(column)
+    if not joined.startswith(prefix):
+        return None
+    stripped = joined.replace(_CRLF + prefix, sep)
+    if len(joined) - len(stripped) != (len(prefix) + 2 - len(sep)) * (len(column) - 1):
+        return None
+    return stripped[len(prefix) :].split(sep)
+
+
 # A control line longer than this without CRLF is not NATS (INFO lines are a few KB).
 _MAX_CONTROL_LINE = 64 * 1024
 
@@ -202,8 +246,8 @@ class DirectReplyParser:
         payloads = columns.data.append
         fast = self._fast.match
         size = len(buf)
-        pos = 0
         self._need = 0
+        pos = self._parse_run(buf, 0)
         while pos < size:
             m = fast(buf, pos)
             if m is not None:
@@ -232,8 +276,84 @@ class DirectReplyParser:
             consumed = self._general(buf, pos, line_end, events)
             if consumed is None:
                 return pos
-            pos = consumed
+            pos = self._parse_run(buf, consumed)
         return pos
+
+    def _parse_run(self, buf: bytes, pos: int) -> int:
+        """Take the run of regular replies at ``buf[pos:]`` column-wise; return its end.
+
+        A regular reply (no user headers, payload without CRLF) splits into the same
+        lines as every other: control line, ``NATS/1.0``, the bookkeeping headers in a
+        fixed order, the blank line, the payload. One ``split`` cuts the whole buffer
+        into lines in C; slicing with the first reply's line count as step gives each
+        field as a column, and every check runs column-wise in C (``map``, ``join``,
+        ``count``, ``replace``): the control lines' operation, sid and sizes, the
+        header names and values, each header block and payload having the length its
+        control line declares (which proves the lines are the frames a frame-by-frame
+        parse would find). Where the run ends (a status,
+        a PING, an incomplete frame) the frame-by-frame loop goes on; if any check
+        fails, nothing is taken here and that loop parses the buffer (and reports what
+        is wrong with it).
+        """
+        if not buf.startswith(b"HMSG ", pos):
+            return pos
+        lines = (buf[pos:] if pos else buf).split(_CRLF)
+        try:
+            step = lines.index(b"", 1) + 2  # the blank line, then the payload
+        except ValueError:
+            return pos
+        layout = lines[1 : step - 2]
+        names = [line.partition(b": ")[0] for line in layout[1:]]
+        if not layout or layout[0] != _NATS_1_0 or names not in _REGULAR_NAMES:
+            return pos
+        count = (len(lines) - 1) // step  # complete frames: a line follows each
+        # The run ends before the first frame that is not a stored message (a status).
+        count = len(list(takewhile(_NATS_1_0.__eq__, lines[1 : count * step : step])))
+        if not count:
+            return pos
+        end = count * step
+        first = lines[0].split()
+        if len(first) != 5 or first[0] != b"HMSG" or first[2] != self._sid:
+            return pos  # a reply subject, another sid or malformed: frame by frame
+        controls = lines[0:end:step]
+        # "h t" of every control line, as one flat list [h0, t0, h1, t1, ...].
+        sizes = _strip(controls, b"HMSG %s %s " % (first[1], self._sid), b" ")
+        if sizes is None or len(sizes) != 2 * count or b"" in sizes:
+            return pos
+        if not b"".join(sizes).isdigit():
+            return pos
+        numbers = list(map(int, sizes))
+        heads, totals = numbers[0::2], numbers[1::2]
+        # A header block is NATS/1.0, the header lines and a CRLF after each and the blank line.
+        fixed = repeat(len(_NATS_1_0) + 2 * (step - 2), count)
+        columns = [lines[index:end:step] for index in range(2, step - 2)]
+        for name, column in zip(names, columns, strict=True):
+            if not _prefixed(column, name + b": "):
+                return pos
+        payloads = lines[step - 1 : end : step]
+        blocks = map(sum, zip(fixed, *[map(len, column) for column in columns], strict=True))
+        if list(blocks) != heads or list(map(len, payloads)) != list(map(sub, totals, heads)):
+            return pos
+        subjects = _strip(columns[1], b"Nats-Subject: ", _CRLF)
+        sequences = _strip(columns[2], b"Nats-Sequence: ", _CRLF)
+        stamps = _strip(columns[3], b"Nats-Time-Stamp: ", _CRLF)
+        if (
+            subjects is None
+            or sequences is None
+            or stamps is None
+            or b"" in subjects
+            or b"" in stamps
+            or b"" in sequences
+            or not b"".join(sequences).isdigit()
+        ):
+            return pos
+        target = self.columns
+        target.subjects.extend(subjects)
+        target.sequences.extend(sequences)
+        target.stamps.extend(stamps)
+        target.data.extend(payloads)
+        # Each frame: control line, CRLF, the declared bytes, CRLF.
+        return pos + sum(map(len, controls)) + sum(totals) + 4 * count
 
     def _error(self, what: str, pos: int) -> RemoteProtocolError:
         return RemoteProtocolError(f"NATS server sent bad bytes: {what}", offset=self._offset + pos)
