@@ -209,8 +209,9 @@ class NatsTransport:
                 f"max_payload of {limit} bytes; split it or raise max_payload on the server"
             )
 
-    async def send(self, frame: bytes) -> None:
-        """Queue a frame built by :meth:`frame` for the socket."""
+    def _admit(self, frame: bytes) -> NATS:
+        """The client, if ``frame`` may be queued now: open, and while disconnected
+        only as far as nats-py's reconnect buffer reaches."""
         nc = self.nc
         if nc.is_closed:
             raise JetStreamClosedError("the NATS connection is closed; open a new one")
@@ -220,6 +221,11 @@ class NatsTransport:
             raise ConnectError(
                 "not connected to NATS and the reconnect buffer is full; retry after reconnect"
             )
+        return nc
+
+    async def send(self, frame: bytes) -> None:
+        """Queue a frame built by :meth:`frame` for the socket."""
+        nc = self._admit(frame)
         await nc._send_command(frame)
         queue = nc._flush_queue
         if queue is not None and queue.empty():
@@ -281,15 +287,7 @@ class NatsTransport:
         While disconnected, nats-py keeps the frame for after the reconnect, up to
         its reconnect buffer size.
         """
-        nc = self.nc
-        if nc.is_closed:
-            raise JetStreamClosedError("the NATS connection is closed; open a new one")
-        if not nc.is_connected and (
-            nc._max_pending_size <= 0 or nc.pending_data_size + len(frame) > nc._max_pending_size
-        ):
-            raise ConnectError(
-                "not connected to NATS and the reconnect buffer is full; retry after reconnect"
-            )
+        nc = self._admit(frame)
         nc._pending.append(frame)
         nc._pending_data_size += len(frame)
         queue = nc._flush_queue
