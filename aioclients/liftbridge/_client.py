@@ -51,6 +51,7 @@ from aioclients.liftbridge._io._grpc import (
     channel_credentials,
     is_connection_failure,
     map_rpc_error,
+    stream_ssl_context,
 )
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._pb import api_pb2_grpc as pb_grpc
@@ -100,6 +101,7 @@ _STREAM_OPTIONS: dict[str, tuple[str, str]] = {
 
 _CONNECT_OPTIONS = frozenset(
     {
+        "stream_transport",
         "rpc_timeout",
         "max_rpc_attempts",
         "publish_async_window",
@@ -234,6 +236,7 @@ class Client:
         self._clock = clock if clock is not None else self._loop.time
         self._metadata = MetadataCache(addresses, max_age=metadata_max_age)
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stream_channels: dict[str, Any] = {}  # PublishAsync's, per broker
         self._stubs: dict[grpc.aio.Channel, Any] = {}
         self._current: str | None = None
         self._pool: SubscribePool[grpc.aio.Channel] = SubscribePool(
@@ -279,8 +282,13 @@ class Client:
         if self._pool_timer is not None:
             self._pool_timer.cancel()
             self._pool_timer = None
-        channels = set(self._channels.values()) | set(self._pool.close())
+        channels = (
+            set(self._channels.values())
+            | set(self._stream_channels.values())
+            | set(self._pool.close())
+        )
         self._channels.clear()
+        self._stream_channels.clear()
         self._stubs.clear()
         await asyncio.gather(*(ch.close() for ch in channels), return_exceptions=True)
         if self._closing_channels:
@@ -310,6 +318,10 @@ class Client:
         if channel is not None:
             self._stubs.pop(channel, None)
             self._close_later(channel)
+        stream_channel = self._stream_channels.pop(address, None)
+        if stream_channel is not None:
+            self._stubs.pop(stream_channel, None)
+            self._close_later(stream_channel)
 
     def _close_later(self, channel: grpc.aio.Channel) -> None:
         task = self._loop.create_task(channel.close())
@@ -336,6 +348,15 @@ class Client:
                 )
             self._current = order[0]
         return self._current, self._stub_for(self._channel(self._current))
+
+    async def _any_stream_stub(self) -> tuple[str, Any]:
+        """Like :meth:`_any_stub`, on the broker's channel for streaming calls."""
+        address, _ = await self._any_stub()
+        channel = self._stream_channels.get(address)
+        if channel is None:
+            channel = self._factory.open_stream(address)
+            self._stream_channels[address] = channel
+        return address, self._stub_for(channel)
 
     def _jitter(self) -> float:
         return self._rng.uniform(MIN_WAIT, MAX_WAIT)
@@ -468,7 +489,7 @@ class Client:
         now = self._clock()
         channel = self._pool.acquire(address, now)
         if channel is None:
-            channel = self._factory.open(address)
+            channel = self._factory.open_stream(address)
             self._pool.add(address, channel, now)
         self._arm_pool_timer()
         return channel
@@ -1159,7 +1180,11 @@ async def connect(
             ``publish_async_window`` (1024 outstanding acks), ``metadata_max_age``
             (60 s), ``rng`` (a ``random.Random``), ``clock``, ``tls_root_certificates``,
             ``tls_client_cert``, ``tls_client_key`` (PEM paths), ``tls_server_name``,
-            ``grpc_options`` (extra channel arguments).
+            ``grpc_options`` (extra channel arguments), ``stream_transport``
+            (``"auto"``: Subscribe and PublishAsync run on the client's own
+            HTTP/2 code, several times cheaper per message than ``grpc.aio``,
+            unless ``tls`` is ``grpc.ChannelCredentials``; ``"http2"``; ``"grpc"``:
+            every call on ``grpc.aio``).
 
     Returns:
         A connected :class:`Client` (use ``async with``).
@@ -1208,10 +1233,32 @@ async def connect(
         client_cert=options.get("tls_client_cert"),
         client_key=options.get("tls_client_key"),
     )
+    transport = options.get("stream_transport", "auto")
+    if transport not in ("auto", "http2", "grpc"):
+        raise InvalidArgumentError(
+            f"stream_transport must be 'auto', 'http2' or 'grpc', got {transport!r}"
+        )
+    if transport == "http2" and isinstance(tls, grpc.ChannelCredentials):
+        raise InvalidArgumentError(
+            "stream_transport='http2' needs TLS as an ssl.SSLContext or PEM paths: "
+            "grpc.ChannelCredentials cannot be read back"
+        )
+    http2 = transport == "http2" or (
+        transport == "auto" and not isinstance(tls, grpc.ChannelCredentials)
+    )
     factory = ChannelFactory(
         credentials,
         server_name=options.get("tls_server_name"),
         options=tuple(options.get("grpc_options", ())),
+        http2_streams=http2,
+        stream_ssl=stream_ssl_context(
+            tls,
+            root_certificates=options.get("tls_root_certificates"),
+            client_cert=options.get("tls_client_cert"),
+            client_key=options.get("tls_client_key"),
+        )
+        if http2
+        else None,
     )
     client = Client(
         seeds,

@@ -105,7 +105,7 @@ class AsyncPublisher:
             if self._call is not None:
                 return self._call, self._address
             client = self._client
-            address, stub = await client._any_stub()
+            address, stub = await client._any_stream_stub()
             call = stub.PublishAsync()
             self._call = call
             self._address = address

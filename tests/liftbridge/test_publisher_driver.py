@@ -68,7 +68,7 @@ class FakeClient:
     def _jitter(self) -> float:
         return 0.0
 
-    async def _any_stub(self) -> tuple[str, FakeStub]:
+    async def _any_stream_stub(self) -> tuple[str, FakeStub]:
         return "b:1", self.stub
 
     def _broker_unavailable(self, address: str) -> None:

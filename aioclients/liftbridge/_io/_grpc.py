@@ -38,7 +38,13 @@ from aioclients.liftbridge._errors import (
     StreamExistsError,
 )
 
-__all__ = ("ChannelFactory", "channel_credentials", "is_connection_failure", "map_rpc_error")
+__all__ = (
+    "ChannelFactory",
+    "channel_credentials",
+    "is_connection_failure",
+    "map_rpc_error",
+    "stream_ssl_context",
+)
 
 log = logging.getLogger("aioclients.liftbridge.grpc")
 
@@ -101,8 +107,50 @@ def channel_credentials(
     )
 
 
+def stream_ssl_context(
+    tls: object,
+    *,
+    root_certificates: str | Path | None = None,
+    client_cert: str | Path | None = None,
+    client_key: str | Path | None = None,
+) -> ssl.SSLContext | None:
+    """The TLS context of our own HTTP/2 streams (None: plaintext).
+
+    Built anew, never the caller's context changed: it trusts the CA
+    certificates of ``tls`` (an ``SSLContext``) or ``root_certificates``, or the
+    system's when there are none (as gRPC uses its bundled roots), presents
+    ``client_cert``/``client_key`` when given, and offers ALPN ``h2``, which
+    gRPC servers require. Call it after :func:`channel_credentials` has
+    validated the arguments; ``grpc.ChannelCredentials`` cannot be turned into a
+    context (the caller keeps those streams on ``grpc.aio``).
+    """
+    roots = _read_pem("tls_root_certificates", root_certificates)
+    if tls is None and roots is None and client_cert is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    if roots is not None:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=roots.decode("ascii"))
+    elif isinstance(tls, ssl.SSLContext):
+        ders = tls.get_ca_certs(binary_form=True)
+        if ders:
+            pems = "".join(ssl.DER_cert_to_PEM_cert(der) for der in ders)
+            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=pems)
+    if client_cert is not None and client_key is not None:
+        try:
+            ctx.load_cert_chain(str(client_cert), str(client_key))
+        except (OSError, ssl.SSLError) as exc:
+            raise InvalidArgumentError(f"tls_client_cert/tls_client_key: {exc}") from None
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
 class ChannelFactory:
-    """Opens ``grpc.aio`` channels with the client's credentials and options."""
+    """Opens channels with the client's credentials and options.
+
+    :meth:`open` gives a ``grpc.aio`` channel (ordinary RPCs); :meth:`open_stream`
+    gives a channel for the Subscribe and PublishAsync streams: our own HTTP/2
+    (``_h2.Http2Channel``) unless ``http2_streams`` is False.
+    """
 
     def __init__(
         self,
@@ -110,8 +158,13 @@ class ChannelFactory:
         *,
         server_name: str | None = None,
         options: Sequence[tuple[str, Any]] = (),
+        http2_streams: bool = False,
+        stream_ssl: ssl.SSLContext | None = None,
     ) -> None:
         self.credentials = credentials
+        self.http2_streams = http2_streams
+        self.stream_ssl = stream_ssl
+        self.server_name = server_name
         # Later settings win: gRPC itself would take the first of two equal keys.
         opts = dict(_DEFAULT_OPTIONS)
         if server_name:
@@ -123,6 +176,22 @@ class ChannelFactory:
         if self.credentials is None:
             return grpc.aio.insecure_channel(address, options=self.options)
         return grpc.aio.secure_channel(address, self.credentials, options=self.options)
+
+    def open_stream(self, address: str) -> Any:
+        """A channel for the streaming calls (same stub surface as ``grpc.aio``)."""
+        if not self.http2_streams:
+            return self.open(address)
+        from aioclients.liftbridge._io._h2 import Http2Channel
+
+        opts = dict(self.options)
+        return Http2Channel(
+            address,
+            ssl_context=self.stream_ssl,
+            server_hostname=self.server_name,
+            keepalive_time=float(opts.get("grpc.keepalive_time_ms", 30_000)) / 1000,
+            keepalive_timeout=float(opts.get("grpc.keepalive_timeout_ms", 10_000)) / 1000,
+            max_message_size=int(opts.get("grpc.max_receive_message_length", 64 * 1024 * 1024)),
+        )
 
 
 def _details(exc: grpc.aio.AioRpcError) -> str:
