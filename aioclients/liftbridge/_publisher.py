@@ -11,8 +11,13 @@ Rules: at most ``window`` requests are awaiting their ack (a semaphore taken
 before writing, given back when the ack, its error or its timeout arrives), so
 a fast producer waits instead of queueing without bound. Each pending ack has
 a deadline (``timeout`` or ``ack_wait_time``) after which its future fails with
-``LiftbridgeTimeoutError``. If the stream breaks, every pending future fails
-(the messages may or may not be stored) and the next call opens a new stream.
+``LiftbridgeTimeoutError``; the deadlines sit in one heap under a single event
+loop timer (a timer per message cost more than the rest of the send path).
+On the client's own HTTP/2 streams a request is queued with ``write_nowait``
+(no lock, no suspension); writes go out together once per loop turn.
+
+If the stream breaks, every pending future fails (the messages may or may not
+be stored) and the next call opens a new stream.
 ``close()`` stops writing, lets the stream run until every outstanding ack has
 arrived or timed out, then fails whatever remains with a ClosedError.
 """
@@ -20,6 +25,7 @@ arrived or timed out, then fails whatever remains with a ClosedError.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -69,7 +75,8 @@ def async_error(error: Any, what: str) -> LiftbridgeError:
 class _Pending:
     future: asyncio.Future[Ack | None]
     partition: int
-    timer: asyncio.TimerHandle | None
+    deadline: float
+    timeout: float
 
 
 class AsyncPublisher:
@@ -85,6 +92,9 @@ class AsyncPublisher:
         self._reader: asyncio.Task[None] | None = None
         self._open_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
+        self._deadlines: list[tuple[float, str]] = []  # heap; stale entries are skipped
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_due = 0.0
         self._counter = 0
         self._prefix = f"{client._rng.getrandbits(48):012x}"
         self._closed = False
@@ -125,6 +135,10 @@ class AsyncPublisher:
                 raise LiftbridgeClosedError("publish_async: the client is closed")
             call, address = await self._ensure_call()
             try:
+                write_nowait = getattr(call, "write_nowait", None)
+                if write_nowait is not None and not self._write_lock.locked():
+                    if write_nowait(request):
+                        return
                 async with self._write_lock:
                     await call.write(request)
                 return
@@ -161,8 +175,11 @@ class AsyncPublisher:
         holding = True  # this call owns the window permit until a pending entry does
         try:
             if expects_ack:
-                timer = loop.call_later(timeout, self._expire, cid, timeout)
-                self._pending[cid] = _Pending(future, partition, timer)
+                deadline = loop.time() + timeout
+                self._pending[cid] = _Pending(future, partition, deadline, timeout)
+                heapq.heappush(self._deadlines, (deadline, cid))
+                if self._timer is None or deadline < self._timer_due:
+                    self._arm(deadline)
                 holding = False
             self._unsent.add(cid)
             try:
@@ -184,17 +201,45 @@ class AsyncPublisher:
         entry = self._pending.pop(cid, None)
         if entry is None:
             return
-        if entry.timer is not None:
-            entry.timer.cancel()
         self._window.release()
+
+    def _arm(self, due: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_due = due
+        self._timer = asyncio.get_running_loop().call_at(due, self._on_timer)
+
+    def _on_timer(self) -> None:
+        """Fail every pending ack whose deadline passed; re-arm for the next one."""
+        self._timer = None
+        now = asyncio.get_running_loop().time()
+        heap = self._deadlines
+        pending = self._pending
+        while heap:
+            deadline, cid = heap[0]
+            entry = pending.get(cid)
+            if entry is None or entry.deadline != deadline:
+                heapq.heappop(heap)  # settled already, or the id was reused
+                continue
+            if deadline > now:
+                self._arm(deadline)
+                return
+            heapq.heappop(heap)
+            self._expire(cid, entry.timeout)
+        if not pending:
+            heap.clear()
 
     def _settle(self, cid: str, result: Ack | None, error: BaseException | None) -> None:
         entry = self._pending.pop(cid, None)
         if entry is None:
             return  # timed out already, or an answer we did not ask for
-        if entry.timer is not None:
-            entry.timer.cancel()
         self._window.release()
+        if not self._pending:
+            # Nothing left to time out: drop the stale deadlines and the timer.
+            self._deadlines.clear()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
         if entry.future.done():
             return
         if error is not None:
@@ -203,10 +248,8 @@ class AsyncPublisher:
             entry.future.set_result(result)
 
     def _expire(self, cid: str, timeout: float) -> None:
-        entry = self._pending.get(cid)
-        if entry is None:
+        if cid not in self._pending:
             return
-        entry.timer = None
         self._settle(
             cid,
             None,

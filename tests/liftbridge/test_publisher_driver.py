@@ -127,6 +127,35 @@ async def test_a_missing_ack_times_out_and_frees_the_window() -> None:
     await pub.close()
 
 
+async def test_deadlines_of_different_lengths_expire_in_their_own_order() -> None:
+    # One timer serves every pending ack: a short deadline sent after a long one
+    # must still fire first, and an answered ack must never time out.
+    client = FakeClient()
+    pub = AsyncPublisher(client, window=10)  # type: ignore[arg-type]
+    slow = await pub.send(_req("slow"), partition=0, timeout=0.4)
+    answered = await pub.send(_req("answered"), partition=0, timeout=0.1)
+    fast = await pub.send(_req("fast"), partition=0, timeout=0.05)
+    kept = await pub.send(_req("kept"), partition=0, timeout=30)
+    client.stub.calls[0].ack("answered", 3)
+    order: list[str] = []
+    for name, fut in (("slow", slow), ("fast", fast)):
+        fut.add_done_callback(lambda _f, n=name: order.append(n))
+    with pytest.raises(LiftbridgeTimeoutError):
+        await asyncio.wait_for(fast, 2)
+    assert not slow.done()
+    with pytest.raises(LiftbridgeTimeoutError):
+        await asyncio.wait_for(slow, 2)
+    assert order == ["fast", "slow"]
+    assert (await answered).offset == 3
+    assert not kept.done()
+    assert pub.outstanding == 1
+    client.stub.calls[0].ack("kept", 4)
+    assert (await asyncio.wait_for(kept, 1)).offset == 4
+    assert pub.outstanding == 0
+    assert pub._timer is None  # nothing left to time out
+    await pub.close()
+
+
 async def test_async_errors_fail_their_future() -> None:
     client = FakeClient()
     pub = AsyncPublisher(client, window=4)  # type: ignore[arg-type]
