@@ -184,11 +184,10 @@ class _Publisher:
     messages on the connection is unchanged.
     """
 
-    __slots__ = ("_count", "_loop", "_scheduled", "_transport", "nc")
+    __slots__ = ("_count", "_loop", "_scheduled", "nc")
 
     def __init__(self, nc: FastNatsClient) -> None:
         self.nc = nc
-        self._transport = NatsTransport(nc)
         self._loop = asyncio.get_running_loop()
         self._count = 0  # publishes so far
         self._scheduled = False
@@ -197,7 +196,10 @@ class _Publisher:
         nc = self.nc
         if nc.is_closed:
             raise RpcError("UNAVAILABLE", "broker is shutting down")
-        frame = self._transport.frame(subject, data, "", None)
+        size = len(data)
+        if size > nc.max_payload > 0:
+            raise RpcError("INTERNAL", "nats: maximum payload exceeded")
+        frame = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), size, data)
         nc._pending.append(frame)
         nc._pending_data_size += len(frame)
         self._count += 1
@@ -341,58 +343,57 @@ class Ingester:
         if p.deleted or p.paused or p.leader not in self.state.live:
             return  # a real leader has unsubscribed by then: the message is not stored
         reception = now_ns()
-        env = envelope.decode_message(data)
-        headers: dict[str, bytes]
-        if env is not None:
-            key, value = env.key, env.value
-            headers = dict(env.headers) if env.headers else {}
-            ack_inbox, ack_policy = env.ackInbox, env.ackPolicy
+        msg = envelope.decode_message(data)
+        if msg is not None:
+            # The envelope's Message becomes the stored one: what only the
+            # publish carries is taken out, the log fills in the rest.
+            ack_inbox, correlation_id = msg.ackInbox, msg.correlationId
+            ack_policy, expected = msg.ackPolicy, msg.offset
+            msg.DiscardUnknownFields()
+            msg.ClearField("ackInbox")
+            msg.ClearField("correlationId")
+            msg.ClearField("ackPolicy")
         else:
-            key, value, headers = b"", data, {}
-            ack_inbox, ack_policy = "", api_pb2.LEADER
+            msg = api_pb2.Message(value=data)
+            ack_inbox, correlation_id, ack_policy, expected = "", "", api_pb2.LEADER, 0
         if p.readonly:
             return  # the log refuses the write; no ack
-        if p.stream.concurrency_control and (env.offset if env else 0) != p.newest_offset + 1:
+        if p.stream.concurrency_control and expected != p.newest_offset + 1:
             if ack_inbox:
                 self._send_ack(
-                    self._ack(p, subject, env, reception, 0, api_pb2.Ack.INCORRECT_OFFSET)
+                    api_pb2.Ack(
+                        stream=p.stream.name,
+                        partitionSubject=p.stream.subject,
+                        msgSubject=subject,
+                        ackInbox=ack_inbox,
+                        correlationId=correlation_id,
+                        ackPolicy=ack_policy,
+                        receptionTimestamp=reception,
+                        commitTimestamp=now_ns(),
+                        ackError=api_pb2.Ack.INCORRECT_OFFSET,
+                    )
                 )
             return
+        msg.subject = subject
+        msg.replySubject = reply
+        headers = msg.headers
         headers["subject"] = subject.encode()
         headers["reply"] = reply.encode()
-        offset, ts = p.append(
-            key=key,
-            value=value,
-            headers=headers,
-            subject=subject,
-            reply=reply,
-            timestamp=reception,
-        )
+        offset, ts = p.append_message(msg, reception)
         if ack_policy != _NONE and ack_inbox:
-            self._send_ack(self._ack(p, subject, env, ts, offset, api_pb2.Ack.OK))
-
-    @staticmethod
-    def _ack(
-        p: Partition,
-        subject: str,
-        env: api_pb2.Message | None,
-        reception: int,
-        offset: int,
-        error: api_pb2.Ack.Error,
-    ) -> api_pb2.Ack:
-        assert env is not None  # only enveloped messages have an ack inbox
-        return api_pb2.Ack(
-            stream=p.stream.name,
-            partitionSubject=p.stream.subject,
-            msgSubject=subject,
-            offset=offset,
-            ackInbox=env.ackInbox,
-            correlationId=env.correlationId,
-            ackPolicy=env.ackPolicy,
-            receptionTimestamp=reception,
-            commitTimestamp=now_ns(),
-            ackError=error,
-        )
+            self._send_ack(
+                api_pb2.Ack(
+                    stream=p.stream.name,
+                    partitionSubject=p.stream.subject,
+                    msgSubject=subject,
+                    offset=offset,
+                    ackInbox=ack_inbox,
+                    correlationId=correlation_id,
+                    ackPolicy=ack_policy,
+                    receptionTimestamp=ts,
+                    commitTimestamp=now_ns(),
+                )
+            )
 
     def _send_ack(self, ack: api_pb2.Ack) -> None:
         local = self.state.local_acks.get(ack.ackInbox)
@@ -602,12 +603,13 @@ class Broker:
             value=req.value,
             stream=req.stream,
             subject=subject,
-            headers=req.headers,
             ackInbox=req.ackInbox,
             correlationId=req.correlationId,
             ackPolicy=req.ackPolicy,
             offset=req.expectedOffset,
         )
+        if req.headers:  # a map argument costs more than the rest: only when there is one
+            msg.headers.update(req.headers)
         return envelope.encode(msg.SerializeToString(), envelope.TYPE_PUBLISH)
 
     # -- RPC handlers --------------------------------------------------------
@@ -809,11 +811,7 @@ class Broker:
             if err is not None:
                 push(_async_error(ack.correlationId, err).SerializeToString())
             else:
-                push(
-                    api_pb2.PublishResponse(
-                        correlationId=ack.correlationId, ack=ack
-                    ).SerializeToString()
-                )
+                push(_ack_response(ack))
 
         async def read_requests() -> None:
             nonlocal inflight, drained
@@ -1122,6 +1120,29 @@ class Broker:
             group.coordinator = others[0]
             group.epoch += 1
         return api_pb2.ReportConsumerGroupCoordinatorResponse()
+
+
+def _length_prefixed(tag: bytes, data: bytes) -> bytes:
+    n = len(data)
+    if n < 0x80:
+        return tag + bytes((n,)) + data
+    size = bytearray()
+    while n > 0x7F:
+        size.append((n & 0x7F) | 0x80)
+        n >>= 7
+    size.append(n)
+    return tag + bytes(size) + data
+
+
+def _ack_response(ack: api_pb2.Ack) -> bytes:
+    """``PublishResponse(ack=ack, correlationId=ack.correlationId)``, serialized.
+
+    Written out by hand (fields 1 and 3, length-delimited, in field order: the
+    bytes protobuf would produce) to skip building a message that copies the ack.
+    """
+    return _length_prefixed(b"\x0a", ack.SerializeToString()) + (
+        _length_prefixed(b"\x1a", ack.correlationId.encode()) if ack.correlationId else b""
+    )
 
 
 def _async_error(correlation_id: str, err: _PublishError) -> api_pb2.PublishResponse:
