@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import uuid
 from collections import deque
@@ -192,7 +193,8 @@ class _Publisher:
         self._count = 0  # publishes so far
         self._scheduled = False
 
-    def publish(self, subject: str, data: bytes) -> None:
+    def publish(self, subject: str, data: bytes, *, alone: bool = False) -> None:
+        """Queue a PUB; ``alone``: a unary publish whose caller waits, written at once."""
         nc = self.nc
         if nc.is_closed:
             raise RpcError("UNAVAILABLE", "broker is shutting down")
@@ -203,7 +205,9 @@ class _Publisher:
         nc._pending.append(frame)
         nc._pending_data_size += len(frame)
         self._count += 1
-        if not self._scheduled:
+        if alone:
+            self._flush()
+        elif not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._check, self._count)
 
@@ -217,6 +221,11 @@ class _Publisher:
                 self._loop.call_soon(self._check, seen, idle + 1)
                 return
         self._scheduled = False
+        self._flush()
+
+    def _flush(self) -> None:
+        """Wake the client's flusher (it writes everything queued at once)."""
+        nc = self.nc
         queue = nc._flush_queue
         if nc._pending_data_size and queue is not None and queue.empty() and nc.is_connected:
             done: asyncio.Future[None] = self._loop.create_future()
@@ -429,6 +438,7 @@ class Broker:
         self._nc: NatsClient | None = None
         self._publisher: _Publisher | None = None
         self._ack_prefix = f"_LB_ACK.{uuid.uuid4().hex}"
+        self._inbox_ids = itertools.count()
         self._ack_waiters: dict[str, asyncio.Future[api_pb2.Ack | None]] = {}
         self._ack_sub: NatsSubscription | None = None
         self._stop_waiter: asyncio.Future[None] | None = None
@@ -496,14 +506,15 @@ class Broker:
     # -- publishing (client side of NATS) ----------------------------------
 
     def _new_ack_inbox(self) -> str:
-        return f"{self._ack_prefix}.{uuid.uuid4().hex}"
+        # Unique: the prefix is random per broker, the counter never repeats in it.
+        return f"{self._ack_prefix}.{next(self._inbox_ids)}"
 
     async def _publish_and_wait(
         self, subject: str, data: bytes, ack_inbox: str, timeout: float | None, wait: bool
     ) -> api_pb2.Ack | None:
         nc = self._require_nats()
         if not wait:
-            self._publish_nowait(subject, data)
+            self._publish_nowait(subject, data, alone=True)
             return None
         assert timeout is not None
         own = ack_inbox.startswith(self._ack_prefix + ".")
@@ -517,11 +528,11 @@ class Broker:
                     fut.set_result(ack)
 
             self.state.local_acks[ack_inbox] = deliver
-            # One timer instead of asyncio.wait_for: it leaves the future
-            # pending, which reads as a timeout below.
+            # One timer instead of asyncio.wait_for (no extra task or future):
+            # on expiry it resolves the future with _TIMED_OUT.
             timer = loop.call_later(timeout, _time_out, fut)
             try:
-                self._publish_nowait(subject, data)
+                self._publish_nowait(subject, data, alone=True)
                 ack = await fut
             except asyncio.CancelledError:
                 if not self.running:
@@ -550,12 +561,12 @@ class Broker:
             raise RpcError("UNKNOWN", "Invalid ack for publish")
         return ack
 
-    def _publish_nowait(self, subject: str, data: bytes) -> None:
+    def _publish_nowait(self, subject: str, data: bytes, *, alone: bool = False) -> None:
         """Publish on NATS without awaiting (see :class:`_Publisher`)."""
         publisher = self._publisher
         if publisher is None or not self.running:
             raise RpcError("UNAVAILABLE", "broker is shutting down")
-        publisher.publish(subject, data)
+        publisher.publish(subject, data, alone=alone)
 
     def _require_nats(self) -> NatsClient:
         if self._nc is None or not self.running:
