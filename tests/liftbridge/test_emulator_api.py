@@ -382,6 +382,22 @@ async def test_publish_async_correlates_acks_and_errors(lb: Brokers, unique_name
     assert by_id["bad"].asyncError.code == pb.PublishAsyncError.NOT_FOUND
 
 
+async def test_publish_async_burst_keeps_order(lb: Brokers, unique_name: str) -> None:
+    # Enough 1 KiB messages that the broker writes them to NATS in several bursts.
+    await create(lb, unique_name)
+    n = 300
+    value = b"x" * 1024
+
+    async def requests() -> AsyncIterator[pb.PublishRequest]:
+        for i in range(n):
+            yield pb.PublishRequest(stream=unique_name, value=value, correlationId=f"c{i}")
+
+    call = lb.any.PublishAsync(requests(), timeout=TIMEOUT)
+    responses = [r async for r in call]
+    assert await call.code() == grpc.StatusCode.OK
+    assert [(r.correlationId, r.ack.offset) for r in responses] == [(f"c{i}", i) for i in range(n)]
+
+
 # -- subscribing -----------------------------------------------------------------
 
 
