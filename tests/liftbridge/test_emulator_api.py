@@ -300,6 +300,24 @@ async def test_publish_errors(lb: Brokers, unique_name: str) -> None:
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+async def test_publish_over_the_nats_payload_limit_fails_cleanly(
+    lb: Brokers, nc: Any, unique_name: str
+) -> None:
+    if not isinstance(lb.cluster, LiftbridgeCluster):
+        pytest.skip("the emulator's answer; a real server's wording may differ")
+    if nc.max_payload > 3 * 1024 * 1024:
+        pytest.skip("gRPC's 4 MiB message limit would refuse the request first")
+    await create(lb, unique_name)
+    big = b"x" * (nc.max_payload + 1)
+    err = await rpc_error(
+        lb.any.Publish(pb.PublishRequest(stream=unique_name, value=big), timeout=TIMEOUT)
+    )
+    assert err.code() == grpc.StatusCode.INTERNAL
+    assert "maximum payload exceeded" in (err.details() or "")
+    (ack,) = await publish(lb, unique_name, b"small")  # the broker still works
+    assert ack.offset == 0
+
+
 async def test_publish_to_ack_inbox_sends_enveloped_ack(
     lb: Brokers, nc: Any, unique_name: str
 ) -> None:
