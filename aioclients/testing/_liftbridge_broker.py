@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,6 +43,8 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription as NatsSubscription
 
+from aioclients.jetstream._transport import NatsClient as FastNatsClient
+from aioclients.jetstream._transport import NatsTransport, RawHandler
 from aioclients.liftbridge._pb import api_pb2
 from aioclients.testing import _liftbridge_envelope as envelope
 from aioclients.testing._liftbridge_state import (
@@ -68,6 +72,8 @@ _CONSUMER_TIMEOUT_NS = 15_000_000_000  # a member silent this long is evicted
 _COORDINATOR_TIMEOUT_NS = 15_000_000_000
 _PENDING_MSGS = 1 << 22  # a busy benchmark must not hit nats-py's slow-consumer limits
 _PENDING_BYTES = 1 << 31
+_BURST_BYTES = 1 << 16  # a publish burst is written once this much is queued
+_BURST_IDLE = 4  # ... or after this many loop iterations without a publish (measured: 2-8 best)
 
 _PUBLISH_ERROR_CODES: dict[int, str] = {
     api_pb2.PublishAsyncError.NOT_FOUND: "NOT_FOUND",
@@ -75,6 +81,14 @@ _PUBLISH_ERROR_CODES: dict[int, str] = {
     api_pb2.PublishAsyncError.READONLY: "FAILED_PRECONDITION",
     api_pb2.PublishAsyncError.ENCRYPTION_FAILED: "INTERNAL",
 }
+
+
+async def connect_nats(url: str, name: str) -> FastNatsClient:
+    """A connection of the project's fast NATS client (a nats-py client that can
+    hand messages to raw handlers straight from its read loop)."""
+    nc = FastNatsClient()
+    await nc.connect(url, name=name, allow_reconnect=False)
+    return nc
 
 
 async def settle(nc: NatsClient, timeout: float = 5.0) -> None:
@@ -148,6 +162,104 @@ class ClusterHooks(Protocol):
 
 
 _STOP = object()  # queued to PublishAsync sessions when the broker stops
+_TIMED_OUT = api_pb2.Ack()  # what a Publish waiting too long for its ack gets (by identity)
+
+
+def _time_out(fut: asyncio.Future[api_pb2.Ack | None]) -> None:
+    if not fut.done():
+        fut.set_result(_TIMED_OUT)
+
+
+class _Publisher:
+    """Publishes on one NATS connection, one socket write per burst instead of per message.
+
+    ``publish`` queues the PUB in the client's outgoing buffer (as nats-py's
+    ``publish`` does, minus its checks and awaits) and, for the first message
+    of a burst, schedules a check on the next loop iteration. While publishes
+    keep coming (a pipelined PublishAsync stream: gRPC hands over one request
+    per loop iteration, with gaps of an iteration or two), the check waits
+    another iteration; once ``_BURST_IDLE`` pass without a publish, or the
+    buffer holds ``_BURST_BYTES``, it wakes the client's flusher, which writes
+    everything queued at once. A stream so shares each syscall (and the
+    nats-server wake-up it causes) among many messages, at the price of a few
+    idle loop iterations per burst. Unary publishes, whose callers wait, go
+    out at once. The order of messages on the connection is unchanged.
+    """
+
+    __slots__ = ("_count", "_loop", "_scheduled", "nc")
+
+    def __init__(self, nc: FastNatsClient) -> None:
+        self.nc = nc
+        self._loop = asyncio.get_running_loop()
+        self._count = 0  # publishes so far
+        self._scheduled = False
+
+    def publish(self, subject: str, data: bytes, *, alone: bool = False) -> None:
+        """Queue a PUB; ``alone``: a unary publish whose caller waits, written at once."""
+        nc = self.nc
+        if nc.is_closed:
+            raise RpcError("UNAVAILABLE", "broker is shutting down")
+        size = len(data)
+        if size > nc.max_payload > 0:
+            raise RpcError("INTERNAL", "nats: maximum payload exceeded")
+        frame = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), size, data)
+        nc._pending.append(frame)
+        nc._pending_data_size += len(frame)
+        self._count += 1
+        if alone:
+            self._flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._check, self._count)
+
+    def _check(self, seen: int, idle: int = 0) -> None:
+        nc = self.nc
+        if nc._pending_data_size < _BURST_BYTES:
+            if self._count != seen:
+                self._loop.call_soon(self._check, self._count, 0)  # busy: one more iteration
+                return
+            if idle < _BURST_IDLE:
+                self._loop.call_soon(self._check, seen, idle + 1)
+                return
+        self._scheduled = False
+        self._flush()
+
+    def _flush(self) -> None:
+        """Wake the client's flusher (it writes everything queued at once)."""
+        nc = self.nc
+        queue = nc._flush_queue
+        if nc._pending_data_size and queue is not None and queue.empty() and nc.is_connected:
+            done: asyncio.Future[None] = self._loop.create_future()
+            done.set_result(None)
+            queue.put_nowait(done)
+
+
+class _Responses:
+    """The responses of one PublishAsync session, in order, for the one task sending them.
+
+    A deque and at most one waiter future: cheaper per message than an
+    ``asyncio.Queue`` (no getter bookkeeping, no wake-up while the sender is busy).
+    """
+
+    __slots__ = ("_waiter", "items")
+
+    def __init__(self) -> None:
+        self.items: deque[object] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def push(self, item: object) -> None:
+        self.items.append(item)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Return once an item is queued."""
+        while not self.items:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            await waiter
 
 
 class Ingester:
@@ -158,23 +270,31 @@ class Ingester:
     their logs, so one connection owned by the cluster ingests for all of them:
     a leader stop then loses nothing, which keeps failover tests deterministic.
     The stored result is the same as if the leader had received the message.
+
+    The connection is the project's fast NATS client: partition messages reach
+    :meth:`_ingest` synchronously from its read loop as raw bytes (no nats-py
+    ``Msg``, no queue and task per subscription), and acks for foreign inboxes
+    are queued for its flusher without awaiting. Messages are still stored in
+    the order NATS delivers them.
     """
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self._nc: NatsClient | None = None
+        self._nc: FastNatsClient | None = None
+        self._out: NatsTransport | None = None
         self._subs: dict[Partition, NatsSubscription] = {}
         self._sync_lock = asyncio.Lock()  # RPCs on several brokers may resync at once
 
     async def start(self, nats_url: str) -> None:
-        self._nc = await nats.connect(
-            nats_url, name="liftbridge-emulator-ingest", allow_reconnect=False
-        )
+        self._nc = await connect_nats(nats_url, "liftbridge-emulator-ingest")
+        self._out = NatsTransport(self._nc)
 
     async def stop(self) -> None:
         self._subs.clear()
         nc, self._nc = self._nc, None
+        self._out = None
         if nc is not None:
+            nc._raw_handlers.clear()
             with contextlib.suppress(Exception):
                 await nc.close()
 
@@ -184,7 +304,8 @@ class Ingester:
             await self._sync()
 
     async def _sync(self) -> None:
-        if self._nc is None:
+        nc = self._nc
+        if nc is None:
             return
         state = self.state
         wanted = {
@@ -196,78 +317,95 @@ class Ingester:
         for p in list(self._subs):
             if p not in wanted:
                 sub = self._subs.pop(p)
+                nc._raw_handlers.pop(sub._id, None)
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
         added = False
         for p in wanted:
             if p not in self._subs:
-                self._subs[p] = await self._nc.subscribe(
+                sub = await nc.subscribe(
                     p.subject,
                     queue=p.stream.group,
-                    cb=self._ingest_cb(p),
                     pending_msgs_limit=_PENDING_MSGS,
                     pending_bytes_limit=_PENDING_BYTES,
                 )
+                self._subs[p] = sub
+                handler = self._handler(p)
+                nc._raw_handlers[sub._id] = handler
+                # Anything that arrived before the handler was in place.
+                queue = sub._pending_queue
+                while not queue.empty():
+                    msg = queue.get_nowait()
+                    handler(msg.subject, msg.reply, msg.data, None)
                 added = True
         if added:
-            await settle(self._nc)
+            await settle(nc)
 
-    def _ingest_cb(self, p: Partition) -> Callable[[NatsMsg], Awaitable[None]]:
-        async def on_msg(msg: NatsMsg) -> None:
-            await self._ingest(p, msg)
+    def _handler(self, p: Partition) -> RawHandler:
+        ingest = self._ingest
+
+        def on_msg(subject: str, reply: str, data: bytes, header: bytes | None) -> None:
+            ingest(p, subject, reply, data)
 
         return on_msg
 
-    async def _ingest(self, p: Partition, msg: NatsMsg) -> None:
+    def _ingest(self, p: Partition, subject: str, reply: str, data: bytes) -> None:
         if p.deleted or p.paused or p.leader not in self.state.live:
             return  # a real leader has unsubscribed by then: the message is not stored
         reception = now_ns()
-        data = msg.data
-        env = envelope.decode_message(data)
-        headers: dict[str, bytes]
-        if env is not None:
-            key, value = env.key, env.value
-            headers = dict(env.headers)
-            ack_inbox, correlation_id, ack_policy = env.ackInbox, env.correlationId, env.ackPolicy
-            expected = env.offset
+        msg = envelope.decode_message(data)
+        if msg is not None:
+            # The envelope's Message becomes the stored one: what only the
+            # publish carries is taken out, the log fills in the rest.
+            ack_inbox, correlation_id = msg.ackInbox, msg.correlationId
+            ack_policy, expected = msg.ackPolicy, msg.offset
+            msg.DiscardUnknownFields()
+            msg.ClearField("ackInbox")
+            msg.ClearField("correlationId")
+            msg.ClearField("ackPolicy")
         else:
-            key, value, headers = b"", data, {}
-            ack_inbox, correlation_id, expected = "", "", 0
-            ack_policy = api_pb2.LEADER
-        headers["subject"] = msg.subject.encode()
-        headers["reply"] = (msg.reply or "").encode()
-        ack = api_pb2.Ack(
-            stream=p.stream.name,
-            partitionSubject=p.stream.subject,
-            msgSubject=msg.subject,
-            ackInbox=ack_inbox,
-            correlationId=correlation_id,
-            ackPolicy=ack_policy,
-            receptionTimestamp=reception,
-        )
+            msg = api_pb2.Message(value=data)
+            ack_inbox, correlation_id, ack_policy, expected = "", "", api_pb2.LEADER, 0
         if p.readonly:
             return  # the log refuses the write; no ack
         if p.stream.concurrency_control and expected != p.newest_offset + 1:
-            ack.ackError = api_pb2.Ack.INCORRECT_OFFSET
-            await self._send_ack(ack)
+            if ack_inbox:
+                self._send_ack(
+                    api_pb2.Ack(
+                        stream=p.stream.name,
+                        partitionSubject=p.stream.subject,
+                        msgSubject=subject,
+                        ackInbox=ack_inbox,
+                        correlationId=correlation_id,
+                        ackPolicy=ack_policy,
+                        receptionTimestamp=reception,
+                        commitTimestamp=now_ns(),
+                        ackError=api_pb2.Ack.INCORRECT_OFFSET,
+                    )
+                )
             return
-        offset, ts = p.append(
-            key=key,
-            value=value,
-            headers=headers,
-            subject=msg.subject,
-            reply=msg.reply or "",
-            timestamp=reception,
-        )
-        if ack_policy != _NONE:
-            ack.offset = offset
-            ack.receptionTimestamp = ts
-            await self._send_ack(ack)
+        msg.subject = subject
+        msg.replySubject = reply
+        headers = msg.headers
+        headers["subject"] = subject.encode()
+        headers["reply"] = reply.encode()
+        offset, ts = p.append_message(msg, reception)
+        if ack_policy != _NONE and ack_inbox:
+            self._send_ack(
+                api_pb2.Ack(
+                    stream=p.stream.name,
+                    partitionSubject=p.stream.subject,
+                    msgSubject=subject,
+                    offset=offset,
+                    ackInbox=ack_inbox,
+                    correlationId=correlation_id,
+                    ackPolicy=ack_policy,
+                    receptionTimestamp=ts,
+                    commitTimestamp=now_ns(),
+                )
+            )
 
-    async def _send_ack(self, ack: api_pb2.Ack) -> None:
-        if not ack.ackInbox or self._nc is None:
-            return
-        ack.commitTimestamp = now_ns()
+    def _send_ack(self, ack: api_pb2.Ack) -> None:
         local = self.state.local_acks.get(ack.ackInbox)
         if local is not None:
             # An inbox of one of our own brokers: the ack it would read back
@@ -275,10 +413,12 @@ class Ingester:
             # less per message; the client sees the same answer).
             local(ack)
             return
+        out = self._out
+        if out is None:
+            return
+        payload = envelope.encode(ack.SerializeToString(), envelope.TYPE_ACK)
         with contextlib.suppress(Exception):
-            await self._nc.publish(
-                ack.ackInbox, envelope.encode(ack.SerializeToString(), envelope.TYPE_ACK)
-            )
+            out.send_nowait(out.frame(ack.ackInbox, payload, "", None))
 
 
 class Broker:
@@ -297,11 +437,13 @@ class Broker:
         self.running = False
         self._server: grpc.aio.Server | None = None
         self._nc: NatsClient | None = None
+        self._publisher: _Publisher | None = None
         self._ack_prefix = f"_LB_ACK.{uuid.uuid4().hex}"
+        self._inbox_ids = itertools.count()
         self._ack_waiters: dict[str, asyncio.Future[api_pb2.Ack | None]] = {}
         self._ack_sub: NatsSubscription | None = None
         self._stop_waiter: asyncio.Future[None] | None = None
-        self._sessions: set[asyncio.Queue[object]] = set()
+        self._sessions: set[_Responses] = set()
 
     @property
     def address(self) -> str:
@@ -311,9 +453,8 @@ class Broker:
 
     async def start(self) -> None:
         self._stop_waiter = asyncio.get_running_loop().create_future()
-        self._nc = await nats.connect(
-            self.nats_url, name=f"liftbridge-emulator-{self.id}", allow_reconnect=False
-        )
+        self._nc = await connect_nats(self.nats_url, f"liftbridge-emulator-{self.id}")
+        self._publisher = _Publisher(self._nc)
         self._ack_sub = await self._nc.subscribe(
             f"{self._ack_prefix}.*",
             cb=self._on_ack,
@@ -341,8 +482,8 @@ class Broker:
         if not self.running:
             return
         self.running = False
-        for queue in self._sessions:
-            queue.put_nowait(_STOP)
+        for session in self._sessions:
+            session.push(_STOP)
         if self._stop_waiter is not None and not self._stop_waiter.done():
             self._stop_waiter.set_result(None)
         for fut in self._ack_waiters.values():
@@ -353,6 +494,7 @@ class Broker:
         if server is not None:
             await server.stop(0.5)
         nc, self._nc = self._nc, None
+        self._publisher = None
         if nc is not None:
             with contextlib.suppress(Exception):
                 await nc.close()
@@ -365,19 +507,21 @@ class Broker:
     # -- publishing (client side of NATS) ----------------------------------
 
     def _new_ack_inbox(self) -> str:
-        return f"{self._ack_prefix}.{uuid.uuid4().hex}"
+        # Unique: the prefix is random per broker, the counter never repeats in it.
+        return f"{self._ack_prefix}.{next(self._inbox_ids)}"
 
     async def _publish_and_wait(
         self, subject: str, data: bytes, ack_inbox: str, timeout: float | None, wait: bool
     ) -> api_pb2.Ack | None:
         nc = self._require_nats()
         if not wait:
-            await nc.publish(subject, data)
+            self._publish_nowait(subject, data, alone=True)
             return None
         assert timeout is not None
         own = ack_inbox.startswith(self._ack_prefix + ".")
         if own:
-            fut: asyncio.Future[api_pb2.Ack | None] = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[api_pb2.Ack | None] = loop.create_future()
             self._ack_waiters[ack_inbox] = fut
 
             def deliver(ack: api_pb2.Ack) -> None:
@@ -385,18 +529,22 @@ class Broker:
                     fut.set_result(ack)
 
             self.state.local_acks[ack_inbox] = deliver
+            # One timer instead of asyncio.wait_for (no extra task or future):
+            # on expiry it resolves the future with _TIMED_OUT.
+            timer = loop.call_later(timeout, _time_out, fut)
             try:
-                await nc.publish(subject, data)
-                ack = await asyncio.wait_for(fut, timeout)
-            except asyncio.TimeoutError:
-                raise RpcError("DEADLINE_EXCEEDED", "nats: timeout") from None
+                self._publish_nowait(subject, data, alone=True)
+                ack = await fut
             except asyncio.CancelledError:
                 if not self.running:
                     raise RpcError("UNAVAILABLE", "broker is shutting down") from None
                 raise
             finally:
+                timer.cancel()
                 self._ack_waiters.pop(ack_inbox, None)
                 self.state.local_acks.pop(ack_inbox, None)
+            if ack is _TIMED_OUT:
+                raise RpcError("DEADLINE_EXCEEDED", "nats: timeout")
         else:
             sub = await nc.subscribe(ack_inbox, max_msgs=1)
             try:
@@ -413,6 +561,13 @@ class Broker:
         if ack is None:
             raise RpcError("UNKNOWN", "Invalid ack for publish")
         return ack
+
+    def _publish_nowait(self, subject: str, data: bytes, *, alone: bool = False) -> None:
+        """Publish on NATS without awaiting (see :class:`_Publisher`)."""
+        publisher = self._publisher
+        if publisher is None or not self.running:
+            raise RpcError("UNAVAILABLE", "broker is shutting down")
+        publisher.publish(subject, data, alone=alone)
 
     def _require_nats(self) -> NatsClient:
         if self._nc is None or not self.running:
@@ -445,6 +600,8 @@ class Broker:
         return p, p.subject
 
     async def _resume(self, p: Partition) -> None:
+        if not p.paused and not p.stream.resume_all:
+            return  # nothing to resume (the usual case, checked first)
         resumed = self.state.resume(p)
         if resumed:
             await self._cluster_changed()
@@ -458,12 +615,13 @@ class Broker:
             value=req.value,
             stream=req.stream,
             subject=subject,
-            headers=req.headers,
             ackInbox=req.ackInbox,
             correlationId=req.correlationId,
             ackPolicy=req.ackPolicy,
             offset=req.expectedOffset,
         )
+        if req.headers:  # a map argument costs more than the rest: only when there is one
+            msg.headers.update(req.headers)
         return envelope.encode(msg.SerializeToString(), envelope.TYPE_PUBLISH)
 
     # -- RPC handlers --------------------------------------------------------
@@ -510,10 +668,9 @@ class Broker:
             "Subscribe": grpc.unary_stream_rpc_method_handler(
                 self.subscribe, request_deserializer=pb.SubscribeRequest.FromString
             ),
+            # PublishAsync too (serialized PublishResponses).
             "PublishAsync": grpc.stream_stream_rpc_method_handler(
-                self.publish_async,
-                request_deserializer=pb.PublishRequest.FromString,
-                response_serializer=lambda m: m.SerializeToString(),
+                self.publish_async, request_deserializer=pb.PublishRequest.FromString
             ),
         }
         return grpc.method_handlers_generic_handler("proto.API", methods)
@@ -644,64 +801,70 @@ class Broker:
 
     async def publish_async(
         self, requests: AsyncIterator[api_pb2.PublishRequest], context: _Ctx
-    ) -> AsyncIterator[api_pb2.PublishResponse]:
-        if self._nc is None or not self.running:
+    ) -> AsyncIterator[bytes]:
+        # Two halves: a task reads requests and publishes them on NATS; this
+        # generator sends the responses (serialized PublishResponses) that acks
+        # and errors queue, in the order they come.
+        if self._publisher is None or not self.running:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "broker is shutting down")
-        nc = self._nc
-        responses: asyncio.Queue[object] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        responses = _Responses()
+        push = responses.push
         inflight = 0
-        drained = asyncio.Event()
-        drained.set()
+        drained: asyncio.Future[None] | None = None  # set once the client is done
         inbox = self._new_ack_inbox() + ".async"
 
         def on_ack(ack: api_pb2.Ack) -> None:
             nonlocal inflight
             inflight = max(0, inflight - 1)
-            if inflight == 0:
-                drained.set()
+            if inflight == 0 and drained is not None and not drained.done():
+                drained.set_result(None)
             err = _ack_error(ack)
             if err is not None:
-                responses.put_nowait(_async_error(ack.correlationId, err))
+                push(_async_error(ack.correlationId, err).SerializeToString())
             else:
-                responses.put_nowait(
-                    api_pb2.PublishResponse(correlationId=ack.correlationId, ack=ack)
-                )
+                push(_ack_response(ack))
 
         async def read_requests() -> None:
-            nonlocal inflight
+            nonlocal inflight, drained
             try:
                 async for req in requests:
                     try:
                         p, subject = self._publish_target(req)
-                        await self._resume(p)
+                        if p.paused or p.stream.resume_all:
+                            await self._resume(p)
                     except _PublishError as e:
-                        responses.put_nowait(_async_error(req.correlationId, e))
+                        push(_async_error(req.correlationId, e).SerializeToString())
                         continue
                     req.ackInbox = inbox
-                    await nc.publish(subject, self._publish_envelope(req, subject))
+                    self._publish_nowait(subject, self._publish_envelope(req, subject))
                     if req.ackPolicy != _NONE:
                         inflight += 1
-                        drained.clear()
                 # The client is done: give in-flight acks a while to arrive.
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(drained.wait(), _ASYNC_ACK_TIMEOUT)
+                if inflight > 0:
+                    drained = loop.create_future()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(drained, _ASYNC_ACK_TIMEOUT)
             except Exception as e:  # the stream broke (client gone, broker stopping)
                 log.debug("PublishAsync session on %s ended: %r", self.id, e)
             finally:
-                responses.put_nowait(None)
+                push(None)
 
         # The ingester hands this session's acks over directly (Ingester._send_ack).
         self.state.local_acks[inbox] = on_ack
         reader = asyncio.create_task(read_requests())
         self._sessions.add(responses)
+        items = responses.items
         try:
             while True:
-                item = await responses.get()
+                if not items:
+                    await responses.wait()
+                item = items.popleft()
                 if item is None:
                     return
                 if item is _STOP:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "broker is shutting down")
-                assert isinstance(item, api_pb2.PublishResponse)
+                assert isinstance(item, bytes)
                 yield item
         finally:
             self._sessions.discard(responses)
@@ -969,6 +1132,29 @@ class Broker:
             group.coordinator = others[0]
             group.epoch += 1
         return api_pb2.ReportConsumerGroupCoordinatorResponse()
+
+
+def _length_prefixed(tag: bytes, data: bytes) -> bytes:
+    n = len(data)
+    if n < 0x80:
+        return tag + bytes((n,)) + data
+    size = bytearray()
+    while n > 0x7F:
+        size.append((n & 0x7F) | 0x80)
+        n >>= 7
+    size.append(n)
+    return tag + bytes(size) + data
+
+
+def _ack_response(ack: api_pb2.Ack) -> bytes:
+    """``PublishResponse(ack=ack, correlationId=ack.correlationId)``, serialized.
+
+    Written out by hand (fields 1 and 3, length-delimited, in field order: the
+    bytes protobuf would produce) to skip building a message that copies the ack.
+    """
+    return _length_prefixed(b"\x0a", ack.SerializeToString()) + (
+        _length_prefixed(b"\x1a", ack.correlationId.encode()) if ack.correlationId else b""
+    )
 
 
 def _async_error(correlation_id: str, err: _PublishError) -> api_pb2.PublishResponse:

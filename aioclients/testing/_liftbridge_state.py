@@ -122,25 +122,27 @@ class Partition:
     ) -> tuple[int, int]:
         """Append a message received at ``timestamp`` (ns, default now); returns its
         (offset, timestamp)."""
-        ts = now_ns() if timestamp is None else timestamp
-        if self.timestamps and ts < self.timestamps[-1]:
-            ts = self.timestamps[-1]  # keep the log's timestamps monotonic
-        offset = len(self.entries)
-        self.entries.append(
-            api_pb2.Message(
-                offset=offset,
-                key=key,
-                value=value,
-                timestamp=ts,
-                stream=self.stream.name,
-                partition=self.id,
-                subject=subject,
-                replySubject=reply,
-                headers=headers,
-            ).SerializeToString()
+        msg = api_pb2.Message(
+            key=key, value=value, subject=subject, replySubject=reply, headers=headers
         )
-        self.timestamps.append(ts)
-        self.keys.append(key)
+        return self.append_message(msg, timestamp)
+
+    def append_message(self, msg: api_pb2.Message, timestamp: int | None = None) -> tuple[int, int]:
+        """Append ``msg`` (key, value, subject, reply subject and headers set) received
+        at ``timestamp`` (ns, default now); this fills in its offset, timestamp, stream
+        and partition. Returns its (offset, timestamp)."""
+        ts = now_ns() if timestamp is None else timestamp
+        timestamps = self.timestamps
+        if timestamps and ts < timestamps[-1]:
+            ts = timestamps[-1]  # keep the log's timestamps monotonic
+        offset = len(self.entries)
+        msg.offset = offset
+        msg.timestamp = ts
+        msg.stream = self.stream.name
+        msg.partition = self.id
+        self.entries.append(msg.SerializeToString())
+        timestamps.append(ts)
+        self.keys.append(msg.key)
         self.messages_received.update(ts)
         self.last_activity = max(self.last_activity, ts)
         self.wake()
@@ -199,10 +201,8 @@ class Stream:
         self.creation_timestamp = now_ns()
         self.partitions: dict[int, Partition] = {}
         self.resume_all = False
-
-    @property
-    def concurrency_control(self) -> bool:
-        return self.config.HasField("optimisticConcurrencyControl") and bool(
+        #: optimistic concurrency control (checked for every message, so kept as a flag)
+        self.concurrency_control = self.config.HasField("optimisticConcurrencyControl") and bool(
             self.config.optimisticConcurrencyControl.value
         )
 

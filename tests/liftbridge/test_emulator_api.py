@@ -300,6 +300,24 @@ async def test_publish_errors(lb: Brokers, unique_name: str) -> None:
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+async def test_publish_over_the_nats_payload_limit_fails_cleanly(
+    lb: Brokers, nc: Any, unique_name: str
+) -> None:
+    if not isinstance(lb.cluster, LiftbridgeCluster):
+        pytest.skip("the emulator's answer; a real server's wording may differ")
+    if nc.max_payload > 3 * 1024 * 1024:
+        pytest.skip("gRPC's 4 MiB message limit would refuse the request first")
+    await create(lb, unique_name)
+    big = b"x" * (nc.max_payload + 1)
+    err = await rpc_error(
+        lb.any.Publish(pb.PublishRequest(stream=unique_name, value=big), timeout=TIMEOUT)
+    )
+    assert err.code() == grpc.StatusCode.INTERNAL
+    assert "maximum payload exceeded" in (err.details() or "")
+    (ack,) = await publish(lb, unique_name, b"small")  # the broker still works
+    assert ack.offset == 0
+
+
 async def test_publish_to_ack_inbox_sends_enveloped_ack(
     lb: Brokers, nc: Any, unique_name: str
 ) -> None:
@@ -380,6 +398,22 @@ async def test_publish_async_correlates_acks_and_errors(lb: Brokers, unique_name
     assert sorted(by_id[f"c{i}"].ack.offset for i in range(20)) == list(range(20))
     assert by_id["c7"].ack.correlationId == "c7"
     assert by_id["bad"].asyncError.code == pb.PublishAsyncError.NOT_FOUND
+
+
+async def test_publish_async_burst_keeps_order(lb: Brokers, unique_name: str) -> None:
+    # Enough 1 KiB messages that the broker writes them to NATS in several bursts.
+    await create(lb, unique_name)
+    n = 300
+    value = b"x" * 1024
+
+    async def requests() -> AsyncIterator[pb.PublishRequest]:
+        for i in range(n):
+            yield pb.PublishRequest(stream=unique_name, value=value, correlationId=f"c{i}")
+
+    call = lb.any.PublishAsync(requests(), timeout=TIMEOUT)
+    responses = [r async for r in call]
+    assert await call.code() == grpc.StatusCode.OK
+    assert [(r.correlationId, r.ack.offset) for r in responses] == [(f"c{i}", i) for i in range(n)]
 
 
 # -- subscribing -----------------------------------------------------------------

@@ -72,3 +72,71 @@ def test_round_trip(value: bytes, key: bytes, with_crc: bool) -> None:
     msg = pb.Message(key=key, value=value)
     data = env.encode(msg.SerializeToString(), env.TYPE_PUBLISH, with_crc=with_crc)
     assert env.decode_message(data) == msg
+
+
+@given(
+    st.text(max_size=300),
+    st.text(max_size=40),
+    st.integers(min_value=0, max_value=2**63 - 1),
+    st.sampled_from([pb.Ack.OK, pb.Ack.INCORRECT_OFFSET]),
+)
+def test_hand_written_publish_response_is_what_protobuf_writes(
+    correlation_id: str, stream: str, offset: int, error: pb.Ack.Error
+) -> None:
+    from aioclients.testing._liftbridge_broker import _ack_response
+
+    # Correlation ids up to 300 characters: one- and two-byte length prefixes.
+    ack = pb.Ack(stream=stream, offset=offset, correlationId=correlation_id, ackError=error)
+    expected = pb.PublishResponse(correlationId=correlation_id, ack=ack).SerializeToString()
+    assert _ack_response(ack) == expected
+
+
+def test_ingest_stores_the_envelope_message_without_publish_only_fields() -> None:
+    from aioclients.testing._liftbridge_broker import Ingester
+    from aioclients.testing._liftbridge_state import ClusterState
+
+    state = ClusterState(["b0"], cursor_partitions=0)
+    state.create_stream(pb.CreateStreamRequest(name="s", subject="s.subj"))
+    p = state.streams["s"].partitions[0]
+    acks: list[pb.Ack] = []
+    state.local_acks["inbox"] = acks.append
+    published = pb.Message(
+        key=b"k",
+        value=b"v",
+        headers={"h": b"1", "subject": b"spoofed"},
+        ackInbox="inbox",
+        correlationId="c",
+        ackPolicy=pb.LEADER,
+        offset=42,  # an expected offset: not the stored one
+        stream="other",
+    )
+    Ingester(state)._ingest(p, "s.subj", "r", env.encode(published.SerializeToString(), 0))
+    Ingester(state)._ingest(p, "s.subj", "", b"raw")
+    stored = [pb.Message.FromString(e) for e in p.entries]
+    assert stored[0] == pb.Message(
+        offset=0,
+        key=b"k",
+        value=b"v",
+        timestamp=p.timestamps[0],
+        stream="s",
+        partition=0,
+        subject="s.subj",
+        replySubject="r",
+        headers={"h": b"1", "subject": b"s.subj", "reply": b"r"},
+    )
+    assert stored[1] == pb.Message(
+        offset=1,
+        value=b"raw",
+        timestamp=p.timestamps[1],
+        stream="s",
+        subject="s.subj",
+        headers={"subject": b"s.subj", "reply": b""},
+    )
+    (ack,) = acks  # the raw message has no ack inbox
+    assert (ack.offset, ack.correlationId, ack.ackInbox, ack.msgSubject) == (
+        0,
+        "c",
+        "inbox",
+        "s.subj",
+    )
+    assert ack.receptionTimestamp == p.timestamps[0] <= ack.commitTimestamp
