@@ -310,6 +310,8 @@ class H2Connection:
         self._in = bytearray()
         self._decoder = hpack.Decoder()
         self._decoder.max_allowed_table_size = 65_536
+        # What we advertise as SETTINGS_MAX_HEADER_LIST_SIZE (hpack's own default is 64 KiB).
+        self._decoder.max_header_list_size = _MAX_HEADER_BLOCK
         self._streams: dict[int, _Stream] = {}
         self._next_stream_id = 1
         self._preface_seen = False  # the server's SETTINGS arrived
@@ -512,10 +514,8 @@ class H2Connection:
     def close(self, error_code: int = NO_ERROR) -> None:
         """Queue GOAWAY; nothing more is sent or accepted."""
         if not self.closed:
-            last = max(0, self._next_stream_id - 2)
-            self._out += _frame(
-                GOAWAY, 0, 0, last.to_bytes(4, "big") + error_code.to_bytes(4, "big")
-            )
+            # The last stream id counts streams the server opened: none (no push).
+            self._out += _frame(GOAWAY, 0, 0, bytes(4) + error_code.to_bytes(4, "big"))
             self.closed = True
 
     # -- incoming ------------------------------------------------------------------
@@ -715,6 +715,8 @@ class H2Connection:
         if stream.remote_closed:
             self._fail(stream, StatusCode.INTERNAL, "HEADERS after the end of the stream", events)
             return
+        if end_stream:
+            stream.remote_closed = True  # nothing to reset if the call fails below
         if not stream.headers_done:
             stream.headers_done = True
             status = _lookup(headers, ":status")
@@ -722,7 +724,7 @@ class H2Connection:
                 self._fail(stream, StatusCode.INTERNAL, "response without :status", events)
                 return
             if status != "200":
-                code = _HTTP_TO_GRPC.get(int(status) if status.isdigit() else 0, StatusCode.UNKNOWN)
+                code = _HTTP_TO_GRPC.get(_parse_int(status), StatusCode.UNKNOWN)
                 self._fail(stream, code, f"HTTP status {status} from the server", events)
                 return
             if not end_stream:
@@ -741,18 +743,17 @@ class H2Connection:
         elif not end_stream:
             self._fail(stream, StatusCode.INTERNAL, "trailers without END_STREAM", events)
             return
-        stream.remote_closed = True
         if stream.partial:
             self._fail(stream, StatusCode.INTERNAL, "the stream ended inside a message", events)
             return
-        raw_status = _lookup(headers, "grpc-status")
-        if raw_status is None or not raw_status.isdigit():
+        status_code = _parse_int(_lookup(headers, "grpc-status"))
+        if status_code < 0:
             self._end(
                 stream, StatusCode.INTERNAL, "the server sent no grpc-status", events, headers
             )
             return
         message = unquote(_lookup(headers, "grpc-message") or "", errors="replace")
-        self._end(stream, int(raw_status), message, events, headers)
+        self._end(stream, status_code, message, events, headers)
 
     def _on_settings(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id:
@@ -889,6 +890,13 @@ class H2Connection:
         ]
         self._streams.clear()
         return ended
+
+
+def _parse_int(text: str | None) -> int:
+    """A decimal header value (``:status``, ``grpc-status``), or -1."""
+    if text is None or not text.isascii() or not text.isdigit():
+        return -1
+    return int(text)
 
 
 def _lookup(headers: tuple[tuple[str, str], ...], name: str) -> str | None:
