@@ -485,8 +485,6 @@ class H2Connection:
         if stream is None or self.closed:
             return
         self._out += _frame(RST_STREAM, 0, stream_id, error_code.to_bytes(4, "big"))
-        # Give the stream's unconsumed bytes back to the connection window.
-        self._credit_connection(stream.recv_credit + len(stream.partial))
 
     def consumed(self, stream_id: int, nbytes: int) -> None:
         """The application took ``nbytes`` (prefix included) off a stream: credit it back."""
@@ -602,14 +600,14 @@ class H2Connection:
             raise RemoteProtocolError("HTTP/2: DATA on stream 0")
         flow = len(payload)
         body = self._unpad(flags, payload, "DATA")
+        # The connection window is credited on receipt, for every stream (also
+        # one we reset or finished): only stream windows hold a slow reader back.
+        self._credit_connection(flow)
         stream = self._streams.get(stream_id)
         if stream is None:
-            # A stream we reset or finished: its bytes still count for the connection.
-            self._credit_connection(flow)
             if stream_id >= self._next_stream_id:
                 raise RemoteProtocolError(f"HTTP/2: DATA on idle stream {stream_id}")
             return
-        self._credit_connection(flow)
         if stream.remote_closed:
             self._fail(stream, StatusCode.INTERNAL, "DATA after the end of the stream", events)
             return
@@ -630,46 +628,77 @@ class H2Connection:
         if flow != len(body):
             self.consumed(stream_id, flow - len(body))
         partial = stream.partial
-        messages: list[bytes] = []
         if partial:
+            if len(partial) >= 5:
+                # The middle of a large message (its prefix was checked): append
+                # without copying what was gathered so far again.
+                total = 5 + int.from_bytes(partial[1:5], "big")
+                if len(partial) + len(body) < total:
+                    partial += body
+                    if flags & FLAG_END_STREAM:
+                        stream.remote_closed = True
+                        self._fail(
+                            stream, StatusCode.INTERNAL, "the stream ended inside a message", events
+                        )
+                    return
             partial += body
             body = bytes(partial)
             partial.clear()
         pos = 0
         n = len(body)
         max_message = self._max_message
+        messages: list[bytes] = []
+        error: tuple[int, str] | None = None
+        end = 0
         while n - pos >= 5:
             if body[pos]:
-                self._fail(
-                    stream,
+                error = (
                     StatusCode.INTERNAL,
                     "the server sent a compressed message, which was not asked for",
-                    events,
                 )
-                return
+                break
             length = int.from_bytes(body[pos + 1 : pos + 5], "big")
             if length > max_message:
-                self._fail(
-                    stream,
+                error = (
                     StatusCode.RESOURCE_EXHAUSTED,
                     f"received message larger than max ({length} vs. {max_message})",
-                    events,
                 )
-                return
+                break
             end = pos + 5 + length
             if end > n:
                 break
             messages.append(body[pos + 5 : end])
             pos = end
-        if pos < n:
-            partial += body[pos:]
         if messages:
             events.append(Messages(stream_id, messages))
+        if error is not None:
+            self._fail(stream, error[0], error[1], events)
+            return
+        if pos < n:
+            partial += body[pos:]
+            if end > n:
+                self._make_room(stream, end - n)
         if flags & FLAG_END_STREAM:
             stream.remote_closed = True
             self._fail(
                 stream, StatusCode.INTERNAL, "the server ended the stream without trailers", events
             )
+
+    def _make_room(self, stream: _Stream, missing: int) -> None:
+        """Let the rest of a message in even when the stream window is too small.
+
+        Credit comes back only as messages are consumed, so a message larger
+        than what is left of the window (or than the window) would stall the
+        stream for good. The window is opened by what is missing, in advance:
+        ``recv_credit`` goes below zero and is repaid by the message's own
+        :meth:`consumed`, so a slow reader still holds at most one window and
+        one message.
+        """
+        grant = min(missing, _MAX_WINDOW) - stream.recv_window
+        if grant > 0:
+            stream.recv_window += grant
+            stream.recv_credit -= grant
+            self._out += _frame(WINDOW_UPDATE, 0, stream.stream_id, grant.to_bytes(4, "big"))
 
     def _on_headers(self, stream_id: int, flags: int, payload: bytes, events: list[Event]) -> None:
         if stream_id == 0:
@@ -825,7 +854,6 @@ class H2Connection:
         if stream is None:
             return
         code = int.from_bytes(payload, "big")
-        self._credit_connection(stream.recv_credit + len(stream.partial))
         events.append(
             StreamEnded(
                 stream_id,
@@ -865,7 +893,6 @@ class H2Connection:
         # A server may answer before the request is complete (RFC 9113, 8.1): the
         # stream is over either way and nothing more is sent on it.
         self._streams.pop(stream.stream_id, None)
-        self._credit_connection(stream.recv_credit)
         events.append(StreamEnded(stream.stream_id, status, message, trailers))
 
     def _fail(
@@ -879,7 +906,6 @@ class H2Connection:
         """End a call on our side because the server broke a rule for it."""
         if self._streams.pop(stream.stream_id, None) is not None and not stream.remote_closed:
             self._out += _frame(RST_STREAM, 0, stream.stream_id, error_code.to_bytes(4, "big"))
-        self._credit_connection(stream.recv_credit + len(stream.partial))
         events.append(StreamEnded(stream.stream_id, status, message, local=True))
 
     def connection_lost(self, reason: str) -> list[StreamEnded]:
