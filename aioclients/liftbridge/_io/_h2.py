@@ -150,6 +150,9 @@ class _Connection:
                     self._channel._keepalive_time *= 2
         if self.h2.has_output():
             self.flush()
+        if self._writers:
+            # A WINDOW_UPDATE or SETTINGS may have released queued request data.
+            self._wake_writers()
         if self.h2.goaway is not None and not self.calls:
             self.close()
 
@@ -294,14 +297,20 @@ class _Call:
         self._cancelled = False
         self._done_writing = False
         self._deadline: asyncio.TimerHandle | None = None
+        self._end_waiters: list[asyncio.Future[None]] = []  # code() / details()
 
     # -- opening -------------------------------------------------------------------
 
     async def _ensure_started(self) -> None:
-        if self._conn is not None or self._status is not None:
-            return
-        if self._starting is None:
-            self._starting = self._loop.create_future()
+        """Open the stream; returns once it is open or the call has ended."""
+        while self._conn is None and self._status is None:
+            starting = self._starting
+            if starting is not None:
+                # Another task is opening it; if that task is cancelled, the
+                # loop lets this one try.
+                await asyncio.wait((starting,))
+                continue
+            starting = self._starting = self._loop.create_future()
             try:
                 conn = await self._channel._connection()
                 if self._status is None:  # not cancelled meanwhile
@@ -314,9 +323,8 @@ class _Call:
             except AioClientsError as exc:
                 self._set_status(StatusCode.UNAVAILABLE, str(exc))
             finally:
-                self._starting.set_result(None)
-        else:
-            await asyncio.shield(self._starting)
+                self._starting = None
+                starting.set_result(None)
 
     def _expired(self) -> None:
         self._deadline = None
@@ -349,6 +357,10 @@ class _Call:
             self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
+        for fut in self._end_waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._end_waiters.clear()
         conn = self._conn
         if conn is not None:
             conn.calls.pop(self._stream_id, None)
@@ -460,6 +472,7 @@ class _Call:
             return False
         self._cancelled = True
         self._reset()
+        self._queue.clear()  # read() raises CancelledError from now on, as grpc.aio's does
         self._set_status(StatusCode.CANCELLED, "Locally cancelled by application!")
         return True
 
@@ -484,8 +497,12 @@ class _Call:
             await self._ensure_started()
             return
         waiter = self._loop.create_future()
-        self._waiter = waiter
-        await waiter
+        self._end_waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in self._end_waiters:
+                self._end_waiters.remove(waiter)
 
 
 class _UnaryCall:
@@ -660,31 +677,45 @@ class Http2Channel:
     # -- connections ------------------------------------------------------------------
 
     async def _connection(self) -> _Connection:
-        if self._closed:
-            raise _rpc_error(StatusCode.CANCELLED, "the channel is closed")
-        conn = self._conn
-        if conn is not None and not conn.dead and conn.h2.can_start_stream():
-            return conn
-        if conn is not None:
-            self._conn = None
-            if not conn.dead:
-                self._old.add(conn)  # going away: its calls may still finish
-        if self._connecting is None:
-            self._connecting = asyncio.get_running_loop().create_future()
-            connecting = self._connecting
-            try:
-                conn = await self._open()
-                self._conn = conn
-                connecting.set_result(conn)
-            except BaseException as exc:
-                connecting.set_exception(exc)
-                raise
-            finally:
-                self._connecting = None
-                if connecting.done() and not connecting.cancelled():
-                    connecting.exception()  # retrieved: no "never retrieved" warning
-            return conn
-        return await asyncio.shield(self._connecting)
+        while True:
+            if self._closed:
+                raise _rpc_error(StatusCode.CANCELLED, "the channel is closed")
+            conn = self._conn
+            if conn is not None and not conn.dead and conn.h2.can_start_stream():
+                return conn
+            if conn is not None:
+                self._conn = None
+                if not conn.dead:
+                    self._old.add(conn)  # going away: its calls may still finish
+            pending = self._connecting
+            if pending is None:
+                break
+            # Another call is connecting. asyncio.wait: only our own
+            # cancellation raises here, not that of the task connecting.
+            await asyncio.wait((pending,))
+            if not pending.cancelled():
+                return pending.result()  # or the error it failed with
+        connecting = self._connecting = asyncio.get_running_loop().create_future()
+        try:
+            conn = await self._open()
+        except asyncio.CancelledError:
+            connecting.cancel()  # the waiters try for themselves
+            raise
+        except BaseException as exc:
+            connecting.set_exception(exc)
+            connecting.exception()  # retrieved: no "never retrieved" warning without waiters
+            raise
+        finally:
+            self._connecting = None
+        if self._closed:  # closed while connecting
+            conn.close()
+            exc = _rpc_error(StatusCode.CANCELLED, "the channel is closed")
+            connecting.set_exception(exc)
+            connecting.exception()
+            raise exc
+        self._conn = conn
+        connecting.set_result(conn)
+        return conn
 
     async def _open(self) -> _Connection:
         loop = asyncio.get_running_loop()
