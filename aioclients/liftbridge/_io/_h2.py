@@ -49,6 +49,7 @@ log = logging.getLogger("aioclients.liftbridge.h2")
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _WRITE_HIGH_WATER = 1 << 20  # queued outgoing bytes of one call before write() waits
 _TOO_MANY_PINGS = "too_many_pings"
+_TLS_CLOSE_TIMEOUT = 2.0  # seconds a TLS close may take before the socket is dropped
 
 
 def _rpc_error(code: int, details: str) -> grpc.aio.AioRpcError:
@@ -105,6 +106,7 @@ class _Connection:
         self._ping_timer: asyncio.TimerHandle | None = None
         self._ping_deadline: asyncio.TimerHandle | None = None
         self._ping_payload = b""
+        self._close_timer: asyncio.TimerHandle | None = None
         self._closed_waiter: asyncio.Future[None] = self._loop.create_future()
 
     # -- socket side ---------------------------------------------------------------
@@ -159,6 +161,9 @@ class _Connection:
     def _lost(self, exc: Exception | None) -> None:
         self.dead = True
         self._cancel_timers()
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+            self._close_timer = None
         reason = f"the connection to {self._channel.address} was lost"
         if exc is not None:
             reason += f": {exc}"
@@ -262,8 +267,19 @@ class _Connection:
         self._cancel_timers()
         self.h2.close()
         self.flush()
-        if self.transport is not None:
-            self.transport.close()
+        transport = self.transport
+        if transport is None:
+            return
+        if transport.get_extra_info("ssl_object") is None:
+            transport.close()
+        elif transport.get_write_buffer_size() == 0:
+            # A TLS close waits for the server's close_notify, which gRPC
+            # servers do not send (asyncio gives up after 30 s): what we had to
+            # say is written, drop the socket.
+            transport.abort()
+        else:
+            transport.close()
+            self._close_timer = self._loop.call_later(_TLS_CLOSE_TIMEOUT, transport.abort)
 
     async def wait_closed(self) -> None:
         await self._closed_waiter
