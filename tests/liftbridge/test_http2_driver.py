@@ -591,6 +591,61 @@ async def test_write_waits_for_the_server_window_and_resumes(server: Server) -> 
         await ch.close()
 
 
+async def silent_server() -> asyncio.Server:
+    """A TCP server that reads and never answers."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(65536):
+                pass
+        writer.close()
+
+    return await asyncio.start_server(silent, "127.0.0.1", 0)
+
+
+async def test_deadline_covers_connecting() -> None:
+    tcp = await silent_server()
+    port = tcp.sockets[0].getsockname()[1]
+    ctx = ssl.create_default_context()
+    ctx.set_alpn_protocols(["h2"])
+    ch = Http2Channel(f"127.0.0.1:{port}", ssl_context=ctx, connect_timeout=30.0)
+    try:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await asyncio.wait_for(unary(ch)(b"x", timeout=0.3), 10)
+        assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        assert loop.time() - start < 2.0
+    finally:
+        await ch.close()
+        tcp.close()
+        await tcp.wait_closed()
+
+
+async def test_a_connection_at_its_stream_limit_is_closed_once_idle() -> None:
+    service = Service()
+    async with Server(service, options=(("grpc.max_concurrent_streams", 2),)) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            calls = [count(ch)(b"2:8:hold") for _ in range(2)]
+            for call in calls:
+                assert await call.read() is not grpc.aio.EOF
+            first = ch._conn
+            assert first is not None
+            third = count(ch)(b"2:8:hold")
+            assert await third.read() is not grpc.aio.EOF
+            assert ch._conn is not first  # the limit moved it to a new connection
+            service.release.set()
+            for call in [*calls, third]:
+                assert len(await asyncio.wait_for(read_all(call), 10)) == 1
+            await wait_for(lambda: first.dead, what="the full connection to close when idle")
+            assert ch._conn is not None
+            assert not ch._conn.dead
+            assert await unary(ch)(b"ok") == b"ok"
+        finally:
+            await ch.close()
+
+
 async def write_all(call: Any, chunks: list[bytes]) -> None:
     for chunk in chunks:
         await call.write(chunk)

@@ -221,10 +221,11 @@ class _Connection:
         return stream_id
 
     def finished(self) -> None:
-        """A call left: close the connection if the server is going away."""
+        """A call left: close the connection if it is idle and no longer in use
+        (the server is going away, or the channel moved on to another one)."""
         if not self.calls:
             self._cancel_timers()
-            if self.h2.goaway is not None:
+            if self.h2.goaway is not None or self._channel._conn is not self:
                 self.close()
 
     # -- keepalive -----------------------------------------------------------------
@@ -302,7 +303,7 @@ class _Call:
         self._path = path
         self._serialize = serializer or _identity
         self._deserialize = deserializer or _identity
-        self._timeout = timeout
+        self._deadline_at = None if timeout is None else self._loop.time() + timeout
         self._metadata = metadata
         self._conn: _Connection | None = None
         self._stream_id = 0
@@ -328,12 +329,23 @@ class _Call:
                 continue
             starting = self._starting = self._loop.create_future()
             try:
-                conn = await self._channel._connection()
+                if self._deadline_at is None:
+                    conn = await self._channel._connection()
+                    remaining = None
+                else:
+                    # The deadline counts from the call's creation, connecting included.
+                    remaining = self._deadline_at - self._loop.time()
+                    try:
+                        conn = await asyncio.wait_for(self._channel._connection(), remaining)
+                    except asyncio.TimeoutError:
+                        self._set_status(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+                        continue
+                    remaining = self._deadline_at - self._loop.time()
                 if self._status is None:  # not cancelled meanwhile
-                    self._stream_id = conn.start(self, self._path, self._timeout, self._metadata)
+                    self._stream_id = conn.start(self, self._path, remaining, self._metadata)
                     self._conn = conn
-                    if self._timeout is not None:
-                        self._deadline = self._loop.call_later(self._timeout, self._expired)
+                    if remaining is not None:
+                        self._deadline = self._loop.call_later(remaining, self._expired)
             except grpc.aio.AioRpcError as exc:
                 self._set_status(exc.code().value[0], exc.details() or "")
             except AioClientsError as exc:
