@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+import hpack
 import pytest
 import trustme
 
@@ -762,5 +763,168 @@ async def test_plaintext_client_against_a_tls_server_fails(ca: trustme.CA) -> No
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await asyncio.wait_for(unary(ch)(b"x"), 10)
             assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+        finally:
+            await ch.close()
+
+
+# -- a scripted HTTP/2 server: misbehaviour gRPC servers do not produce on demand ------------
+
+
+def h2_frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
+
+
+class ScriptedServer:
+    """Accepts connections; ``on_request(conn_no, sid, encoder)`` says what to answer."""
+
+    def __init__(self, on_request: Callable[[int, int, Any], bytes]) -> None:
+        self.on_request = on_request
+        self.connections = 0
+        self.received: list[bytearray] = []
+        self.server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> ScriptedServer:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        conn_no = self.connections
+        seen = bytearray()
+        self.received.append(seen)
+        encoder = hpack.Encoder()
+        try:
+            preface = await reader.readexactly(24)
+            seen += preface
+            writer.write(h2_frame(4, 0, 0))
+            while True:
+                head = await reader.readexactly(9)
+                payload = await reader.readexactly(int.from_bytes(head[:3], "big"))
+                seen += head + payload
+                kind, flags = head[3], head[4]
+                sid = int.from_bytes(head[5:9], "big")
+                if kind == 4 and not flags & 1:
+                    writer.write(h2_frame(4, 1, 0))
+                elif kind == 1:
+                    writer.write(self.on_request(conn_no, sid, encoder))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def grpc_ok(sid: int, encoder: Any, payload: bytes = b"pong") -> bytes:
+    return (
+        h2_frame(
+            1, 4, sid, encoder.encode([(":status", "200"), ("content-type", "application/grpc")])
+        )
+        + h2_frame(0, 0, sid, b"\x00" + len(payload).to_bytes(4, "big") + payload)
+        + h2_frame(1, 5, sid, encoder.encode([("grpc-status", "0")]))
+    )
+
+
+async def test_a_protocol_error_fails_the_calls_and_the_next_call_reconnects() -> None:
+    def answer(conn_no: int, sid: int, encoder: Any) -> bytes:
+        if conn_no == 1:
+            return b"\x00\x40\x01\x00\x00\x00\x00\x00\x01"  # a 16385-byte frame: too large
+        return grpc_ok(sid, encoder)
+
+    async with ScriptedServer(answer) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(unary(ch)(b"ping"), 5)
+            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert "protocol error" in (info.value.details() or "")
+            # We said why before hanging up: GOAWAY with PROTOCOL_ERROR.
+            await wait_for(
+                lambda: bytes(srv.received[0]).endswith(
+                    h2_frame(7, 0, 0, bytes(4) + (1).to_bytes(4, "big"))
+                ),
+                what="our GOAWAY",
+            )
+            assert await asyncio.wait_for(unary(ch)(b"ping"), 5) == b"pong"
+            assert srv.connections == 2
+        finally:
+            await ch.close()
+
+
+async def test_goaway_before_the_stream_was_processed_is_unavailable() -> None:
+    def answer(conn_no: int, sid: int, encoder: Any) -> bytes:
+        if conn_no == 1:
+            return h2_frame(7, 0, 0, bytes(4) + bytes(4) + b"draining")  # last stream 0
+        return grpc_ok(sid, encoder, b"second")
+
+    async with ScriptedServer(answer) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(unary(ch)(b"x"), 5)
+            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert "GOAWAY" in (info.value.details() or "")
+            assert await asyncio.wait_for(unary(ch)(b"x"), 5) == b"second"
+            assert srv.connections == 2
+        finally:
+            await ch.close()
+
+
+@pytest.mark.parametrize(
+    ("headers", "flags", "code"),
+    [
+        ([(":status", "503")], 5, grpc.StatusCode.UNAVAILABLE),
+        ([(":status", "200"), ("content-type", "text/html")], 4, grpc.StatusCode.UNKNOWN),
+        ([(":status", "200"), ("content-type", "text/html")], 5, grpc.StatusCode.INTERNAL),
+        (
+            [(":status", "200"), ("grpc-status", "7"), ("grpc-message", "nope")],
+            5,
+            grpc.StatusCode.PERMISSION_DENIED,
+        ),
+    ],
+)
+async def test_odd_responses_map_to_statuses(
+    headers: list[tuple[str, str]], flags: int, code: grpc.StatusCode
+) -> None:
+    def answer(conn_no: int, sid: int, encoder: Any) -> bytes:
+        return h2_frame(1, flags, sid, encoder.encode(headers))
+
+    async with ScriptedServer(answer) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            call = count(ch)(b"1:8")
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(call.read(), 5)
+            assert info.value.code() is code
+            # The connection survives a failed call.
+            assert srv.connections == 1
+            assert ch._conn is not None
+            assert not ch._conn.dead
+        finally:
+            await ch.close()
+
+
+async def test_server_reset_stream_is_reported() -> None:
+    def answer(conn_no: int, sid: int, encoder: Any) -> bytes:
+        return h2_frame(3, 0, sid, (7).to_bytes(4, "big"))  # REFUSED_STREAM
+
+    async with ScriptedServer(answer) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(unary(ch)(b"x"), 5)
+            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert "RST_STREAM" in (info.value.details() or "")
         finally:
             await ch.close()
