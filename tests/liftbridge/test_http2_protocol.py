@@ -621,13 +621,28 @@ def test_headers_for_a_forgotten_stream_keep_hpack_in_step() -> None:
     assert ev == ResponseHeaders(sid2, ((":status", "200"), ("content-type", "application/grpc")))
 
 
-def test_frames_on_idle_streams_are_connection_errors() -> None:
+@pytest.mark.parametrize("sid", [3, 2, 4])  # not opened yet, or server-initiated
+@pytest.mark.parametrize("kind", ["data", "headers", "rst", "window"])
+def test_frames_on_idle_streams_are_connection_errors(sid: int, kind: str) -> None:
     conn, server = ready()
-    with pytest.raises(RemoteProtocolError):
-        conn.receive(frame(DATA, 0, 1, grpc_message(b"x")))
-    conn, server = ready()
-    with pytest.raises(RemoteProtocolError):
-        conn.receive(server.response(1))
+    open_stream(conn, server)  # stream 1 exists
+    wire = {
+        "data": lambda: frame(DATA, 0, sid, grpc_message(b"x")),
+        "headers": lambda: server.response(sid),
+        "rst": lambda: rst(sid, 8),
+        "window": lambda: window_update(sid, 100),
+    }[kind]()
+    with pytest.raises(RemoteProtocolError, match="idle stream"):
+        conn.receive(wire)
+    assert frames_of(conn)[-1][0] == GOAWAY
+
+
+def test_initial_window_size_overflowing_a_stream_is_a_connection_error() -> None:
+    conn, _ = ready()
+    sid = conn.start_request("/p")
+    conn.receive(window_update(sid, 2**31 - 1 - 65_535))
+    with pytest.raises(RemoteProtocolError, match="overflowed"):
+        conn.receive(settings_frame((4, 65_536)))
 
 
 def test_push_promise_is_a_connection_error() -> None:

@@ -605,7 +605,7 @@ class H2Connection:
         self._credit_connection(flow)
         stream = self._streams.get(stream_id)
         if stream is None:
-            if stream_id >= self._next_stream_id:
+            if self._is_idle(stream_id):
                 raise RemoteProtocolError(f"HTTP/2: DATA on idle stream {stream_id}")
             return
         if stream.remote_closed:
@@ -738,7 +738,7 @@ class H2Connection:
             raise RemoteProtocolError(f"HTTP/2: cannot decode a header block: {exc}") from None
         stream = self._streams.get(stream_id)
         if stream is None:
-            if stream_id >= self._next_stream_id:
+            if self._is_idle(stream_id):
                 raise RemoteProtocolError(f"HTTP/2: HEADERS on idle stream {stream_id}")
             return
         if stream.remote_closed:
@@ -803,6 +803,10 @@ class H2Connection:
                 self._peer_initial_window = value
                 for stream in self._streams.values():
                     stream.send_window += delta
+                    if stream.send_window > _MAX_WINDOW:
+                        raise RemoteProtocolError(
+                            "HTTP/2: SETTINGS_INITIAL_WINDOW_SIZE overflowed a stream window"
+                        )
             elif key == SETTINGS_MAX_FRAME_SIZE:
                 if not 16_384 <= value <= 16_777_215:
                     raise RemoteProtocolError("HTTP/2: SETTINGS_MAX_FRAME_SIZE out of range")
@@ -829,6 +833,8 @@ class H2Connection:
         else:
             stream = self._streams.get(stream_id)
             if stream is None:
+                if self._is_idle(stream_id):
+                    raise RemoteProtocolError(f"HTTP/2: WINDOW_UPDATE on idle stream {stream_id}")
                 return
             if increment == 0:
                 self._fail(
@@ -852,6 +858,8 @@ class H2Connection:
             raise RemoteProtocolError("HTTP/2: malformed RST_STREAM")
         stream = self._streams.pop(stream_id, None)
         if stream is None:
+            if self._is_idle(stream_id):
+                raise RemoteProtocolError(f"HTTP/2: RST_STREAM on idle stream {stream_id}")
             return
         code = int.from_bytes(payload, "big")
         events.append(
@@ -881,6 +889,10 @@ class H2Connection:
                 )
             )
             del stream
+
+    def _is_idle(self, stream_id: int) -> bool:
+        """A stream never opened: not one of ours yet, or a server stream (no push)."""
+        return stream_id >= self._next_stream_id or not stream_id & 1
 
     def _end(
         self,
