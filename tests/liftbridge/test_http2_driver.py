@@ -204,6 +204,13 @@ async def test_server_streaming_10k_in_order(channel: Http2Channel) -> None:
     assert await call.read() is grpc.aio.EOF
 
 
+async def test_code_before_read_sends_the_request(channel: Http2Channel) -> None:
+    call = count(channel)(b"3:8")
+    assert await asyncio.wait_for(call.code(), 5) is grpc.StatusCode.OK
+    assert await call.details() == ""
+    assert len(await read_all(call)) == 3
+
+
 async def test_async_iteration(channel: Http2Channel) -> None:
     got = [m async for m in count(channel)(b"5:8")]
     assert [int.from_bytes(m, "big") for m in got] == [0, 1, 2, 3, 4]

@@ -830,9 +830,13 @@ class _ServerStreamCall:
         return self._call.cancelled()
 
     async def code(self) -> grpc.StatusCode:
+        if not self._sent:
+            await self._send()
         return await self._call.code()
 
     async def details(self) -> str:
+        if not self._sent:
+            await self._send()
         return await self._call.details()
 
 
