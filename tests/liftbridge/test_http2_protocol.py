@@ -849,6 +849,33 @@ def test_message_larger_than_the_free_window_still_arrives(message_size: int) ->
     assert window - window // 4 <= flow.stream <= window
 
 
+def test_padding_does_not_stall_a_message() -> None:
+    window = 1000
+    conn, server = ready(stream_window=window, connection_window=1 << 20)
+    sid = open_stream(conn, server)
+    flow = FlowServer(conn, server, sid, window)
+    flow.absorb()
+    body = grpc_message(b"P" * 895)  # 900 bytes: fits the window, without padding
+    got = messages_of(flow.send(body[:100]))
+    pos = 100
+    for _ in range(100):
+        flow.absorb()
+        if pos == len(body):
+            break
+        # Each frame carries 40 bytes of the message and 150 of padding.
+        take = min(40, len(body) - pos, flow.stream)
+        assert take > 0, "the stream stalled: padding used up the window"
+        pad = min(150, flow.stream - take - 1)
+        if pad >= 0:
+            payload = bytes((pad,)) + body[pos : pos + take] + bytes(pad)
+            flow.stream -= len(payload)
+            got += messages_of(conn.receive(frame(DATA, PADDED, sid, payload)))
+        else:
+            got += messages_of(flow.send(body[pos : pos + take]))
+        pos += take
+    assert got == [b"P" * 895]
+
+
 @settings(max_examples=150)
 @given(
     sizes=st.lists(st.integers(min_value=0, max_value=2500), min_size=1, max_size=30),

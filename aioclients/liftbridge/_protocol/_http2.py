@@ -635,6 +635,8 @@ class H2Connection:
                 total = 5 + int.from_bytes(partial[1:5], "big")
                 if len(partial) + len(body) < total:
                     partial += body
+                    # Padding may have used window the message still needs.
+                    self._make_room(stream, total - len(partial))
                     if flags & FLAG_END_STREAM:
                         stream.remote_closed = True
                         self._fail(
