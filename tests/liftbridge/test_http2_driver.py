@@ -935,3 +935,31 @@ async def test_server_reset_stream_is_reported() -> None:
             assert "RST_STREAM" in (info.value.details() or "")
         finally:
             await ch.close()
+
+
+async def test_tls_server_without_h2_alpn_is_unavailable(ca: trustme.CA) -> None:
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(server_ctx)
+    server_ctx.set_alpn_protocols(["http/1.1"])
+
+    async def http1(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await reader.read(65536)
+        writer.close()
+
+    tcp = await asyncio.start_server(http1, "127.0.0.1", 0, ssl=server_ctx)
+    port = tcp.sockets[0].getsockname()[1]
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    ch = Http2Channel(
+        f"127.0.0.1:{port}", ssl_context=stream_ssl_context(trusting), server_hostname="localhost"
+    )
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await asyncio.wait_for(unary(ch)(b"x"), 10)
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "ALPN h2" in (info.value.details() or "")
+    finally:
+        await ch.close()
+        tcp.close()
+        await tcp.wait_closed()
