@@ -963,3 +963,25 @@ async def test_tls_server_without_h2_alpn_is_unavailable(ca: trustme.CA) -> None
         await ch.close()
         tcp.close()
         await tcp.wait_closed()
+
+
+async def test_a_blocked_writer_learns_that_the_server_went_away() -> None:
+    service = Service()
+    srv = Server(service)
+    await srv.server.start()
+    ch = Http2Channel(f"127.0.0.1:{srv.port}")
+    try:
+        call = ch.stream_stream("/t.T/Sink")()
+        await call.write(b"first")
+        await asyncio.wait_for(service.started.wait(), 5)
+        writes = asyncio.create_task(write_all(call, [bytes(MiB)] * 8))
+        await wait_for(
+            lambda: call._conn is not None and call._conn.h2.blocked_bytes(call._stream_id) > MiB,
+            what="a writer held back by the server window",
+        )
+        await asyncio.wait_for(srv.server.stop(None), 10)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await asyncio.wait_for(writes, 10)
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+    finally:
+        await ch.close()
