@@ -21,8 +21,11 @@ What it implements (RFC 9113, and the gRPC over HTTP/2 protocol):
 * flow control both ways. Receiving: each stream advertises ``stream_window``
   bytes and credit is given back only when the application *consumes* a
   message (:meth:`consumed`), so a slow reader holds the server back instead
-  of filling memory; the connection window is credited on receipt. Sending:
-  DATA waits in a per-stream queue while the peer's windows are closed;
+  of filling memory. A message that does not fit in what is left of the
+  window is let in whole (the window opens in advance by what it misses), so
+  a stream buffers at most one window and one message. The connection window
+  is credited on receipt. Sending: DATA waits in a per-stream queue while the
+  peer's windows are closed;
 * gRPC length-prefixed messages, split across or packed into DATA frames;
 * status: ``:status`` other than 200 is mapped as gRPC specifies, a missing
   ``grpc-status`` is INTERNAL, RST_STREAM codes are mapped as gRPC's core does.
