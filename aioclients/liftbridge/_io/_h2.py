@@ -49,6 +49,7 @@ log = logging.getLogger("aioclients.liftbridge.h2")
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _WRITE_HIGH_WATER = 1 << 20  # queued outgoing bytes of one call before write() waits
 _TOO_MANY_PINGS = "too_many_pings"
+_TLS_CLOSE_TIMEOUT = 2.0  # seconds a TLS close may take before the socket is dropped
 
 
 def _rpc_error(code: int, details: str) -> grpc.aio.AioRpcError:
@@ -105,6 +106,7 @@ class _Connection:
         self._ping_timer: asyncio.TimerHandle | None = None
         self._ping_deadline: asyncio.TimerHandle | None = None
         self._ping_payload = b""
+        self._close_timer: asyncio.TimerHandle | None = None
         self._closed_waiter: asyncio.Future[None] = self._loop.create_future()
 
     # -- socket side ---------------------------------------------------------------
@@ -150,12 +152,18 @@ class _Connection:
                     self._channel._keepalive_time *= 2
         if self.h2.has_output():
             self.flush()
+        if self._writers:
+            # A WINDOW_UPDATE or SETTINGS may have released queued request data.
+            self._wake_writers()
         if self.h2.goaway is not None and not self.calls:
             self.close()
 
     def _lost(self, exc: Exception | None) -> None:
         self.dead = True
         self._cancel_timers()
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+            self._close_timer = None
         reason = f"the connection to {self._channel.address} was lost"
         if exc is not None:
             reason += f": {exc}"
@@ -213,10 +221,11 @@ class _Connection:
         return stream_id
 
     def finished(self) -> None:
-        """A call left: close the connection if the server is going away."""
+        """A call left: close the connection if it is idle and no longer in use
+        (the server is going away, or the channel moved on to another one)."""
         if not self.calls:
             self._cancel_timers()
-            if self.h2.goaway is not None:
+            if self.h2.goaway is not None or self._channel._conn is not self:
                 self.close()
 
     # -- keepalive -----------------------------------------------------------------
@@ -259,8 +268,19 @@ class _Connection:
         self._cancel_timers()
         self.h2.close()
         self.flush()
-        if self.transport is not None:
-            self.transport.close()
+        transport = self.transport
+        if transport is None:
+            return
+        if transport.get_extra_info("ssl_object") is None:
+            transport.close()
+        elif transport.get_write_buffer_size() == 0:
+            # A TLS close waits for the server's close_notify, which gRPC
+            # servers do not send (asyncio gives up after 30 s): what we had to
+            # say is written, drop the socket.
+            transport.abort()
+        else:
+            transport.close()
+            self._close_timer = self._loop.call_later(_TLS_CLOSE_TIMEOUT, transport.abort)
 
     async def wait_closed(self) -> None:
         await self._closed_waiter
@@ -283,7 +303,7 @@ class _Call:
         self._path = path
         self._serialize = serializer or _identity
         self._deserialize = deserializer or _identity
-        self._timeout = timeout
+        self._deadline_at = None if timeout is None else self._loop.time() + timeout
         self._metadata = metadata
         self._conn: _Connection | None = None
         self._stream_id = 0
@@ -294,29 +314,45 @@ class _Call:
         self._cancelled = False
         self._done_writing = False
         self._deadline: asyncio.TimerHandle | None = None
+        self._end_waiters: list[asyncio.Future[None]] = []  # code() / details()
 
     # -- opening -------------------------------------------------------------------
 
     async def _ensure_started(self) -> None:
-        if self._conn is not None or self._status is not None:
-            return
-        if self._starting is None:
-            self._starting = self._loop.create_future()
+        """Open the stream; returns once it is open or the call has ended."""
+        while self._conn is None and self._status is None:
+            starting = self._starting
+            if starting is not None:
+                # Another task is opening it; if that task is cancelled, the
+                # loop lets this one try.
+                await asyncio.wait((starting,))
+                continue
+            starting = self._starting = self._loop.create_future()
             try:
-                conn = await self._channel._connection()
+                if self._deadline_at is None:
+                    conn = await self._channel._connection()
+                    remaining = None
+                else:
+                    # The deadline counts from the call's creation, connecting included.
+                    remaining = self._deadline_at - self._loop.time()
+                    try:
+                        conn = await asyncio.wait_for(self._channel._connection(), remaining)
+                    except asyncio.TimeoutError:
+                        self._set_status(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+                        continue
+                    remaining = self._deadline_at - self._loop.time()
                 if self._status is None:  # not cancelled meanwhile
-                    self._stream_id = conn.start(self, self._path, self._timeout, self._metadata)
+                    self._stream_id = conn.start(self, self._path, remaining, self._metadata)
                     self._conn = conn
-                    if self._timeout is not None:
-                        self._deadline = self._loop.call_later(self._timeout, self._expired)
+                    if remaining is not None:
+                        self._deadline = self._loop.call_later(remaining, self._expired)
             except grpc.aio.AioRpcError as exc:
                 self._set_status(exc.code().value[0], exc.details() or "")
             except AioClientsError as exc:
                 self._set_status(StatusCode.UNAVAILABLE, str(exc))
             finally:
-                self._starting.set_result(None)
-        else:
-            await asyncio.shield(self._starting)
+                self._starting = None
+                starting.set_result(None)
 
     def _expired(self) -> None:
         self._deadline = None
@@ -349,6 +385,10 @@ class _Call:
             self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
+        for fut in self._end_waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._end_waiters.clear()
         conn = self._conn
         if conn is not None:
             conn.calls.pop(self._stream_id, None)
@@ -460,6 +500,7 @@ class _Call:
             return False
         self._cancelled = True
         self._reset()
+        self._queue.clear()  # read() raises CancelledError from now on, as grpc.aio's does
         self._set_status(StatusCode.CANCELLED, "Locally cancelled by application!")
         return True
 
@@ -484,8 +525,12 @@ class _Call:
             await self._ensure_started()
             return
         waiter = self._loop.create_future()
-        self._waiter = waiter
-        await waiter
+        self._end_waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in self._end_waiters:
+                self._end_waiters.remove(waiter)
 
 
 class _UnaryCall:
@@ -660,31 +705,45 @@ class Http2Channel:
     # -- connections ------------------------------------------------------------------
 
     async def _connection(self) -> _Connection:
-        if self._closed:
-            raise _rpc_error(StatusCode.CANCELLED, "the channel is closed")
-        conn = self._conn
-        if conn is not None and not conn.dead and conn.h2.can_start_stream():
-            return conn
-        if conn is not None:
-            self._conn = None
-            if not conn.dead:
-                self._old.add(conn)  # going away: its calls may still finish
-        if self._connecting is None:
-            self._connecting = asyncio.get_running_loop().create_future()
-            connecting = self._connecting
-            try:
-                conn = await self._open()
-                self._conn = conn
-                connecting.set_result(conn)
-            except BaseException as exc:
-                connecting.set_exception(exc)
-                raise
-            finally:
-                self._connecting = None
-                if connecting.done() and not connecting.cancelled():
-                    connecting.exception()  # retrieved: no "never retrieved" warning
-            return conn
-        return await asyncio.shield(self._connecting)
+        while True:
+            if self._closed:
+                raise _rpc_error(StatusCode.CANCELLED, "the channel is closed")
+            conn = self._conn
+            if conn is not None and not conn.dead and conn.h2.can_start_stream():
+                return conn
+            if conn is not None:
+                self._conn = None
+                if not conn.dead:
+                    self._old.add(conn)  # going away: its calls may still finish
+            pending = self._connecting
+            if pending is None:
+                break
+            # Another call is connecting. asyncio.wait: only our own
+            # cancellation raises here, not that of the task connecting.
+            await asyncio.wait((pending,))
+            if not pending.cancelled():
+                return pending.result()  # or the error it failed with
+        connecting = self._connecting = asyncio.get_running_loop().create_future()
+        try:
+            conn = await self._open()
+        except asyncio.CancelledError:
+            connecting.cancel()  # the waiters try for themselves
+            raise
+        except BaseException as exc:
+            connecting.set_exception(exc)
+            connecting.exception()  # retrieved: no "never retrieved" warning without waiters
+            raise
+        finally:
+            self._connecting = None
+        if self._closed:  # closed while connecting
+            conn.close()
+            exc = _rpc_error(StatusCode.CANCELLED, "the channel is closed")
+            connecting.set_exception(exc)
+            connecting.exception()
+            raise exc
+        self._conn = conn
+        connecting.set_result(conn)
+        return conn
 
     async def _open(self) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -771,9 +830,13 @@ class _ServerStreamCall:
         return self._call.cancelled()
 
     async def code(self) -> grpc.StatusCode:
+        if not self._sent:
+            await self._send()
         return await self._call.code()
 
     async def details(self) -> str:
+        if not self._sent:
+            await self._send()
         return await self._call.details()
 
 

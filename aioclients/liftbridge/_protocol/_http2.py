@@ -21,8 +21,11 @@ What it implements (RFC 9113, and the gRPC over HTTP/2 protocol):
 * flow control both ways. Receiving: each stream advertises ``stream_window``
   bytes and credit is given back only when the application *consumes* a
   message (:meth:`consumed`), so a slow reader holds the server back instead
-  of filling memory; the connection window is credited on receipt. Sending:
-  DATA waits in a per-stream queue while the peer's windows are closed;
+  of filling memory. A message that does not fit in what is left of the
+  window is let in whole (the window opens in advance by what it misses), so
+  a stream buffers at most one window and one message. The connection window
+  is credited on receipt. Sending: DATA waits in a per-stream queue while the
+  peer's windows are closed;
 * gRPC length-prefixed messages, split across or packed into DATA frames;
 * status: ``:status`` other than 200 is mapped as gRPC specifies, a missing
   ``grpc-status`` is INTERNAL, RST_STREAM codes are mapped as gRPC's core does.
@@ -310,6 +313,8 @@ class H2Connection:
         self._in = bytearray()
         self._decoder = hpack.Decoder()
         self._decoder.max_allowed_table_size = 65_536
+        # What we advertise as SETTINGS_MAX_HEADER_LIST_SIZE (hpack's own default is 64 KiB).
+        self._decoder.max_header_list_size = _MAX_HEADER_BLOCK
         self._streams: dict[int, _Stream] = {}
         self._next_stream_id = 1
         self._preface_seen = False  # the server's SETTINGS arrived
@@ -483,8 +488,6 @@ class H2Connection:
         if stream is None or self.closed:
             return
         self._out += _frame(RST_STREAM, 0, stream_id, error_code.to_bytes(4, "big"))
-        # Give the stream's unconsumed bytes back to the connection window.
-        self._credit_connection(stream.recv_credit + len(stream.partial))
 
     def consumed(self, stream_id: int, nbytes: int) -> None:
         """The application took ``nbytes`` (prefix included) off a stream: credit it back."""
@@ -512,10 +515,8 @@ class H2Connection:
     def close(self, error_code: int = NO_ERROR) -> None:
         """Queue GOAWAY; nothing more is sent or accepted."""
         if not self.closed:
-            last = max(0, self._next_stream_id - 2)
-            self._out += _frame(
-                GOAWAY, 0, 0, last.to_bytes(4, "big") + error_code.to_bytes(4, "big")
-            )
+            # The last stream id counts streams the server opened: none (no push).
+            self._out += _frame(GOAWAY, 0, 0, bytes(4) + error_code.to_bytes(4, "big"))
             self.closed = True
 
     # -- incoming ------------------------------------------------------------------
@@ -602,14 +603,14 @@ class H2Connection:
             raise RemoteProtocolError("HTTP/2: DATA on stream 0")
         flow = len(payload)
         body = self._unpad(flags, payload, "DATA")
+        # The connection window is credited on receipt, for every stream (also
+        # one we reset or finished): only stream windows hold a slow reader back.
+        self._credit_connection(flow)
         stream = self._streams.get(stream_id)
         if stream is None:
-            # A stream we reset or finished: its bytes still count for the connection.
-            self._credit_connection(flow)
-            if stream_id >= self._next_stream_id:
+            if self._is_idle(stream_id):
                 raise RemoteProtocolError(f"HTTP/2: DATA on idle stream {stream_id}")
             return
-        self._credit_connection(flow)
         if stream.remote_closed:
             self._fail(stream, StatusCode.INTERNAL, "DATA after the end of the stream", events)
             return
@@ -630,46 +631,79 @@ class H2Connection:
         if flow != len(body):
             self.consumed(stream_id, flow - len(body))
         partial = stream.partial
-        messages: list[bytes] = []
         if partial:
+            if len(partial) >= 5:
+                # The middle of a large message (its prefix was checked): append
+                # without copying what was gathered so far again.
+                total = 5 + int.from_bytes(partial[1:5], "big")
+                if len(partial) + len(body) < total:
+                    partial += body
+                    # Padding may have used window the message still needs.
+                    self._make_room(stream, total - len(partial))
+                    if flags & FLAG_END_STREAM:
+                        stream.remote_closed = True
+                        self._fail(
+                            stream, StatusCode.INTERNAL, "the stream ended inside a message", events
+                        )
+                    return
             partial += body
             body = bytes(partial)
             partial.clear()
         pos = 0
         n = len(body)
         max_message = self._max_message
+        messages: list[bytes] = []
+        error: tuple[int, str] | None = None
+        end = 0
         while n - pos >= 5:
             if body[pos]:
-                self._fail(
-                    stream,
+                error = (
                     StatusCode.INTERNAL,
                     "the server sent a compressed message, which was not asked for",
-                    events,
                 )
-                return
+                break
             length = int.from_bytes(body[pos + 1 : pos + 5], "big")
             if length > max_message:
-                self._fail(
-                    stream,
+                error = (
                     StatusCode.RESOURCE_EXHAUSTED,
                     f"received message larger than max ({length} vs. {max_message})",
-                    events,
                 )
-                return
+                break
             end = pos + 5 + length
             if end > n:
                 break
             messages.append(body[pos + 5 : end])
             pos = end
-        if pos < n:
-            partial += body[pos:]
         if messages:
             events.append(Messages(stream_id, messages))
+        if error is not None:
+            self._fail(stream, error[0], error[1], events)
+            return
+        if pos < n:
+            partial += body[pos:]
+            if end > n:
+                self._make_room(stream, end - n)
         if flags & FLAG_END_STREAM:
             stream.remote_closed = True
             self._fail(
                 stream, StatusCode.INTERNAL, "the server ended the stream without trailers", events
             )
+
+    def _make_room(self, stream: _Stream, missing: int) -> None:
+        """Let the rest of a message in even when the stream window is too small.
+
+        Credit comes back only as messages are consumed, so a message larger
+        than what is left of the window (or than the window) would stall the
+        stream for good. The window is opened by what is missing, in advance:
+        ``recv_credit`` goes below zero and is repaid by the message's own
+        :meth:`consumed`, so a slow reader still holds at most one window and
+        one message.
+        """
+        grant = min(missing, _MAX_WINDOW) - stream.recv_window
+        if grant > 0:
+            stream.recv_window += grant
+            stream.recv_credit -= grant
+            self._out += _frame(WINDOW_UPDATE, 0, stream.stream_id, grant.to_bytes(4, "big"))
 
     def _on_headers(self, stream_id: int, flags: int, payload: bytes, events: list[Event]) -> None:
         if stream_id == 0:
@@ -709,12 +743,14 @@ class H2Connection:
             raise RemoteProtocolError(f"HTTP/2: cannot decode a header block: {exc}") from None
         stream = self._streams.get(stream_id)
         if stream is None:
-            if stream_id >= self._next_stream_id:
+            if self._is_idle(stream_id):
                 raise RemoteProtocolError(f"HTTP/2: HEADERS on idle stream {stream_id}")
             return
         if stream.remote_closed:
             self._fail(stream, StatusCode.INTERNAL, "HEADERS after the end of the stream", events)
             return
+        if end_stream:
+            stream.remote_closed = True  # nothing to reset if the call fails below
         if not stream.headers_done:
             stream.headers_done = True
             status = _lookup(headers, ":status")
@@ -722,7 +758,7 @@ class H2Connection:
                 self._fail(stream, StatusCode.INTERNAL, "response without :status", events)
                 return
             if status != "200":
-                code = _HTTP_TO_GRPC.get(int(status) if status.isdigit() else 0, StatusCode.UNKNOWN)
+                code = _HTTP_TO_GRPC.get(_parse_int(status), StatusCode.UNKNOWN)
                 self._fail(stream, code, f"HTTP status {status} from the server", events)
                 return
             if not end_stream:
@@ -741,18 +777,17 @@ class H2Connection:
         elif not end_stream:
             self._fail(stream, StatusCode.INTERNAL, "trailers without END_STREAM", events)
             return
-        stream.remote_closed = True
         if stream.partial:
             self._fail(stream, StatusCode.INTERNAL, "the stream ended inside a message", events)
             return
-        raw_status = _lookup(headers, "grpc-status")
-        if raw_status is None or not raw_status.isdigit():
+        status_code = _parse_int(_lookup(headers, "grpc-status"))
+        if status_code < 0:
             self._end(
                 stream, StatusCode.INTERNAL, "the server sent no grpc-status", events, headers
             )
             return
         message = unquote(_lookup(headers, "grpc-message") or "", errors="replace")
-        self._end(stream, int(raw_status), message, events, headers)
+        self._end(stream, status_code, message, events, headers)
 
     def _on_settings(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id:
@@ -773,6 +808,10 @@ class H2Connection:
                 self._peer_initial_window = value
                 for stream in self._streams.values():
                     stream.send_window += delta
+                    if stream.send_window > _MAX_WINDOW:
+                        raise RemoteProtocolError(
+                            "HTTP/2: SETTINGS_INITIAL_WINDOW_SIZE overflowed a stream window"
+                        )
             elif key == SETTINGS_MAX_FRAME_SIZE:
                 if not 16_384 <= value <= 16_777_215:
                     raise RemoteProtocolError("HTTP/2: SETTINGS_MAX_FRAME_SIZE out of range")
@@ -799,6 +838,8 @@ class H2Connection:
         else:
             stream = self._streams.get(stream_id)
             if stream is None:
+                if self._is_idle(stream_id):
+                    raise RemoteProtocolError(f"HTTP/2: WINDOW_UPDATE on idle stream {stream_id}")
                 return
             if increment == 0:
                 self._fail(
@@ -822,9 +863,10 @@ class H2Connection:
             raise RemoteProtocolError("HTTP/2: malformed RST_STREAM")
         stream = self._streams.pop(stream_id, None)
         if stream is None:
+            if self._is_idle(stream_id):
+                raise RemoteProtocolError(f"HTTP/2: RST_STREAM on idle stream {stream_id}")
             return
         code = int.from_bytes(payload, "big")
-        self._credit_connection(stream.recv_credit + len(stream.partial))
         events.append(
             StreamEnded(
                 stream_id,
@@ -853,6 +895,10 @@ class H2Connection:
             )
             del stream
 
+    def _is_idle(self, stream_id: int) -> bool:
+        """A stream never opened: not one of ours yet, or a server stream (no push)."""
+        return stream_id >= self._next_stream_id or not stream_id & 1
+
     def _end(
         self,
         stream: _Stream,
@@ -864,7 +910,6 @@ class H2Connection:
         # A server may answer before the request is complete (RFC 9113, 8.1): the
         # stream is over either way and nothing more is sent on it.
         self._streams.pop(stream.stream_id, None)
-        self._credit_connection(stream.recv_credit)
         events.append(StreamEnded(stream.stream_id, status, message, trailers))
 
     def _fail(
@@ -878,7 +923,6 @@ class H2Connection:
         """End a call on our side because the server broke a rule for it."""
         if self._streams.pop(stream.stream_id, None) is not None and not stream.remote_closed:
             self._out += _frame(RST_STREAM, 0, stream.stream_id, error_code.to_bytes(4, "big"))
-        self._credit_connection(stream.recv_credit + len(stream.partial))
         events.append(StreamEnded(stream.stream_id, status, message, local=True))
 
     def connection_lost(self, reason: str) -> list[StreamEnded]:
@@ -889,6 +933,13 @@ class H2Connection:
         ]
         self._streams.clear()
         return ended
+
+
+def _parse_int(text: str | None) -> int:
+    """A decimal header value (``:status``, ``grpc-status``), or -1."""
+    if text is None or not text.isascii() or not text.isdigit():
+        return -1
+    return int(text)
 
 
 def _lookup(headers: tuple[tuple[str, str], ...], name: str) -> str | None:

@@ -1,0 +1,987 @@
+"""The HTTP/2 channel end to end against real ``grpc.aio`` servers in-process.
+
+The servers speak bytes (generic handlers without serializers), the client is
+:class:`Http2Channel` unmocked. Conditions are awaited with timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+import hpack
+import pytest
+import trustme
+
+from aioclients.liftbridge._io._grpc import stream_ssl_context
+from aioclients.liftbridge._io._h2 import Http2Channel
+from aioclients.liftbridge._protocol._http2 import PingAcked
+
+MiB = 1024 * 1024
+
+
+async def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    """Poll a condition on the event loop until it holds (fails after ``timeout``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what or cond}")
+        await asyncio.sleep(0.005)
+
+
+class Service:
+    """Handlers of the test service ``/t.T/<name>`` (requests and responses are bytes)."""
+
+    def __init__(self) -> None:
+        self.cancelled = asyncio.Event()
+        self.release = asyncio.Event()
+        self.started = asyncio.Event()
+        self.holding = asyncio.Event()
+        self.produced = 0
+
+    def _watch(self, context: Any) -> None:
+        self.context = context
+
+    async def unary(self, request: bytes, context: Any) -> bytes:
+        if request.startswith(b"abort:"):
+            _, code, details = request.split(b":", 2)
+            await context.abort(grpc.StatusCode[code.decode()], details.decode())
+        if request == b"sleep":
+            self._watch(context)
+            self.started.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        return request
+
+    async def count(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
+        """Stream ``n`` numbered messages of ``size`` bytes; ``n:size[:hold]``."""
+        self._watch(context)
+        parts = request.split(b":")
+        n, size = int(parts[0]), int(parts[1])
+        finished = False
+        try:
+            for i in range(n):
+                self.produced += 1
+                yield i.to_bytes(8, "big") + bytes(max(0, size - 8))
+                if i == 0:
+                    self.started.set()
+            if len(parts) > 2:
+                self.holding.set()
+                await self.release.wait()
+            finished = True
+        finally:
+            # Cancelled (CancelledError) or closed at a yield (GeneratorExit).
+            if not finished:
+                self.cancelled.set()
+
+    async def echo(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        self._watch(context)
+        try:
+            async for request in requests:
+                yield request
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+    async def sink(self, requests: AsyncIterator[bytes], context: Any) -> bytes:
+        """Read nothing until released, then count the request bytes."""
+        self.started.set()
+        await self.release.wait()
+        total = 0
+        async for request in requests:
+            total += len(request)
+        return str(total).encode()
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            "t.T",
+            {
+                "Unary": grpc.unary_unary_rpc_method_handler(self.unary),
+                "Count": grpc.unary_stream_rpc_method_handler(self.count),
+                "Echo": grpc.stream_stream_rpc_method_handler(self.echo),
+                "Sink": grpc.stream_unary_rpc_method_handler(self.sink),
+            },
+        )
+
+
+class Server:
+    def __init__(
+        self,
+        service: Service,
+        port: int = 0,
+        credentials: Any = None,
+        options: tuple[tuple[str, Any], ...] = (),
+    ) -> None:
+        self.service = service
+        self.server = grpc.aio.server(
+            options=(
+                ("grpc.max_receive_message_length", 16 * MiB),
+                ("grpc.max_send_message_length", 16 * MiB),
+                *options,
+            )
+        )
+        self.server.add_generic_rpc_handlers((service.handler(),))
+        bind = f"127.0.0.1:{port}"
+        if credentials is None:
+            self.port = self.server.add_insecure_port(bind)
+        else:
+            self.port = self.server.add_secure_port(bind, credentials)
+        assert self.port
+
+    async def __aenter__(self) -> Server:
+        await self.server.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.server.stop(None)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Server]:
+    async with Server(Service()) as srv:
+        yield srv
+
+
+@pytest.fixture
+async def channel(server: Server) -> AsyncIterator[Http2Channel]:
+    ch = Http2Channel(f"127.0.0.1:{server.port}")
+    yield ch
+    await ch.close()
+
+
+def unary(ch: Http2Channel) -> Callable[..., Awaitable[bytes]]:
+    return ch.unary_unary("/t.T/Unary")
+
+
+def count(ch: Http2Channel) -> Callable[..., Any]:
+    return ch.unary_stream("/t.T/Count")
+
+
+def echo(ch: Http2Channel) -> Callable[..., Any]:
+    return ch.stream_stream("/t.T/Echo")
+
+
+async def read_all(call: Any) -> list[bytes]:
+    out = []
+    while (msg := await call.read()) is not grpc.aio.EOF:
+        out.append(msg)
+    return out
+
+
+def queued_bytes(call: Any) -> int:
+    inner = getattr(call, "_call", call)
+    return sum(len(m) for m in inner._queue)
+
+
+# -- plain calls ------------------------------------------------------------------------------
+
+
+async def test_unary(channel: Http2Channel) -> None:
+    assert await unary(channel)(b"hello") == b"hello"
+    assert await unary(channel)(b"") == b""
+    conn = channel._conn
+    assert await unary(channel)(b"again", timeout=5.0) == b"again"
+    assert channel._conn is conn  # one connection for all calls
+
+
+async def test_server_streaming_10k_in_order(channel: Http2Channel) -> None:
+    call = count(channel)(b"10000:20")
+    got = await read_all(call)
+    assert [int.from_bytes(m[:8], "big") for m in got] == list(range(10_000))
+    assert all(len(m) == 20 for m in got)
+    assert await call.code() is grpc.StatusCode.OK
+    assert call.done()
+    assert await call.read() is grpc.aio.EOF
+
+
+async def test_code_before_read_sends_the_request(channel: Http2Channel) -> None:
+    call = count(channel)(b"3:8")
+    assert await asyncio.wait_for(call.code(), 5) is grpc.StatusCode.OK
+    assert await call.details() == ""
+    assert len(await read_all(call)) == 3
+
+
+async def test_async_iteration(channel: Http2Channel) -> None:
+    got = [m async for m in count(channel)(b"5:8")]
+    assert [int.from_bytes(m, "big") for m in got] == [0, 1, 2, 3, 4]
+
+
+async def test_bidi_pipelined_writes_in_order(channel: Http2Channel) -> None:
+    call = echo(channel)()
+    await call.write(b"first")  # opens the stream
+    for i in range(2000):
+        if not call.write_nowait(i.to_bytes(4, "big")):
+            await call.write(i.to_bytes(4, "big"))
+    await call.done_writing()
+    got = await read_all(call)
+    assert got[0] == b"first"
+    assert [int.from_bytes(m, "big") for m in got[1:]] == list(range(2000))
+    with pytest.raises(grpc.aio.UsageError):
+        await call.write(b"late")
+
+
+async def test_bidi_interleaved(channel: Http2Channel) -> None:
+    call = echo(channel)()
+    for i in range(50):
+        await call.write(b"m%d" % i)
+        assert await call.read() == b"m%d" % i
+    await call.done_writing()
+    assert await call.read() is grpc.aio.EOF
+
+
+@pytest.mark.parametrize(
+    ("code", "details"),
+    [
+        ("NOT_FOUND", "no such stream"),
+        ("INVALID_ARGUMENT", "bad: 100% wrong \u2713"),
+        ("FAILED_PRECONDITION", "not the leader"),
+        ("RESOURCE_EXHAUSTED", "end of partition"),
+        ("INTERNAL", "commit log closed"),
+        ("UNAVAILABLE", "x" * 5000),
+    ],
+)
+async def test_status_and_details_from_abort(
+    channel: Http2Channel, code: str, details: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await unary(channel)(f"abort:{code}:{details}".encode())
+    assert info.value.code() is grpc.StatusCode[code]
+    assert info.value.details() == details
+
+
+async def test_unknown_method_is_unimplemented(channel: Http2Channel) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await channel.unary_unary("/t.T/Nope")(b"x")
+    assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_deadline_exceeded(server: Server, channel: Http2Channel) -> None:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await unary(channel)(b"sleep", timeout=0.3)
+    assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert 0.25 < loop.time() - start < 3.0
+    await asyncio.wait_for(server.service.cancelled.wait(), 5)
+    assert await unary(channel)(b"after") == b"after"
+
+
+async def test_cancel_mid_stream(server: Server, channel: Http2Channel) -> None:
+    call = count(channel)(b"100000:100")
+    assert int.from_bytes((await call.read())[:8], "big") == 0
+    await wait_for(lambda: queued_bytes(call) > 0, what="more messages buffered")
+    assert call.cancel()
+    assert not call.cancel()
+    assert call.cancelled()
+    assert call.done()
+    # Buffered messages are dropped: read() reports the cancellation at once.
+    with pytest.raises(asyncio.CancelledError):
+        await call.read()
+    await asyncio.wait_for(server.service.cancelled.wait(), 5)
+    assert await unary(channel)(b"still fine") == b"still fine"
+
+
+async def test_cancel_before_the_stream_opens(channel: Http2Channel) -> None:
+    call = echo(channel)()
+    assert call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call.read()
+    assert await unary(channel)(b"ok") == b"ok"
+
+
+async def test_cancelling_the_reading_task_leaves_the_channel_usable(
+    channel: Http2Channel,
+) -> None:
+    call = echo(channel)()
+    reader = asyncio.create_task(call.read())
+    await wait_for(lambda: call._conn is not None, what="the stream to open")
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    call.cancel()
+    assert await unary(channel)(b"ok") == b"ok"
+
+
+async def test_code_and_read_can_wait_together(channel: Http2Channel) -> None:
+    call = echo(channel)()
+    await call.write(b"a")
+    reader = asyncio.create_task(read_all(call))
+    code = asyncio.create_task(call.code())
+    await asyncio.sleep(0)
+    await call.write(b"b")
+    await call.done_writing()
+    assert await asyncio.wait_for(reader, 5) == [b"a", b"b"]
+    assert await asyncio.wait_for(code, 5) is grpc.StatusCode.OK
+    assert await call.details() == ""
+
+
+async def test_many_concurrent_streams_share_one_connection(channel: Http2Channel) -> None:
+    assert await unary(channel)(b"warm") == b"warm"
+    conn = channel._conn
+
+    async def one(i: int) -> None:
+        assert await unary(channel)(b"u%d" % i) == b"u%d" % i
+
+    async def stream(i: int) -> None:
+        got = await read_all(count(channel)(b"%d:16" % (100 + i)))
+        assert len(got) == 100 + i
+
+    async def bidi(i: int) -> None:
+        call = echo(channel)()
+        for j in range(20):
+            await call.write(b"%d-%d" % (i, j))
+        await call.done_writing()
+        assert await read_all(call) == [b"%d-%d" % (i, j) for j in range(20)]
+
+    await asyncio.wait_for(
+        asyncio.gather(
+            *(one(i) for i in range(200)),
+            *(stream(i) for i in range(30)),
+            *(bidi(i) for i in range(30)),
+        ),
+        30,
+    )
+    assert channel._conn is conn
+    assert not channel._old
+
+
+async def test_large_messages_both_ways(channel: Http2Channel) -> None:
+    big = bytes(range(256)) * (3 * MiB // 256)
+    assert await asyncio.wait_for(unary(channel)(big), 20) == big
+    call = echo(channel)()
+    await asyncio.wait_for(call.write(big), 20)
+    await asyncio.wait_for(call.write(big[::-1]), 20)
+    await call.done_writing()
+    assert await asyncio.wait_for(read_all(call), 20) == [big, big[::-1]]
+
+
+async def test_message_larger_than_the_stream_window(channel: Http2Channel) -> None:
+    # 5 MiB does not fit in the 4 MiB receive window of a stream.
+    call = count(channel)(b"3:%d" % (5 * MiB))
+    got = await asyncio.wait_for(read_all(call), 20)
+    assert [len(m) for m in got] == [5 * MiB] * 3
+
+
+async def test_message_over_max_message_size(server: Server) -> None:
+    ch = Http2Channel(f"127.0.0.1:{server.port}", max_message_size=1000)
+    try:
+        call = count(ch)(b"3:2000")
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await read_all(call)
+        assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert await unary(ch)(b"small") == b"small"
+    finally:
+        await ch.close()
+
+
+@pytest.mark.slow
+async def test_a_reader_that_stops_holds_the_server_back(server: Server) -> None:
+    ch = Http2Channel(f"127.0.0.1:{server.port}")
+    try:
+        size, n = 64 * 1024, 800  # 50 MiB
+        call = count(ch)(b"%d:%d" % (n, size))
+        assert int.from_bytes((await call.read())[:8], "big") == 0
+        # The stream window (4 MiB) fills up, then nothing more arrives.
+        await wait_for(lambda: queued_bytes(call) >= 3 * MiB, what="the window to fill")
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 1.0
+        peak = 0
+        while loop.time() < until:
+            peak = max(peak, queued_bytes(call))
+            assert peak <= 4 * MiB + size, f"{peak} bytes buffered: flow control does not hold"
+            await asyncio.sleep(0.01)
+        assert server.service.produced < n
+        rest = await asyncio.wait_for(read_all(call), 30)
+        assert [int.from_bytes(m[:8], "big") for m in rest] == list(range(1, n))
+    finally:
+        await ch.close()
+
+
+# -- broken connections -----------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_connection_refused_is_unavailable_quickly() -> None:
+    ch = Http2Channel(f"127.0.0.1:{free_port()}")
+    try:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await unary(ch)(b"x")
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert loop.time() - start < 2.0
+        call = count(ch)(b"1:8")
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call.read()
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert await call.code() is grpc.StatusCode.UNAVAILABLE
+    finally:
+        await ch.close()
+
+
+async def test_server_stopped_mid_stream_then_restarted() -> None:
+    service = Service()
+    srv = Server(service)
+    port = srv.port
+    await srv.server.start()
+    ch = Http2Channel(f"127.0.0.1:{port}")
+    try:
+        call = count(ch)(b"2:8:hold")
+        assert await call.read() is not grpc.aio.EOF
+        await asyncio.wait_for(srv.server.stop(None), 10)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await asyncio.wait_for(read_all(call), 10)
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE, info.value
+        async with Server(Service(), port=port):
+            assert await asyncio.wait_for(unary(ch)(b"back"), 10) == b"back"
+    finally:
+        await ch.close()
+
+
+async def test_goaway_from_graceful_stop_lets_the_call_finish() -> None:
+    service = Service()
+    srv = Server(service)
+    port = srv.port
+    await srv.server.start()
+    ch = Http2Channel(f"127.0.0.1:{port}")
+    try:
+        call = count(ch)(b"3:8:hold")
+        assert await call.read() is not grpc.aio.EOF
+        conn = ch._conn
+        assert conn is not None
+        stopping = asyncio.create_task(srv.server.stop(10))
+        await wait_for(lambda: conn.h2.goaway is not None, what="GOAWAY")
+        service.release.set()
+        assert len(await asyncio.wait_for(read_all(call), 10)) == 2
+        assert await call.code() is grpc.StatusCode.OK
+        await asyncio.wait_for(stopping, 10)
+        await wait_for(lambda: conn.dead, what="the old connection to close")
+        async with Server(Service(), port=port):
+            assert await asyncio.wait_for(unary(ch)(b"new"), 10) == b"new"
+            assert ch._conn is not conn
+    finally:
+        await ch.close()
+
+
+async def test_goaway_from_max_connection_age_moves_to_a_new_connection() -> None:
+    service = Service()
+    options = (("grpc.max_connection_age_ms", 300), ("grpc.max_connection_age_grace_ms", 10_000))
+    async with Server(service, options=options) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            call = count(ch)(b"3:8:hold")
+            assert await call.read() is not grpc.aio.EOF
+            old = ch._conn
+            assert old is not None
+            await wait_for(lambda: old.h2.goaway is not None, what="GOAWAY")
+            assert await unary(ch)(b"on a new connection") == b"on a new connection"
+            assert ch._conn is not old
+            service.release.set()
+            assert len(await read_all(call)) == 2
+            await wait_for(lambda: old.dead, what="the old connection to close")
+        finally:
+            await ch.close()
+
+
+async def test_keepalive_watchdog_drops_a_silent_server() -> None:
+    received = bytearray()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                received.extend(data)
+        writer.close()
+
+    tcp = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = tcp.sockets[0].getsockname()[1]
+    ch = Http2Channel(f"127.0.0.1:{port}", keepalive_time=0.2, keepalive_timeout=0.3)
+    try:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        call = count(ch)(b"1:8")
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await asyncio.wait_for(call.read(), 5)
+        elapsed = loop.time() - start
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "keepalive" in (info.value.details() or "")
+        assert 0.45 <= elapsed < 2.0
+        assert bytes(received).startswith(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        assert b"\x00\x00\x08\x06\x00\x00\x00\x00\x00" in received  # our PING
+    finally:
+        await ch.close()
+        tcp.close()
+        await tcp.wait_closed()
+
+
+async def test_keepalive_pings_are_answered_by_a_live_server() -> None:
+    lenient = (
+        ("grpc.http2.min_ping_interval_without_data_ms", 1),
+        ("grpc.http2.max_ping_strikes", 0),
+    )
+    async with Server(Service(), options=lenient) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}", keepalive_time=0.05, keepalive_timeout=1.0)
+        try:
+            call = count(ch)(b"2:8:hold")
+            assert await call.read() is not grpc.aio.EOF
+            conn = ch._conn
+            assert conn is not None
+            acks = 0
+            receive = conn.h2.receive
+
+            def counting(data: bytes) -> list[Any]:
+                nonlocal acks
+                events = receive(data)
+                acks += sum(isinstance(e, PingAcked) for e in events)
+                return events
+
+            conn.h2.receive = counting  # type: ignore[method-assign]
+            await wait_for(lambda: acks >= 4, what="four PING round trips")
+            srv.service.release.set()
+            assert len(await read_all(call)) == 1
+            assert not conn.dead
+            assert ch._conn is conn
+        finally:
+            await ch.close()
+
+
+async def test_too_many_pings_slows_keepalive_down() -> None:
+    # A default gRPC server allows a PING without data every 5 minutes.
+    async with Server(Service()) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}", keepalive_time=0.02, keepalive_timeout=1.0)
+        try:
+            call = count(ch)(b"2:8:hold")
+            assert await call.read() is not grpc.aio.EOF
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(read_all(call), 10)
+            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert ch._keepalive_time >= 0.04
+            assert await unary(ch)(b"reconnects") == b"reconnects"
+        finally:
+            await ch.close()
+
+
+async def test_write_waits_for_the_server_window_and_resumes(server: Server) -> None:
+    ch = Http2Channel(f"127.0.0.1:{server.port}")
+    try:
+        call = ch.stream_stream("/t.T/Sink")()
+        await call.write(b"first")
+        await asyncio.wait_for(server.service.started.wait(), 5)
+        chunk = bytes(MiB)
+        writes = asyncio.create_task(write_all(call, [chunk] * 6))
+        # The server reads nothing: its windows fill and write() must wait.
+        await wait_for(
+            lambda: call._conn is not None and call._conn.h2.blocked_bytes(call._stream_id) > MiB,
+            what="request data held back by the server window",
+        )
+        assert not writes.done()
+        assert not call.write_nowait(b"x")
+        server.service.release.set()
+        await asyncio.wait_for(writes, 10)
+        await call.done_writing()
+        assert await asyncio.wait_for(call.read(), 10) == str(5 + 6 * MiB).encode()
+    finally:
+        await ch.close()
+
+
+async def silent_server() -> asyncio.Server:
+    """A TCP server that reads and never answers."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(65536):
+                pass
+        writer.close()
+
+    return await asyncio.start_server(silent, "127.0.0.1", 0)
+
+
+async def test_deadline_covers_connecting() -> None:
+    tcp = await silent_server()
+    port = tcp.sockets[0].getsockname()[1]
+    ctx = ssl.create_default_context()
+    ctx.set_alpn_protocols(["h2"])
+    ch = Http2Channel(f"127.0.0.1:{port}", ssl_context=ctx, connect_timeout=30.0)
+    try:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await asyncio.wait_for(unary(ch)(b"x", timeout=0.3), 10)
+        assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        assert loop.time() - start < 2.0
+    finally:
+        await ch.close()
+        tcp.close()
+        await tcp.wait_closed()
+
+
+async def test_a_connection_at_its_stream_limit_is_closed_once_idle() -> None:
+    service = Service()
+    async with Server(service, options=(("grpc.max_concurrent_streams", 2),)) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            calls = [count(ch)(b"2:8:hold") for _ in range(2)]
+            for call in calls:
+                assert await call.read() is not grpc.aio.EOF
+            first = ch._conn
+            assert first is not None
+            third = count(ch)(b"2:8:hold")
+            assert await third.read() is not grpc.aio.EOF
+            assert ch._conn is not first  # the limit moved it to a new connection
+            service.release.set()
+            for call in [*calls, third]:
+                assert len(await asyncio.wait_for(read_all(call), 10)) == 1
+            await wait_for(lambda: first.dead, what="the full connection to close when idle")
+            assert ch._conn is not None
+            assert not ch._conn.dead
+            assert await unary(ch)(b"ok") == b"ok"
+        finally:
+            await ch.close()
+
+
+async def write_all(call: Any, chunks: list[bytes]) -> None:
+    for chunk in chunks:
+        await call.write(chunk)
+
+
+@pytest.mark.timeout(30)
+async def test_a_task_cancelled_while_connecting_does_not_wedge_the_call() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(65536):
+                pass
+        writer.close()
+
+    tcp = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = tcp.sockets[0].getsockname()[1]
+    ctx = ssl.create_default_context()
+    ctx.set_alpn_protocols(["h2"])
+    # The TLS handshake never completes: connecting hangs until connect_timeout.
+    ch = Http2Channel(f"127.0.0.1:{port}", ssl_context=ctx, connect_timeout=1.0)
+    try:
+        call = echo(ch)()
+        first = asyncio.create_task(call.read())
+        second = asyncio.create_task(call.read())
+        await wait_for(lambda: ch._connecting is not None, what="connecting")
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await asyncio.wait_for(second, 10)
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "no answer" in (info.value.details() or "")
+    finally:
+        await ch.close()
+        tcp.close()
+        await tcp.wait_closed()
+
+
+async def test_close_ends_open_calls(server: Server) -> None:
+    ch = Http2Channel(f"127.0.0.1:{server.port}")
+    call = count(ch)(b"2:8:hold")
+    assert await call.read() is not grpc.aio.EOF
+    await asyncio.wait_for(server.service.holding.wait(), 5)
+    await ch.close()
+    assert call.done()
+    with pytest.raises(asyncio.CancelledError):
+        await call.read()
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await unary(ch)(b"x")
+    assert info.value.code() is grpc.StatusCode.CANCELLED
+    await asyncio.wait_for(server.service.cancelled.wait(), 5)
+
+
+# -- TLS ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+async def tls_server(ca: trustme.CA) -> Server:
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    creds = grpc.ssl_server_credentials(
+        [(cert.private_key_pem.bytes(), b"".join(p.bytes() for p in cert.cert_chain_pems))]
+    )
+    return Server(Service(), credentials=creds)
+
+
+async def test_tls(ca: trustme.CA) -> None:
+    srv = await tls_server(ca)
+    async with srv:
+        trusting = ssl.create_default_context()
+        ca.configure_trust(trusting)
+        ctx = stream_ssl_context(trusting)
+        assert ctx is not None
+        ch = Http2Channel(f"127.0.0.1:{srv.port}", ssl_context=ctx, server_hostname="localhost")
+        try:
+            assert await unary(ch)(b"secret") == b"secret"
+            got = await read_all(count(ch)(b"1000:32"))
+            assert len(got) == 1000
+            conn = ch._conn
+            assert conn is not None
+            assert conn.transport is not None
+            assert conn.transport.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
+            # gRPC servers send no TLS close_notify: closing must not wait for one.
+            await asyncio.wait_for(ch.close(), 5)
+            assert conn.dead
+        finally:
+            await ch.close()
+
+
+async def test_tls_with_the_wrong_ca_is_unavailable(ca: trustme.CA) -> None:
+    srv = await tls_server(ca)
+    async with srv:
+        other = ssl.create_default_context()
+        trustme.CA().configure_trust(other)
+        ctx = stream_ssl_context(other)
+        assert ctx is not None
+        ch = Http2Channel(f"127.0.0.1:{srv.port}", ssl_context=ctx, server_hostname="localhost")
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(unary(ch)(b"x"), 10)
+            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert "TLS" in (info.value.details() or "")
+        finally:
+            await ch.close()
+
+
+async def test_plaintext_client_against_a_tls_server_fails(ca: trustme.CA) -> None:
+    srv = await tls_server(ca)
+    async with srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(unary(ch)(b"x"), 10)
+            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+        finally:
+            await ch.close()
+
+
+# -- a scripted HTTP/2 server: misbehaviour gRPC servers do not produce on demand ------------
+
+
+def h2_frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
+
+
+class ScriptedServer:
+    """Accepts connections; ``on_request(conn_no, sid, encoder)`` says what to answer."""
+
+    def __init__(self, on_request: Callable[[int, int, Any], bytes]) -> None:
+        self.on_request = on_request
+        self.connections = 0
+        self.received: list[bytearray] = []
+        self.server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> ScriptedServer:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        conn_no = self.connections
+        seen = bytearray()
+        self.received.append(seen)
+        encoder = hpack.Encoder()
+        try:
+            preface = await reader.readexactly(24)
+            seen += preface
+            writer.write(h2_frame(4, 0, 0))
+            while True:
+                head = await reader.readexactly(9)
+                payload = await reader.readexactly(int.from_bytes(head[:3], "big"))
+                seen += head + payload
+                kind, flags = head[3], head[4]
+                sid = int.from_bytes(head[5:9], "big")
+                if kind == 4 and not flags & 1:
+                    writer.write(h2_frame(4, 1, 0))
+                elif kind == 1:
+                    writer.write(self.on_request(conn_no, sid, encoder))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def grpc_ok(sid: int, encoder: Any, payload: bytes = b"pong") -> bytes:
+    return (
+        h2_frame(
+            1, 4, sid, encoder.encode([(":status", "200"), ("content-type", "application/grpc")])
+        )
+        + h2_frame(0, 0, sid, b"\x00" + len(payload).to_bytes(4, "big") + payload)
+        + h2_frame(1, 5, sid, encoder.encode([("grpc-status", "0")]))
+    )
+
+
+async def test_a_protocol_error_fails_the_calls_and_the_next_call_reconnects() -> None:
+    def answer(conn_no: int, sid: int, encoder: Any) -> bytes:
+        if conn_no == 1:
+            return b"\x00\x40\x01\x00\x00\x00\x00\x00\x01"  # a 16385-byte frame: too large
+        return grpc_ok(sid, encoder)
+
+    async with ScriptedServer(answer) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(unary(ch)(b"ping"), 5)
+            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert "protocol error" in (info.value.details() or "")
+            # We said why before hanging up: GOAWAY with PROTOCOL_ERROR.
+            await wait_for(
+                lambda: bytes(srv.received[0]).endswith(
+                    h2_frame(7, 0, 0, bytes(4) + (1).to_bytes(4, "big"))
+                ),
+                what="our GOAWAY",
+            )
+            assert await asyncio.wait_for(unary(ch)(b"ping"), 5) == b"pong"
+            assert srv.connections == 2
+        finally:
+            await ch.close()
+
+
+async def test_goaway_before_the_stream_was_processed_is_unavailable() -> None:
+    def answer(conn_no: int, sid: int, encoder: Any) -> bytes:
+        if conn_no == 1:
+            return h2_frame(7, 0, 0, bytes(4) + bytes(4) + b"draining")  # last stream 0
+        return grpc_ok(sid, encoder, b"second")
+
+    async with ScriptedServer(answer) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(unary(ch)(b"x"), 5)
+            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert "GOAWAY" in (info.value.details() or "")
+            assert await asyncio.wait_for(unary(ch)(b"x"), 5) == b"second"
+            assert srv.connections == 2
+        finally:
+            await ch.close()
+
+
+@pytest.mark.parametrize(
+    ("headers", "flags", "code"),
+    [
+        ([(":status", "503")], 5, grpc.StatusCode.UNAVAILABLE),
+        ([(":status", "200"), ("content-type", "text/html")], 4, grpc.StatusCode.UNKNOWN),
+        ([(":status", "200"), ("content-type", "text/html")], 5, grpc.StatusCode.INTERNAL),
+        (
+            [(":status", "200"), ("grpc-status", "7"), ("grpc-message", "nope")],
+            5,
+            grpc.StatusCode.PERMISSION_DENIED,
+        ),
+    ],
+)
+async def test_odd_responses_map_to_statuses(
+    headers: list[tuple[str, str]], flags: int, code: grpc.StatusCode
+) -> None:
+    def answer(conn_no: int, sid: int, encoder: Any) -> bytes:
+        return h2_frame(1, flags, sid, encoder.encode(headers))
+
+    async with ScriptedServer(answer) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            call = count(ch)(b"1:8")
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(call.read(), 5)
+            assert info.value.code() is code
+            # The connection survives a failed call.
+            assert srv.connections == 1
+            assert ch._conn is not None
+            assert not ch._conn.dead
+        finally:
+            await ch.close()
+
+
+async def test_server_reset_stream_is_reported() -> None:
+    def answer(conn_no: int, sid: int, encoder: Any) -> bytes:
+        return h2_frame(3, 0, sid, (7).to_bytes(4, "big"))  # REFUSED_STREAM
+
+    async with ScriptedServer(answer) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(unary(ch)(b"x"), 5)
+            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert "RST_STREAM" in (info.value.details() or "")
+        finally:
+            await ch.close()
+
+
+async def test_tls_server_without_h2_alpn_is_unavailable(ca: trustme.CA) -> None:
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(server_ctx)
+    server_ctx.set_alpn_protocols(["http/1.1"])
+
+    async def http1(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await reader.read(65536)
+        writer.close()
+
+    tcp = await asyncio.start_server(http1, "127.0.0.1", 0, ssl=server_ctx)
+    port = tcp.sockets[0].getsockname()[1]
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    ch = Http2Channel(
+        f"127.0.0.1:{port}", ssl_context=stream_ssl_context(trusting), server_hostname="localhost"
+    )
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await asyncio.wait_for(unary(ch)(b"x"), 10)
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "ALPN h2" in (info.value.details() or "")
+    finally:
+        await ch.close()
+        tcp.close()
+        await tcp.wait_closed()
+
+
+async def test_a_blocked_writer_learns_that_the_server_went_away() -> None:
+    service = Service()
+    srv = Server(service)
+    await srv.server.start()
+    ch = Http2Channel(f"127.0.0.1:{srv.port}")
+    try:
+        call = ch.stream_stream("/t.T/Sink")()
+        await call.write(b"first")
+        await asyncio.wait_for(service.started.wait(), 5)
+        writes = asyncio.create_task(write_all(call, [bytes(MiB)] * 8))
+        await wait_for(
+            lambda: call._conn is not None and call._conn.h2.blocked_bytes(call._stream_id) > MiB,
+            what="a writer held back by the server window",
+        )
+        await asyncio.wait_for(srv.server.stop(None), 10)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await asyncio.wait_for(writes, 10)
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+    finally:
+        await ch.close()
