@@ -560,6 +560,45 @@ async def test_keepalive_pings_are_answered_by_a_live_server() -> None:
             await ch.close()
 
 
+@pytest.mark.slow
+async def test_no_keepalive_ping_while_the_server_keeps_sending() -> None:
+    # gRPC keepalive pings only a silent connection: Go servers (Liftbridge's)
+    # count pings while data flows against the client.
+    lenient = (
+        ("grpc.http2.min_ping_interval_without_data_ms", 1),
+        ("grpc.http2.max_ping_strikes", 0),
+    )
+    async with Server(Service(), options=lenient) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}", keepalive_time=1.0, keepalive_timeout=5.0)
+        try:
+            call = echo(ch)()
+            await call.write(b"first")
+            assert await call.read() == b"first"
+            conn = ch._conn
+            assert conn is not None
+            pings: list[bytes] = []
+            ping = conn.h2.ping
+
+            def counting(payload: bytes) -> None:
+                pings.append(payload)
+                ping(payload)
+
+            conn.h2.ping = counting  # type: ignore[method-assign]
+            loop = asyncio.get_running_loop()
+            busy_until = loop.time() + 3.0  # three keepalive periods of steady traffic
+            while loop.time() < busy_until:
+                await call.write(b"tick")
+                assert await asyncio.wait_for(call.read(), 5) == b"tick"
+                await asyncio.sleep(0.02)
+            assert pings == []
+            # Silent from now on: a PING goes out after keepalive_time.
+            await wait_for(lambda: len(pings) >= 1, timeout=10, what="a PING on a quiet link")
+            await call.done_writing()
+            assert await read_all(call) == []
+        finally:
+            await ch.close()
+
+
 async def test_too_many_pings_slows_keepalive_down() -> None:
     # A default gRPC server allows a PING without data every 5 minutes.
     async with Server(Service()) as srv:

@@ -50,12 +50,14 @@ log = logging.getLogger("aioclients.liftbridge.grpc")
 
 StatusCode = grpc.StatusCode
 
-# Keep idle HTTP/2 connections alive and notice dead brokers; let large
-# messages through (the server's own limit applies).
+# Notice dead brokers under idle calls; let large messages through (the
+# server's own limit applies). Liftbridge leaves Go gRPC's keepalive policy at
+# its default, which closes a connection pinged more than once per 5 minutes
+# ("too_many_pings"): ping after 5.5 minutes of silence.
 _DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_time_ms", 330_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.enable_retries", 0),
@@ -188,7 +190,7 @@ class ChannelFactory:
             address,
             ssl_context=self.stream_ssl,
             server_hostname=self.server_name,
-            keepalive_time=float(opts.get("grpc.keepalive_time_ms", 30_000)) / 1000,
+            keepalive_time=float(opts.get("grpc.keepalive_time_ms", 330_000)) / 1000,
             keepalive_timeout=float(opts.get("grpc.keepalive_timeout_ms", 10_000)) / 1000,
             max_message_size=int(opts.get("grpc.max_receive_message_length", 64 * 1024 * 1024)),
         )

@@ -13,7 +13,9 @@ per event-loop turn, so pipelined requests share a syscall.
 
 A channel opens its connection on the first call and opens a new one when the
 old one broke or the server sent GOAWAY, as gRPC channels do. While calls are
-open it sends a PING every ``keepalive_time`` and drops the connection when no
+open it sends a PING after ``keepalive_time`` without receiving anything (Go
+gRPC servers, Liftbridge's included, take at most one PING per 5 minutes by
+default and drop clients that ping more often) and drops the connection when no
 answer comes within ``keepalive_timeout``: the calls end UNAVAILABLE, which the
 subscription treats as a lost broker.
 """
@@ -106,6 +108,7 @@ class _Connection:
         self._ping_timer: asyncio.TimerHandle | None = None
         self._ping_deadline: asyncio.TimerHandle | None = None
         self._ping_payload = b""
+        self._last_received = self._loop.time()
         self._close_timer: asyncio.TimerHandle | None = None
         self._closed_waiter: asyncio.Future[None] = self._loop.create_future()
 
@@ -117,6 +120,7 @@ class _Connection:
         self.flush()
 
     def _data_received(self, data: bytes) -> None:
+        self._last_received = self._loop.time()
         try:
             events = self.h2.receive(data)
         except AioClientsError as exc:
@@ -238,6 +242,14 @@ class _Connection:
     def _send_ping(self) -> None:
         self._ping_timer = None
         if self.dead or not self.calls:
+            return
+        # gRPC keepalive: ping only a connection that has been silent that long
+        # (servers count pings while data flows as abuse).
+        quiet = self._loop.time() - self._last_received
+        if quiet < self._channel._keepalive_time:
+            self._ping_timer = self._loop.call_later(
+                self._channel._keepalive_time - quiet, self._send_ping
+            )
             return
         self._ping_payload = os.urandom(8)
         self.h2.ping(self._ping_payload)
@@ -575,7 +587,7 @@ class Http2Channel:
         ssl_context: TLS when given; it must offer ALPN ``h2``.
         server_hostname: the name to check the broker's certificate against.
         connect_timeout: seconds to open the TCP (and TLS) connection.
-        keepalive_time: seconds between PINGs while calls are open.
+        keepalive_time: seconds of silence, while calls are open, before a PING.
         keepalive_timeout: seconds to wait for a PING's answer.
         max_message_size: largest response message accepted.
     """
@@ -587,7 +599,7 @@ class Http2Channel:
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         connect_timeout: float = 10.0,
-        keepalive_time: float = 30.0,
+        keepalive_time: float = 330.0,
         keepalive_timeout: float = 10.0,
         max_message_size: int = 64 * 1024 * 1024,
     ) -> None:
