@@ -10,8 +10,8 @@ against it:
   written (what the emulator must at least do per pipelined publish);
 * ``Subscribe``: the server writes ``--count`` pre-encoded messages.
 
-Both are driven by the aioclients stream transport (``Http2Channel``) and the
-server's CPU per message is read from /proc.
+Both are driven by the aioclients stream transport (``Http2Channel``); the
+server's CPU per message is read from /proc, the client's is this process's.
 
     python benchmarks/liftbridge_grpc_floor.py --count 20000
 """
@@ -141,9 +141,14 @@ def main() -> None:
         print(f"bare grpc.aio server, {n} messages, 100-byte payloads")
         for name, run in (("PublishAsync echo", _publish_async), ("Subscribe", _subscribe)):
             before = _cpu(proc.pid)
+            mine = time.process_time()
             rate = asyncio.run(run(address, n))
+            client = (time.process_time() - mine) / n * 1e6
             server = (_cpu(proc.pid) - before) / n * 1e6
-            print(f"{name:<18} {rate:>9,.0f} msgs/s   server CPU {server:6.0f} us/msg")
+            print(
+                f"{name:<18} {rate:>9,.0f} msgs/s   server CPU {server:6.0f} us/msg   "
+                f"client CPU {client:6.0f} us/msg"
+            )
     finally:
         assert proc.stdin is not None
         proc.stdin.close()
