@@ -262,6 +262,27 @@ class _Responses:
             await waiter
 
 
+def _ack(
+    p: Partition,
+    subject: str,
+    ack_inbox: str,
+    correlation_id: str,
+    ack_policy: Any,
+    **fields: Any,
+) -> api_pb2.Ack:
+    """The Ack for a message stored (or refused) in partition ``p``."""
+    return api_pb2.Ack(
+        stream=p.stream.name,
+        partitionSubject=p.stream.subject,
+        msgSubject=subject,
+        ackInbox=ack_inbox,
+        correlationId=correlation_id,
+        ackPolicy=ack_policy,
+        commitTimestamp=now_ns(),
+        **fields,
+    )
+
+
 class Ingester:
     """Stores what NATS delivers on partition subjects, for every partition with a live leader.
 
@@ -371,15 +392,13 @@ class Ingester:
         if p.stream.concurrency_control and expected != p.newest_offset + 1:
             if ack_inbox:
                 self._send_ack(
-                    api_pb2.Ack(
-                        stream=p.stream.name,
-                        partitionSubject=p.stream.subject,
-                        msgSubject=subject,
-                        ackInbox=ack_inbox,
-                        correlationId=correlation_id,
-                        ackPolicy=ack_policy,
+                    _ack(
+                        p,
+                        subject,
+                        ack_inbox,
+                        correlation_id,
+                        ack_policy,
                         receptionTimestamp=reception,
-                        commitTimestamp=now_ns(),
                         ackError=api_pb2.Ack.INCORRECT_OFFSET,
                     )
                 )
@@ -392,16 +411,14 @@ class Ingester:
         offset, ts = p.append_message(msg, reception)
         if ack_policy != _NONE and ack_inbox:
             self._send_ack(
-                api_pb2.Ack(
-                    stream=p.stream.name,
-                    partitionSubject=p.stream.subject,
-                    msgSubject=subject,
+                _ack(
+                    p,
+                    subject,
+                    ack_inbox,
+                    correlation_id,
+                    ack_policy,
                     offset=offset,
-                    ackInbox=ack_inbox,
-                    correlationId=correlation_id,
-                    ackPolicy=ack_policy,
                     receptionTimestamp=ts,
-                    commitTimestamp=now_ns(),
                 )
             )
 

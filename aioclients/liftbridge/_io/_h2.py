@@ -298,7 +298,24 @@ class _Connection:
         await self._closed_waiter
 
 
-class _Call:
+class _Readable:
+    """``async for`` over ``read()`` until ``grpc.aio.EOF``."""
+
+    async def read(self) -> Any:
+        raise NotImplementedError
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Any]:
+        while True:
+            msg = await self.read()
+            if msg is grpc.aio.EOF:
+                return
+            yield msg
+
+
+class _Call(_Readable):
     """One gRPC call on an :class:`Http2Channel` (the grpc.aio call surface we use)."""
 
     def __init__(
@@ -449,16 +466,6 @@ class _Call:
                 if self._waiter is waiter:
                     self._waiter = None
                 raise
-
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Any]:
-        while True:
-            msg = await self.read()
-            if msg is grpc.aio.EOF:
-                return
-            yield msg
 
     async def write(self, request: Any) -> None:
         """Send one request message (stream-stream calls)."""
@@ -622,6 +629,16 @@ class Http2Channel:
 
     # -- the grpc.aio.Channel surface the generated stub uses ------------------------
 
+    def _call(
+        self,
+        method: str,
+        serializer: Callable[[Any], bytes] | None,
+        deserializer: Callable[[bytes], Any] | None,
+        timeout: float | None,
+        metadata: Any,
+    ) -> _Call:
+        return _Call(self, method, serializer, deserializer, timeout, _metadata(metadata))
+
     def unary_unary(
         self,
         method: str,
@@ -630,20 +647,9 @@ class Http2Channel:
         **_: Any,
     ) -> Callable[..., _UnaryCall]:
         def call(
-            request: Any,
-            *,
-            timeout: float | None = None,
-            metadata: Any = None,
-            **_: Any,
+            request: Any, *, timeout: float | None = None, metadata: Any = None, **_: Any
         ) -> _UnaryCall:
-            c = _Call(
-                self,
-                method,
-                request_serializer,
-                response_deserializer,
-                timeout,
-                _metadata(metadata),
-            )
+            c = self._call(method, request_serializer, response_deserializer, timeout, metadata)
             return _UnaryCall(c, request)
 
         return call
@@ -656,20 +662,9 @@ class Http2Channel:
         **_: Any,
     ) -> Callable[..., _ServerStreamCall]:
         def call(
-            request: Any,
-            *,
-            timeout: float | None = None,
-            metadata: Any = None,
-            **_: Any,
+            request: Any, *, timeout: float | None = None, metadata: Any = None, **_: Any
         ) -> _ServerStreamCall:
-            c = _Call(
-                self,
-                method,
-                request_serializer,
-                response_deserializer,
-                timeout,
-                _metadata(metadata),
-            )
+            c = self._call(method, request_serializer, response_deserializer, timeout, metadata)
             return _ServerStreamCall(c, request)
 
         return call
@@ -688,14 +683,7 @@ class Http2Channel:
         **_: Any,
     ) -> Callable[..., _Call]:
         def call(*, timeout: float | None = None, metadata: Any = None, **_: Any) -> _Call:
-            return _Call(
-                self,
-                method,
-                request_serializer,
-                response_deserializer,
-                timeout,
-                _metadata(metadata),
-            )
+            return self._call(method, request_serializer, response_deserializer, timeout, metadata)
 
         return call
 
@@ -798,7 +786,7 @@ class Http2Channel:
         return conn
 
 
-class _ServerStreamCall:
+class _ServerStreamCall(_Readable):
     """A unary-request, streaming-response call."""
 
     def __init__(self, call: _Call, request: Any) -> None:
@@ -821,16 +809,6 @@ class _ServerStreamCall:
         if not self._sent:
             await self._send()
         return await self._call.read()
-
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Any]:
-        while True:
-            msg = await self.read()
-            if msg is grpc.aio.EOF:
-                return
-            yield msg
 
     def cancel(self) -> bool:
         return self._call.cancel()
