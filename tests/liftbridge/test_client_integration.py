@@ -707,3 +707,36 @@ async def test_tls_with_an_ssl_context(nats_server: object, unique_name: str) ->
         other = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
         with pytest.raises(LiftbridgeConnectError):
             await connect(cluster.addresses, tls=other, max_rpc_attempts=2, rpc_timeout=3.0)
+
+
+@pytest.mark.parametrize("transport", ["http2", "grpc"])
+async def test_both_stream_transports_subscribe_and_publish_async(
+    liftbridge_cluster: Cluster, unique_name: str, transport: str
+) -> None:
+    # The default runs Subscribe/PublishAsync on our HTTP/2 code; "grpc" keeps
+    # them on grpc.aio (the path taken with grpc.ChannelCredentials).
+    from aioclients.liftbridge._io._h2 import Http2Channel
+
+    async with await connect(liftbridge_cluster.addresses, stream_transport=transport) as c:
+        await c.create_stream(unique_name, unique_name)
+        futures = [await c.publish_async(unique_name, b"%d" % i) for i in range(50)]
+        acks = await asyncio.wait_for(asyncio.gather(*futures), WAIT)
+        assert [a.offset for a in acks if a] == list(range(50))
+        async with c.subscribe(unique_name, start_at=StartPosition.EARLIEST) as sub:
+            got = await take(sub, 50)
+            assert [m.value for m in got] == [b"%d" % i for i in range(50)]
+            channel = sub._channel
+        uses_h2 = isinstance(channel, Http2Channel)
+        assert uses_h2 is (transport == "http2")
+        assert c._stream_channels  # PublishAsync's channel
+        assert all(isinstance(ch, Http2Channel) is uses_h2 for ch in c._stream_channels.values())
+
+
+async def test_stream_transport_is_checked(liftbridge_cluster: Cluster) -> None:
+    import grpc
+
+    with pytest.raises(InvalidArgumentError, match="stream_transport"):
+        await connect(liftbridge_cluster.addresses, stream_transport="quic")
+    creds = grpc.ssl_channel_credentials()
+    with pytest.raises(InvalidArgumentError, match="cannot be read back"):
+        await connect(liftbridge_cluster.addresses, tls=creds, stream_transport="http2")
