@@ -46,6 +46,17 @@ async def _serve(brokers: int) -> None:
 _EMULATOR_PID: int | None = None  # the emulator's process, while one runs
 
 
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used so far (None: not on Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    ticks = int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def emulator_cpu() -> float | None:
     """CPU seconds the emulator process has used so far (None: not ours, or not Linux).
 
@@ -53,13 +64,18 @@ def emulator_cpu() -> float | None:
     """
     if _EMULATOR_PID is None:
         return None
+    return process_cpu(_EMULATOR_PID)
+
+
+def stop_child(proc: subprocess.Popen[str]) -> None:
+    """End a child that runs until its stdin closes (killed after 30 s)."""
+    assert proc.stdin is not None
+    proc.stdin.close()
     try:
-        with open(f"/proc/{_EMULATOR_PID}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    ticks = int(fields[11]) + int(fields[12])  # utime + stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @contextlib.contextmanager
@@ -84,13 +100,7 @@ def emulated_cluster(addresses: list[str] | None, brokers: int = 1) -> Iterator[
         yield list(json.loads(line)["addresses"])
     finally:
         _EMULATOR_PID = None
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_child(proc)
 
 
 Result = tuple[float, float, float]  # msgs/s, client and emulator CPU us per message

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import socket
 import subprocess
 import sys
 import time
+
+from liftbridge_common import process_cpu, stop_child
 
 from aioclients.liftbridge._io._h2 import Http2Channel
 from aioclients.liftbridge._pb import api_pb2 as pb
@@ -72,9 +73,10 @@ def _serve(port: int, count: int) -> None:
 
 
 def _cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    cpu = process_cpu(pid)
+    if cpu is None:
+        raise RuntimeError("reading a process's CPU time needs Linux /proc")
+    return cpu
 
 
 async def _publish_async(address: str, n: int) -> float:
@@ -150,13 +152,7 @@ def main() -> None:
                 f"client CPU {client:6.0f} us/msg"
             )
     finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_child(proc)
 
 
 if __name__ == "__main__":
