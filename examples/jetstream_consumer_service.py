@@ -3,7 +3,9 @@
 The service consumes orders from a durable JetStream consumer and acks each one
 after handling it. On SIGTERM (or Ctrl-C) it stops pulling, finishes the
 messages already received, and exits: nothing is lost, and whatever was not
-received yet stays on the server for the next start.
+received yet stays on the server for the next start. (A message the server was
+sending at the very moment the subscription closed never arrives: it counts as
+unacknowledged and is redelivered after ``ack_wait``, as with any JetStream client.)
 
 Run against any nats-server started with JetStream (``nats-server -js``):
 
@@ -81,12 +83,12 @@ async def main() -> None:
             info = await (await js.consumer(name, "billing")).info()
             print(
                 f"handled and acked {handled} orders; {info.num_pending} still on the server, "
-                f"{info.num_ack_pending} unacked"
+                f"{info.num_ack_pending} in flight at shutdown (redelivered after ack_wait)"
             )
-            if demo and info.num_ack_pending != 0:
-                raise SystemExit("a received message was left unacked")
-            if demo and handled + info.num_pending != 200:
-                raise SystemExit("orders went missing")
+            # Every order is handled (and its ack counted by the server), still
+            # pending, or in flight; an ack lost on the way would count twice.
+            if demo and handled + info.num_pending + info.num_ack_pending != 200:
+                raise SystemExit("orders went missing, or an ack was lost")
         finally:
             if demo:
                 await js.delete_stream(name)
