@@ -311,17 +311,14 @@ class Client:
         return channel
 
     def _broker_unavailable(self, address: str) -> None:
-        """Forget the RPC channel of a broker that answered UNAVAILABLE."""
-        channel = self._channels.pop(address, None)
+        """Forget the RPC and stream channels of a broker that answered UNAVAILABLE."""
         if self._current == address:
             self._current = None
-        if channel is not None:
-            self._stubs.pop(channel, None)
-            self._close_later(channel)
-        stream_channel = self._stream_channels.pop(address, None)
-        if stream_channel is not None:
-            self._stubs.pop(stream_channel, None)
-            self._close_later(stream_channel)
+        for channels in (self._channels, self._stream_channels):
+            channel = channels.pop(address, None)
+            if channel is not None:
+                self._stubs.pop(channel, None)
+                self._close_later(channel)
 
     def _close_later(self, channel: grpc.aio.Channel) -> None:
         task = self._loop.create_task(channel.close())
@@ -337,8 +334,8 @@ class Client:
             addresses.insert(0, self._current)
         return addresses
 
-    async def _any_stub(self) -> tuple[str, Any]:
-        """The dedicated channel's stub (a broker chosen at random if there is none yet)."""
+    def _current_address(self) -> str:
+        """The dedicated broker (one chosen at random if there is none yet)."""
         self._check_open()
         if self._current is None:
             order = self._address_order()
@@ -347,11 +344,16 @@ class Client:
                     "no broker address is known; pass addresses to connect()"
                 )
             self._current = order[0]
-        return self._current, self._stub_for(self._channel(self._current))
+        return self._current
+
+    async def _any_stub(self) -> tuple[str, Any]:
+        """The dedicated broker's address and the stub of its RPC channel."""
+        address = self._current_address()
+        return address, self._stub_for(self._channel(address))
 
     async def _any_stream_stub(self) -> tuple[str, Any]:
         """Like :meth:`_any_stub`, on the broker's channel for streaming calls."""
-        address, _ = await self._any_stub()
+        address = self._current_address()
         channel = self._stream_channels.get(address)
         if channel is None:
             channel = self._factory.open_stream(address)
