@@ -91,6 +91,14 @@ async def test_restart_mid_consume_loses_nothing(
             return info.num_pending == 0 and info.num_ack_pending == 0
 
         await wait_for(all_done, timeout=40, what="every message consumed and acked")
+
+        # The consumer may have taken every message before the server went
+        # down; its recovery (consumer lookup, retried while JetStream starts)
+        # can then still be under way when the check above passes.
+        async def recovered() -> bool:
+            return Reconnected in [type(e) for e in events]
+
+        await wait_for(recovered, timeout=20, what="the consume to recover after the restart")
         assert not task.done(), task
         stats = messages.statistics()
         messages.stop()
