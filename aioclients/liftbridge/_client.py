@@ -840,8 +840,8 @@ class Client:
         Awaiting this returns once the message is written (waiting first while
         ``publish_async_window`` acks are outstanding).
 
-        Args:
-            The same as :meth:`publish`; ``correlation_id`` defaults to a unique id.
+        Takes the same arguments as :meth:`publish`; ``correlation_id`` defaults to a
+        unique id.
 
         Returns:
             A future resolved with the :class:`Ack` (None for ``AckPolicy.NONE``),
@@ -930,13 +930,15 @@ class Client:
         afterwards is missed; ``async for msg in sub`` then reads messages.
 
         Args:
-            stream: the stream.  partition: the partition (default 0).
+            stream: the stream.
+            partition: the partition (default 0).
             start_at: NEW_ONLY (default), OFFSET, EARLIEST, LATEST or TIMESTAMP.
             start_offset: start here (implies OFFSET).
             start_time: an aware datetime or int ns since the epoch (implies TIMESTAMP).
             start_time_delta: a timedelta or float seconds back from now (implies TIMESTAMP).
             stop_at: OFFSET, LATEST or TIMESTAMP; the iteration then ends there.
-            stop_offset / stop_time: where to stop (imply OFFSET / TIMESTAMP).
+            stop_offset: the last offset to read (implies OFFSET).
+            stop_time: where to stop (implies TIMESTAMP).
             read_isr_replica: read from a random in-sync replica, not only the leader.
             resume: resume the partition if it is paused.
 

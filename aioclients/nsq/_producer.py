@@ -56,8 +56,12 @@ class Producer:
         max_message_size: largest body accepted before sending (nsqd's ``--max-msg-size``).
         connect_timeout: seconds for connecting and the handshake.
         timeout: seconds to wait for nsqd's answer to one publish.
-        deflate, deflate_level, snappy: compression to negotiate.
-        client_id, hostname, user_agent: identification sent in IDENTIFY.
+        deflate: negotiate deflate compression.
+        deflate_level: the deflate level to ask for.
+        snappy: negotiate snappy compression.
+        client_id: identification sent in IDENTIFY.
+        hostname: identification sent in IDENTIFY.
+        user_agent: identification sent in IDENTIFY.
     """
 
     def __init__(

@@ -100,8 +100,9 @@ class Reader:
     """Consume ``topic`` on ``channel`` from every nsqd that has it.
 
     Args:
-        topic, channel: names of ``[.a-zA-Z0-9_-]`` (1-64 characters, optionally
-            ending in ``#ephemeral``).
+        topic: a name of ``[.a-zA-Z0-9_-]`` (1-64 characters, optionally ending in
+            ``#ephemeral``).
+        channel: a name of the same form.
         nsqd_tcp_addresses: nsqd to connect to directly, ``"host:port"``.
         lookupd_http_addresses: nsqlookupd to poll, ``"http://host:port"`` or ``"host:port"``.
         max_in_flight: messages held at once across all connections.
@@ -117,15 +118,20 @@ class Reader:
         heartbeat_interval: nsqd's heartbeat interval, seconds (``None``: nsqd's default).
         msg_timeout: nsqd's in-flight timeout for this client, seconds.
         tls: ``True`` or an :class:`ssl.SSLContext` to upgrade to TLS after IDENTIFY.
-        snappy, deflate, deflate_level: compression to negotiate.
+        snappy: negotiate snappy compression.
+        deflate: negotiate deflate compression.
+        deflate_level: the deflate level to ask for.
         sample_rate: percentage of messages nsqd delivers (0: all).
         auth_secret: sent with AUTH when nsqd requires it.
-        user_agent, client_id, hostname: identification sent in IDENTIFY.
-        output_buffer_size, output_buffer_timeout: nsqd's buffering toward us
-            (bytes, seconds).
+        user_agent: identification sent in IDENTIFY.
+        client_id: identification sent in IDENTIFY.
+        hostname: identification sent in IDENTIFY.
+        output_buffer_size: nsqd's buffering toward us, bytes.
+        output_buffer_timeout: nsqd's buffering toward us, seconds.
         on_give_up: called with each message that exceeded ``max_attempts`` (may be a
             coroutine function); by default the message is logged.
-        reconnect_delay, max_reconnect_delay: backoff for direct nsqd reconnects.
+        reconnect_delay: first backoff delay for direct nsqd reconnects, seconds.
+        max_reconnect_delay: cap on that backoff, seconds.
         backoff_multiplier: length of the first backoff window, seconds.
         max_message_size: largest message body accepted (nsqd's ``--max-msg-size``).
         connect_timeout: seconds for connecting and the handshake.
