@@ -17,6 +17,7 @@ invisible in the rendered page):
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import re
 import subprocess
@@ -205,3 +206,21 @@ def test_code_block_runs(block: Block, servers: dict[str, str], tmp_path: Path) 
         f"{block.id} failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
     )
     assert "Traceback" not in result.stderr, result.stderr
+
+
+API_MODULES = ["jetstream", "liftbridge", "nsq", "spark", "testing"]
+
+
+@pytest.mark.parametrize("module", API_MODULES)
+def test_api_page_lists_every_public_name(module: str) -> None:
+    """docs/api/<module>.md lists its members in reading order; a name added to
+    ``__all__`` must be placed there too (or the reference silently leaves it out)."""
+    page = (ROOT / "docs" / "api" / f"{module}.md").read_text()
+    block = page.split(f"::: aioclients.{module}\n", 1)[1].split(":::", 1)[0]
+    listed = re.findall(r"^\s+- (\w+)$", block, re.MULTILINE)
+    public = importlib.import_module(f"aioclients.{module}").__all__
+    assert len(listed) == len(set(listed)), "a name is listed twice"
+    assert set(listed) == set(public), (
+        f"add to docs/api/{module}.md: {sorted(set(public) - set(listed))}; "
+        f"not public: {sorted(set(listed) - set(public))}"
+    )
