@@ -175,15 +175,17 @@ def test_code_block_runs(block: Block, servers: dict[str, str], tmp_path: Path) 
     script = tmp_path / ("test_block.py" if is_pytest else "block.py")
     script.write_text(code)
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable)
-    env.pop("AIOCLIENTS_TEST_NATS_URL", None)
+    for name in [n for n in env if n.startswith("AIOCLIENTS_TEST_")]:
+        del env[name]  # the blocks run against the servers started here
     if is_pytest:
-        # Under pytest with aioclients' plugin (its fixtures), outside this project's config.
-        env["AIOCLIENTS_TEST_NATS_URL"] = servers[NATS_DEFAULT]
+        # Under pytest with aioclients' plugin, outside this project's config; its fixtures
+        # start servers of their own (an external one would make restart() skip the test).
         command = [
             sys.executable,
             "-m",
             "pytest",
             "-q",
+            "-rs",
             "-p",
             "no:cacheprovider",
             "-o",
@@ -206,6 +208,10 @@ def test_code_block_runs(block: Block, servers: dict[str, str], tmp_path: Path) 
         f"{block.id} failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
     )
     assert "Traceback" not in result.stderr, result.stderr
+    if is_pytest:
+        assert re.search(r"^\d+ passed in ", result.stdout, re.MULTILINE), (
+            f"{block.id}: every test of the block must pass, none skipped:\n{result.stdout}"
+        )
 
 
 API_MODULES = ["jetstream", "liftbridge", "nsq", "spark", "testing"]
