@@ -49,7 +49,14 @@ from aioclients.jetstream._models import (
     StreamInfo,
     StreamState,
 )
+from aioclients.jetstream._ordered import (
+    OrderedConsumeEvent,
+    OrderedConsumer,
+    OrderedFetch,
+    OrderedMessageStream,
+)
 from aioclients.jetstream._protocol._metadata import MsgMetadata, SequencePair
+from aioclients.jetstream._protocol._ordered import ConsumerReset
 from aioclients.jetstream._protocol._pull import (
     Disconnected,
     HeartbeatMissed,
@@ -70,6 +77,7 @@ __all__ = (
     "ConsumerExistsError",
     "ConsumerInfo",
     "ConsumerNotFoundError",
+    "ConsumerReset",
     "DirectGetBatch",
     "DirectGetUnavailableError",
     "Disconnected",
@@ -90,6 +98,10 @@ __all__ = (
     "NoHeartbeatError",
     "NoMessagesError",
     "NoStreamResponseError",
+    "OrderedConsumeEvent",
+    "OrderedConsumer",
+    "OrderedFetch",
+    "OrderedMessageStream",
     "Pinned",
     "PubAck",
     "Reconnected",

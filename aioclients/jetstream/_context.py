@@ -8,7 +8,8 @@ import json
 import logging
 import math
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,6 +42,7 @@ from aioclients.jetstream._transport import NatsClient, NatsTransport, ReplyInbo
 
 if TYPE_CHECKING:
     from aioclients.jetstream._consumer import Consumer
+    from aioclients.jetstream._ordered import OrderedConsumeEvent, OrderedConsumer
     from aioclients.jetstream._stream import Stream
 
 __all__ = ("DEFAULT_MAX_PENDING", "ConnectionListener", "JetStream", "connect")
@@ -399,6 +401,45 @@ class JetStream:
         validate_stream_name(stream)
         async for item in self._paged(f"CONSUMER.NAMES.{stream}", "consumers"):
             yield item
+
+    async def ordered_consumer(
+        self,
+        stream: str,
+        *,
+        filter_subjects: list[str] | None = None,
+        deliver_policy: str = "all",
+        opt_start_seq: int | None = None,
+        opt_start_time: datetime | None = None,
+        headers_only: bool = False,
+        on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+    ) -> OrderedConsumer:
+        """An ordered consumer (ADR-17): in-order, gapless delivery without acks.
+
+        The server-side consumer is ephemeral (``ack_policy none``, ``max_deliver
+        1``, memory storage); on a gap, a missed heartbeat, a reconnect or its
+        deletion it is replaced by a fresh one starting after the last message
+        delivered, and ``on_event`` receives ``ConsumerReset(next_seq)``.
+
+        Raises:
+            StreamNotFoundError: no such stream.
+            InvalidArgumentError: a bad start or filter.
+        """
+        from aioclients.jetstream._ordered import OrderedConsumer
+        from aioclients.jetstream._protocol._ordered import ordered_consumer_config
+
+        validate_stream_name(stream)
+        config = ordered_consumer_config(
+            filter_subjects=filter_subjects,
+            deliver_policy=deliver_policy,
+            opt_start_seq=opt_start_seq,
+            opt_start_time=opt_start_time,
+            headers_only=headers_only,
+        )
+        for s in config.get("filter_subjects") or [config.get("filter_subject") or ">"]:
+            validate_filter_subject(s)
+        oc = OrderedConsumer(self, stream, config, on_event=on_event)
+        await oc._ensure()
+        return oc
 
     async def unpin_consumer(self, stream: str, consumer: str, group: str) -> None:
         """ADR-42: release the pinned client of ``group`` so another can take over."""

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from aioclients._errors import InvalidArgumentError, LocalProtocolError
+from aioclients._errors import InvalidArgumentError, LocalProtocolError, RemoteProtocolError
 
 __all__ = (
     "DELIVER_POLICIES",
@@ -49,6 +49,7 @@ __all__ = (
     "CursorState",
     "Delivery",
     "OrderedCursor",
+    "ack_sequences",
     "ordered_consumer_config",
 )
 
@@ -245,6 +246,12 @@ class OrderedCursor:
         self.resets += 1
         return ConsumerReset(self.next_seq, reason)
 
+    def release(self) -> None:
+        """The user is done with the current consumer for now (not a reset): the
+        next read creates a fresh one where this one stopped."""
+        if self.state is CursorState.RUNNING:
+            self.state = CursorState.RESETTING
+
     def gap_event(self) -> ConsumerReset:
         """The ``ConsumerReset`` to report after ``deliver`` answered RESET."""
         return ConsumerReset(self.next_seq, "gap")
@@ -273,3 +280,22 @@ class OrderedCursor:
     def stop(self) -> None:
         self.state = CursorState.STOPPED
         self._retry_at = None
+
+
+def ack_sequences(reply: str) -> tuple[int, int, int]:
+    """``(stream_seq, consumer_seq, num_pending)`` from an ack subject, without
+    building the full metadata (the ordered consumer's per-message check).
+
+    Raises:
+        RemoteProtocolError: ``reply`` is not a JetStream ack subject.
+    """
+    tokens = reply.split(".")
+    n = len(tokens)
+    try:
+        if n == 9 and tokens[0] == "$JS":
+            return int(tokens[5]), int(tokens[6]), int(tokens[8])
+        if n >= 11 and tokens[0] == "$JS":
+            return int(tokens[7]), int(tokens[8]), int(tokens[10])
+    except ValueError:
+        pass
+    raise RemoteProtocolError(f"not a JetStream ack subject: {reply!r}")
