@@ -42,6 +42,7 @@ from aioclients.jetstream._transport import NatsClient, NatsTransport, ReplyInbo
 
 if TYPE_CHECKING:
     from aioclients.jetstream._consumer import Consumer
+    from aioclients.jetstream._kv import KeyValue
     from aioclients.jetstream._ordered import OrderedConsumeEvent, OrderedConsumer
     from aioclients.jetstream._stream import Stream
 
@@ -440,6 +441,59 @@ class JetStream:
         oc = OrderedConsumer(self, stream, config, on_event=on_event)
         await oc._ensure()
         return oc
+
+    # -- Key-Value (ADR-8) -----------------------------------------------------------------
+
+    async def create_key_value(
+        self,
+        bucket: str,
+        *,
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        storage: str = "file",
+        replicas: int = 1,
+        description: str | None = None,
+    ) -> KeyValue:
+        """Create a Key-Value bucket (the stream ``KV_<bucket>``), or return it when
+        it exists with the same settings.
+
+        Args:
+            history: revisions kept per key (1 to 64).
+            ttl: seconds a value lives (``None``: for ever).
+            max_value_size / max_bytes: limits of one value / the whole bucket.
+            storage: ``"file"`` or ``"memory"``; replicas: 1 to 5.
+
+        Raises:
+            InvalidArgumentError: a bad name or setting (before any request).
+            StreamNameInUseError: the bucket exists with other settings.
+        """
+        from aioclients.jetstream._kv import create_key_value
+
+        return await create_key_value(
+            self,
+            bucket,
+            history=history,
+            ttl=ttl,
+            max_value_size=max_value_size,
+            max_bytes=max_bytes,
+            storage=storage,
+            replicas=replicas,
+            description=description,
+        )
+
+    async def key_value(self, bucket: str) -> KeyValue:
+        """Open an existing bucket (raises ``BucketNotFoundError``)."""
+        from aioclients.jetstream._kv import key_value
+
+        return await key_value(self, bucket)
+
+    async def delete_key_value(self, bucket: str) -> None:
+        """Delete a bucket and everything in it (raises ``BucketNotFoundError``)."""
+        from aioclients.jetstream._kv import delete_key_value
+
+        await delete_key_value(self, bucket)
 
     async def unpin_consumer(self, stream: str, consumer: str, group: str) -> None:
         """ADR-42: release the pinned client of ``group`` so another can take over."""
