@@ -95,6 +95,11 @@ def test_operations_from_decoded_headers() -> None:
         (b"NATS/1.0\r\nNats-Rollup: sub\r\nKV-Operation: PURGE\r\n\r\n", PURGE),
         (b"NATS/1.0\r\nKV-Operation: PUT\r\n\r\n", PUT),
         (b"NATS/1.0\r\nKV-Operation: PURGE", PURGE),
+        # Markers placed by nats-server 2.11+ itself.
+        (b"NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\n\r\n", PURGE),
+        (b"NATS/1.0\r\nNats-Marker-Reason: Purge\r\n\r\n", PURGE),
+        (b"NATS/1.0\r\nNats-Marker-Reason: Remove\r\n\r\n", DEL),
+        (b"NATS/1.0\r\nNats-Marker-Reason: Later\r\n\r\n", PUT),
     ],
 )
 def test_operations_from_a_raw_header_block_agree_with_the_decoded_form(

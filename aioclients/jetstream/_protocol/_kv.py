@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from aioclients._errors import InvalidArgumentError
+from aioclients.jetstream._protocol._headers import decode_headers
 
 __all__ = (
     "DEL",
@@ -46,6 +47,8 @@ DEL = "DEL"
 PURGE = "PURGE"
 KV_OPERATION = "KV-Operation"
 ROLLUP = "Nats-Rollup"
+MARKER_REASON = "Nats-Marker-Reason"
+_MARKER_OPERATIONS = {"MaxAge": PURGE, "Purge": PURGE, "Remove": DEL}
 #: The server keeps at most 64 messages per subject in a KV bucket (ADR-8).
 MAX_HISTORY = 64
 #: nats.go's duplicate window for buckets: two minutes, or the TTL if shorter.
@@ -136,12 +139,21 @@ def key_filter_subjects(bucket: str, filters: Sequence[str]) -> list[str]:
 
 
 def operation_of(headers: Mapping[str, Any] | None) -> str:
-    """The operation a stored message stands for: ``PUT``, ``DEL`` or ``PURGE``."""
+    """The operation a stored message stands for: ``PUT``, ``DEL`` or ``PURGE``.
+
+    nats-server 2.11+ places its own markers (a key's TTL or max age ran out, a
+    removal) with ``Nats-Marker-Reason`` instead of ``KV-Operation``.
+    """
     if not headers:
         return PUT
     value = headers.get(KV_OPERATION)
     if value is None:
-        return PUT
+        reason = headers.get(MARKER_REASON)
+        if reason is None:
+            return PUT
+        if isinstance(reason, list):
+            reason = reason[-1] if reason else ""
+        return _MARKER_OPERATIONS.get(str(reason).strip(), PUT)
     if isinstance(value, list):
         value = value[-1] if value else PUT
     value = str(value).strip()
@@ -161,6 +173,8 @@ def operation_of_header_block(block: bytes | None) -> str:
         return PUT
     at = block.find(b"KV-Operation:")
     if at < 0:
+        if b"Nats-Marker-Reason" in block:
+            return operation_of(decode_headers(block))
         return PUT
     end = block.find(b"\r\n", at)
     value = block[at + 13 : end if end >= 0 else len(block)].strip()
