@@ -239,13 +239,13 @@ class KeyValue:
         ]
 
     def _from_msg(self, msg: Msg, pending: int) -> KeyValueEntry:
-        sseq, _, _ = ack_sequences(msg.reply)
+        sseq, _, _, ts = ack_sequences(msg.reply)
         return KeyValueEntry(
             self.bucket,
             msg.subject[len(self._prefix) :],
             msg.data,
             sseq,
-            msg.metadata.timestamp,
+            _created(ts),
             pending,
             operation_of_header_block(msg._header_block),
         )
@@ -558,7 +558,7 @@ class KeyWatcher:
         done = self.initial_done
         while True:
             msg = await messages.__anext__()
-            sseq, _, pending = ack_sequences(msg.reply)
+            sseq, _, pending, ts = ack_sequences(msg.reply)
             operation = operation_of_header_block(msg._header_block)
             if pending == 0 and not done.is_set():
                 done.set()
@@ -569,7 +569,7 @@ class KeyWatcher:
                 msg.subject[cut:],
                 b"" if self._meta_only else msg.data,
                 sseq,
-                msg.metadata.timestamp,
+                _created(ts),
                 pending,
                 operation,
             )

@@ -367,7 +367,7 @@ class OrderedMessageStream:
                 self._drop_inner()
                 self._request_reset("deleted")
                 continue
-            sseq, cseq, _ = ack_sequences(msg.reply)
+            sseq, cseq, _, _ = ack_sequences(msg.reply)
             verdict = cursor.deliver(self._generation, cseq, sseq)
             if verdict is Delivery.YIELD:
                 return msg
@@ -467,7 +467,7 @@ class OrderedFetch:
                 reason = "deleted" if isinstance(exc, ConsumerDeletedError) else "heartbeat"
                 self._end_with_reset(reason)
                 raise StopAsyncIteration from None
-            sseq, cseq, _ = ack_sequences(msg.reply)
+            sseq, cseq, _, _ = ack_sequences(msg.reply)
             verdict = cursor.deliver(self._generation, cseq, sseq)
             if verdict is Delivery.YIELD:
                 return msg

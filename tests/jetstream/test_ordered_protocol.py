@@ -9,12 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioclients._errors import InvalidArgumentError, LocalProtocolError
+from aioclients._errors import InvalidArgumentError, LocalProtocolError, RemoteProtocolError
 from aioclients.jetstream._protocol._ordered import (
     ConsumerReset,
     CursorState,
     Delivery,
     OrderedCursor,
+    ack_sequences,
     ordered_consumer_config,
 )
 
@@ -264,3 +265,21 @@ def test_yielded_sequences_strictly_increase_and_none_is_skipped(
             break
         offer(d)
     assert yielded == stream
+
+
+def test_ack_sequences_reads_both_ack_subject_layouts() -> None:
+    assert ack_sequences("$JS.ACK.S.C.1.40.7.1700000000000000000.3") == (
+        40,
+        7,
+        3,
+        1700000000000000000,
+    )
+    assert ack_sequences("$JS.ACK._.hash.S.C.2.41.8.1700000000000000001.0.rnd") == (
+        41,
+        8,
+        0,
+        1700000000000000001,
+    )
+    for bad in ("", "_INBOX.x", "$JS.ACK.S.C.1.x.7.1.3", "$JS.ACK.S.C.1.2.3"):
+        with pytest.raises(RemoteProtocolError):
+            ack_sequences(bad)

@@ -282,9 +282,10 @@ class OrderedCursor:
         self._retry_at = None
 
 
-def ack_sequences(reply: str) -> tuple[int, int, int]:
-    """``(stream_seq, consumer_seq, num_pending)`` from an ack subject, without
-    building the full metadata (the ordered consumer's per-message check).
+def ack_sequences(reply: str) -> tuple[int, int, int, int]:
+    """``(stream_seq, consumer_seq, num_pending, timestamp_ns)`` from an ack
+    subject, without building the full metadata (the ordered consumer's
+    per-message check).
 
     Raises:
         RemoteProtocolError: ``reply`` is not a JetStream ack subject.
@@ -293,9 +294,9 @@ def ack_sequences(reply: str) -> tuple[int, int, int]:
     n = len(tokens)
     try:
         if n == 9 and tokens[0] == "$JS":
-            return int(tokens[5]), int(tokens[6]), int(tokens[8])
+            return int(tokens[5]), int(tokens[6]), int(tokens[8]), int(tokens[7])
         if n >= 11 and tokens[0] == "$JS":
-            return int(tokens[7]), int(tokens[8]), int(tokens[10])
+            return int(tokens[7]), int(tokens[8]), int(tokens[10]), int(tokens[9])
     except ValueError:
         pass
     raise RemoteProtocolError(f"not a JetStream ack subject: {reply!r}")
