@@ -45,6 +45,7 @@ from aioclients.jetstream._protocol._ordered import (
     ack_sequences,
 )
 from aioclients.jetstream._protocol._pull import (
+    Disconnected,
     HeartbeatMissed,
     PullOptions,
     Reconnected,
@@ -322,8 +323,10 @@ class OrderedMessageStream:
         self._oc._report(event, self._on_event)
         if isinstance(event, HeartbeatMissed):
             self._request_reset("heartbeat")
-        elif isinstance(event, Reconnected):
-            # Messages may have been lost with the connection (ADR-17).
+        elif isinstance(event, (Disconnected, Reconnected)):
+            # Messages may be lost with the connection (ADR-17): replace the
+            # consumer rather than wait for the old one, whose server may be
+            # the one that went away (its info would never answer).
             self._request_reset("reconnect")
 
     def _request_reset(self, reason: str) -> None:
