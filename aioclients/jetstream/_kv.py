@@ -11,7 +11,7 @@ reconnects and server restarts. Behaviour follows nats.go ``jetstream/kv.go``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
@@ -519,6 +519,7 @@ class KeyWatcher:
         self._oc: OrderedConsumer | None = None
         self._messages: OrderedMessageStream | None = None
         self._stopped = False
+        self._entered = False
 
     def __repr__(self) -> str:
         return f"<KeyWatcher {self._kv.bucket} {self._subjects}>"
@@ -543,8 +544,9 @@ class KeyWatcher:
         await messages.__aenter__()
         self._messages = messages
 
-    def __aiter__(self) -> KeyWatcher:
-        return self
+    def __aiter__(self) -> AsyncIterator[KeyValueEntry]:
+        # A bare ``async for`` (no ``async with``) stops the watch when left.
+        return self if self._entered else _owned_watch(self)
 
     async def __anext__(self) -> KeyValueEntry:
         if self._messages is None:
@@ -584,6 +586,7 @@ class KeyWatcher:
         await self.stop()
 
     async def __aenter__(self) -> KeyWatcher:
+        self._entered = True
         await self._start()
         return self
 
@@ -594,6 +597,18 @@ class KeyWatcher:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+async def _owned_watch(watcher: KeyWatcher) -> AsyncGenerator[KeyValueEntry, None]:
+    try:
+        while True:
+            try:
+                entry = await watcher.__anext__()
+            except StopAsyncIteration:
+                return
+            yield entry
+    finally:
+        await watcher.stop()
 
 
 async def create_key_value(

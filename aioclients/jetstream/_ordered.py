@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -167,7 +167,11 @@ class OrderedConsumer:
         old, self._consumer = self._consumer, None
         if old is None or self._js.closed:
             return
-        task = asyncio.get_running_loop().create_task(self._delete(old))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop any more: the server expires it
+            return
+        task = loop.create_task(self._delete(old))
         self._cleanup.add(task)
         task.add_done_callback(self._cleanup.discard)
 
@@ -303,6 +307,7 @@ class OrderedMessageStream:
         self._inner: MessageStream | None = None
         self._generation = 0
         self._stopped = False
+        self._entered = False
         self._closed_statistics: ConsumeStatistics | None = None
 
     def __repr__(self) -> str:
@@ -343,8 +348,10 @@ class OrderedMessageStream:
         if inner is not None:
             inner.stop()
 
-    def __aiter__(self) -> OrderedMessageStream:
-        return self
+    def __aiter__(self) -> AsyncIterator[Msg]:
+        # Inside ``async with`` the context manager cleans up; a bare ``async for``
+        # gets a generator that stops the stream when the loop is left.
+        return self if self._entered else _owned(self)
 
     async def __anext__(self) -> Msg:
         cursor = self._oc._cursor
@@ -412,6 +419,7 @@ class OrderedMessageStream:
         return self._oc.resets
 
     async def __aenter__(self) -> OrderedMessageStream:
+        self._entered = True
         await self._open()
         return self
 
@@ -422,6 +430,18 @@ class OrderedMessageStream:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+async def _owned(stream: OrderedMessageStream) -> AsyncGenerator[Msg, None]:
+    try:
+        while True:
+            try:
+                msg = await stream.__anext__()
+            except StopAsyncIteration:
+                return
+            yield msg
+    finally:
+        stream.stop()
 
 
 class OrderedFetch:

@@ -268,3 +268,20 @@ async def test_watch_set_initial_done_only_after_the_last_initial_value(kv: KeyV
             assert not watcher.initial_done.is_set(), i
         await _next(watcher)
         assert watcher.initial_done.is_set()
+
+
+async def test_leaving_a_bare_async_for_over_a_watch_ends_it(
+    js: JetStream, kv: KeyValue, wait_for: object
+) -> None:
+    for i in range(5):
+        await kv.put(f"k{i}", b"v")
+    got = 0
+    async for _ in kv.watch():  # no ``async with``
+        got += 1
+        if got == 2:
+            break
+
+    async def no_consumers() -> bool:
+        return [n async for n in js.consumer_names(f"KV_{kv.bucket}")] == []
+
+    await wait_for(no_consumers, timeout=5, what="the watch's consumer deletion")  # type: ignore[operator]

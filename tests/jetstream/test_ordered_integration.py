@@ -172,3 +172,24 @@ async def test_server_restart_mid_stream_resumes_in_order(
     assert any(isinstance(e, ConsumerReset) for e in events)
     with contextlib.suppress(Exception):
         await oc.close()
+
+
+async def test_leaving_a_bare_async_for_deletes_the_consumer(
+    js: JetStream, unique_name: str, wait_for: WaitFor
+) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    await publish_many(js, f"{unique_name}.a", 20)
+    oc = await stream.ordered_consumer()
+    seen = 0
+    async for _ in oc.consume(max_messages=5):  # no ``async with``
+        seen += 1
+        if seen == 3:
+            break
+
+    async def no_consumers() -> bool:
+        return [n async for n in stream.consumer_names()] == []
+
+    await wait_for(no_consumers, timeout=5, what="the ordered consumer's deletion")
+    # It can be read again, from where it stopped.
+    async with oc.consume() as messages:
+        assert await _read(messages, 1) == [4]
