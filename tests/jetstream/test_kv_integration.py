@@ -285,3 +285,18 @@ async def test_leaving_a_bare_async_for_over_a_watch_ends_it(
         return [n async for n in js.consumer_names(f"KV_{kv.bucket}")] == []
 
     await wait_for(no_consumers, timeout=5, what="the watch's consumer deletion")  # type: ignore[operator]
+
+
+async def test_a_deleted_bucket_is_reported_as_such(js: JetStream, bucket: str) -> None:
+    kv = await js.create_key_value(bucket)
+    await kv.put("a", b"1")
+    await js.delete_key_value(bucket)
+    with pytest.raises(BucketNotFoundError):
+        await kv.get("a")
+    with pytest.raises(BucketNotFoundError):
+        await kv.put("a", b"2")
+    with pytest.raises(BucketNotFoundError):
+        await kv.status()
+    with pytest.raises(BucketNotFoundError):
+        async with kv.watch():
+            pass
