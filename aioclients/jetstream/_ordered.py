@@ -16,11 +16,13 @@ on top of ``MessageStream.__anext__``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from aioclients._core import redact_text
 from aioclients._errors import AioClientsError, InvalidArgumentError
 from aioclients.jetstream._consume import (
     ConsumeEvent,
@@ -68,6 +70,16 @@ ORDERED_HEARTBEAT = 5.0
 _STREAM_NOT_FOUND_RETRIES = 10
 
 
+def _check_on_event(on_event: object) -> None:
+    if on_event is not None and not callable(on_event):
+        raise InvalidArgumentError("on_event must be a callable taking one event")
+    if on_event is not None and inspect.iscoroutinefunction(on_event):
+        raise InvalidArgumentError(
+            "on_event must be a plain function (it runs in the connection's read loop); "
+            "to do async work, hand the event to a queue or task from it"
+        )
+
+
 class OrderedConsumer:
     """An ordered consumer (ADR-17): gapless, in-order delivery with no acks.
 
@@ -88,8 +100,7 @@ class OrderedConsumer:
         *,
         on_event: Callable[[OrderedConsumeEvent], object] | None = None,
     ) -> None:
-        if on_event is not None and not callable(on_event):
-            raise InvalidArgumentError("on_event must be a callable taking one event")
+        _check_on_event(on_event)
         self._js = js
         self.stream_name = stream_name
         self._cursor = OrderedCursor(config)
@@ -150,7 +161,11 @@ class OrderedConsumer:
             cursor.handle_timer(loop.time())
 
     def _backoff_log(self, why: str) -> None:
-        log.info("ordered consumer on %s: cannot create yet (%s); retrying", self.stream_name, why)
+        log.info(
+            "ordered consumer on %s: cannot create yet (%s); retrying",
+            self.stream_name,
+            redact_text(why),
+        )
 
     def _reset(self, reason: str) -> ConsumerReset | None:
         """Give up the current consumer; the next read creates a fresh one."""
@@ -182,7 +197,7 @@ class OrderedConsumer:
                 timeout=min(2.0, self._js.timeout),
             )
         except AioClientsError as exc:  # gone already, or the server is away: it expires
-            log.debug("deleting replaced consumer %s: %s", consumer, exc)
+            log.debug("deleting replaced consumer %s: %s", consumer, redact_text(str(exc)))
 
     def _report(self, event: OrderedConsumeEvent, callback: Callable[..., object] | None) -> None:
         if isinstance(event, ConsumerReset):
@@ -287,8 +302,7 @@ class OrderedConsumer:
             threshold_messages=threshold_messages,
             threshold_bytes=threshold_bytes,
         )
-        if on_event is not None and not callable(on_event):
-            raise InvalidArgumentError("on_event must be a callable taking one event")
+        _check_on_event(on_event)
         return OrderedMessageStream(self, options, on_event or self._on_event)
 
 

@@ -10,6 +10,7 @@ import pytest
 from consume_support import publish_many
 from support import Server, WaitFor
 
+from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream import (
     ConsumerReset,
     JetStream,
@@ -193,3 +194,18 @@ async def test_leaving_a_bare_async_for_deletes_the_consumer(
     # It can be read again, from where it stopped.
     async with oc.consume() as messages:
         assert await _read(messages, 1) == [4]
+
+
+async def test_on_event_must_be_a_plain_function(js: JetStream, unique_name: str) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+
+    async def handler(event: object) -> None:
+        pass
+
+    with pytest.raises(InvalidArgumentError, match="plain function"):
+        await stream.ordered_consumer(on_event=handler)
+    oc = await stream.ordered_consumer()
+    with pytest.raises(InvalidArgumentError, match="plain function"):
+        oc.consume(on_event=handler)
+    await oc.close()
+    assert [n async for n in stream.consumer_names()] == []
