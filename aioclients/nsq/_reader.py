@@ -36,8 +36,13 @@ from typing import Any, NamedTuple
 
 import aiohttp
 
-from aioclients._core import Backoff, check_int
-from aioclients._errors import InvalidArgumentError
+from aioclients._core import Backoff, check_int, redact_text, redact_url
+from aioclients._errors import (
+    ConnectError,
+    InvalidArgumentError,
+    RemoteProtocolError,
+    ServerError,
+)
 from aioclients._version import __version__
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
@@ -56,6 +61,10 @@ USER_AGENT = f"aioclients/{__version__}"
 # Responses are written at the end of the loop iteration, or as soon as this many
 # bytes wait (about 40 FINs), so that nsqd can send more while we work.
 _EARLY_FLUSH_BYTES = 1024
+# What a reconnect or discovery loop logs and retries: an nsqd or nsqlookupd that is
+# down, slow, refusing or talking nonsense. Anything else is a bug or a setting that
+# cannot work; it ends the Reader's iteration instead (see Reader._fail).
+_TRANSIENT_ERRORS = (ConnectError, ServerError, RemoteProtocolError, OSError, TimeoutError)
 
 
 class ConnectionStatistics(NamedTuple):
@@ -256,6 +265,7 @@ class Reader:
         self._session: aiohttp.ClientSession | None = None
         self._started = False
         self._closed = False
+        self._failure: BaseException | None = None
         self._received = self._finished = self._requeued = self._given_up = 0
 
     # ---- lifecycle --------------------------------------------------------------------
@@ -314,7 +324,9 @@ class Reader:
                 self._session = aiohttp.ClientSession()
                 ok = await self._poll_once()
                 if not ok and not self._conns:
-                    raise NSQConnectError("no nsqlookupd answered: " + ", ".join(self._lookupds))
+                    raise NSQConnectError(
+                        "no nsqlookupd answered: " + ", ".join(map(redact_url, self._lookupds))
+                    )
                 self._spawn(self._poll_loop())
             elif errors and not self._conns:
                 raise NSQConnectError(
@@ -364,6 +376,8 @@ class Reader:
     async def __anext__(self) -> Message:
         queue = self._queue
         while True:
+            if self._failure is not None:
+                raise self._failure
             if queue:
                 return queue.popleft()
             if self._closed:
@@ -621,7 +635,7 @@ class Reader:
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
 
     async def _connect(self, address: str) -> None:
         core = ConnectionCore(
@@ -654,6 +668,9 @@ class Reader:
     def _forget_connecting(self, address: str, task: asyncio.Task[None]) -> None:
         if self._connecting.get(address) is task:
             del self._connecting[address]
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            self._fail(exc, f"connecting to nsqd {address}")
 
     def _schedule_reconnect(self, address: str, backoff: Backoff) -> None:
         if self._closed or address in self._connecting:
@@ -670,8 +687,11 @@ class Reader:
             try:
                 await self._connect(address)
                 return
-            except (NSQConnectError, NSQError, OSError) as exc:
-                log.warning("reconnect to nsqd %s failed: %s", address, exc)
+            except _TRANSIENT_ERRORS as exc:
+                log.warning("reconnect to nsqd %s failed: %s", address, redact_text(str(exc)))
+            except Exception as exc:
+                self._fail(exc, f"reconnecting to nsqd {address}")
+                return
 
     async def _poll_once(self) -> bool:
         """Query every nsqlookupd; connect to producers not connected yet.
@@ -689,9 +709,9 @@ class Reader:
         answered = False
         for url, result in zip(self._lookupds, results, strict=True):
             if isinstance(result, BaseException):
-                if not isinstance(result, Exception):
-                    raise result
-                log.warning("nsqlookupd %s: %s", url, result)
+                if not isinstance(result, _TRANSIENT_ERRORS):
+                    raise result  # a bug, or cancellation
+                log.warning("nsqlookupd %s: %s", redact_url(url), redact_text(str(result)))
                 continue
             answered = True
             for key in result:
@@ -712,16 +732,47 @@ class Reader:
     async def _connect_discovered(self, address: str) -> None:
         try:
             await self._connect(address)
-        except (NSQConnectError, NSQError, OSError) as exc:
-            log.warning("could not connect to discovered nsqd %s: %s", address, exc)
+        except _TRANSIENT_ERRORS as exc:
+            log.warning(
+                "could not connect to discovered nsqd %s: %s", address, redact_text(str(exc))
+            )
+        except Exception as exc:
+            self._fail(exc, f"connecting to discovered nsqd {address}")
 
     async def _poll_loop(self) -> None:
         while not self._closed:
             await asyncio.sleep(poll_delay(self._poll_interval, self._poll_jitter, self._rng))
             try:
                 await self._poll_once()
-            except Exception:
-                log.exception("nsqlookupd poll failed")
+            except Exception as exc:
+                self._fail(exc, "polling nsqlookupd")
+                return
+
+    def _fail(self, exc: BaseException, doing: str) -> None:
+        """A background loop met an error it cannot retry (a bug, a setting that
+        cannot work): end the iteration with it rather than hang or retry forever."""
+        if self._closed:
+            return
+        log.error(
+            "Reader(%s/%s) stops: %s failed with %s: %s",
+            self.topic,
+            self.channel,
+            doing,
+            type(exc).__name__,
+            redact_text(str(exc)),
+        )
+        if self._failure is None:
+            self._failure = exc
+        self._wake()
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        """Done callback of every background task: nothing may die unnoticed."""
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._fail(exc, "a background task")
 
     def __repr__(self) -> str:
         return (
