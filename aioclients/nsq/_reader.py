@@ -25,7 +25,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import math
 import random
 import socket
 import ssl
@@ -36,7 +35,7 @@ from typing import Any, NamedTuple
 
 import aiohttp
 
-from aioclients._core import Backoff, check_int, redact_text, redact_url
+from aioclients._core import Backoff, check_float, check_int, redact_text, redact_url
 from aioclients._errors import (
     ConnectError,
     InvalidArgumentError,
@@ -96,13 +95,36 @@ class ReaderStatistics(NamedTuple):
 
 
 def _positive(name: str, value: object, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise InvalidArgumentError(f"{name} must be a number of seconds, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
+    return check_float(name, value, minimum=0.0, inclusive=allow_zero)
+
+
+def check_auth_secret(value: object) -> str | bytes | None:
+    """``auth_secret`` is None, or a non-empty str or bytes (never shown in the error)."""
+    if value is None:
+        return None
+    if isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    if not isinstance(value, (str, bytes)):
         raise InvalidArgumentError(
-            f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}"
+            f"auth_secret must be a str or bytes, got a {type(value).__name__}"
         )
-    return float(value)
+    if not value:
+        raise InvalidArgumentError("auth_secret is empty: pass the secret, or None for no AUTH")
+    return value
+
+
+def check_identity(name: str, value: object) -> str | None:
+    """``client_id``, ``hostname``, ``user_agent``: None or a string."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a str or None, got {type(value).__name__}")
+    return value
+
+
+def heartbeat_ms(value: object) -> int | None:
+    """The IDENTIFY ``heartbeat_interval`` (ms) for ``heartbeat_interval`` seconds."""
+    if value is None:
+        return None
+    return max(1, round(check_float("heartbeat_interval", value) * 1000))
 
 
 class Reader:
@@ -194,6 +216,8 @@ class Reader:
             )
         self._max_in_flight = check_int("max_in_flight", max_in_flight, minimum=0)
         self._max_attempts = check_int("max_attempts", max_attempts, minimum=0)
+        if self._max_attempts > 65535:
+            raise InvalidArgumentError("max_attempts must be <= 65535 (nsqd counts in 16 bits)")
         self._requeue_delay = _positive("requeue_delay", requeue_delay, allow_zero=True)
         self._max_requeue_delay = _positive("max_requeue_delay", max_requeue_delay, allow_zero=True)
         self._max_backoff = _positive("max_backoff_duration", max_backoff_duration, allow_zero=True)
@@ -211,8 +235,17 @@ class Reader:
         self._max_message_size = check_int("max_message_size", max_message_size, minimum=1)
         self._connect_timeout = _positive("connect_timeout", connect_timeout)
         self._close_timeout = _positive("close_timeout", close_timeout, allow_zero=True)
-        check_int("deflate_level", deflate_level, minimum=1)
-        check_int("sample_rate", sample_rate, minimum=0)
+        if check_int("deflate_level", deflate_level, minimum=1) > 9:
+            raise InvalidArgumentError(f"deflate_level must be 1 to 9, got {deflate_level}")
+        if check_int("sample_rate", sample_rate, minimum=0) > 99:
+            raise InvalidArgumentError(f"sample_rate must be 0 to 99 (percent), got {sample_rate}")
+        if output_buffer_size is not None:
+            check_int("output_buffer_size", output_buffer_size, minimum=-1)
+        for name, text in (("user_agent", user_agent), ("client_id", client_id)):
+            check_identity(name, text)
+        check_identity("hostname", hostname)
+        if on_give_up is not None and not callable(on_give_up):
+            raise InvalidArgumentError("on_give_up must be a callable taking a Message")
         if snappy and deflate:
             raise InvalidArgumentError("choose snappy or deflate, not both (nsqd refuses both)")
         self._tls_context: ssl.SSLContext | None
@@ -224,7 +257,7 @@ class Reader:
             self._tls_context = None
         else:
             raise InvalidArgumentError("tls must be None, True or an ssl.SSLContext")
-        self._auth_secret = auth_secret
+        self._auth_secret = check_auth_secret(auth_secret)
         self._heartbeat_interval = (
             None
             if heartbeat_interval is None
@@ -241,7 +274,7 @@ class Reader:
             "sample_rate": sample_rate,
         }
         if self._heartbeat_interval is not None:
-            identify["heartbeat_interval"] = int(self._heartbeat_interval * 1000)
+            identify["heartbeat_interval"] = heartbeat_ms(self._heartbeat_interval)
         if msg_timeout is not None:
             identify["msg_timeout"] = int(_positive("msg_timeout", msg_timeout) * 1000)
         if output_buffer_size is not None:
