@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from aioclients._core import check_float, check_int
+from aioclients._core import check_float, check_int, redact_text, redact_url
 from aioclients._errors import InvalidArgumentError, OperationTimeoutError
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
@@ -319,10 +319,13 @@ class HTTPProducer:
                 status = response.status
         except asyncio.TimeoutError:
             raise OperationTimeoutError(
-                f"nsqd {url} did not answer within {self._timeout}s"
+                f"nsqd {redact_url(url)} did not answer within {self._timeout}s"
             ) from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise NSQConnectError(f"nsqd HTTP API at {self.url} unreachable: {exc!r}") from exc
+            # aiohttp's text may quote the URL, credentials included
+            raise NSQConnectError(
+                f"nsqd HTTP API at {redact_url(self.url)} unreachable: {redact_text(repr(exc))}"
+            ) from None
         if status == 200:
             return
         code = f"HTTP_{status}"
@@ -331,7 +334,7 @@ class HTTPProducer:
 
             doc = json.loads(text)
             code = str(doc.get("message") or doc.get("status_txt") or code)
-        raise NSQError(code, f"(HTTP {status} from {url})")
+        raise NSQError(code, f"(HTTP {status} from {redact_url(url)})")
 
     async def publish(self, topic: str, body: bytes) -> None:
         """POST one message to ``/pub``.

@@ -441,7 +441,7 @@ class ConnectionCore:
                         self.pending_responses -= 1
                     append(Response(payload))
             else:
-                error = parse_error_frame(payload)
+                error = self._error(payload)
                 if error.fatal:
                     if self.pending_responses:
                         self.pending_responses -= 1
@@ -461,7 +461,7 @@ class ConnectionCore:
             ftype, payload = frames[0]
             if ftype == F.FRAME_ERROR:
                 self.state = ConnectionState.CLOSED
-                raise parse_error_frame(payload)
+                raise self._error(payload)
             if ftype == F.FRAME_MESSAGE:
                 raise NSQProtocolError(
                     f"message frame during the handshake ({self.state.value})", offset=offset
@@ -567,6 +567,15 @@ class ConnectionCore:
         else:
             self.state = ConnectionState.READY
             events.append(Ready())
+
+    def _error(self, payload: bytes) -> NSQError:
+        """The error in an error frame, with our auth secret cut out: an auth server
+        may quote what it was given, and the error is logged and raised."""
+        secret = self._auth_secret
+        if secret:
+            raw = secret.encode() if isinstance(secret, str) else bytes(secret)
+            payload = payload.replace(raw, b"***")
+        return parse_error_frame(payload)
 
     def _expect(self, state: ConnectionState, what: str) -> None:
         if self.state is not state:
