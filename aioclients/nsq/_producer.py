@@ -29,7 +29,11 @@ from aioclients._errors import InvalidArgumentError, OperationTimeoutError
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
 from aioclients.nsq._protocol import _frames as F
-from aioclients.nsq._protocol._connection import ConnectionCore, MessageReceived
+from aioclients.nsq._protocol._connection import (
+    ConnectionCore,
+    MessageReceived,
+    OversizedMessage,
+)
 from aioclients.nsq._protocol._lookup import lookupd_url, parse_address
 from aioclients.nsq._reader import USER_AGENT, check_auth_secret, check_identity, heartbeat_ms
 
@@ -247,6 +251,11 @@ class Producer:
 
     def on_message(self, conn: NsqdConnection, event: MessageReceived, now: float) -> None:
         conn.abort()  # a publishing connection never subscribed
+
+    def on_oversized_message(
+        self, conn: NsqdConnection, event: OversizedMessage, now: float
+    ) -> None:
+        conn.abort()
 
     def on_response(self, conn: NsqdConnection, data: bytes) -> None:
         if self._pending:

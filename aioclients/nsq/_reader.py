@@ -47,7 +47,11 @@ from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
 from aioclients.nsq._io._lookupd import query_lookupd
 from aioclients.nsq._message import Message
-from aioclients.nsq._protocol._connection import ConnectionCore, MessageReceived
+from aioclients.nsq._protocol._connection import (
+    ConnectionCore,
+    MessageReceived,
+    OversizedMessage,
+)
 from aioclients.nsq._protocol._frames import check_channel, check_topic
 from aioclients.nsq._protocol._lookup import lookupd_url, parse_address, poll_delay
 from aioclients.nsq._protocol._rdy import RdyDistributor, RdyUpdate
@@ -154,11 +158,16 @@ class Reader:
         user_agent, client_id, hostname: identification sent in IDENTIFY.
         output_buffer_size, output_buffer_timeout: nsqd's buffering toward us
             (bytes, seconds).
-        on_give_up: called with each message that exceeded ``max_attempts`` (may be a
-            coroutine function); by default the message is logged.
+        on_give_up: called with each message the Reader finishes without handing it
+            to the application (may be a coroutine function): one delivered more than
+            ``max_attempts`` times, or one whose body is above ``max_message_size``
+            (then ``body`` is empty and ``body_size`` the real size);
+            ``message.give_up_reason`` says which. By default the message is logged.
         reconnect_delay, max_reconnect_delay: backoff for direct nsqd reconnects.
         backoff_multiplier: length of the first backoff window, seconds.
-        max_message_size: largest message body accepted (nsqd's ``--max-msg-size``).
+        max_message_size: largest message body accepted (nsqd's ``--max-msg-size``); a
+            larger message is read past without being held, finished, logged and
+            handed to ``on_give_up``; the connection stays.
         connect_timeout: seconds for connecting and the handshake.
         close_timeout: seconds to wait for CLOSE_WAIT in :meth:`close`.
     """
@@ -522,7 +531,11 @@ class Reader:
         msg = Message(event.id, event.body, event.timestamp, event.attempts, conn, self)
         max_attempts = self._max_attempts
         if max_attempts and event.attempts > max_attempts:
-            self._give_up(msg, now)
+            self._give_up(
+                msg,
+                now,
+                f"delivered {event.attempts} times, more than max_attempts={max_attempts}",
+            )
             return
         dist = self._dist
         assert dist is not None
@@ -533,6 +546,22 @@ class Reader:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def on_oversized_message(
+        self, conn: NsqdConnection, event: OversizedMessage, now: float
+    ) -> None:
+        """A body above max_message_size was read past: FIN it and hand it to
+        ``on_give_up`` with an empty body, rather than losing the connection (and
+        the other messages in flight on it) to it at every delivery."""
+        self._received += 1
+        msg = Message(event.id, b"", event.timestamp, event.attempts, conn, self)
+        msg._body_size = event.body_size
+        reason = (
+            f"body of {event.body_size} bytes is larger than max_message_size="
+            f"{self._max_message_size} (raise it to nsqd's --max-msg-size); "
+            "finished without delivery"
+        )
+        self._give_up(msg, now, reason, always_log=True)
 
     def on_response(self, conn: NsqdConnection, data: bytes) -> None:
         log.debug("nsqd %s: unexpected response %r", conn.address, data[:80])
@@ -593,8 +622,9 @@ class Reader:
         if conn._paused:
             await conn.drain()
 
-    def _give_up(self, msg: Message, now: float) -> None:
+    def _give_up(self, msg: Message, now: float, reason: str, *, always_log: bool = False) -> None:
         self._given_up += 1
+        msg._give_up_reason = reason
         conn = msg._conn
         msg._responded = True
         conn.core.fin(msg.id)
@@ -606,13 +636,14 @@ class Reader:
             self._dist.on_message(conn.address, now)
             self._apply(self._dist.on_response(conn.address, now, None))
         callback = self._on_give_up
-        if callback is None:
+        if callback is None or always_log:
             log.warning(
-                "giving up on message %s after %d attempts (max_attempts=%d)",
+                "nsqd %s: giving up on message %s: %s",
+                conn.address,
                 msg.id.decode(errors="replace"),
-                msg.attempts,
-                self._max_attempts,
+                reason,
             )
+        if callback is None:
             return
         try:
             result = callback(msg)

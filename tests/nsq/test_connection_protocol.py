@@ -262,3 +262,32 @@ def test_fuzz_subscribed_core_raises_only_protocol_errors(chunks: list[bytes]) -
     except NSQProtocolError as err:
         offset = err.offset
         assert offset is not None
+
+
+def test_an_oversized_message_is_reported_in_flight_and_the_connection_stays() -> None:
+    core = C.ConnectionCore(
+        identify={}, topic="t", channel="c", max_message_size=10, heartbeat_interval=None
+    )
+    core.start(0.0)
+    core.receive_data(frame(0, b"OK") + frame(0, b"OK"), 0.0)
+    core.data_to_send()
+    mid2 = b"0000000000000002"
+    stream = msg(MID, b"x" * 1000, attempts=2) + msg(mid2, b"small")
+    events: list[object] = []
+    for i in range(0, len(stream), 7):
+        events += core.receive_data(stream[i : i + 7], 1.0)
+        assert core.decoder.buffered <= 10 + 26 + 8
+    assert events == [
+        C.OversizedMessage(5, 2, MID, 1000),
+        C.MessageReceived(5, 1, mid2, b"small"),
+    ]
+    assert core.state is C.ConnectionState.SUBSCRIBED
+    assert core.in_flight == {MID, mid2}
+    core.fin(MID)
+    assert core.data_to_send() == b"FIN " + MID + b"\n"
+
+
+def test_an_oversized_message_during_the_handshake_is_an_error() -> None:
+    core = consumer()
+    with pytest.raises(NSQProtocolError, match="message frame during the handshake"):
+        core.receive_data(msg(MID, b"x" * (2 * 1024 * 1024)), 0.0)

@@ -24,6 +24,9 @@ Negotiation", "Data Flow and Heartbeats"; TCP Protocol Spec, IDENTIFY and AUTH):
   the connection stays; nsqd closes the connection after any other error, so the
   core moves to CLOSED. Errors during the handshake raise.
 - The in-flight set holds the ids of messages received and not yet FIN'd or REQ'd.
+- A message larger than ``max_message_size`` is not an error (nsqd's limit may be
+  higher than ours): its body is read past and :class:`OversizedMessage` reports
+  it, in flight, for the owner to FIN.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ __all__ = (
     "IdentifyResponse",
     "Identified",
     "MessageReceived",
+    "OversizedMessage",
     "Ready",
     "Response",
     "Subscribed",
@@ -196,6 +200,17 @@ class MessageReceived(NamedTuple):
     attempts: int
     id: bytes
     body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OversizedMessage(Event):
+    """A message whose body is larger than ``max_message_size``: its body was read
+    past, not kept. It is in flight (nsqd counts it against RDY) until FIN'd."""
+
+    timestamp: int
+    attempts: int
+    id: bytes
+    body_size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,13 +455,17 @@ class ConnectionCore:
                     if self.pending_responses:
                         self.pending_responses -= 1
                     append(Response(payload))
-            else:
+            elif ftype == 1:
                 error = self._error(payload)
                 if error.fatal:
                     if self.pending_responses:
                         self.pending_responses -= 1
                     self.state = ConnectionState.CLOSED
                 append(ErrorReceived(error))
+            else:  # F.FRAME_OVERSIZED_MESSAGE
+                ts, attempts, message_id, body_size = F.parse_oversized_message(payload)
+                in_flight.add(message_id)
+                append(OversizedMessage(ts, attempts, message_id, body_size))
         return events
 
     def _handshake(self, data: bytes) -> list[Event | MessageReceived]:
@@ -462,7 +481,7 @@ class ConnectionCore:
             if ftype == F.FRAME_ERROR:
                 self.state = ConnectionState.CLOSED
                 raise self._error(payload)
-            if ftype == F.FRAME_MESSAGE:
+            if ftype == F.FRAME_MESSAGE or ftype == F.FRAME_OVERSIZED_MESSAGE:
                 raise NSQProtocolError(
                     f"message frame during the handshake ({self.state.value})", offset=offset
                 )
