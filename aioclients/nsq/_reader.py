@@ -13,6 +13,11 @@ Reconnection: an nsqd given in ``nsqd_tcp_addresses`` is retried with exponentia
 backoff (``reconnect_delay`` doubling up to ``max_reconnect_delay``, jittered); an
 nsqd found through nsqlookupd is reconnected only when a later poll finds it again.
 
+Bounds: nsqd may hold at most RDY messages in flight on a connection; one that
+sends more is closed (a protocol error, then the usual reconnect), and the queued
+messages of a lost connection are dropped (nsqd re-delivers them), so the queue
+never holds more than the RDY given to live connections.
+
 Closing: CLS on every connection, wait for CLOSE_WAIT, close. Messages received but
 not answered (still queued, or held by the application) are neither finished nor
 requeued: nsqd re-delivers them when their msg_timeout expires.
@@ -571,6 +576,15 @@ class Reader:
 
     def on_lost(self, conn: NsqdConnection, exc: BaseException | None) -> None:
         address = conn.address
+        queue = self._queue
+        if queue:
+            # Not handed out yet and no longer answerable: nsqd re-delivers them after
+            # msg_timeout. Dropping them keeps the queue within the RDY of live
+            # connections (so a server flooding us then reconnecting cannot grow it).
+            kept = [m for m in queue if m._conn is not conn]
+            if len(kept) != len(queue):
+                queue.clear()
+                queue.extend(kept)
         if self._conns.get(address) is conn:
             del self._conns[address]
             if self._dist is not None and self._loop is not None:

@@ -114,10 +114,11 @@ async def test_max_attempts_gives_up_and_finishes() -> None:
             "t", "c", nsqd_tcp_addresses=[fake.address], max_attempts=2, on_give_up=given_up.append
         ) as reader:
             await fake.wait_for(lambda c: b"RDY 1" in c)
-            fake.send(message_frame(MID1, b"old", attempts=3) + message_frame(MID2, b"ok", 2))
+            fake.send(message_frame(MID1, b"old", attempts=3))
+            await fake.wait_for(lambda c: b"FIN " + MID1 in c)  # frees the one RDY slot
+            fake.send(message_frame(MID2, b"ok", 2))
             msg = await asyncio.wait_for(reader.__anext__(), 5)
             assert msg.id == MID2
-            await fake.wait_for(lambda c: b"FIN " + MID1 in c)
             assert [m.id for m in given_up] == [MID1]
             assert reader.statistics().messages_given_up == 1
 
@@ -149,7 +150,9 @@ async def test_run_finishes_on_success_and_requeues_on_exception() -> None:
 
             runner = asyncio.ensure_future(reader.run(handler, concurrency=2))
             await fake.wait_for(lambda c: b"RDY 1" in c)
-            fake.send(message_frame(MID1, b"good") + message_frame(MID2, b"bad"))
+            fake.send(message_frame(MID1, b"good"))
+            await fake.wait_for(lambda c: b"RDY 2" in c)
+            fake.send(message_frame(MID2, b"bad"))
             await fake.wait_for(
                 lambda c: b"FIN " + MID1 in c and any(x.startswith(b"REQ " + MID2) for x in c)
             )

@@ -190,3 +190,33 @@ async def test_lookupd_garbage_http_500_and_silence_do_not_stop_discovery(
     assert any("HTTP_500" in w for w in warnings)
     assert any("unreachable" in w or "within" in w for w in warnings)
     assert not any("pw-secret" in w for w in warnings)
+
+
+# ---- a server that ignores RDY ------------------------------------------------------------
+
+
+async def test_an_nsqd_ignoring_rdy_is_cut_off_and_the_queue_stays_bounded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    connections = 0
+
+    def flood_once(fake: FakeNsqd, command: bytes, body: bytes | None) -> bytes | None:
+        nonlocal connections
+        if command == b"IDENTIFY":
+            connections += 1
+        if command == b"RDY 1" and connections == 1:
+            return b"".join(message_frame(b"%016d" % i, b"flood") for i in range(500))
+        return fake.default_answer(command, body)
+
+    async with FakeNsqd(on_command=flood_once) as fake:
+        async with Reader(
+            "t", "c", nsqd_tcp_addresses=[fake.address], max_in_flight=1, **FAST_RECONNECT
+        ) as reader:
+            await fake.wait_for(lambda c: c.count(b"SUB t c") == 2)  # reconnected
+            assert reader.statistics().buffered <= 1
+            await fake.wait_for(lambda c: c.count(b"RDY 1") >= 2)
+            assert reader.statistics().buffered == 0  # the flood was dropped with its link
+            fake.send(message_frame(MID1, b"fine"))
+            msg = await asyncio.wait_for(reader.__anext__(), 5)
+            assert msg.body == b"fine"
+    assert any("ignores RDY" in r.getMessage() for r in caplog.records)

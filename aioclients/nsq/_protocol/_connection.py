@@ -23,7 +23,11 @@ Negotiation", "Data Flow and Heartbeats"; TCP Protocol Spec, IDENTIFY and AUTH):
 - Errors: ``E_FIN_FAILED``, ``E_REQ_FAILED``, ``E_TOUCH_FAILED`` are reported and
   the connection stays; nsqd closes the connection after any other error, so the
   core moves to CLOSED. Errors during the handshake raise.
-- The in-flight set holds the ids of messages received and not yet FIN'd or REQ'd.
+- ``in_flight`` holds the ids of messages received and not yet FIN'd or REQ'd (with
+  their arrival time). More of them than the largest RDY ever sent, not counting
+  those whose msg_timeout has passed, means nsqd ignores RDY: a protocol error
+  that closes the connection, so a broken server cannot fill our memory
+  (client library guide, "RDY State").
 - A message larger than ``max_message_size`` is not an error (nsqd's limit may be
   higher than ours): its body is read past and :class:`OversizedMessage` reports
   it, in flight, for the owner to FIN.
@@ -295,7 +299,10 @@ class ConnectionCore:
         self.decoder = F.FrameDecoder(HANDSHAKE_FRAME_LIMIT)
         self._max_message_size = max_message_size
         self._out = bytearray()
-        self.in_flight: set[bytes] = set()
+        # id -> when it arrived; nsqd stops counting a message against RDY once its
+        # msg_timeout passes (it re-queues it), so the arrival time matters.
+        self.in_flight: dict[bytes, float] = {}
+        self.rdy_allowance = 0  # the largest RDY sent: see _check_rdy_overflow
         self.identify_response: IdentifyResponse | None = None
         self._handshake_timeout = handshake_timeout
         self._heartbeat_interval = heartbeat_interval
@@ -337,6 +344,8 @@ class ConnectionCore:
                 return  # nsqd ignores RDY after CLS; nothing to say on a dead connection
             raise LocalProtocolError(f"RDY before SUB was accepted (state {self.state.value})")
         self._out += F.encode_rdy(count)
+        if count > self.rdy_allowance:
+            self.rdy_allowance = count
 
     def _respond_check(self, message_id: bytes, what: str) -> None:
         if message_id not in self.in_flight:
@@ -346,13 +355,13 @@ class ConnectionCore:
 
     def fin(self, message_id: bytes) -> None:
         self._respond_check(message_id, "FIN")
-        self.in_flight.discard(message_id)
+        self.in_flight.pop(message_id, None)
         self._out += b"FIN " + message_id + b"\n"
 
     def req(self, message_id: bytes, delay_ms: int) -> None:
         self._respond_check(message_id, "REQ")
         self._out += F.encode_req(message_id, delay_ms)
-        self.in_flight.discard(message_id)
+        self.in_flight.pop(message_id, None)
 
     def touch(self, message_id: bytes) -> None:
         self._respond_check(message_id, "TOUCH")
@@ -426,23 +435,23 @@ class ConnectionCore:
         self._last_received = now
         state = self.state
         if state is ConnectionState.SUBSCRIBED or state is ConnectionState.READY:
-            return self._steady(self.decoder.feed(data))
+            return self._steady(self.decoder.feed(data), now)
         if state in _HANDSHAKE_STATES:
-            return self._handshake(data)
+            return self._handshake(data, now)
         if state is ConnectionState.CLOSING:
-            return self._steady(self.decoder.feed(data))
+            return self._steady(self.decoder.feed(data), now)
         if state is ConnectionState.CLOSED:
             return []
         raise LocalProtocolError("receive_data() before start()")
 
-    def _steady(self, frames: list[tuple[int, bytes]]) -> list[Event | MessageReceived]:
+    def _steady(self, frames: list[tuple[int, bytes]], now: float) -> list[Event | MessageReceived]:
         events: list[Event | MessageReceived] = []
         append = events.append
         in_flight = self.in_flight
         for ftype, payload in frames:
             if ftype == 2:
                 message_id = payload[10:26]
-                in_flight.add(message_id)
+                in_flight[message_id] = now
                 ts, attempts = F._MESSAGE_HEAD.unpack_from(payload, 0)
                 append(MessageReceived(ts, attempts, message_id, payload[26:]))
             elif ftype == 0:
@@ -464,11 +473,41 @@ class ConnectionCore:
                 append(ErrorReceived(error))
             else:  # F.FRAME_OVERSIZED_MESSAGE
                 ts, attempts, message_id, body_size = F.parse_oversized_message(payload)
-                in_flight.add(message_id)
+                in_flight[message_id] = now
                 append(OversizedMessage(ts, attempts, message_id, body_size))
+        if len(in_flight) > self.rdy_allowance:  # once per read, not per message
+            self._check_rdy_overflow(now)
         return events
 
-    def _handshake(self, data: bytes) -> list[Event | MessageReceived]:
+    def _check_rdy_overflow(self, now: float) -> None:
+        """More messages in flight than any RDY we sent: unless some of them timed
+        out at nsqd (no longer counted there), nsqd ignores RDY, and would fill our
+        memory. Checked once per read (a read is bounded), and the count is only
+        taken when the number held exceeds the allowance.
+
+        Sound against a correct nsqd: a message that arrived less than msg_timeout
+        ago was sent less than msg_timeout ago, so nsqd still counted it when it sent
+        the newest one, and nsqd sends only while its count is below its RDY, which
+        is never above the largest RDY we sent (a lowered RDY may not have reached
+        it yet, so the allowance never goes down). Ids we answered are not counted
+        here but may still be there: that errs on the side of the server.
+
+        Raises:
+            NSQProtocolError: nsqd went over the RDY it was given.
+        """
+        response = self.identify_response
+        timeout = response.msg_timeout / 1000 if response and response.msg_timeout > 0 else 1.0
+        cutoff = now - timeout
+        live = sum(1 for arrived in self.in_flight.values() if arrived > cutoff)
+        if live > self.rdy_allowance:
+            self.state = ConnectionState.CLOSED
+            raise NSQProtocolError(
+                f"nsqd sent {live} messages in flight when it was given at most "
+                f"RDY {self.rdy_allowance}: it ignores RDY; closing the connection",
+                offset=self.decoder.offset,
+            )
+
+    def _handshake(self, data: bytes, now: float) -> list[Event | MessageReceived]:
         events: list[Event | MessageReceived] = []
         pending = data
         while self.state in _HANDSHAKE_STATES:
@@ -492,7 +531,7 @@ class ConnectionCore:
                 break  # the driver must switch transport or encoding first
         if self.state is ConnectionState.SUBSCRIBED or self.state is ConnectionState.READY:
             rest = self.decoder.feed(b"")
-            events.extend(self._steady(rest))
+            events.extend(self._steady(rest, now))
         return events
 
     def _step(self, payload: bytes, offset: int, events: list[Event | MessageReceived]) -> bool:
