@@ -394,3 +394,11 @@ def test_a_correct_nsqd_is_never_taken_for_a_flooding_one(ops: list[tuple[str, i
             core.receive_data(chunk, 1.0)
     core.receive_data(b"".join(to_client), 1.0)
     assert core.state is C.ConnectionState.SUBSCRIBED
+
+
+def test_a_short_heartbeat_interval_gets_a_short_margin() -> None:
+    core = consumer(heartbeat_interval=0.2)
+    core.receive_data(frame(0, b"OK") + frame(0, b"OK"), 1.0)
+    assert core.get_timer() == pytest.approx(1.0 + 0.4 + 0.2)
+    (ev,) = core.handle_timer(1.6)
+    assert isinstance(ev, C.TimedOut)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
 
@@ -415,3 +416,15 @@ async def test_an_oversized_message_is_finished_and_given_up_and_the_connection_
     assert first.give_up_reason is None
     assert first.body_size == 5
     assert any("max_message_size=10" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_refused_connect_leaves_no_unretrieved_future(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    producer = Producer(f"127.0.0.1:{free_port()}")
+    with pytest.raises(NSQConnectError, match="could not connect"):
+        await producer.publish("t", b"x")
+    await producer.close()
+    del producer
+    gc.collect()
+    assert "never retrieved" not in caplog.text

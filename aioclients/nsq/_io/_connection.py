@@ -152,6 +152,11 @@ class NsqdConnection(asyncio.Protocol):
                 self.core.tls_started()
         except BaseException:
             self.abort()
+            waiter = self._handshake
+            if waiter is not None and waiter.done() and not waiter.cancelled():
+                # abort() may have failed the waiter no one awaits now: mark it
+                # retrieved (the caller gets the error raised here)
+                waiter.exception()
             raise
 
     def _handshake_event(self, event: object) -> None:

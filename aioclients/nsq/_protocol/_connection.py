@@ -18,8 +18,9 @@ Negotiation", "Data Flow and Heartbeats"; TCP Protocol Spec, IDENTIFY and AUTH):
 - AUTH is sent only when the answer says ``auth_required`` (the spec forbids it
   otherwise); a missing secret then fails the handshake with a clear message.
 - Heartbeats are answered with NOP here, so the driver cannot forget. The watchdog
-  deadline (:meth:`get_timer`) is two heartbeat intervals plus a margin after the
-  last byte received; during the handshake it is the handshake timeout.
+  deadline (:meth:`get_timer`) is two heartbeat intervals plus a margin (5 s, or
+  one interval if shorter) after the last byte received; during the handshake it
+  is the handshake timeout.
 - Errors: ``E_FIN_FAILED``, ``E_REQ_FAILED``, ``E_TOUCH_FAILED`` are reported and
   the connection stays; nsqd closes the connection after any other error, so the
   core moves to CLOSED. Errors during the handshake raise.
@@ -397,7 +398,10 @@ class ConnectionCore:
             return self._deadline
         if self.state is ConnectionState.CLOSED or self._heartbeat_interval is None:
             return None
-        return self._last_received + 2 * self._heartbeat_interval + HEARTBEAT_MARGIN
+        interval = self._heartbeat_interval
+        # the margin never exceeds one interval, so a short interval (fast failure
+        # detection) is not drowned by the default margin
+        return self._last_received + 2 * interval + min(HEARTBEAT_MARGIN, interval)
 
     def handle_timer(self, now: float) -> list[Event]:
         deadline = self.get_timer()
