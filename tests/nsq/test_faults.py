@@ -6,7 +6,6 @@ finished twice."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 
 from aioclients import ConnectError, OperationTimeoutError
-from aioclients.nsq import Message, NSQConnectError, Producer, Reader
+from aioclients.nsq import NSQConnectError, Producer, Reader
 from aioclients.testing import FaultProxy
 from aioclients.testing.nsqd import NsqdEmulator
 
@@ -115,5 +114,3 @@ async def test_producer_refused_is_a_connect_error_then_recovers(proxy: FaultPro
             await asyncio.wait_for(producer.publish(TOPIC, b"two-again"), 3)
         proxy.refuse(False)
         await within(5, producer.publish(TOPIC, b"three"))
-
-
