@@ -6,14 +6,15 @@ finished twice."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from aioclients import ConnectError, OperationTimeoutError
-from aioclients.nsq import NSQConnectError, Producer, Reader
+from aioclients.nsq import Message, NSQConnectError, Producer, Reader
 from aioclients.testing import FaultProxy
 from aioclients.testing.nsqd import NsqdEmulator
 
@@ -114,3 +115,113 @@ async def test_producer_refused_is_a_connect_error_then_recovers(proxy: FaultPro
             await asyncio.wait_for(producer.publish(TOPIC, b"two-again"), 3)
         proxy.refuse(False)
         await within(5, producer.publish(TOPIC, b"three"))
+
+
+# ---- Reader ---------------------------------------------------------------------------
+
+BODIES = [b"m%02d" % i for i in range(20)]
+
+
+def channel_stats(nsqd: NsqdEmulator, channel: str = "ch") -> dict[str, Any]:
+    [stats] = [c for c in topic_stats(nsqd)["channels"] if c["channel_name"] == channel]
+    return stats  # type: ignore[no-any-return]
+
+
+async def until(predicate: Callable[[], bool], seconds: float, what: str) -> float:
+    """Poll ``predicate`` every 10 ms; fail after ``seconds``; return the time it took."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > seconds:
+            raise AssertionError(f"{what}: not within {seconds}s")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - start
+
+
+def fault_reader(proxy: FaultProxy) -> Reader:
+    return Reader(
+        TOPIC,
+        "ch",
+        nsqd_tcp_addresses=[proxy.address],
+        max_in_flight=4,
+        heartbeat_interval=0.3,  # a silent nsqd is detected within 2 x 0.3 + 0.3 s
+        msg_timeout=0.5,  # what the frozen link held comes back soon
+        reconnect_delay=0.05,
+        max_reconnect_delay=0.2,
+        connect_timeout=0.5,
+        max_backoff_duration=0,
+    )
+
+
+async def finish_some(reader: Reader, n: int, finished: list[bytes]) -> None:
+    for _ in range(n):
+        msg = await asyncio.wait_for(reader.__anext__(), 5)
+        await msg.finish()
+        finished.append(msg.body)
+
+
+async def finish_the_rest(reader: Reader, finished: list[bytes]) -> list[Message]:
+    """Finish every message until each body has been finished; return them."""
+    seen = []
+    while set(finished) != set(BODIES):
+        msg = await asyncio.wait_for(reader.__anext__(), 10)
+        seen.append(msg)
+        await msg.finish()
+        finished.append(msg.body)
+    return seen
+
+
+async def fins_reached_nsqd(nsqd: NsqdEmulator, n: int) -> None:
+    def done() -> bool:
+        clients = channel_stats(nsqd)["clients"]
+        return sum(c["finish_count"] for c in clients) >= n
+
+    await until(done, 5, "FINs at nsqd")
+
+
+def assert_all_finished_once(nsqd: NsqdEmulator, finished: list[bytes], log: str) -> None:
+    assert sorted(finished) == BODIES  # none lost, none finished twice
+    stats = channel_stats(nsqd)
+    assert (stats["depth"], stats["in_flight_count"], stats["deferred_count"]) == (0, 0, 0)
+    assert "E_FIN_FAILED" not in log
+
+
+async def test_reader_detects_a_frozen_nsqd_by_heartbeats_and_loses_nothing(
+    nsqd: NsqdEmulator, proxy: FaultProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="aioclients")
+    nsqd.publish(TOPIC, *BODIES)
+    finished: list[bytes] = []
+    async with fault_reader(proxy) as reader:
+        await finish_some(reader, 6, finished)
+        await fins_reached_nsqd(nsqd, 6)
+        held = await asyncio.wait_for(reader.__anext__(), 5)  # in the application's hands
+        proxy.freeze()
+        detected = await until(
+            lambda: not reader.statistics().connections, 5, "the frozen link dropped"
+        )
+        assert detected < 3.0
+        await held.finish()  # on the dead link: nothing sent (not counted); nsqd re-delivers it
+        proxy.thaw()
+        again = await finish_the_rest(reader, finished)
+        assert len(reader.statistics().connections) == 1
+    assert "heartbeats stopped" in caplog.text
+    assert [m.attempts for m in again if m.body == held.body] == [2]
+    assert_all_finished_once(nsqd, finished, caplog.text)
+
+
+async def test_reader_survives_reset_and_refusal_and_loses_nothing(
+    nsqd: NsqdEmulator, proxy: FaultProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="aioclients")
+    nsqd.publish(TOPIC, *BODIES)
+    finished: list[bytes] = []
+    async with fault_reader(proxy) as reader:
+        await finish_some(reader, 5, finished)
+        await fins_reached_nsqd(nsqd, 5)
+        proxy.refuse()
+        assert proxy.reset() == 1
+        await until(lambda: "reconnect to nsqd" in caplog.text, 5, "a refused reconnect")
+        assert not reader.statistics().connections
+        proxy.refuse(False)
+        await finish_the_rest(reader, finished)
+    assert_all_finished_once(nsqd, finished, caplog.text)
