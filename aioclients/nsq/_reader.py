@@ -421,6 +421,14 @@ class Reader:
         return self
 
     async def __anext__(self) -> Message:
+        """The next message; ends when the Reader is closed.
+
+        Raises:
+            NSQClosedError: the Reader was never started.
+            Exception: the error that stopped a reconnect or discovery loop for good
+                (a bug, not a network or server failure: those are retried); raised
+                again by every later call.
+        """
         queue = self._queue
         while True:
             if self._failure is not None:
