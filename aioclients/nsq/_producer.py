@@ -100,9 +100,9 @@ class Producer:
         hb_ms = heartbeat_ms(self._heartbeat_interval)
         if check_int("deflate_level", deflate_level, minimum=1) > 9:
             raise InvalidArgumentError(f"deflate_level must be 1 to 9, got {deflate_level}")
-        for name, text in (("client_id", client_id), ("hostname", hostname)):
-            check_identity(name, text)
         check_identity("user_agent", user_agent)
+        check_identity("client_id", client_id)
+        check_identity("hostname", hostname)
         identify: dict[str, Any] = {
             "client_id": client_id or socket.gethostname().split(".")[0],
             "hostname": hostname or socket.gethostname(),

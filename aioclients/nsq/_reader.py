@@ -255,8 +255,8 @@ class Reader:
             raise InvalidArgumentError(f"sample_rate must be 0 to 99 (percent), got {sample_rate}")
         if output_buffer_size is not None:
             check_int("output_buffer_size", output_buffer_size, minimum=-1)
-        for name, text in (("user_agent", user_agent), ("client_id", client_id)):
-            check_identity(name, text)
+        check_identity("user_agent", user_agent)
+        check_identity("client_id", client_id)
         check_identity("hostname", hostname)
         if on_give_up is not None and not callable(on_give_up):
             raise InvalidArgumentError("on_give_up must be a callable taking a Message")
