@@ -14,7 +14,7 @@ from support import Server
 
 from aioclients._errors import AioClientsError
 from aioclients.jetstream import ConsumerReset, JetStream, KeyValueEntry, connect
-from aioclients.testing import NatsServer
+from aioclients.testing import FaultProxy, NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
@@ -149,3 +149,84 @@ async def test_cluster_stream_leader_stopped_mid_stream(own_server_allowed: None
                 await js.close()
     finally:
         await asyncio.gather(*(asyncio.to_thread(s.close) for s in servers))
+
+
+@pytest.fixture
+async def proxied(nats_server: Server) -> AsyncIterator[tuple[FaultProxy, JetStream]]:
+    address = nats_server.url.removeprefix("nats://")
+    async with FaultProxy(address) as proxy:
+        ctx = await connect(
+            f"nats://{proxy.address}",
+            timeout=1.0,
+            reconnect_time_wait=0.05,
+            max_reconnect_attempts=-1,
+        )
+        try:
+            yield proxy, ctx
+        finally:
+            proxy.thaw()
+            await ctx.close()
+
+
+async def test_kv_watch_survives_connection_resets(
+    proxied: tuple[FaultProxy, JetStream], unique_name: str
+) -> None:
+    proxy, js = proxied
+    bucket = unique_name.replace(".", "_")[-60:]
+    kv = await js.create_key_value(bucket, history=2)
+    try:
+        for i in range(300):
+            await kv.put(f"k{i}", b"v1")
+        events: list[object] = []
+        seen: list[KeyValueEntry] = []
+        async with kv.watch() as watcher:
+            watcher._messages._on_event = events.append  # type: ignore[union-attr]
+            while len(seen) < 300:
+                seen.append(await asyncio.wait_for(watcher.__anext__(), 20))
+                if len(seen) in (40, 170):
+                    proxy.reset()  # the connection drops mid-watch
+            assert watcher.initial_done.is_set()
+            revisions = [e.revision for e in seen]
+            assert revisions == sorted(set(revisions))  # in order, none twice
+            assert {e.key for e in seen} == {f"k{i}" for i in range(300)}
+            r = await kv.put("k5", b"v2")
+            entry = await asyncio.wait_for(watcher.__anext__(), 20)
+            assert (entry.key, entry.revision) == ("k5", r)
+        resets = [e for e in events if isinstance(e, ConsumerReset)]
+        assert resets
+        assert all(e.reason == "reconnect" for e in resets)
+    finally:
+        with contextlib.suppress(AioClientsError):
+            await js.delete_key_value(bucket)
+
+
+async def test_ordered_consume_through_a_frozen_connection(
+    proxied: tuple[FaultProxy, JetStream], unique_name: str
+) -> None:
+    """A connection that stops carrying anything (a hung path): two missed idle
+    heartbeats replace the consumer, and once traffic flows again nothing is missing."""
+    proxy, js = proxied
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    try:
+        await publish_many(js, f"{unique_name}.a", 400)
+        events: list[object] = []
+        oc = await stream.ordered_consumer(on_event=events.append)
+        seqs: list[int] = []
+        loop = asyncio.get_running_loop()
+        async with oc.consume(max_messages=20, expires=2, idle_heartbeat=0.5) as messages:
+
+            async def read() -> None:
+                async for msg in messages:
+                    seqs.append(msg.metadata.sequence.stream)
+                    if len(seqs) == 100:
+                        proxy.freeze()
+                        loop.call_later(2.5, proxy.thaw)
+                    if len(seqs) == 400:
+                        return
+
+            await asyncio.wait_for(read(), 40)
+        assert seqs == list(range(1, 401))
+        assert any(isinstance(e, ConsumerReset) for e in events)
+    finally:
+        with contextlib.suppress(AioClientsError):
+            await js.delete_stream(unique_name)
