@@ -11,7 +11,7 @@ reconnects and server restarts. Behaviour follows nats.go ``jetstream/kv.go``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
@@ -34,6 +34,7 @@ from aioclients.jetstream._errors import (
     WrongLastSequenceError,
 )
 from aioclients.jetstream._models import StoredMessage, StreamInfo
+from aioclients.jetstream._ordered import _check_on_event
 from aioclients.jetstream._protocol._direct import ReplyKind, classify_reply
 from aioclients.jetstream._protocol._kv import (
     DEL,
@@ -55,7 +56,11 @@ from aioclients.jetstream._protocol._ordered import ack_sequences
 if TYPE_CHECKING:
     from aioclients.jetstream._context import JetStream
     from aioclients.jetstream._message import Msg
-    from aioclients.jetstream._ordered import OrderedConsumer, OrderedMessageStream
+    from aioclients.jetstream._ordered import (
+        OrderedConsumeEvent,
+        OrderedConsumer,
+        OrderedMessageStream,
+    )
     from aioclients.jetstream._stream import Stream
 
 __all__ = ("KeyLister", "KeyValue", "KeyValueStatus", "KeyWatcher")
@@ -376,6 +381,7 @@ class KeyValue:
         ignore_deletes: bool = False,
         meta_only: bool = False,
         updates_only: bool = False,
+        on_event: Callable[[OrderedConsumeEvent], object] | None = None,
     ) -> KeyWatcher:
         """Watch keys matching ``keys`` (a filter or a list of them).
 
@@ -386,6 +392,8 @@ class KeyValue:
         the start have been yielded (at once when there are none). Markers of
         deleted and purged keys come as entries with that ``operation`` unless
         ``ignore_deletes``; ``meta_only`` leaves values out (headers only).
+        ``on_event`` (a plain callable) hears of reconnects and of
+        ``ConsumerReset``, when the watch's consumer is replaced.
 
         Raises:
             InvalidArgumentError: a bad filter, or ``include_history`` with ``updates_only``.
@@ -400,7 +408,8 @@ class KeyValue:
             policy = "all"
         else:
             policy = "last_per_subject"
-        return KeyWatcher(self, subjects, policy, meta_only, ignore_deletes, updates_only)
+        _check_on_event(on_event)
+        return KeyWatcher(self, subjects, policy, meta_only, ignore_deletes, updates_only, on_event)
 
 
 def _check_last(last: object, *, allow_zero: bool) -> None:
@@ -508,8 +517,10 @@ class KeyWatcher:
         meta_only: bool,
         ignore_deletes: bool,
         updates_only: bool,
+        on_event: Callable[[OrderedConsumeEvent], object] | None = None,
     ) -> None:
         self._kv = kv
+        self._on_event = on_event
         self._subjects = subjects
         self._policy = policy
         self._meta_only = meta_only
@@ -540,7 +551,7 @@ class KeyWatcher:
         self._oc = oc
         if self._updates_only or initial_pending(oc) == 0:
             self.initial_done.set()
-        messages = oc.consume(max_messages=_SCAN_BUFFER)
+        messages = oc.consume(max_messages=_SCAN_BUFFER, on_event=self._on_event)
         await messages.__aenter__()
         self._messages = messages
 

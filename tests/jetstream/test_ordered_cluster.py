@@ -40,8 +40,7 @@ async def test_kv_watch_survives_a_server_restart(private: tuple[NatsServer, Jet
     for i in range(20):
         await kv.put(f"k{i}", b"before")
     events: list[object] = []
-    async with kv.watch() as watcher:
-        watcher._messages._on_event = events.append  # type: ignore[union-attr]
+    async with kv.watch(on_event=events.append) as watcher:
         initial = [await asyncio.wait_for(watcher.__anext__(), 5) for _ in range(20)]
         assert watcher.initial_done.is_set()
         assert {e.key for e in initial} == {f"k{i}" for i in range(20)}
@@ -179,8 +178,7 @@ async def test_kv_watch_survives_connection_resets(
             await kv.put(f"k{i}", b"v1")
         events: list[object] = []
         seen: list[KeyValueEntry] = []
-        async with kv.watch() as watcher:
-            watcher._messages._on_event = events.append  # type: ignore[union-attr]
+        async with kv.watch(on_event=events.append) as watcher:
             while len(seen) < 300:
                 seen.append(await asyncio.wait_for(watcher.__anext__(), 20))
                 if len(seen) in (40, 170):
