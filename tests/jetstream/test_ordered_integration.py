@@ -209,3 +209,33 @@ async def test_on_event_must_be_a_plain_function(js: JetStream, unique_name: str
         oc.consume(on_event=handler)
     await oc.close()
     assert [n async for n in stream.consumer_names()] == []
+
+
+async def test_a_fetch_that_meets_a_gap_ends_early_and_the_next_one_resumes(
+    js: JetStream, unique_name: str
+) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    await publish_many(js, f"{unique_name}.a", 10)
+    events: list[object] = []
+    oc = await stream.ordered_consumer(on_event=events.append)
+    async with oc.fetch(10, expires=2) as batch:
+        inner = batch._inner
+        assert inner is not None
+        assert inner._sub is not None
+        handlers = js.nc._raw_handlers  # type: ignore[attr-defined]
+        sid = inner._sub._sub._id
+        original = handlers[sid]
+
+        def lossy(subject: str, reply: str, data: bytes, header: bytes | None) -> None:
+            if reply.startswith("$JS.ACK") and ack_sequences(reply)[0] == 4:
+                return  # stream sequence 4 is lost on the way in
+            original(subject, reply, data, header)
+
+        handlers[sid] = lossy
+        first = [m.metadata.sequence.stream async for m in batch]
+    assert first == [1, 2, 3]
+    assert batch.reset
+    assert events == [ConsumerReset(4, "gap")]
+    async with oc.fetch(10, expires=1) as batch:
+        assert [m.metadata.sequence.stream async for m in batch] == list(range(4, 11))
+    await oc.close()
