@@ -1024,3 +1024,84 @@ async def test_a_blocked_writer_learns_that_the_server_went_away() -> None:
         assert info.value.code() is grpc.StatusCode.UNAVAILABLE
     finally:
         await ch.close()
+
+
+class StalledServer:
+    """Grants the largest windows, then never reads again (a broker that stopped reading).
+
+    ``extra`` is written after the grants (e.g. a flood of PINGs, see ``flood``).
+    """
+
+    def __init__(self, flood: bytes = b"", flood_until: Callable[[], bool] | None = None) -> None:
+        self.flood = flood
+        self.flood_until = flood_until
+        self.flooded = 0
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+        self.read_now = asyncio.Event()
+        self.received = bytearray()
+        self.read_done = asyncio.Event()
+
+    async def __aenter__(self) -> StalledServer:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.read_now.set()
+        for writer in self.writers:
+            writer.transport.abort()
+        self.server.close()
+        await self.server.wait_closed()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        big = (2**31 - 1).to_bytes(4, "big")
+        writer.write(
+            h2_frame(4, 0, 0, (4).to_bytes(2, "big") + big)  # INITIAL_WINDOW_SIZE 2**31-1
+            + h2_frame(8, 0, 0, (2**31 - 1 - 65_535).to_bytes(4, "big"))
+        )
+        try:
+            while self.flood and not (self.flood_until is not None and self.flood_until()):
+                # Flood without reading; drain only our own buffer.
+                writer.write(self.flood)
+                self.flooded += 1
+                await asyncio.wait_for(writer.drain(), 10)
+            await self.read_now.wait()
+            while chunk := await asyncio.wait_for(reader.read(1 << 20), 10):
+                self.received += chunk
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            self.read_done.set()
+            writer.transport.abort()
+
+
+async def test_close_is_bounded_when_a_plaintext_server_stops_reading() -> None:
+    async with StalledServer() as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        call = ch.stream_stream("/t.T/Sink")()
+        writes = asyncio.create_task(write_all(call, [bytes(MiB)] * 32))
+        try:
+            await wait_for(
+                lambda: call._conn is not None and call._conn._paused,
+                what="the transport to pause: the server does not read",
+            )
+            conn = call._conn
+            assert conn is not None
+            assert conn.transport is not None
+            # Whatever cannot be written is dropped after the close timeout.
+            await asyncio.wait_for(ch.close(), 2.0 + 3.0)
+            assert conn.dead
+            assert conn.transport.is_closing()
+        finally:
+            writes.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await writes
+            await asyncio.wait_for(ch.close(), 5)

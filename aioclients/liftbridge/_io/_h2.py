@@ -51,7 +51,7 @@ log = logging.getLogger("aioclients.liftbridge.h2")
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _WRITE_HIGH_WATER = 1 << 20  # queued outgoing bytes of one call before write() waits
 _TOO_MANY_PINGS = "too_many_pings"
-_TLS_CLOSE_TIMEOUT = 2.0  # seconds a TLS close may take before the socket is dropped
+_CLOSE_TIMEOUT = 2.0  # seconds a close may take to write what is queued before the drop
 
 
 def _rpc_error(code: int, details: str) -> grpc.aio.AioRpcError:
@@ -280,19 +280,26 @@ class _Connection:
         self._cancel_timers()
         self.h2.close()
         self.flush()
+        self._close_transport()
+
+    def _close_transport(self) -> None:
+        """Close the socket after what is queued is written, within ``_CLOSE_TIMEOUT``.
+
+        One path for plaintext and TLS: a server that stopped reading keeps
+        the queued bytes (and a plain ``close()``) waiting forever, and a TLS
+        close also waits for the server's close_notify, which gRPC servers do
+        not send (asyncio gives up only after 30 s). So the socket is dropped
+        once the timer fires; with nothing left to write, a TLS socket is
+        dropped at once.
+        """
         transport = self.transport
-        if transport is None:
+        if transport is None or self._close_timer is not None:
             return
-        if transport.get_extra_info("ssl_object") is None:
-            transport.close()
-        elif transport.get_write_buffer_size() == 0:
-            # A TLS close waits for the server's close_notify, which gRPC
-            # servers do not send (asyncio gives up after 30 s): what we had to
-            # say is written, drop the socket.
+        if transport.get_write_buffer_size() == 0 and transport.get_extra_info("ssl_object"):
             transport.abort()
-        else:
-            transport.close()
-            self._close_timer = self._loop.call_later(_TLS_CLOSE_TIMEOUT, transport.abort)
+            return
+        transport.close()
+        self._close_timer = self._loop.call_later(_CLOSE_TIMEOUT, transport.abort)
 
     async def wait_closed(self) -> None:
         await self._closed_waiter
