@@ -77,11 +77,10 @@ class _Protocol(asyncio.Protocol):
         self._connection._lost(exc)
 
     def pause_writing(self) -> None:
-        self._connection._paused = True
+        self._connection._pause_writing()
 
     def resume_writing(self) -> None:
-        self._connection._paused = False
-        self._connection._wake_writers()
+        self._connection._resume_writing()
 
 
 class _Connection:
@@ -125,8 +124,7 @@ class _Connection:
             events = self.h2.receive(data)
         except AioClientsError as exc:
             log.warning("HTTP/2 connection to %s broken: %s", self._channel.address, exc)
-            self.flush()
-            self._abort(f"protocol error from the server: {exc}")
+            self._fail_connection(f"protocol error from the server: {exc}")
             return
         calls = self.calls
         for event in events:
@@ -182,18 +180,32 @@ class _Connection:
         if not self._closed_waiter.done():
             self._closed_waiter.set_result(None)
 
-    def _abort(self, reason: str) -> None:
+    def _end_calls(self, reason: str) -> None:
         self.dead = True
         for call in list(self.calls.values()):
             call._ended(StatusCode.UNAVAILABLE, reason)
         self.calls.clear()
+
+    def _abort(self, reason: str) -> None:
+        self._end_calls(reason)
         if self.transport is not None:
             self.transport.abort()
 
+    def _fail_connection(self, reason: str) -> None:
+        """The server broke HTTP/2: fail the calls, send the core's GOAWAY, close (bounded)."""
+        self._end_calls(reason)
+        self._cancel_timers()
+        self.flush(force=True)
+        self._close_transport()
+
     # -- writing -------------------------------------------------------------------
 
-    def flush(self) -> None:
+    def flush(self, force: bool = False) -> None:
+        """Write what the core has queued; while the transport is paused it stays in
+        the core (which caps what may pile up there), unless ``force`` (closing)."""
         self._flush_scheduled = False
+        if self._paused and not force:
+            return
         data = self.h2.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
@@ -202,6 +214,16 @@ class _Connection:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self.flush)
+
+    def _pause_writing(self) -> None:
+        self._paused = True
+        self.h2.set_output_paused(True)
+
+    def _resume_writing(self) -> None:
+        self._paused = False
+        self.h2.set_output_paused(False)
+        self.flush()
+        self._wake_writers()
 
     def _wake_writers(self) -> None:
         writers, self._writers = self._writers, []
@@ -279,7 +301,7 @@ class _Connection:
         self.dead = True
         self._cancel_timers()
         self.h2.close()
-        self.flush()
+        self.flush(force=True)
         self._close_transport()
 
     def _close_transport(self) -> None:
