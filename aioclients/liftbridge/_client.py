@@ -849,7 +849,8 @@ class Client:
 
         Raises:
             LiftbridgeClosedError: the client is closed.
-            InvalidArgumentError: a bad argument.
+            InvalidArgumentError: a bad argument, or a ``correlation_id`` that is
+                already awaiting its ack (also when found after waiting for the window).
         """
         wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
         req, target = await self._publish_request(

@@ -71,6 +71,13 @@ def async_error(error: Any, what: str) -> LiftbridgeError:
     return LiftbridgeServerError(message, code=code)
 
 
+def _duplicate(cid: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"publish_async: correlation_id {cid!r} is already awaiting its ack; "
+        "give each pending message a unique correlation_id (or leave it unset)"
+    )
+
+
 @dataclass(slots=True)
 class _Pending:
     future: asyncio.Future[Ack | None]
@@ -168,10 +175,13 @@ class AsyncPublisher:
         expects_ack = request.ackPolicy != pb.NONE
         cid = request.correlationId
         if expects_ack and cid in self._pending:
-            raise InvalidArgumentError(
-                f"correlation_id {cid!r} is already awaiting its ack; use unique ids"
-            )
+            raise _duplicate(cid)
         await self._window.acquire()
+        if expects_ack and cid in self._pending:
+            # Another send of this id got the window first: replacing its entry
+            # would strand its future and leak its permit.
+            self._window.release()
+            raise _duplicate(cid)
         holding = True  # this call owns the window permit until a pending entry does
         try:
             if expects_ack:
