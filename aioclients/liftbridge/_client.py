@@ -373,8 +373,18 @@ class Client:
         what: str,
         timeout: float | None = None,
         not_found: type[LiftbridgeServerError] = NoSuchStreamError,
+        stores: bool = False,
     ) -> Any:
-        """Call ``method`` on any broker, moving to the next on UNAVAILABLE (bounded)."""
+        """Call ``method`` on any broker, moving to the next on UNAVAILABLE (bounded).
+
+        The client guide's resilient RPC "retries on gRPC Unavailable errors
+        while trying different servers", and warns: "It's important to be mindful
+        of which errors are retried for idempotency reasons." A call that
+        ``stores`` something (a publish) is repeated on UNAVAILABLE only: after
+        CANCELLED or a reset stream the broker may have stored it already, and a
+        second send would store a duplicate. Other calls are also repeated after
+        those (reading metadata twice is harmless).
+        """
         self._check_open()
         last: grpc.aio.AioRpcError | None = None
         order: list[str] = []
@@ -395,9 +405,20 @@ class Client:
                     request, timeout=timeout if timeout is not None else self._rpc_timeout
                 )
             except grpc.aio.AioRpcError as exc:
+                code = exc.code()
                 # CANCELLED here means another call closed this broker's channel
                 # (it found the broker gone): as good as UNAVAILABLE.
-                lost = is_connection_failure(exc) or exc.code() is grpc.StatusCode.CANCELLED
+                lost = is_connection_failure(exc) or code is grpc.StatusCode.CANCELLED
+                if lost and stores and code is not grpc.StatusCode.UNAVAILABLE:
+                    if not self._closed:
+                        self._broker_unavailable(address)
+                        raise LiftbridgeConnectError(
+                            f"{what}: the call to {address} broke while the request was in "
+                            f"flight ({code.name}: {exc.details() or 'no details'}); the "
+                            "message may or may not have been stored, so it is not sent "
+                            "again (that could store it twice); publish it again if a "
+                            "duplicate is acceptable"
+                        ) from None
                 if lost and not self._closed:
                     log.info("%s: broker %s unavailable, trying another", what, address)
                     self._broker_unavailable(address)
@@ -783,7 +804,9 @@ class Client:
             ReadonlyPartitionError: the partition is readonly.
             IncorrectOffsetError: ``expected_offset`` did not match.
             LiftbridgeTimeoutError: no ack in time (a ``TimeoutError``).
-            LiftbridgeConnectError: no broker reachable.
+            LiftbridgeConnectError: no broker reachable (retried on UNAVAILABLE only), or
+                the call broke with the request in flight: the message may or may not be
+                stored and is not sent again.
         """
         wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
         req, target = await self._publish_request(
@@ -803,6 +826,7 @@ class Client:
             what=f"publish to {stream}/{target}",
             timeout=wait,
             not_found=NoSuchStreamError,
+            stores=True,
         )
         if resp.HasField("asyncError"):
             raise async_error(resp.asyncError, f"publish to {stream}/{target}")
@@ -901,7 +925,11 @@ class Client:
             ackPolicy=int(_ack_policy(ack_policy)),  # type: ignore[arg-type]
         )
         resp = await self._rpc(
-            "PublishToSubject", req, what=f"publish_to_subject {subject!r}", timeout=wait
+            "PublishToSubject",
+            req,
+            what=f"publish_to_subject {subject!r}",
+            timeout=wait,
+            stores=True,
         )
         if not resp.HasField("ack"):
             return None
