@@ -34,7 +34,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from aioclients._core import check_int
+from aioclients._core import check_int, redact_text, redact_url
 from aioclients._errors import InvalidArgumentError
 from aioclients.liftbridge._consumer import GroupConsumer
 from aioclients.liftbridge._errors import (
@@ -413,24 +413,26 @@ class Client:
                     if not self._closed:
                         self._broker_unavailable(address)
                         raise LiftbridgeConnectError(
-                            f"{what}: the call to {address} broke while the request was in "
-                            f"flight ({code.name}: {exc.details() or 'no details'}); the "
+                            f"{what}: the call to {redact_url(address)} broke while the "
+                            f"request was in flight ({code.name}: "
+                            f"{redact_text(exc.details() or 'no details')}); the "
                             "message may or may not have been stored, so it is not sent "
                             "again (that could store it twice); publish it again if a "
                             "duplicate is acceptable"
                         ) from None
                 if lost and not self._closed:
-                    log.info("%s: broker %s unavailable, trying another", what, address)
+                    log.info("%s: broker %s unavailable, trying another", what, redact_url(address))
                     self._broker_unavailable(address)
                     last = exc
                     continue
                 raise map_rpc_error(
                     exc, what=what, closed=self._closed, not_found=not_found
                 ) from None
-        detail = f" (last error: {last.details()})" if last is not None else ""
+        detail = f" (last error: {redact_text(last.details() or '')})" if last is not None else ""
+        shown = [redact_url(a) for a in self._metadata.addresses()]
         raise LiftbridgeConnectError(
             f"{what}: no broker reachable after {self._max_rpc_attempts} attempts over "
-            f"{list(self._metadata.addresses())}{detail}; "
+            f"{shown}{detail}; "
             "check the addresses and that the cluster is up"
         )
 
@@ -1231,7 +1233,17 @@ async def connect(
     seeds = []
     for address in addresses:
         if not isinstance(address, str) or ":" not in address or address.rsplit(":", 1)[1] == "":
-            raise InvalidArgumentError(f"each address must be 'host:port', got {address!r}")
+            raise InvalidArgumentError(
+                f"each address must be 'host:port', got {redact_url(address)!r}"
+            )
+        if "@" in address:
+            # gRPC has no use for URL user info; a secret here would only be
+            # printed in errors and logs.
+            raise InvalidArgumentError(
+                f"a Liftbridge address is 'host:port' without user info or token, got "
+                f"{redact_url(address)!r}; authenticate with TLS client certificates "
+                "(tls_client_cert / tls_client_key)"
+            )
         seeds.append(address.strip())
     unknown = set(options) - _CONNECT_OPTIONS
     if unknown:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
+from aioclients._core import redact_url
 from aioclients._errors import InvalidArgumentError
 from aioclients.liftbridge._errors import (
     IncorrectOffsetError,
@@ -156,7 +157,7 @@ class AsyncPublisher:
                 # The stream finished under us: the broker is gone, or we are closing.
                 if self._closed or client._closed:
                     raise LiftbridgeClosedError("publish_async: the client is closed") from None
-            log.info("publish_async: the stream to %s broke; opening another", address)
+            log.info("publish_async: the stream to %s broke; opening another", redact_url(address))
             if self._call is call:
                 self._call = None
             client._broker_unavailable(address)

@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from aioclients._core import redact_text
 from aioclients._errors import InvalidArgumentError
 from aioclients.liftbridge._errors import (
     IncorrectOffsetError,
@@ -254,7 +255,8 @@ class ChannelFactory:
 
 
 def _details(exc: grpc.aio.AioRpcError) -> str:
-    return exc.details() or exc.code().name
+    """gRPC's details, which may quote the target address, safe to print."""
+    return redact_text(exc.details() or exc.code().name)
 
 
 def is_connection_failure(exc: grpc.aio.AioRpcError) -> bool:

@@ -33,6 +33,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from aioclients._core import redact_text, redact_url
 from aioclients._errors import AioClientsError
 from aioclients.liftbridge._protocol._http2 import (
     ConnectionTerminated,
@@ -123,7 +124,7 @@ class _Connection:
         try:
             events = self.h2.receive(data)
         except AioClientsError as exc:
-            log.warning("HTTP/2 connection to %s broken: %s", self._channel.address, exc)
+            log.warning("HTTP/2 connection to %s broken: %s", self._channel.shown, exc)
             self._fail_connection(f"protocol error from the server: {exc}")
             return
         calls = self.calls
@@ -146,9 +147,9 @@ class _Connection:
             elif type(event) is ConnectionTerminated:
                 log.info(
                     "broker %s sent GOAWAY (code %d%s)",
-                    self._channel.address,
+                    self._channel.shown,
                     event.error_code,
-                    f", {event.debug}" if event.debug else "",
+                    f", {redact_text(event.debug)}" if event.debug else "",
                 )
                 if _TOO_MANY_PINGS in event.debug:
                     self._channel._keepalive_time *= 2
@@ -166,9 +167,9 @@ class _Connection:
         if self._close_timer is not None:
             self._close_timer.cancel()
             self._close_timer = None
-        reason = f"the connection to {self._channel.address} was lost"
+        reason = f"the connection to {self._channel.shown} was lost"
         if exc is not None:
-            reason += f": {exc}"
+            reason += f": {redact_text(str(exc))}"
         for event in self.h2.connection_lost(reason):
             call = self.calls.pop(event.stream_id, None)
             if call is not None:
@@ -284,7 +285,7 @@ class _Connection:
         self._ping_deadline = None
         log.warning(
             "broker %s did not answer a keepalive PING within %.1fs; dropping the connection",
-            self._channel.address,
+            self._channel.shown,
             self._channel._keepalive_timeout,
         )
         self._abort("keepalive watchdog timeout")
@@ -641,8 +642,9 @@ class Http2Channel:
     ) -> None:
         host, sep, port = address.rpartition(":")
         if not sep or not port.isdigit():
-            raise ValueError(f"broker address must be host:port, got {address!r}")
+            raise ValueError(f"broker address must be host:port, got {redact_url(address)!r}")
         self.address = address
+        self.shown = redact_url(address)  # what messages and logs may print
         self._host = host.strip("[]")
         self._port = int(port)
         self._ssl = ssl_context
@@ -792,16 +794,17 @@ class Http2Channel:
         except asyncio.TimeoutError:
             raise _rpc_error(
                 StatusCode.UNAVAILABLE,
-                f"failed to connect to {self.address}: no answer in {self._connect_timeout}s",
+                f"failed to connect to {self.shown}: no answer in {self._connect_timeout}s",
             ) from None
         except ssl.SSLError as exc:
             raise _rpc_error(
-                StatusCode.UNAVAILABLE, f"TLS handshake with {self.address} failed: {exc}"
+                StatusCode.UNAVAILABLE,
+                f"TLS handshake with {self.shown} failed: {redact_text(str(exc))}",
             ) from None
         except OSError as exc:
             raise _rpc_error(
                 StatusCode.UNAVAILABLE,
-                f"failed to connect to {self.address}: {exc.strerror or exc}",
+                f"failed to connect to {self.shown}: {redact_text(str(exc.strerror or exc))}",
             ) from None
         if self._ssl is not None:
             ssl_object = transport.get_extra_info("ssl_object")
@@ -809,7 +812,7 @@ class Http2Channel:
                 transport.abort()
                 raise _rpc_error(
                     StatusCode.UNAVAILABLE,
-                    f"{self.address} did not agree to HTTP/2 (ALPN h2) over TLS",
+                    f"{self.shown} did not agree to HTTP/2 (ALPN h2) over TLS",
                 )
         self._old = {c for c in self._old if not c.dead}
         return conn
