@@ -62,6 +62,11 @@ _DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.enable_retries", 0),
+    # A channel of its own per broker connection: with gRPC's global subchannel
+    # pool, the channel opened after a broker refused connections inherits the
+    # old one's reconnect backoff (1 s, growing to 2 min) and fails at once for
+    # that long, although the broker is back.
+    ("grpc.use_local_subchannel_pool", 1),
 )
 
 
