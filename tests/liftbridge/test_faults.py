@@ -120,11 +120,14 @@ async def publish_until_acked(client: Client, stream: str, value: bytes) -> None
     raise AssertionError(f"{value!r} was never acked")
 
 
-async def _read_offsets(client: Client, stream: str, upto: int, seen: list[int]) -> None:
+async def _read_offsets(
+    client: Client, stream: str, upto: int, seen: list[int], stats: dict[str, int]
+) -> None:
     async with client.subscribe(stream, start_at=StartPosition.EARLIEST) as sub:
         async for msg in sub:
             seen.append(msg.offset)
             if msg.offset >= upto:
+                stats.update(sub.statistics())
                 return
 
 
@@ -145,7 +148,8 @@ async def test_subscribe_comes_back_after_a_fault_with_every_offset_once_in_orde
     futures = [await client.publish_async("f-sub", b"%d" % i) for i in range(100)]
     await asyncio.wait_for(asyncio.gather(*futures), 10)
     seen: list[int] = []
-    reader = asyncio.create_task(_read_offsets(client, "f-sub", 199, seen))
+    stats: dict[str, int] = {}
+    reader = asyncio.create_task(_read_offsets(client, "f-sub", 199, seen, stats))
     try:
         await _wait(lambda: len(seen) >= 100, 10, "the first 100 messages")
         if fault == "freeze-reset-thaw":
@@ -170,6 +174,7 @@ async def test_subscribe_comes_back_after_a_fault_with_every_offset_once_in_orde
         with contextlib.suppress(asyncio.CancelledError):
             await reader
     assert seen == list(range(200))
+    assert stats["resubscribes"] >= 1  # the fault broke the stream; it came back
 
 
 async def test_publish_async_through_faults_loses_no_acked_message(proxied: Setup) -> None:
