@@ -223,3 +223,31 @@ async def test_publish_async_through_faults_loses_no_acked_message(proxied: Setu
                 break
     for value, offset in acked.items():
         assert stored.get(offset) == value, f"acked {value!r} at {offset} is not stored"
+
+
+async def test_publish_async_into_a_frozen_broker_ends_within_its_bound(proxied: Setup) -> None:
+    # Large messages into a broker that stopped reading: the socket backs up and
+    # publish_async waits for room; that wait, too, ends by the ack deadline.
+    client, proxy = proxied.client, proxied.proxy
+    await client.create_stream("f.frozen", "f-frozen")
+    proxy.freeze()
+    loop = asyncio.get_running_loop()
+    futures = []
+    outcomes: list[str] = []
+    for _ in range(40):
+        start = loop.time()
+        try:
+            futures.append(
+                await asyncio.wait_for(client.publish_async("f-frozen", bytes(256 * 1024)), 30)
+            )
+            outcomes.append("written")
+        except LiftbridgeError as exc:
+            outcomes.append(type(exc).__name__)
+        assert loop.time() - start <= ACK_WAIT + SLACK, outcomes
+        if outcomes.count("LiftbridgeTimeoutError") == 2:
+            break
+    assert "LiftbridgeTimeoutError" in outcomes, outcomes  # the socket did back up
+    for fut in futures:
+        with contextlib.suppress(LiftbridgeError):
+            await asyncio.wait_for(fut, ACK_WAIT + SLACK)
+    proxy.thaw()

@@ -1186,3 +1186,19 @@ async def test_a_ping_flood_from_a_server_that_does_not_read() -> None:
             with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                 await reading
             await asyncio.wait_for(ch.close(), 5)
+
+
+async def test_a_write_cancelled_while_the_socket_is_backed_up_queues_nothing() -> None:
+    async with StalledServer() as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        call = ch.stream_stream("/t.T/Sink")()
+        try:
+            while not (call._conn is not None and call._conn._paused):
+                await asyncio.wait_for(call.write(bytes(MiB)), 5)
+            conn = call._conn
+            held = len(conn.h2._out) + conn.h2.blocked_bytes(call._stream_id)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(call.write(b"late" * 1000), 0.2)
+            assert len(conn.h2._out) + conn.h2.blocked_bytes(call._stream_id) == held
+        finally:
+            await asyncio.wait_for(ch.close(), 5)

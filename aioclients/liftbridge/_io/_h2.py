@@ -498,25 +498,29 @@ class _Call(_Readable):
                 raise
 
     async def write(self, request: Any) -> None:
-        """Send one request message (stream-stream calls)."""
+        """Send one request message (stream-stream calls).
+
+        Waits first while the socket is backed up or the server's window holds
+        too much of this call back, then queues the message: a write cancelled
+        while it waits (a caller's deadline) has queued nothing.
+        """
         if self._done_writing:
             raise grpc.aio.UsageError("write() after done_writing()")
         if self._conn is None:
             await self._ensure_started()
-        if self._status is not None:
-            self._raise_status()
         conn = self._conn
-        assert conn is not None
-        conn.h2.send_message(self._stream_id, self._serialize(request))
-        conn.schedule_flush()
         while (
             self._status is None
+            and conn is not None
             and not conn.dead
             and (conn._paused or conn.h2.blocked_bytes(self._stream_id) > _WRITE_HIGH_WATER)
         ):
             await conn.wait_writable()
         if self._status is not None:
             self._raise_status()
+        assert conn is not None
+        conn.h2.send_message(self._stream_id, self._serialize(request))
+        conn.schedule_flush()
 
     def write_nowait(self, request: Any) -> bool:
         """Queue a request without waiting; False when the caller should ``await write``."""
