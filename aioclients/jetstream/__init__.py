@@ -18,6 +18,7 @@ from aioclients.jetstream._consumer import Consumer
 from aioclients.jetstream._context import JetStream, connect
 from aioclients.jetstream._errors import (
     APITimeoutError,
+    BucketNotFoundError,
     ConsumerDeletedError,
     ConsumerExistsError,
     ConsumerNotFoundError,
@@ -26,6 +27,10 @@ from aioclients.jetstream._errors import (
     JetStreamConnectError,
     JetStreamError,
     JetStreamNotEnabledError,
+    KeyDeletedError,
+    KeyExistsError,
+    KeyNotFoundError,
+    KeyWrongRevisionError,
     MaxPayloadError,
     MessageAlreadyAckedError,
     MessageNotFoundError,
@@ -40,6 +45,7 @@ from aioclients.jetstream._errors import (
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
+from aioclients.jetstream._kv import KeyLister, KeyValue, KeyValueStatus, KeyWatcher
 from aioclients.jetstream._message import Msg
 from aioclients.jetstream._models import (
     AccountInfo,
@@ -51,7 +57,15 @@ from aioclients.jetstream._models import (
     StreamInfo,
     StreamState,
 )
+from aioclients.jetstream._ordered import (
+    OrderedConsumeEvent,
+    OrderedConsumer,
+    OrderedFetch,
+    OrderedMessageStream,
+)
+from aioclients.jetstream._protocol._kv import KeyValueEntry
 from aioclients.jetstream._protocol._metadata import MsgMetadata, SequencePair
+from aioclients.jetstream._protocol._ordered import ConsumerReset
 from aioclients.jetstream._protocol._pull import (
     Disconnected,
     HeartbeatMissed,
@@ -65,6 +79,7 @@ from aioclients.jetstream._stream import DirectGetBatch, Stream
 __all__ = (
     "APITimeoutError",
     "AccountInfo",
+    "BucketNotFoundError",
     "ConsumeEvent",
     "ConsumeStatistics",
     "Consumer",
@@ -72,6 +87,7 @@ __all__ = (
     "ConsumerExistsError",
     "ConsumerInfo",
     "ConsumerNotFoundError",
+    "ConsumerReset",
     "DirectGetBatch",
     "DirectGetUnavailableError",
     "Disconnected",
@@ -83,6 +99,15 @@ __all__ = (
     "JetStreamError",
     "JetStreamNotEnabledError",
     "JsonObject",
+    "KeyDeletedError",
+    "KeyExistsError",
+    "KeyLister",
+    "KeyNotFoundError",
+    "KeyValue",
+    "KeyValueEntry",
+    "KeyValueStatus",
+    "KeyWatcher",
+    "KeyWrongRevisionError",
     "MaxPayloadError",
     "MessageAlreadyAckedError",
     "MessageNotFoundError",
@@ -92,6 +117,10 @@ __all__ = (
     "NoHeartbeatError",
     "NoMessagesError",
     "NoStreamResponseError",
+    "OrderedConsumeEvent",
+    "OrderedConsumer",
+    "OrderedFetch",
+    "OrderedMessageStream",
     "Pinned",
     "PubAck",
     "Reconnected",
