@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
+from aioclients._core import redact_text, redact_url
 from aioclients._errors import ConnectError, OperationTimeoutError, RemoteProtocolError
 from aioclients.jetstream import DirectGetUnavailableError, JetStreamError
 from aioclients.spark._protocol._direct_reader import (
@@ -83,12 +84,13 @@ class DirectGetConnection(asyncio.Protocol):
             elif isinstance(event, StatusReply):
                 self._fail_batch(self._status_error(event))
             elif isinstance(event, ServerErr):
-                self._fail(ConnectError(f"NATS server error: {event.message}"))
+                self._fail(ConnectError(f"NATS server error: {redact_text(event.message)}"))
             else:  # Pong
                 self._settle(self._pong, None)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(ConnectError(f"NATS connection lost{f': {exc}' if exc else ''}"))
+        reason = f": {redact_text(str(exc))}" if exc else ""
+        self._fail(ConnectError(f"NATS connection lost{reason}"))
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -143,7 +145,7 @@ class DirectGetConnection(asyncio.Protocol):
             try:
                 return await cls._open_one(url, timeout)
             except (OSError, ConnectError, OperationTimeoutError) as exc:
-                errors.append(f"{url}: {exc}")
+                errors.append(f"{redact_url(url)}: {redact_text(str(exc) or type(exc).__name__)}")
         raise ConnectError(
             f"cannot connect to NATS ({'; '.join(errors)}); check the 'servers' option"
         )

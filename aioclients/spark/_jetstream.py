@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -60,6 +60,7 @@ from pyspark.sql.types import (
 )
 
 from aioclients import jetstream
+from aioclients._core import redact_text, redact_url
 from aioclients.spark._arrow import to_record_batch
 from aioclients.spark._direct_io import DirectGetConnection, read_sequence_range
 from aioclients.spark._errors import DataSourceOptionError, PublishFailedError
@@ -119,7 +120,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 class ReadConfig:
     """What a partition reader needs besides its range (pickled with every partition)."""
 
-    servers: tuple[str, ...]
+    servers: tuple[str, ...] = field(repr=False)  # the URLs may carry credentials
     stream: str
     subject: str | None
     batch_size: int
@@ -194,7 +195,7 @@ async def _stream_bounds(config: ReadConfig) -> tuple[int, int]:
         except jetstream.StreamNotFoundError:
             raise DataSourceOptionError(
                 f"option 'stream': there is no stream {config.stream!r} at "
-                f"{', '.join(config.servers)}; create it or fix the option"
+                f"{', '.join(redact_url(u) for u in config.servers)}; create it or fix the option"
             ) from None
         info = stream.cached_info
         if not info.config.get("allow_direct"):
@@ -364,7 +365,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
 @dataclass(frozen=True, slots=True)
 class WriteConfig:
-    servers: tuple[str, ...]
+    servers: tuple[str, ...] = field(repr=False)  # the URLs may carry credentials
     subject: str | None
     timeout: float
     max_pending: int
@@ -453,7 +454,8 @@ class _Acks:
     def check(self) -> None:
         if self.first_error is not None:
             raise PublishFailedError(
-                f"{self.failed} publish(es) failed, the first with: {self.first_error}"
+                f"{self.failed} publish(es) failed, the first with: "
+                f"{redact_text(str(self.first_error))}"
             ) from self.first_error
 
 
