@@ -1,0 +1,325 @@
+"""Fault soak: a producer and a consumer through a FaultProxy that freezes or resets the
+connection every few seconds, for each protocol.
+
+Every message carries its number. The producer publishes them one after another and
+waits for each to be confirmed (a JetStream PubAck, an nsqd OK, a Liftbridge ack); a
+failed publish is retried with the same number, so a message the server stored before
+the fault was seen may arrive twice (JetStream de-duplicates it by msg_id). The
+consumer acknowledges each message it receives. While the producer runs, a fault is
+injected every --fault-every seconds, alternating a freeze of --freeze-for seconds (the
+proxy stops forwarding both ways with the sockets open: a hung server) and a reset (RST
+to both ends: a crash). Then the faults stop and the consumer is given --settle seconds
+to receive every confirmed message.
+
+Reported per protocol: faults injected, messages confirmed, received (distinct), lost
+(confirmed but never received: must be 0, since all three promise at-least-once for a
+confirmed message and an acknowledging consumer), duplicated deliveries, publish errors,
+the longest stall (the longest time the consumer received nothing while the producer
+was running) and this process's RSS before and after (the clients only: nats-server and
+the emulators run in processes of their own).
+
+    python benchmarks/fault_soak.py --duration 180              # each protocol 3 minutes
+    python benchmarks/fault_soak.py --protocol nsq --duration 20 --fault-every 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from _nsq_common import emulated_nsqd
+from liftbridge_common import emulated_cluster
+
+from aioclients import AioClientsError
+from aioclients.testing import FaultProxy, NatsServer
+
+Publish = Callable[[int], Awaitable[object]]
+Consume = Callable[[Callable[[int], None]], Awaitable[None]]
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@dataclass
+class Tally:
+    faults: int = 0
+    freezes: int = 0
+    resets: int = 0
+    confirmed: set[int] = field(default_factory=set)
+    missing: set[int] = field(default_factory=set)  # confirmed, not received yet
+    all_received: asyncio.Event = field(default_factory=asyncio.Event)
+    deliveries: Counter[int] = field(default_factory=Counter)
+    publish_errors: int = 0
+    longest_stall: float = 0.0
+    last_received: float = 0.0
+    producing: bool = True
+
+    def received(self, n: int) -> None:
+        now = time.monotonic()
+        if self.producing and self.last_received:
+            self.longest_stall = max(self.longest_stall, now - self.last_received)
+        self.last_received = now
+        self.deliveries[n] += 1
+        self.missing.discard(n)
+        if not self.producing and not self.missing:
+            self.all_received.set()
+
+    def confirm(self, n: int) -> None:
+        self.confirmed.add(n)
+        if n not in self.deliveries:
+            self.missing.add(n)
+
+    def producer_done(self) -> None:
+        self.producing = False
+        if not self.missing:
+            self.all_received.set()
+
+    @property
+    def lost(self) -> int:
+        return len(self.missing)
+
+    @property
+    def duplicated(self) -> int:
+        return sum(c - 1 for c in self.deliveries.values() if c > 1)
+
+
+async def inject_faults(
+    proxy: FaultProxy, tally: Tally, every: float, freeze_for: float, stop: asyncio.Event
+) -> None:
+    freeze = True
+    while not stop.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
+        if stop.is_set():
+            break
+        tally.faults += 1
+        if freeze:
+            tally.freezes += 1
+            proxy.freeze()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), freeze_for)
+            proxy.thaw()
+        else:
+            tally.resets += 1
+            proxy.reset()
+        freeze = not freeze
+
+
+async def produce(publish: Publish, tally: Tally, stop: asyncio.Event) -> None:
+    n = 0
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(publish(n), 30)
+        except (AioClientsError, TimeoutError, OSError, asyncio.TimeoutError) as exc:
+            tally.publish_errors += 1
+            logging.getLogger("soak").debug("publish %d failed: %r", n, exc)
+            await asyncio.sleep(0.05)  # then the same number again
+            continue
+        tally.confirm(n)
+        n += 1
+
+
+async def run_soak(
+    name: str,
+    proxy: FaultProxy,
+    publish: Publish,
+    consume: Consume,
+    args: argparse.Namespace,
+) -> Tally:
+    tally = Tally()
+    rss_before = rss_mib()
+    stop = asyncio.Event()
+    consumer = asyncio.create_task(consume(tally.received))
+    producer = asyncio.create_task(produce(publish, tally, stop))
+    faults = asyncio.create_task(
+        inject_faults(proxy, tally, args.fault_every, args.freeze_for, stop)
+    )
+    await asyncio.sleep(args.duration)  # the soak's own schedule
+    stop.set()
+    proxy.thaw()
+    await asyncio.gather(producer, faults)
+    tally.producer_done()
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(tally.all_received.wait(), args.settle)
+    consumer.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await consumer
+    rss_after = rss_mib()
+    print(
+        f"{name:<11} faults {tally.faults:>3} ({tally.freezes} freezes, {tally.resets} resets)  "
+        f"confirmed {len(tally.confirmed):>7}  received {len(tally.deliveries):>7}  "
+        f"lost {tally.lost:>3}  duplicated {tally.duplicated:>4}  "
+        f"publish errors {tally.publish_errors:>4}  longest stall {tally.longest_stall:5.1f} s  "
+        f"RSS {rss_before:.0f} -> {rss_after:.0f} MiB",
+        flush=True,
+    )
+    return tally
+
+
+# -- JetStream -----------------------------------------------------------------
+
+
+async def soak_jetstream(args: argparse.Namespace) -> Tally:
+    from aioclients import jetstream
+
+    nats_options = {
+        "ping_interval": 2,
+        "max_outstanding_pings": 2,
+        "reconnect_time_wait": 0.2,
+        "max_reconnect_attempts": -1,
+    }
+    async with NatsServer() as server, FaultProxy(server.url) as proxy:
+        async with await jetstream.connect(server.url) as admin:
+            await admin.create_stream("SOAK", subjects=["soak.>"], storage="memory")
+            await admin.create_consumer(
+                "SOAK", durable_name="soak", ack_policy="explicit", ack_wait=5.0
+            )
+        url = f"nats://{proxy.address}"
+        pub = await jetstream.connect(url, timeout=3.0, **nats_options)
+        sub = await jetstream.connect(url, timeout=3.0, **nats_options)
+        try:
+
+            async def publish(n: int) -> object:
+                return await pub.publish(f"soak.{n % 8}", b"%d" % n, msg_id=str(n), timeout=3.0)
+
+            async def consume(received: Callable[[int], None]) -> None:
+                consumer = await sub.consumer("SOAK", "soak")
+                async with consumer.consume(
+                    max_messages=200, expires=5.0, idle_heartbeat=1.0
+                ) as messages:
+                    async for msg in messages:
+                        received(int(msg.data))
+                        with contextlib.suppress(AioClientsError):
+                            await msg.ack()
+
+            return await run_soak("jetstream", proxy, publish, consume, args)
+        finally:
+            for js in (pub, sub):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(js.close(), 10)
+
+
+# -- NSQ -----------------------------------------------------------------------
+
+
+async def soak_nsq(args: argparse.Namespace) -> Tally:
+    from aioclients.nsq import Producer, Reader
+
+    topic = f"soak{uuid.uuid4().hex[:8]}"
+    with emulated_nsqd() as (nsqd_tcp, _http):
+        async with FaultProxy(nsqd_tcp) as proxy:
+            producer = Producer(proxy.address, timeout=3.0)
+            reader = Reader(
+                topic,
+                "soak",
+                nsqd_tcp_addresses=[proxy.address],
+                max_in_flight=100,
+                heartbeat_interval=1.0,
+                msg_timeout=10.0,
+            )
+            # Publish once before the Reader subscribes, so the channel exists when it does.
+            async with Producer(nsqd_tcp) as direct:
+                await direct.publish(topic, b"-1")
+            try:
+                await producer.__aenter__()
+                await reader.__aenter__()
+
+                async def publish(n: int) -> object:
+                    return await producer.publish(topic, b"%d" % n)
+
+                async def consume(received: Callable[[int], None]) -> None:
+                    async for msg in reader:
+                        n = int(msg.body)
+                        if n >= 0:
+                            received(n)
+                        with contextlib.suppress(AioClientsError):
+                            await msg.finish()
+
+                return await run_soak("nsq", proxy, publish, consume, args)
+            finally:
+                for client in (reader, producer):
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(client.close(), 10)
+
+
+# -- Liftbridge ----------------------------------------------------------------
+
+
+async def soak_liftbridge(args: argparse.Namespace) -> Tally:
+    from aioclients import liftbridge
+
+    stream = f"soak{uuid.uuid4().hex[:8]}"
+    with emulated_cluster(args.liftbridge) as addresses:
+        async with FaultProxy(addresses[0]) as proxy:
+            async with await liftbridge.connect(addresses) as admin:
+                await admin.create_stream(stream, stream)
+            client = await liftbridge.connect([proxy.address], ack_wait_time=3.0)
+            try:
+
+                async def publish(n: int) -> object:
+                    return await client.publish(stream, b"%d" % n, timeout=3.0)
+
+                async def consume(received: Callable[[int], None]) -> None:
+                    async with client.subscribe(
+                        stream, start_at=liftbridge.StartPosition.EARLIEST
+                    ) as sub:
+                        async for msg in sub:
+                            received(int(msg.value))
+
+                return await run_soak("liftbridge", proxy, publish, consume, args)
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(client.close(), 10)
+
+
+SOAKS: dict[str, Callable[[argparse.Namespace], Awaitable[Tally]]] = {
+    "jetstream": soak_jetstream,
+    "nsq": soak_nsq,
+    "liftbridge": soak_liftbridge,
+}
+
+
+async def main(args: argparse.Namespace) -> int:
+    names = list(SOAKS) if args.protocol == "all" else [args.protocol]
+    print(
+        f"fault soak: {args.duration:.0f} s per protocol, a fault every {args.fault_every} s "
+        f"(freeze {args.freeze_for} s / reset, alternating), settle {args.settle:.0f} s",
+        flush=True,
+    )
+    lost = 0
+    for name in names:
+        tally = await SOAKS[name](args)
+        lost += tally.lost
+    return 1 if lost else 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--protocol", choices=[*SOAKS, "all"], default="all")
+    parser.add_argument("--duration", type=float, default=180.0, help="seconds per protocol")
+    parser.add_argument("--fault-every", type=float, default=4.0)
+    parser.add_argument("--freeze-for", type=float, default=2.0)
+    parser.add_argument("--settle", type=float, default=60.0)
+    parser.add_argument(
+        "--liftbridge", type=lambda s: s.split(","), default=None, help="real brokers, a,b,c"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    logging.basicConfig(level=logging.DEBUG if arguments.verbose else logging.ERROR)
+    raise SystemExit(asyncio.run(main(arguments)))

@@ -1,0 +1,167 @@
+"""FaultProxy: the loopback proxy that freezes, resets, refuses and delays connections."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from aioclients.testing import FaultProxy
+
+pytestmark = pytest.mark.fault
+
+
+class EchoServer:
+    """Echoes everything back and counts what it received."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.got_data = asyncio.Event()
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        try:
+            while data := await reader.read(65536):
+                self.received += len(data)
+                self.got_data.set()
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    @property
+    def address(self) -> str:
+        assert self.server is not None
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+
+@pytest.fixture
+async def echo() -> AsyncIterator[EchoServer]:
+    srv = EchoServer()
+    srv.server = await asyncio.start_server(srv._handle, "127.0.0.1", 0)
+    yield srv
+    srv.server.close()
+    for w in srv.writers:
+        w.transport.abort()
+    await srv.server.wait_closed()
+
+
+async def _connect(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = address.rsplit(":", 1)
+    return await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.transport.abort()
+    await asyncio.sleep(0)
+
+
+async def test_forwards_both_ways_and_counts(echo: EchoServer) -> None:
+    async with FaultProxy(echo.address) as proxy:
+        reader, writer = await _connect(proxy.address)
+        writer.write(b"hello proxy")
+        assert await asyncio.wait_for(reader.readexactly(11), 5) == b"hello proxy"
+        stats = proxy.statistics()
+        assert (stats.connections_accepted, stats.connections_open) == (1, 1)
+        assert stats.bytes_to_server == stats.bytes_to_client == 11
+        await _close(writer)
+
+
+async def test_freeze_backs_up_the_sender_and_thaw_delivers_everything(echo: EchoServer) -> None:
+    payload = bytes(range(256)) * 40_000  # 10 MB: more than every socket buffer on the way
+    async with FaultProxy(echo.address) as proxy:
+        reader, writer = await _connect(proxy.address)
+        writer.write(b"x")
+        assert await asyncio.wait_for(reader.readexactly(1), 5) == b"x"
+        proxy.freeze()
+        assert proxy.frozen
+        writer.write(payload)
+        # A stopped peer: the writer cannot get rid of 10 MB.
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(writer.drain(), 0.5)
+        assert echo.received == 1
+        proxy.thaw()
+        echoed = await asyncio.wait_for(reader.readexactly(len(payload)), 30)
+        assert echoed == payload
+        await _close(writer)
+
+
+async def test_reset_resets_both_ends(echo: EchoServer) -> None:
+    async with FaultProxy(echo.address) as proxy:
+        reader, writer = await _connect(proxy.address)
+        writer.write(b"ping")
+        await asyncio.wait_for(reader.readexactly(4), 5)
+        assert proxy.reset() == 1
+        with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+            await asyncio.wait_for(reader.readexactly(1), 5)
+        assert proxy.statistics().resets == 1
+        assert proxy.statistics().connections_open == 0
+        await _close(writer)
+        # New connections still work after a reset.
+        reader2, writer2 = await _connect(proxy.address)
+        writer2.write(b"again")
+        assert await asyncio.wait_for(reader2.readexactly(5), 5) == b"again"
+        await _close(writer2)
+
+
+async def test_refuse_refuses_new_connections_only(echo: EchoServer) -> None:
+    async with FaultProxy(echo.address) as proxy:
+        reader, writer = await _connect(proxy.address)
+        proxy.refuse()
+        with pytest.raises(ConnectionRefusedError):
+            await _connect(proxy.address)
+        writer.write(b"still here")
+        assert await asyncio.wait_for(reader.readexactly(10), 5) == b"still here"
+        proxy.refuse(False)
+        reader2, writer2 = await _connect(proxy.address)
+        writer2.write(b"back")
+        assert await asyncio.wait_for(reader2.readexactly(4), 5) == b"back"
+        await _close(writer)
+        await _close(writer2)
+
+
+async def test_delay_adds_latency_each_way(echo: EchoServer) -> None:
+    async with FaultProxy(echo.address) as proxy:
+        reader, writer = await _connect(proxy.address)
+        proxy.delay(0.2)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        writer.write(b"slow")
+        assert await asyncio.wait_for(reader.readexactly(4), 5) == b"slow"
+        assert loop.time() - started >= 0.4  # 0.2 s to the server and 0.2 s back
+        proxy.delay(0)
+        with pytest.raises(ValueError, match="delay"):
+            proxy.delay(-1)
+        await _close(writer)
+
+
+async def test_unreachable_target_closes_the_client() -> None:
+    async with FaultProxy(("127.0.0.1", 9)) as proxy, FaultProxy(proxy.address) as front:
+        proxy.refuse()
+        reader, writer = await _connect(front.address)
+        with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+            await asyncio.wait_for(reader.readexactly(1), 10)
+        await _close(writer)
+
+
+async def test_close_aborts_open_connections(echo: EchoServer) -> None:
+    proxy = FaultProxy(echo.address)
+    await proxy.start()
+    reader, writer = await _connect(proxy.address)
+    proxy.freeze()
+    await proxy.aclose()
+    with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+        await asyncio.wait_for(reader.readexactly(1), 5)
+    await _close(writer)
+
+
+def test_bad_target_is_refused_at_once() -> None:
+    with pytest.raises(ValueError, match="host:port"):
+        FaultProxy("no-port-here")
+    with pytest.raises(RuntimeError, match="not started"):
+        _ = FaultProxy("127.0.0.1:1").address
