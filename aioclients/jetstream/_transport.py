@@ -42,7 +42,11 @@ from aioclients.jetstream._errors import (
     JetStreamClosedError,
     MaxPayloadError,
 )
-from aioclients.jetstream._protocol._headers import decode_header_lines, encode_headers
+from aioclients.jetstream._protocol._headers import (
+    decode_header_lines,
+    decode_headers,
+    encode_headers,
+)
 from aioclients.jetstream._protocol._wire import ERR, INFO, MSG, PING, PONG, scan
 
 __all__ = (
@@ -133,6 +137,17 @@ class NatsClient(NATS):
     @staticmethod
     def _parse_header_lines(raw: bytes) -> dict[str, Any]:
         return decode_header_lines(raw, strict=False)
+
+    async def _process_headers(self, headers: bytes) -> dict[str, Any] | None:
+        # nats-py decodes a status line as strict UTF-8: a byte that is not lets a
+        # UnicodeDecodeError out of the read loop, and the connection drops.
+        if not headers:
+            return None
+        try:
+            return decode_headers(headers, strict=False)
+        except RemoteProtocolError as exc:  # not even NATS/1.0: keep the message, not them
+            log.warning("ignoring malformed message headers: %s", exc)
+            return None
 
     async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
