@@ -62,7 +62,7 @@ from pyspark.sql.types import (
 from aioclients import jetstream
 from aioclients._core import redact_text, redact_url
 from aioclients.spark._arrow import to_record_batch
-from aioclients.spark._direct_io import DirectGetConnection, read_sequence_range
+from aioclients.spark._direct_io import DirectGetConnection, TlsFiles, read_sequence_range
 from aioclients.spark._errors import DataSourceOptionError, PublishFailedError
 from aioclients.spark._protocol._options import OptionReader
 
@@ -101,8 +101,19 @@ READ_OPTIONS = {
     "batchSize",
     "maxMessagesPerTrigger",
     "timeout",
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
 }
-WRITE_OPTIONS = {"servers", "subject", "timeout", "maxPending"}
+WRITE_OPTIONS = {
+    "servers",
+    "subject",
+    "timeout",
+    "maxPending",
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
+}
 WRITE_COLUMNS = {"subject", "data", "headers", "msg_id"}
 
 T = TypeVar("T")
@@ -125,6 +136,7 @@ class ReadConfig:
     subject: str | None
     batch_size: int
     timeout: float
+    tls: TlsFiles = field(default_factory=TlsFiles)
 
 
 @dataclass(frozen=True)
@@ -167,7 +179,21 @@ def _read_config(opts: OptionReader) -> ReadConfig:
         subject=opts.get("subject"),
         batch_size=batch_size,
         timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
+        tls=_tls_files(opts),
     )
+
+
+def _tls_files(opts: OptionReader) -> TlsFiles:
+    """The TLS options, checked here (on the driver) so that a bad file fails the plan."""
+    tls = TlsFiles(opts.get("tlsCaFile"), opts.get("tlsCertFile"), opts.get("tlsKeyFile"))
+    if tls:
+        tls.context()
+    return tls
+
+
+def _nats_tls(tls: TlsFiles) -> dict[str, Any]:
+    """``jetstream.connect`` options for ``tls``."""
+    return {"tls": tls.context()} if tls else {}
 
 
 # Options Spark itself passes on to sources and sinks.
@@ -186,7 +212,9 @@ def _check_options(opts: OptionReader, known: set[str], what: str) -> None:
 async def _stream_bounds(config: ReadConfig) -> tuple[int, int]:
     """The stream's first and last sequence; checks that it exists and allows Direct Get."""
     try:
-        js = await jetstream.connect(list(config.servers), timeout=min(config.timeout, 10.0))
+        js = await jetstream.connect(
+            list(config.servers), timeout=min(config.timeout, 10.0), **_nats_tls(config.tls)
+        )
     except jetstream.JetStreamConnectError as exc:
         raise jetstream.JetStreamConnectError(f"{exc}; check the 'servers' option") from None
     async with js:
@@ -214,7 +242,7 @@ def read_partition(partition: SequenceRange) -> Iterator[pa.RecordBatch]:
     loop = asyncio.new_event_loop()
     try:
         conn = loop.run_until_complete(
-            DirectGetConnection.open(list(config.servers), timeout=config.timeout)
+            DirectGetConnection.open(list(config.servers), timeout=config.timeout, tls=config.tls)
         )
         batches = read_sequence_range(
             conn,
@@ -370,6 +398,7 @@ class WriteConfig:
     timeout: float
     max_pending: int
     data_is_text: bool
+    tls: TlsFiles = field(default_factory=TlsFiles)
 
 
 @dataclass(frozen=True)
@@ -423,6 +452,7 @@ def _write_config(options: Mapping[str, str], schema: StructType) -> WriteConfig
         timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
         max_pending=max_pending,
         data_is_text=isinstance(data_type, StringType),
+        tls=_tls_files(opts),
     )
 
 
@@ -462,7 +492,10 @@ class _Acks:
 async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
     acks = _Acks()
     js = await jetstream.connect(
-        list(config.servers), timeout=config.timeout, max_pending=config.max_pending
+        list(config.servers),
+        timeout=config.timeout,
+        max_pending=config.max_pending,
+        **_nats_tls(config.tls),
     )
     try:
         for batch in batches:
