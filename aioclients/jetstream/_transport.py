@@ -123,6 +123,13 @@ class NatsClient(NATS):
                     bound,
                 )
 
+    async def _connect_to_server(self, s: Any) -> None:
+        # A failed connect attempt (e.g. no INFO in time from a server that accepts
+        # but does not answer) leaves its socket open in nats-py; drop it before
+        # the next attempt replaces it.
+        abort_socket(self)
+        await super()._connect_to_server(s)
+
     async def _process_op_err(self, e: Exception) -> None:
         # The connection is given up on (stale, reset, protocol error): abort the
         # socket, so that neither the reconnect nor the close waits for unsent
