@@ -148,8 +148,8 @@ class NatsClient(NATS):
     async def _process_headers(self, headers: bytes) -> dict[str, Any] | None:
         # nats-py decodes a status line as strict UTF-8: a byte that is not lets a
         # UnicodeDecodeError out of the read loop, and the connection drops.
-        if not headers:
-            return None
+        if not headers or headers[8:9] != b" ":  # no status: nats-py's (lines parsed by us)
+            return await super()._process_headers(headers)
         try:
             return decode_headers(headers, strict=False)
         except RemoteProtocolError as exc:  # not even NATS/1.0: keep the message, not them
