@@ -583,10 +583,8 @@ async def connect(
     except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
         last = getattr(nc, "_err", None) or exc
         reason = str(last) or f"{type(last).__name__} (no answer within {deadline:.0f}s)"
-        try:
-            await nc.close()
-        except Exception as close_exc:  # nats-py may not have got far enough to close
-            log.debug("closing the failed connection: %s", redact_text(str(close_exc)))
+        # Bounded: a server that accepted but does not read could hold a plain close.
+        await close_connection(nc, 1.0)
         where = ", ".join(redact_url(u) for u in urls)
         raise JetStreamConnectError(
             f"cannot connect to NATS at {where}: {redact_text(reason)}"
