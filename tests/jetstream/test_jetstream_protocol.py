@@ -251,6 +251,16 @@ def test_a_status_code_that_is_not_digits_is_a_remote_protocol_error(block: byte
     assert "Status" not in decode_headers(block, strict=False)
 
 
+def test_msg_headers_of_a_block_that_is_not_utf8_raise_the_typed_error() -> None:
+    from aioclients.jetstream._message import Msg
+
+    msg = Msg(None, "s", "r", b"", b"NATS/1.0\xff\xfe\r\nK: v\r\n\r\n")  # type: ignore[arg-type]
+    with pytest.raises(RemoteProtocolError, match="status code"):
+        _ = msg.headers
+    lenient = Msg(None, "s", "r", b"", b"NATS/1.0\r\nK: \xff\r\n\r\n")  # type: ignore[arg-type]
+    assert lenient.headers == {"K": "\ufffd"}
+
+
 @given(st.binary(max_size=60))
 def test_decoding_any_bytes_raises_nothing_but_remote_protocol_error(tail: bytes) -> None:
     for block in (b"NATS/1.0" + tail, b"NATS/1.0 " + tail, b"NATS/1.0\r\n" + tail):
