@@ -5,6 +5,7 @@ signed by a private CA (no SparkSession needed)."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,6 +63,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture(scope="module")
 def tls_server(pki: Pki) -> Iterator[NatsServer]:
     """A nats-server that requires TLS and a client certificate from the private CA."""
+    if os.environ.get("AIOCLIENTS_TEST_NATS_URL"):
+        pytest.skip("starts a nats-server with TLS; AIOCLIENTS_TEST_NATS_URL is set")
     config = (
         f'tls {{ cert_file: "{pki.server_cert}", key_file: "{pki.server_key}", '
         f'ca_file: "{pki.ca}", verify: true, timeout: 5 }}'
