@@ -123,6 +123,15 @@ class NatsClient(NATS):
                     bound,
                 )
 
+    async def _flush_pending(self, force_flush: bool = False) -> Any:
+        queue = self._flush_queue
+        if queue is not None and queue.full() and self.is_connected:
+            # Flushes are due already; nats-py would wait (unbounded, swallowing a
+            # cancel) for room in the queue of a flusher stuck on a server that
+            # does not read.
+            return None
+        return await super()._flush_pending(force_flush)
+
     async def _connect_to_server(self, s: Any) -> None:
         # A failed connect attempt (e.g. no INFO in time from a server that accepts
         # but does not answer) leaves its socket open in nats-py; drop it before

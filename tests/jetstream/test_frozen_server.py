@@ -238,3 +238,18 @@ async def test_a_frozen_server_is_detected_as_stale_and_replaced_after_it_thaws(
     finally:
         server.resume()
         await asyncio.wait_for(js.close(), 2 * TIMEOUT + MARGIN)
+
+
+async def test_subscribing_on_a_jammed_connection_never_blocks_on_the_flush_queue(
+    frozen: tuple[NatsServer, JetStream],
+) -> None:
+    # Every nats-py subscribe queues a flush request; with the flusher stuck on a server
+    # that does not read, its queue (1024) fills and nats-py would wait for room forever.
+    server, js = frozen
+    server.pause()
+    await settle(await jam(js))
+    start = time.monotonic()
+    for i in range(1100):
+        outcome = await bounded(js.nc.subscribe(f"jammed.{i}"), MARGIN)
+        assert not isinstance(outcome, BaseException), repr(outcome)
+    assert time.monotonic() - start < 10
