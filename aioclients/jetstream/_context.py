@@ -8,7 +8,8 @@ import json
 import logging
 import math
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -47,6 +48,8 @@ from aioclients.jetstream._transport import (
 
 if TYPE_CHECKING:
     from aioclients.jetstream._consumer import Consumer
+    from aioclients.jetstream._kv import KeyValue
+    from aioclients.jetstream._ordered import OrderedConsumeEvent, OrderedConsumer
     from aioclients.jetstream._stream import Stream
 
 __all__ = ("DEFAULT_MAX_PENDING", "ConnectionListener", "JetStream", "connect")
@@ -417,6 +420,98 @@ class JetStream:
         validate_stream_name(stream)
         async for item in self._paged(f"CONSUMER.NAMES.{stream}", "consumers"):
             yield item
+
+    async def ordered_consumer(
+        self,
+        stream: str,
+        *,
+        filter_subjects: list[str] | None = None,
+        deliver_policy: str = "all",
+        opt_start_seq: int | None = None,
+        opt_start_time: datetime | None = None,
+        headers_only: bool = False,
+        on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+    ) -> OrderedConsumer:
+        """An ordered consumer (ADR-17): in-order, gapless delivery without acks.
+
+        The server-side consumer is ephemeral (``ack_policy none``, ``max_deliver
+        1``, memory storage); on a gap, a missed heartbeat, a reconnect or its
+        deletion it is replaced by a fresh one starting after the last message
+        delivered, and ``on_event`` receives ``ConsumerReset(next_seq)``.
+
+        Raises:
+            StreamNotFoundError: no such stream.
+            InvalidArgumentError: a bad start or filter.
+        """
+        from aioclients.jetstream._ordered import OrderedConsumer
+        from aioclients.jetstream._protocol._ordered import ordered_consumer_config
+
+        validate_stream_name(stream)
+        config = ordered_consumer_config(
+            filter_subjects=filter_subjects,
+            deliver_policy=deliver_policy,
+            opt_start_seq=opt_start_seq,
+            opt_start_time=opt_start_time,
+            headers_only=headers_only,
+        )
+        for s in config.get("filter_subjects") or [config.get("filter_subject") or ">"]:
+            validate_filter_subject(s)
+        oc = OrderedConsumer(self, stream, config, on_event=on_event)
+        await oc._ensure()
+        return oc
+
+    # -- Key-Value (ADR-8) -----------------------------------------------------------------
+
+    async def create_key_value(
+        self,
+        bucket: str,
+        *,
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        storage: str = "file",
+        replicas: int = 1,
+        description: str | None = None,
+    ) -> KeyValue:
+        """Create a Key-Value bucket (the stream ``KV_<bucket>``), or return it when
+        it exists with the same settings.
+
+        Args:
+            history: revisions kept per key (1 to 64).
+            ttl: seconds a value lives (``None``: for ever).
+            max_value_size / max_bytes: limits of one value / the whole bucket.
+            storage: ``"file"`` or ``"memory"``; replicas: 1 to 5.
+
+        Raises:
+            InvalidArgumentError: a bad name or setting (before any request).
+            StreamNameInUseError: the bucket exists with other settings.
+        """
+        from aioclients.jetstream._kv import create_key_value
+
+        return await create_key_value(
+            self,
+            bucket,
+            history=history,
+            ttl=ttl,
+            max_value_size=max_value_size,
+            max_bytes=max_bytes,
+            storage=storage,
+            replicas=replicas,
+            description=description,
+        )
+
+    async def key_value(self, bucket: str) -> KeyValue:
+        """Open an existing bucket (raises ``BucketNotFoundError``)."""
+        from aioclients.jetstream._kv import key_value
+
+        return await key_value(self, bucket)
+
+    async def delete_key_value(self, bucket: str) -> None:
+        """Delete a bucket and everything in it (raises ``BucketNotFoundError``)."""
+        from aioclients.jetstream._kv import delete_key_value
+
+        await delete_key_value(self, bucket)
 
     async def unpin_consumer(self, stream: str, consumer: str, group: str) -> None:
         """ADR-42: release the pinned client of ``group`` so another can take over."""
