@@ -165,8 +165,11 @@ class ReplyMux(Generic[T]):
         self._counter += 1
         return self._counter, self._prefix + str(self._counter)
 
-    async def _send(self, token: int, frame: bytes, what: str, timeout: float) -> asyncio.Future[T]:
-        """Register ``token`` with a deadline, then send ``frame``."""
+    async def _send(
+        self, token: int, frame: bytes, what: str, timeout: float, *, immediate: bool = False
+    ) -> asyncio.Future[T]:
+        """Register ``token`` with a deadline, then send ``frame`` (``immediate``: see
+        :meth:`NatsTransport.send`)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         deadline = loop.time() + timeout
@@ -177,7 +180,7 @@ class ReplyMux(Generic[T]):
             self._arm(loop, deadline)
         try:
             try:
-                await self._transport.send(frame, deadline)
+                await self._transport.send(frame, deadline, immediate=immediate)
             except SendTimeoutError as exc:
                 raise SendTimeoutError(self._describe(what), exc.unsent) from None
         except BaseException:
@@ -197,7 +200,7 @@ class ReplyMux(Generic[T]):
             await self._ensure_open()
         token, reply = self._next_token()
         frame = self._transport.frame(subject, payload, reply, None)
-        future = await self._send(token, frame, what, timeout)
+        future = await self._send(token, frame, what, timeout, immediate=True)
         try:
             return await future
         finally:

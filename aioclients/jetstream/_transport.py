@@ -324,12 +324,20 @@ class NatsTransport:
             )
         return nc
 
-    async def send(self, frame: bytes, deadline: float, what: str = "the request") -> None:
+    async def send(
+        self, frame: bytes, deadline: float, what: str = "the request", *, immediate: bool = False
+    ) -> None:
         """Queue a frame built by :meth:`frame` for the socket.
 
         While more than the client's pending size waits to be written (the server
         reads slower than we write, or not at all), wait for the flusher, but only
         until ``deadline`` (loop time). The frame is queued whole or not at all.
+
+        With ``immediate``, a frame that finds nothing queued before it and the
+        socket's buffer empty goes to the socket at once instead of waiting for
+        the flusher task's next turn: for a caller that then waits for the answer
+        (a request), this saves a task switch per round trip. Callers that send
+        bursts (publish_async) leave it off, so that a burst is one write.
 
         Raises:
             SendTimeoutError: the server did not take earlier frames by ``deadline``;
@@ -339,6 +347,15 @@ class NatsTransport:
         """
         nc = self._admit(frame)
         pending = nc._pending_data_size
+        if immediate and not pending and nc.is_connected:
+            transport = _socket_transport(nc)
+            if (
+                transport is not None
+                and not transport.is_closing()
+                and not transport.get_write_buffer_size()
+            ):
+                transport.write(frame)
+                return
         if pending and 0 < nc._max_pending_size < pending + len(frame) and nc.is_connected:
             await self._wait_for_room(len(frame), deadline, what)
             nc = self._admit(frame)
