@@ -363,7 +363,8 @@ class _Channel:
             self._timer = None
 
     def flush_for_restart(self) -> None:
-        """What nsqd does on exit: in-flight and deferred messages go back to the queue."""
+        """What nsqd does on exit (``Channel.flush``): in-flight and deferred messages are
+        saved after the queued ones, so after a restart the queued messages come first."""
         msgs = sorted(self.in_flight.values(), key=lambda m: m.delivered_at)
         self.in_flight.clear()
         for m in msgs:
@@ -372,7 +373,7 @@ class _Channel:
         self._deferred.clear()
         self._timeout_fifos.clear()
         self._touched.clear()
-        self.queue.extendleft(reversed(msgs))
+        self.queue.extend(msgs)
         self.close()
 
     # -- delivery -----------------------------------------------------------------------
@@ -957,7 +958,7 @@ class _NsqdConnection(asyncio.Protocol):
         if len(params) < needed:
             raise _ClientError("E_INVALID", f"{cmd} insufficient number of params")
         if len(params[1]) != 16:
-            raise _ClientError("E_INVALID", "Invalid Message ID")
+            raise _ClientError("E_INVALID", "invalid message ID")
         return params[1]
 
     def _fin(self, params: list[bytes], start: int) -> int | None:

@@ -511,7 +511,7 @@ async def test_fatal_errors_close_the_connection(conn: Raw, command: bytes, erro
     [
         (b"RDY 2501", b"E_INVALID RDY count 2501 out of range 0-2500"),
         (b"RDY -1", b"E_INVALID RDY could not parse count -1"),
-        (b"FIN short", b"E_INVALID Invalid Message ID"),
+        (b"FIN short", b"E_INVALID invalid message ID"),  # nsqd's exact text
         (b"REQ 0123456789abcdef x", b"E_INVALID REQ could not parse timeout x"),
         (b"SUB t c", b"E_INVALID cannot SUB in current state"),
     ],
@@ -818,8 +818,9 @@ async def test_stop_closes_clients_and_start_reuses_ports_and_keeps_messages() -
         again = await subscribed(nsqd)
         again.command(b"RDY 2")
         got = [await again.message() for _ in range(2)]
-        # the in-flight message went back to the queue, attempts kept
-        assert [(m[2] == msg_id, m[1], m[3]) for m in got] == [(True, 2, b"a"), (False, 1, b"b")]
+        # like nsqd (Channel.flush): the queued message first, then the one that was
+        # in flight, with its id and attempts kept
+        assert [(m[2] == msg_id, m[1], m[3]) for m in got] == [(False, 1, b"b"), (True, 2, b"a")]
         await again.close()
 
 
