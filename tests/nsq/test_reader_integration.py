@@ -501,3 +501,82 @@ async def test_an_oversized_message_does_not_strand_the_others(
     assert stats.messages_given_up == 1
     assert stats.messages_finished == 5  # the large one was finished too
     assert stats.in_flight == 0
+
+
+# -- settings nsqd refuses (real nsqd: heartbeat_interval below 1 s is E_BAD_BODY) ------
+
+
+async def test_heartbeat_below_nsqds_minimum_is_a_clear_error(nsqd: Any) -> None:
+    topic = topic_name()
+    with pytest.raises(NSQError, match=r"heartbeat interval \(500\) is invalid.*from 1 s") as info:
+        async with Reader(
+            topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], heartbeat_interval=0.5
+        ):
+            pass
+    assert (info.value.code, info.value.settings_refused) == ("E_BAD_BODY", True)
+    producer = Producer(nsqd.tcp_address, heartbeat_interval=0.5)
+    try:
+        with pytest.raises(NSQError, match="from 1 s") as info:
+            await producer.publish(topic, b"x")
+        assert info.value.settings_refused
+    finally:
+        await producer.close()
+
+
+async def test_discovered_nsqd_refusing_the_settings_ends_the_iteration(
+    nsqd: Any, nsqlookupd: Any, wait_for: WaitFor
+) -> None:
+    """Not retried at every lookupd poll: the Reader's iteration ends with the error."""
+    topic = topic_name()
+    nsqlookupd.register(nsqd)
+    async with Producer(nsqd.tcp_address) as producer:
+        await producer.publish(topic, b"x")
+    await wait_for_lookup(nsqlookupd, topic, wait_for)
+    async with Reader(
+        topic,
+        "ch",
+        lookupd_http_addresses=[nsqlookupd.http_address],
+        heartbeat_interval=0.5,
+        lookupd_poll_interval=0.2,
+    ) as reader:
+        with pytest.raises(NSQError, match="from 1 s") as info:
+            await asyncio.wait_for(reader.__anext__(), 10)
+        assert info.value.settings_refused
+        with pytest.raises(NSQError):  # and again: the Reader stays stopped
+            await asyncio.wait_for(reader.__anext__(), 10)
+
+
+@pytest.mark.fault
+async def test_reconnect_to_an_nsqd_now_refusing_the_settings_ends_the_iteration(
+    nsqd_factory: Any, wait_for: WaitFor
+) -> None:
+    """Emulator only: the nsqd must come back with a stricter heartbeat minimum."""
+    nsqd = await nsqd_factory(min_heartbeat_interval=0.1)
+    topic = topic_name()
+    async with Reader(
+        topic,
+        "ch",
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        heartbeat_interval=0.5,
+        reconnect_delay=0.05,
+    ) as reader:
+        assert len(reader.statistics().connections) == 1
+        await nsqd.stop()
+        nsqd.min_heartbeat_interval = 1.0
+        await nsqd.start()
+        with pytest.raises(NSQError, match="from 1 s"):
+            await asyncio.wait_for(reader.__anext__(), 10)
+
+
+async def wait_for_lookup(lookupd: Any, topic: str, wait_for: WaitFor) -> None:
+    """A real nsqd registers a new topic with its nsqlookupd a moment later."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+
+        async def listed() -> bool:
+            url = f"http://{lookupd.http_address}/lookup?topic={topic}"
+            async with session.get(url) as resp:
+                return resp.status == 200 and bool((await resp.json())["producers"])
+
+        await wait_for(listed, timeout=10, what=f"nsqlookupd lists {topic}")
