@@ -14,7 +14,10 @@ import contextlib
 import os
 import signal
 import socket
+import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 BIN_DIR_ENV = "AIOCLIENTS_TEST_NSQ_BIN_DIR"
 
@@ -122,3 +125,110 @@ def nsqd_process(
     ]
     server = ServerProcess(name, argv, [tcp, http], work / f"{name}.log")
     return server, f"127.0.0.1:{tcp}", f"127.0.0.1:{http}"
+
+
+# -- a fresh real nsqd per test, with the emulator's test helpers over its HTTP API ------
+
+# NsqdEmulator keyword -> nsqd flag (durations in ms); any other keyword needs the emulator.
+_DURATION_FLAGS = {"msg_timeout": "--msg-timeout", "max_msg_timeout": "--max-msg-timeout"}
+_INT_FLAGS = {"max_rdy_count": "--max-rdy-count", "max_msg_size": "--max-msg-size"}
+
+
+class RealNsqd:
+    """A real nsqd started for one test, with what the byte-level tests use of
+    :class:`NsqdEmulator`: addresses, ``publish``, ``stats``, ``channel_names``,
+    ``stop`` (SIGTERM) / ``start`` (same ports and data)."""
+
+    real = True
+
+    def __init__(self, bin_dir: Path, work: Path, **kwargs: object) -> None:
+        extra: list[str] = []
+        for key, value in kwargs.items():
+            if key in _DURATION_FLAGS and isinstance(value, int | float):
+                extra.append(f"{_DURATION_FLAGS[key]}={round(value * 1000)}ms")
+            elif key in _INT_FLAGS:
+                extra.append(f"{_INT_FLAGS[key]}={value}")
+            elif key == "snappy":
+                extra.append(f"--snappy={'true' if value else 'false'}")
+            else:
+                import pytest
+
+                pytest.skip(f"needs the emulator: nsqd has no {key}= the test can set")
+        tcp, http = free_port(), free_port()
+        data = work / "nsqd"
+        data.mkdir(parents=True, exist_ok=True)
+        argv = [
+            str(bin_dir / "nsqd"),
+            f"--tcp-address=127.0.0.1:{tcp}",
+            f"--http-address=127.0.0.1:{http}",
+            f"--data-path={data}",
+            "--broadcast-address=127.0.0.1",
+            *extra,
+        ]
+        self.process = ServerProcess("nsqd", argv, [tcp, http], work / "nsqd.log")
+        self.tcp_address = f"127.0.0.1:{tcp}"
+        self.http_address = f"127.0.0.1:{http}"
+
+    async def start(self) -> None:
+        await self.process.start()
+
+    async def stop(self) -> None:
+        await self.process.stop()
+
+    def _http(self, method: str, path: str, body: bytes | None = None) -> bytes:
+        # Blocking on purpose: the emulator's helpers are synchronous; nsqd is another
+        # process and answers at once.
+        import urllib.request
+
+        request = urllib.request.Request(
+            f"http://{self.http_address}{path}", data=body, method=method
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            data: bytes = resp.read()
+            return data
+
+    def publish(self, topic: str, *bodies: bytes, defer: float = 0.0) -> None:
+        for body in bodies:
+            query = f"?topic={topic}" + (f"&defer={round(defer * 1000)}" if defer else "")
+            self._http("POST", f"/pub{query}", body)
+
+    def stats(self, topic: str | None = None) -> dict[str, Any]:
+        import json
+
+        query = "?format=json" + (f"&topic={topic}" if topic else "")
+        doc: dict[str, Any] = json.loads(self._http("GET", f"/stats{query}"))
+        return doc
+
+    def topic_names(self) -> list[str]:
+        return sorted(t["topic_name"] for t in self.stats()["topics"])
+
+    def channel_names(self, topic: str) -> list[str]:
+        for t in self.stats(topic)["topics"]:
+            if t["topic_name"] == topic:
+                return sorted(c["channel_name"] for c in t["channels"])
+        return []
+
+
+@contextlib.asynccontextmanager
+async def nsqd_server(**kwargs: Any) -> AsyncIterator[Any]:
+    """An :class:`NsqdEmulator` built with ``kwargs``, or, with ``$AIOCLIENTS_TEST_NSQ_BIN_DIR``
+    set, a fresh real nsqd with the matching flags (skips for emulator-only settings)."""
+    bin_dir = nsq_bin_dir()
+    if bin_dir is None:
+        from aioclients.testing import NsqdEmulator
+
+        async with NsqdEmulator(**kwargs) as emulator:
+            yield emulator
+        return
+    with tempfile.TemporaryDirectory(prefix="aioclients-nsqd-") as tmp:
+        server = RealNsqd(bin_dir, Path(tmp), **kwargs)
+        try:
+            await server.start()
+            yield server
+        finally:
+            await server.process.kill()
+
+
+def is_real(server: object) -> bool:
+    """Whether ``server`` is a real nsqd (from :func:`nsqd_server`)."""
+    return getattr(server, "real", False)
