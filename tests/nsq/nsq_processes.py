@@ -199,6 +199,11 @@ class RealNsqd:
         doc: dict[str, Any] = json.loads(self._http("GET", f"/stats{query}"))
         return doc
 
+    def create_topic(self, topic: str, *channels: str) -> None:
+        self._http("POST", f"/topic/create?topic={topic}")
+        for channel in channels:
+            self._http("POST", f"/channel/create?topic={topic}&channel={channel}")
+
     def topic_names(self) -> list[str]:
         return sorted(t["topic_name"] for t in self.stats()["topics"])
 
