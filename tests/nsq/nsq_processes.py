@@ -237,3 +237,42 @@ async def nsqd_server(**kwargs: Any) -> AsyncIterator[Any]:
 def is_real(server: object) -> bool:
     """Whether ``server`` is a real nsqd (from :func:`nsqd_server`)."""
     return getattr(server, "real", False)
+
+
+class RealNsqlookupd:
+    """A real nsqlookupd started for one test; ``register`` (attaching an emulator
+    directly, without TCP) exists only on the emulator, so it skips the test."""
+
+    real = True
+
+    def __init__(self, bin_dir: Path, work: Path) -> None:
+        self.process, self.tcp_address, self.http_address = nsqlookupd_process(bin_dir, work)
+        self.tcp_port = int(self.tcp_address.rsplit(":", 1)[1])
+        self.http_port = int(self.http_address.rsplit(":", 1)[1])
+
+    def register(self, nsqd: object) -> None:
+        import pytest
+
+        pytest.skip("needs the emulator: attaches an nsqd to nsqlookupd without TCP")
+
+    unregister = register
+
+
+@contextlib.asynccontextmanager
+async def nsqlookupd_server() -> AsyncIterator[Any]:
+    """An :class:`NsqlookupdEmulator`, or with ``$AIOCLIENTS_TEST_NSQ_BIN_DIR`` set a
+    fresh real nsqlookupd."""
+    bin_dir = nsq_bin_dir()
+    if bin_dir is None:
+        from aioclients.testing import NsqlookupdEmulator
+
+        async with NsqlookupdEmulator() as emulator:
+            yield emulator
+        return
+    with tempfile.TemporaryDirectory(prefix="aioclients-nsqlookupd-") as tmp:
+        server = RealNsqlookupd(bin_dir, Path(tmp))
+        try:
+            await server.process.start()
+            yield server
+        finally:
+            await server.process.kill()

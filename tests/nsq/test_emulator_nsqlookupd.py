@@ -1,5 +1,10 @@
 """The nsqlookupd emulator: its TCP registration protocol, its HTTP API, and nsqd
-registering with it (over TCP and directly)."""
+registering with it (over TCP and directly).
+
+With ``AIOCLIENTS_TEST_NSQ_BIN_DIR`` naming a real nsqlookupd binary (run by hand),
+the ``lookupd`` fixture is a fresh real nsqlookupd instead (the nsqd emulator then
+registers with the real one); direct registration skips there.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +19,15 @@ import aiohttp
 import pytest
 
 from aioclients.testing import NsqdEmulator, NsqlookupdEmulator
+from tests.nsq.nsq_processes import nsqlookupd_server
 
 PEER_KEYS = ["remote_address", "hostname", "broadcast_address", "tcp_port", "http_port", "version"]
 
 
 @pytest.fixture
 async def lookupd() -> AsyncIterator[NsqlookupdEmulator]:
-    async with NsqlookupdEmulator() as emulator:
-        yield emulator
+    async with nsqlookupd_server() as server:
+        yield server
 
 
 @pytest.fixture
