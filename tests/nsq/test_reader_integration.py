@@ -291,8 +291,8 @@ async def test_http_producer_pub_mpub_defer(nsqd: Any) -> None:
 
 
 @pytest.mark.parametrize("codec", ["deflate", "snappy"])
-async def test_compressed_connections(nsqd_factory: Any, codec: str) -> None:
-    server = await nsqd_factory()
+async def test_compressed_connections(nsqd: Any, codec: str) -> None:
+    server = nsqd  # nsqd (and the emulator) offer deflate and snappy by default
     topic = topic_name()
     kwargs = {codec: True}
     async with Producer(server.tcp_address, **kwargs) as producer:
@@ -450,17 +450,18 @@ async def test_producer_reconnects_after_a_fatal_publish_error(nsqd: Any, comman
         await calls[command](producer)  # a fresh connection
 
 
-async def test_close_leaves_unanswered_messages_to_time_out(nsqd_factory: Any) -> None:
-    server = await nsqd_factory(msg_timeout=0.3, min_msg_timeout=0.1)
+async def test_close_leaves_unanswered_messages_to_time_out(nsqd: Any) -> None:
+    # msg_timeout=1 s (nsqd's minimum) through IDENTIFY, so a real nsqd can run it too;
+    # there the timeout of a new channel may fire up to ~5 s late: wait up to 15 s.
     topic = topic_name()
-    async with Producer(server.tcp_address) as p:
+    async with Producer(nsqd.tcp_address) as p:
         await p.publish(topic, b"held")
-    async with Reader(topic, "ch", nsqd_tcp_addresses=[server.tcp_address]) as first:
+    async with Reader(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], msg_timeout=1.0) as first:
         held = await asyncio.wait_for(first.__anext__(), 10)
         assert held.attempts == 1
     await held.finish()  # after close: nothing is sent, nsqd times the message out
-    async with Reader(topic, "ch", nsqd_tcp_addresses=[server.tcp_address]) as second:
-        again = await asyncio.wait_for(second.__anext__(), 10)
+    async with Reader(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address]) as second:
+        again = await asyncio.wait_for(second.__anext__(), 15)
         await again.finish()
     assert (again.id, again.attempts) == (held.id, 2)
 
