@@ -7,12 +7,14 @@ SIGKILLs one. Without it, it runs on the emulators, where ``NsqdEmulator.stop()`
 stands in for the kill (it keeps the messages, as a restart on the same data does).
 
 nsqd keeps messages on disk only with ``--mem-queue-size=0``, and its disk queue
-records how far it has read only at a sync (every ``--sync-every`` reads or writes,
-every ``--sync-timeout``, at a clean exit). A message read after the last sync and
-in flight when nsqd is SIGKILLed is lost unless that sync never happened, so the
-real nsqd here syncs only at its clean exit: after a SIGKILL it redelivers
-everything it had since then, finished or not, which is nsqd's at-least-once
-contract (a finished message may come back; none is lost).
+writes its read and write positions only at a sync (every ``--sync-every`` reads or
+writes, every ``--sync-timeout``, at a clean exit). After a SIGKILL it resumes from
+the last sync: messages written since are lost (measured: with no sync at all the
+data directory comes back empty), messages read since come back, and messages in
+flight that were read before it are lost. So the real nsqd here syncs only at a
+clean exit, done once after the publishing: after the SIGKILL it redelivers
+everything read since, finished or not, which is nsqd's at-least-once contract (a
+finished message may come back; none is lost).
 """
 
 from __future__ import annotations
