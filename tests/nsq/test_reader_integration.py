@@ -3,7 +3,8 @@
 Run against the emulators by default, or real servers named by
 AIOCLIENTS_TEST_NSQD_TCP / _NSQD_HTTP / _NSQLOOKUPD_HTTP (tests needing several nsqd,
 or stopping one, skip themselves then; the external nsqd must register with the
-external nsqlookupd).
+external nsqlookupd). Tests that restart one nsqd run then on a real nsqd of their
+own when AIOCLIENTS_TEST_NSQ_BIN_DIR names the binaries.
 """
 
 from __future__ import annotations
@@ -11,14 +12,31 @@ from __future__ import annotations
 import asyncio
 import ssl
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from aioclients.nsq import HTTPProducer, Message, NSQError, Producer, Reader
+from tests.nsq.nsq_processes import BIN_DIR_ENV, nsq_bin_dir, nsqd_server
 
 WaitFor = Callable[..., Awaitable[None]]
+
+
+@pytest.fixture
+async def restartable_nsqd(nsqd: Any) -> AsyncIterator[Any]:
+    """The ``nsqd`` fixture, or, when that is an external nsqd (which a test may not
+    stop), a real nsqd of the test's own from ``$AIOCLIENTS_TEST_NSQ_BIN_DIR``."""
+    if not getattr(nsqd, "external", False):
+        yield nsqd
+        return
+    if nsq_bin_dir() is None:
+        pytest.skip(
+            f"stops an nsqd; cannot with an external one (set {BIN_DIR_ENV} to run it "
+            "on a real nsqd of its own)"
+        )
+    async with nsqd_server() as server:
+        yield server
 
 
 def topic_name() -> str:
@@ -213,9 +231,10 @@ async def test_stopped_nsqd_is_dropped_and_rediscovered(
 
 
 @pytest.mark.fault
-async def test_direct_nsqd_reconnects_with_backoff(nsqd: Any, wait_for: WaitFor) -> None:
-    if getattr(nsqd, "external", False):
-        pytest.skip("stops an nsqd; cannot with an external one")
+async def test_direct_nsqd_reconnects_with_backoff(
+    restartable_nsqd: Any, wait_for: WaitFor
+) -> None:
+    nsqd = restartable_nsqd
     topic = topic_name()
     async with Reader(
         topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], reconnect_delay=0.05
@@ -416,9 +435,8 @@ async def test_set_max_in_flight_at_run_time_and_is_starved(nsqd: Any, wait_for:
 
 
 @pytest.mark.fault
-async def test_producer_reconnects_after_nsqd_restarts(nsqd: Any) -> None:
-    if getattr(nsqd, "external", False):
-        pytest.skip("restarts nsqd; cannot with an external one")
+async def test_producer_reconnects_after_nsqd_restarts(restartable_nsqd: Any) -> None:
+    nsqd = restartable_nsqd
     from aioclients.nsq import NSQConnectError
 
     topic = topic_name()
