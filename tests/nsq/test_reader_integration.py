@@ -191,7 +191,10 @@ async def test_stopped_nsqd_is_dropped_and_rediscovered(
     nsqd: Any, nsqd_factory: Any, nsqlookupd: Any, wait_for: WaitFor
 ) -> None:
     if getattr(nsqd, "external", False) or getattr(nsqlookupd, "external", False):
-        pytest.skip("stops an nsqd; cannot with external servers")
+        pytest.skip(
+            "stops an nsqd; cannot with external servers (test_kill_nsqd.py kills and "
+            "restarts one of two real nsqd under a real nsqlookupd instead)"
+        )
     other = await nsqd_factory()
     link(nsqlookupd, [nsqd, other])
     topic = topic_name()
