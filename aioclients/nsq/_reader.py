@@ -343,7 +343,8 @@ class Reader:
         Raises:
             NSQConnectError: no nsqd given directly could be reached, or no nsqlookupd
                 answered (the reader is closed again).
-            NSQError: nsqd refused the subscription (bad topic, unauthorized ...).
+            NSQError: nsqd refused the subscription (bad topic, unauthorized ...) or
+                the Reader's settings (``settings_refused``).
             NSQClosedError: the reader was closed.
         """
         if self._closed:
@@ -382,6 +383,8 @@ class Reader:
                     raise NSQConnectError(
                         "no nsqlookupd answered: " + ", ".join(map(redact_url, self._lookupds))
                     )
+                if self._failure is not None:  # e.g. a discovered nsqd refused our settings
+                    raise self._failure
                 self._spawn(self._poll_loop())
             elif errors and not self._conns:
                 raise NSQConnectError(

@@ -545,15 +545,29 @@ async def test_heartbeat_below_nsqds_minimum_is_a_clear_error(nsqd: Any) -> None
         await producer.close()
 
 
-async def test_discovered_nsqd_refusing_the_settings_ends_the_iteration(
+async def test_discovered_nsqd_refusing_the_settings_fails_the_start(
     nsqd: Any, nsqlookupd: Any, wait_for: WaitFor
 ) -> None:
-    """Not retried at every lookupd poll: the Reader's iteration ends with the error."""
     topic = topic_name()
     nsqlookupd.register(nsqd)
     async with Producer(nsqd.tcp_address) as producer:
         await producer.publish(topic, b"x")
     await wait_for_lookup(nsqlookupd, topic, wait_for)
+    reader = Reader(
+        topic, "ch", lookupd_http_addresses=[nsqlookupd.http_address], heartbeat_interval=0.5
+    )
+    with pytest.raises(NSQError, match="from 1 s") as info:
+        await asyncio.wait_for(reader.start(), 10)
+    assert info.value.settings_refused
+    assert reader.closed
+
+
+async def test_nsqd_discovered_later_refusing_the_settings_ends_the_iteration(
+    nsqd: Any, nsqlookupd: Any, wait_for: WaitFor
+) -> None:
+    """Not retried at every lookupd poll: the Reader's iteration ends with the error."""
+    topic = topic_name()
+    nsqlookupd.register(nsqd)
     async with Reader(
         topic,
         "ch",
@@ -561,8 +575,10 @@ async def test_discovered_nsqd_refusing_the_settings_ends_the_iteration(
         heartbeat_interval=0.5,
         lookupd_poll_interval=0.2,
     ) as reader:
+        async with Producer(nsqd.tcp_address) as producer:
+            await producer.publish(topic, b"x")  # now nsqlookupd knows an nsqd for it
         with pytest.raises(NSQError, match="from 1 s") as info:
-            await asyncio.wait_for(reader.__anext__(), 10)
+            await asyncio.wait_for(reader.__anext__(), 15)
         assert info.value.settings_refused
         with pytest.raises(NSQError):  # and again: the Reader stays stopped
             await asyncio.wait_for(reader.__anext__(), 10)
