@@ -31,6 +31,14 @@ Behaviour mirrored from nsqd (protocol_v2.go, client_v2.go, channel.go):
 
 Test-only knobs (``min_heartbeat_interval``, ``min_msg_timeout``) let tests
 use intervals shorter than nsqd's one-second minimum; the defaults are nsqd's.
+
+Not copied from nsqd v1.3.0 (checked against it; the client does not depend on
+them): its REQ / DPUB / msg_timeout timers fire up to ~5 s late on a channel its
+queue scan has not picked up yet (the list is refreshed every 5 s, then scanned
+every 100 ms), here they fire on time; a silent client gets two heartbeats before
+nsqd closes it, here one; ``/topic/pause`` and ``/channel/pause`` do not exist
+here; text ``/stats`` has no start_time/uptime/memory lines, and ``/info``'s
+hostname is the listening host rather than the OS hostname.
 """
 
 from __future__ import annotations
