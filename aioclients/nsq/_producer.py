@@ -52,6 +52,8 @@ class Producer:
         tls: ``True`` or an :class:`ssl.SSLContext` to upgrade to TLS after IDENTIFY.
         auth_secret: sent with AUTH when nsqd requires it.
         heartbeat_interval: nsqd's heartbeat interval, seconds (``None``: nsqd's default).
+            nsqd accepts 1 s up to its ``--max-heartbeat-interval`` (60 s by default)
+            and refuses other values with an :class:`NSQError` (``settings_refused``).
         max_message_size: largest body accepted before sending (nsqd's ``--max-msg-size``).
         connect_timeout: seconds for connecting and the handshake.
         timeout: seconds to wait for nsqd's answer to one publish.

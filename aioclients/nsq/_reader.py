@@ -75,6 +75,12 @@ _EARLY_FLUSH_BYTES = 1024
 _TRANSIENT_ERRORS = (ConnectError, ServerError, RemoteProtocolError, OSError, TimeoutError)
 
 
+def _settings_refused(exc: BaseException) -> bool:
+    """nsqd refused our IDENTIFY (e.g. heartbeat_interval below its 1 s minimum): a
+    setting that cannot work with this nsqd, so retrying would only repeat it."""
+    return isinstance(exc, NSQError) and exc.settings_refused
+
+
 class ConnectionStatistics(NamedTuple):
     """One nsqd connection of a Reader."""
 
@@ -156,6 +162,8 @@ class Reader:
         low_rdy_idle_timeout: when RDY is scarcer than connections, seconds without a
             message after which a connection's RDY moves elsewhere.
         heartbeat_interval: nsqd's heartbeat interval, seconds (``None``: nsqd's default).
+            nsqd accepts 1 s up to its ``--max-heartbeat-interval`` (60 s by default)
+            and refuses other values with an :class:`NSQError` (``settings_refused``).
         msg_timeout: nsqd's in-flight timeout for this client, seconds.
         tls: ``True`` or an :class:`ssl.SSLContext` to upgrade to TLS after IDENTIFY.
         snappy: negotiate snappy compression.
@@ -341,7 +349,8 @@ class Reader:
         Raises:
             NSQConnectError: no nsqd given directly could be reached, or no nsqlookupd
                 answered (the reader is closed again).
-            NSQError: nsqd refused the subscription (bad topic, unauthorized ...).
+            NSQError: nsqd refused the subscription (bad topic, unauthorized ...) or
+                the Reader's settings (``settings_refused``).
             NSQClosedError: the reader was closed.
         """
         if self._closed:
@@ -380,6 +389,8 @@ class Reader:
                     raise NSQConnectError(
                         "no nsqlookupd answered: " + ", ".join(map(redact_url, self._lookupds))
                     )
+                if self._failure is not None:  # e.g. a discovered nsqd refused our settings
+                    raise self._failure
                 self._spawn(self._poll_loop())
             elif errors and not self._conns:
                 raise NSQConnectError(
@@ -431,6 +442,8 @@ class Reader:
 
         Raises:
             NSQClosedError: the Reader was never started.
+            NSQError: an nsqd refused the Reader's IDENTIFY settings (``settings_refused``,
+                e.g. ``heartbeat_interval`` below nsqd's 1 s minimum); not retried.
             Exception: the error that stopped a reconnect or discovery loop for good
                 (a bug, not a network or server failure: those are retried); raised
                 again by every later call.
@@ -780,6 +793,9 @@ class Reader:
                 await self._connect(address)
                 return
             except _TRANSIENT_ERRORS as exc:
+                if _settings_refused(exc):
+                    self._fail(exc, f"reconnecting to nsqd {address}")
+                    return
                 log.warning("reconnect to nsqd %s failed: %s", address, redact_text(str(exc)))
             except Exception as exc:
                 self._fail(exc, f"reconnecting to nsqd {address}")
@@ -825,6 +841,9 @@ class Reader:
         try:
             await self._connect(address)
         except _TRANSIENT_ERRORS as exc:
+            if _settings_refused(exc):
+                self._fail(exc, f"connecting to discovered nsqd {address}")
+                return
             log.warning(
                 "could not connect to discovered nsqd %s: %s", address, redact_text(str(exc))
             )
