@@ -25,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from aioclients.spark import _liftbridge, _nsq
 from aioclients.spark._errors import (
+    DataLossError,
     DataSourceOptionError,
     DataSourceUnavailableError,
     PublishFailedError,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "JETSTREAM_SCHEMA",
+    "DataLossError",
     "DataSourceOptionError",
     "DataSourceUnavailableError",
     "JetStreamDataSource",
