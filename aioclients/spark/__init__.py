@@ -60,8 +60,9 @@ def _default_parallelism(spark: SparkSession) -> int:
 def register_data_sources(spark: SparkSession) -> None:
     """Register the ``jetstream``, ``liftbridge`` and ``nsq`` formats with ``spark``.
 
-    ``jetstream`` and ``liftbridge`` read and write; ``nsq`` only writes (reading
-    it fails with ``DataSourceUnavailableError``, saying why: NSQ keeps no log).
+    ``jetstream`` and ``liftbridge`` read and write; ``nsq`` writes and reads as a
+    stream (a batch read fails with ``DataSourceUnavailableError``, saying why: NSQ
+    keeps no log).
 
     The ``jetstream`` source's default ``numPartitions`` becomes the session's
     default parallelism.

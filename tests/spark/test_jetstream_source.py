@@ -199,9 +199,9 @@ def test_stream_without_allow_direct_names_the_fix(spark: Any, streams: Streams)
         _reader(spark, streams.url, name).collect()
 
 
-def test_reading_nsq_fails_saying_why(spark: Any) -> None:
-    # NSQ keeps no log that Spark could plan or replay: only the writer exists.
-    with pytest.raises(Exception, match="'nsq' data source is not available for reading"):
+def test_batch_reading_nsq_fails_saying_why(spark: Any) -> None:
+    # NSQ keeps no log that Spark could plan a batch read from: only readStream exists.
+    with pytest.raises(Exception, match="'nsq' data source is not available for batch reads"):
         spark.read.format("nsq").load().collect()
 
 
