@@ -8,6 +8,8 @@ look at the emulator through ``run_coroutine_threadsafe``.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -188,6 +190,90 @@ async def test_query_failed_mid_run_and_restarted_loses_no_message(
     assert len(channel_of(nsqd, topic).queue) == 0
 
 
+def streaming_source_runners() -> list[int]:
+    """PIDs of this test process's Python streaming source runners (Spark's driver-side
+    process holding the source), found among our own descendants only."""
+    parents: dict[int, int] = {}
+    commands: dict[int, bytes] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                commands[int(entry)] = f.read()
+        except OSError:
+            continue
+        parents[int(entry)] = int(stat.rsplit(b")", 1)[1].split()[1])
+    mine = {os.getpid()}
+    changed = True
+    while changed:
+        changed = False
+        for pid, parent in parents.items():
+            if parent in mine and pid not in mine:
+                mine.add(pid)
+                changed = True
+    return [p for p in mine if b"python_streaming_source_runner" in commands.get(p, b"")]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds Spark's runner through /proc")
+async def test_query_killed_mid_run_and_restarted_loses_no_message(
+    spark: Any, nsqd_factory: Any, unique_name: str, tmp_path: Path
+) -> None:
+    # The process holding the messages dies without a word (no REQ, no CLS): nsqd
+    # re-delivers them once msg_timeout (2 s) has passed.
+    nsqd: NsqdEmulator = await nsqd_factory(min_msg_timeout=0.5)
+    topic = unique_name[-60:]
+    nsqd.create_topic(topic, "spark")
+    bodies = {f"m-{i}".encode() for i in range(150)}
+    nsqd.publish(topic, *sorted(bodies))
+    checkpoint = tmp_path / "checkpoint"
+    options = {"maxMessagesPerTrigger": 50, "msgTimeout": 2}
+
+    killed: list[int] = []
+
+    class Killer(Recorder):
+        def __call__(self, df: Any, batch_id: int) -> None:
+            if self.batches and not killed:
+                killed.extend(streaming_source_runners())
+                for pid in killed:
+                    os.kill(pid, signal.SIGKILL)
+                raise RuntimeError("the driver's source process was killed")
+            super().__call__(df, batch_id)
+
+    killer = Killer(nsqd, topic, "spark")
+    query = await in_thread(
+        spark, lambda: start_query(spark, nsqd, topic, killer, checkpoint, **options)
+    )
+    try:
+        with pytest.raises(Exception, match="killed"):
+            await in_thread(spark, lambda: query.awaitTermination(WAIT))
+    finally:
+        await in_thread(spark, query.stop)
+    assert killed, "found the streaming source runner"
+    committed_first = {bytes(r.body) for r in killer.rows}
+    assert len(committed_first) == 50
+
+    again = Recorder(nsqd, topic, "spark")
+    query = await in_thread(
+        spark, lambda: start_query(spark, nsqd, topic, again, checkpoint, **options)
+    )
+    try:
+        await wait_for(
+            lambda: committed_first | {bytes(r.body) for r in again.rows} >= bodies,
+            "every message after the restart",
+        )
+        await wait_for(lambda: not channel_of(nsqd, topic).in_flight, "every message finished")
+    finally:
+        await in_thread(spark, query.stop)
+    channel = channel_of(nsqd, topic)
+    assert channel.timeout_count >= 50, "the killed runner's messages came back by timeout"
+    assert channel.requeue_count == 0
+    assert again.not_in_flight == []
+
+
 async def test_touches_keep_a_slow_batch_in_flight(
     spark: Any, nsqd_factory: Any, unique_name: str, tmp_path: Path
 ) -> None:
@@ -198,9 +284,13 @@ async def test_touches_keep_a_slow_batch_in_flight(
     msg_timeout = 1.5
 
     class SlowSink(Recorder):
+        held_rows = 0
+
         def __call__(self, df: Any, batch_id: int) -> None:
             rows = df.collect()
-            if rows and not self.batches:
+            if not rows:
+                return
+            if not self.batches:
                 # Hold the first batch for twice msg_timeout: without TOUCH, nsqd
                 # would time its messages out and deliver them again.
                 until = time.monotonic() + 2 * msg_timeout
@@ -208,6 +298,7 @@ async def test_touches_keep_a_slow_batch_in_flight(
                     time.sleep(0.05)
                 held = self.in_flight()
                 self.not_in_flight.extend(r.id for r in rows if r.id not in held)
+                self.held_rows = len(rows)
             self.batches.append(rows)
 
     sink = SlowSink(nsqd, topic, "spark")
@@ -219,6 +310,7 @@ async def test_touches_keep_a_slow_batch_in_flight(
         await wait_for(lambda: len(sink.rows) >= 20, "20 rows")
     finally:
         await in_thread(spark, query.stop)
+    assert sink.held_rows > 0, "the first batch was held past msg_timeout"
     assert sink.not_in_flight == []
     assert channel_of(nsqd, topic).timeout_count == 0
     assert len(sink.rows) == 20, "no message delivered twice"
