@@ -107,6 +107,12 @@ def test_every_public_error_derives_from_the_root(name: str) -> None:
         assert issubclass(err, aioclients.AioClientsError), err
 
 
+def test_key_deleted_is_a_key_not_found() -> None:
+    import aioclients.jetstream as js
+
+    assert issubclass(js.KeyDeletedError, js.KeyNotFoundError)
+
+
 def test_timeouts_are_builtin_timeouts_and_closed_errors_are_named_so() -> None:
     import aioclients.jetstream as js
 
@@ -136,6 +142,16 @@ API_JETSTREAM_NAMES = [
     "NoHeartbeatError",
     "MessageAlreadyAckedError",
     "TooManySubjectsError",
+    # Key-Value and ordered consumers
+    "KeyValue",
+    "KeyValueEntry",
+    "BucketNotFoundError",
+    "KeyNotFoundError",
+    "KeyDeletedError",
+    "KeyExistsError",
+    "KeyWrongRevisionError",
+    "OrderedConsumer",
+    "ConsumerReset",
 ]
 
 

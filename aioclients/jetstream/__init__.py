@@ -16,6 +16,7 @@ from aioclients.jetstream._consumer import Consumer
 from aioclients.jetstream._context import JetStream, connect
 from aioclients.jetstream._errors import (
     APITimeoutError,
+    BucketNotFoundError,
     ConsumerDeletedError,
     ConsumerExistsError,
     ConsumerNotFoundError,
@@ -24,6 +25,10 @@ from aioclients.jetstream._errors import (
     JetStreamConnectError,
     JetStreamError,
     JetStreamNotEnabledError,
+    KeyDeletedError,
+    KeyExistsError,
+    KeyNotFoundError,
+    KeyWrongRevisionError,
     MaxPayloadError,
     MessageAlreadyAckedError,
     MessageNotFoundError,
@@ -38,6 +43,7 @@ from aioclients.jetstream._errors import (
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
+from aioclients.jetstream._kv import KeyLister, KeyValue, KeyValueStatus, KeyWatcher
 from aioclients.jetstream._message import Msg
 from aioclients.jetstream._models import (
     AccountInfo,
@@ -49,7 +55,15 @@ from aioclients.jetstream._models import (
     StreamInfo,
     StreamState,
 )
+from aioclients.jetstream._ordered import (
+    OrderedConsumeEvent,
+    OrderedConsumer,
+    OrderedFetch,
+    OrderedMessageStream,
+)
+from aioclients.jetstream._protocol._kv import KeyValueEntry
 from aioclients.jetstream._protocol._metadata import MsgMetadata, SequencePair
+from aioclients.jetstream._protocol._ordered import ConsumerReset
 from aioclients.jetstream._protocol._pull import (
     Disconnected,
     HeartbeatMissed,
@@ -63,6 +77,7 @@ from aioclients.jetstream._stream import DirectGetBatch, Stream
 __all__ = (
     "APITimeoutError",
     "AccountInfo",
+    "BucketNotFoundError",
     "ConsumeEvent",
     "ConsumeStatistics",
     "Consumer",
@@ -70,6 +85,7 @@ __all__ = (
     "ConsumerExistsError",
     "ConsumerInfo",
     "ConsumerNotFoundError",
+    "ConsumerReset",
     "DirectGetBatch",
     "DirectGetUnavailableError",
     "Disconnected",
@@ -81,6 +97,15 @@ __all__ = (
     "JetStreamError",
     "JetStreamNotEnabledError",
     "JsonObject",
+    "KeyDeletedError",
+    "KeyExistsError",
+    "KeyLister",
+    "KeyNotFoundError",
+    "KeyValue",
+    "KeyValueEntry",
+    "KeyValueStatus",
+    "KeyWatcher",
+    "KeyWrongRevisionError",
     "MaxPayloadError",
     "MessageAlreadyAckedError",
     "MessageNotFoundError",
@@ -90,6 +115,10 @@ __all__ = (
     "NoHeartbeatError",
     "NoMessagesError",
     "NoStreamResponseError",
+    "OrderedConsumeEvent",
+    "OrderedConsumer",
+    "OrderedFetch",
+    "OrderedMessageStream",
     "Pinned",
     "PubAck",
     "Reconnected",

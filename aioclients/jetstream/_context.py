@@ -8,7 +8,8 @@ import json
 import logging
 import math
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,6 +18,7 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
 
+from aioclients._core import redact_text, redact_url
 from aioclients._core._checks import check_int
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._errors import (
@@ -37,10 +39,17 @@ from aioclients.jetstream._protocol._names import (
     validate_stream_name,
 )
 from aioclients.jetstream._publisher import AckMux, ReplyMux, json_answer
-from aioclients.jetstream._transport import NatsClient, NatsTransport, ReplyInbox
+from aioclients.jetstream._transport import (
+    NatsClient,
+    NatsTransport,
+    ReplyInbox,
+    close_connection,
+)
 
 if TYPE_CHECKING:
     from aioclients.jetstream._consumer import Consumer
+    from aioclients.jetstream._kv import KeyValue
+    from aioclients.jetstream._ordered import OrderedConsumeEvent, OrderedConsumer
     from aioclients.jetstream._stream import Stream
 
 __all__ = ("DEFAULT_MAX_PENDING", "ConnectionListener", "JetStream", "connect")
@@ -58,6 +67,15 @@ log = logging.getLogger("aioclients.jetstream")
 
 #: Default bound on outstanding ``publish_async`` acks.
 DEFAULT_MAX_PENDING = 4000
+
+#: Longest wait for a connection's queued bytes to be written when closing.
+_CLOSE_BOUND = 10.0
+
+#: Keepalive PINGs (seconds apart), and how many may go unanswered before the
+#: connection counts as stale and is replaced. nats-py's defaults (120 s, 2) take
+#: up to six minutes to notice a server that froze.
+_PING_INTERVAL = 30
+_MAX_OUTSTANDING_PINGS = 2
 
 
 class JetStream:
@@ -171,7 +189,9 @@ class JetStream:
         """Close the context: outstanding acks fail with ``JetStreamClosedError``.
 
         If the context opened the connection (``connect()``), the connection is
-        closed too. Idempotent.
+        closed too: what is still queued gets up to ``timeout`` seconds (at most
+        10) to be written, after which the socket is aborted, so that closing
+        never hangs on a server that does not read. Idempotent.
         """
         if self._closed:
             return
@@ -183,7 +203,8 @@ class JetStream:
         await self._requests.close()
         await self._acks.close()
         if self._owns_connection and not self._nc.is_closed:
-            await self._nc.close()
+            # Bounded: a server that stops reading would hold nats-py's close forever.
+            await close_connection(self._nc, min(self.timeout, _CLOSE_BOUND))
 
     async def __aenter__(self) -> JetStream:
         return self
@@ -400,6 +421,98 @@ class JetStream:
         async for item in self._paged(f"CONSUMER.NAMES.{stream}", "consumers"):
             yield item
 
+    async def ordered_consumer(
+        self,
+        stream: str,
+        *,
+        filter_subjects: list[str] | None = None,
+        deliver_policy: str = "all",
+        opt_start_seq: int | None = None,
+        opt_start_time: datetime | None = None,
+        headers_only: bool = False,
+        on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+    ) -> OrderedConsumer:
+        """An ordered consumer (ADR-17): in-order, gapless delivery without acks.
+
+        The server-side consumer is ephemeral (``ack_policy none``, ``max_deliver
+        1``, memory storage); on a gap, a missed heartbeat, a reconnect or its
+        deletion it is replaced by a fresh one starting after the last message
+        delivered, and ``on_event`` receives ``ConsumerReset(next_seq)``.
+
+        Raises:
+            StreamNotFoundError: no such stream.
+            InvalidArgumentError: a bad start or filter.
+        """
+        from aioclients.jetstream._ordered import OrderedConsumer
+        from aioclients.jetstream._protocol._ordered import ordered_consumer_config
+
+        validate_stream_name(stream)
+        config = ordered_consumer_config(
+            filter_subjects=filter_subjects,
+            deliver_policy=deliver_policy,
+            opt_start_seq=opt_start_seq,
+            opt_start_time=opt_start_time,
+            headers_only=headers_only,
+        )
+        for s in config.get("filter_subjects") or [config.get("filter_subject") or ">"]:
+            validate_filter_subject(s)
+        oc = OrderedConsumer(self, stream, config, on_event=on_event)
+        await oc._ensure()
+        return oc
+
+    # -- Key-Value (ADR-8) -----------------------------------------------------------------
+
+    async def create_key_value(
+        self,
+        bucket: str,
+        *,
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        storage: str = "file",
+        replicas: int = 1,
+        description: str | None = None,
+    ) -> KeyValue:
+        """Create a Key-Value bucket (the stream ``KV_<bucket>``), or return it when
+        it exists with the same settings.
+
+        Args:
+            history: revisions kept per key (1 to 64).
+            ttl: seconds a value lives (``None``: for ever).
+            max_value_size / max_bytes: limits of one value / the whole bucket.
+            storage: ``"file"`` or ``"memory"``; replicas: 1 to 5.
+
+        Raises:
+            InvalidArgumentError: a bad name or setting (before any request).
+            StreamNameInUseError: the bucket exists with other settings.
+        """
+        from aioclients.jetstream._kv import create_key_value
+
+        return await create_key_value(
+            self,
+            bucket,
+            history=history,
+            ttl=ttl,
+            max_value_size=max_value_size,
+            max_bytes=max_bytes,
+            storage=storage,
+            replicas=replicas,
+            description=description,
+        )
+
+    async def key_value(self, bucket: str) -> KeyValue:
+        """Open an existing bucket (raises ``BucketNotFoundError``)."""
+        from aioclients.jetstream._kv import key_value
+
+        return await key_value(self, bucket)
+
+    async def delete_key_value(self, bucket: str) -> None:
+        """Delete a bucket and everything in it (raises ``BucketNotFoundError``)."""
+        from aioclients.jetstream._kv import delete_key_value
+
+        await delete_key_value(self, bucket)
+
     async def unpin_consumer(self, stream: str, consumer: str, group: str) -> None:
         """ADR-42: release the pinned client of ``group`` so another can take over."""
         from aioclients.jetstream._protocol._names import validate_group_name
@@ -543,10 +656,14 @@ async def connect(
         urls = list(servers)
     else:
         raise InvalidArgumentError(
-            f"servers must be a URL or a non-empty list of URLs, got {servers!r}"
+            f"servers must be a URL or a non-empty list of URLs, got {redact_text(repr(servers))}"
         )
     options: dict[str, Any] = {
         "connect_timeout": timeout,
+        # A write waiting on a server that does not read gives up after this long.
+        "flush_timeout": timeout,
+        "ping_interval": _PING_INTERVAL,
+        "max_outstanding_pings": _MAX_OUTSTANDING_PINGS,
         "error_cb": _log_error,
         "disconnected_cb": _log_disconnected,
         "reconnected_cb": _log_reconnected,
@@ -561,13 +678,12 @@ async def connect(
     except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
         last = getattr(nc, "_err", None) or exc
         reason = str(last) or f"{type(last).__name__} (no answer within {deadline:.0f}s)"
-        try:
-            await nc.close()
-        except Exception as close_exc:  # nats-py may not have got far enough to close
-            log.debug("closing the failed connection: %s", close_exc)
+        # Bounded: a server that accepted but does not read could hold a plain close.
+        await close_connection(nc, 1.0)
+        where = ", ".join(redact_url(u) for u in urls)
         raise JetStreamConnectError(
-            f"cannot connect to NATS at {', '.join(urls)}: {reason}"
-        ) from exc
+            f"cannot connect to NATS at {where}: {redact_text(reason)}"
+        ) from None
     js = JetStream(
         nc, domain=domain, api_prefix=api_prefix, timeout=timeout, max_pending=max_pending
     )
@@ -606,7 +722,8 @@ def _check_timeout(timeout: object, *, allow_infinite: bool = True) -> float:
 
 
 async def _log_error(exc: Exception) -> None:
-    log.warning("NATS connection error: %s", exc)
+    # nats-py's errors may quote a server URL, with the credentials in it.
+    log.warning("NATS connection error: %s", redact_text(str(exc) or type(exc).__name__))
 
 
 async def _log_disconnected() -> None:

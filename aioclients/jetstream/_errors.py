@@ -17,6 +17,7 @@ from aioclients._errors import (
 
 __all__ = (
     "APITimeoutError",
+    "BucketNotFoundError",
     "ConsumerDeletedError",
     "ConsumerExistsError",
     "ConsumerNotFoundError",
@@ -25,6 +26,10 @@ __all__ = (
     "JetStreamConnectError",
     "JetStreamError",
     "JetStreamNotEnabledError",
+    "KeyDeletedError",
+    "KeyExistsError",
+    "KeyNotFoundError",
+    "KeyWrongRevisionError",
     "MaxPayloadError",
     "MessageAlreadyAckedError",
     "MessageNotFoundError",
@@ -176,3 +181,34 @@ def api_error(code: int | None, err_code: int | None, description: str) -> JetSt
     if cls is None:
         cls = JetStreamNotEnabledError if code == 503 else JetStreamError
     return cls(description, code=code, err_code=err_code)
+
+
+# -- Key-Value (ADR-8) ------------------------------------------------------------------------
+
+
+class BucketNotFoundError(StreamNotFoundError):
+    """No Key-Value bucket of that name (its stream ``KV_<bucket>`` does not exist)."""
+
+
+class KeyNotFoundError(MessageNotFoundError):
+    """The key has no value in the bucket (never set, or expired)."""
+
+
+class KeyDeletedError(KeyNotFoundError):
+    """The key's last operation is a delete or purge marker.
+
+    Attributes:
+        entry: the marker (its ``revision`` is what ``update`` would expect).
+    """
+
+    def __init__(self, description: str, *, entry: object = None, code: int | None = None) -> None:
+        super().__init__(description, code=code)
+        self.entry = entry
+
+
+class KeyExistsError(WrongLastSequenceError):
+    """``create`` found the key holding a value."""
+
+
+class KeyWrongRevisionError(WrongLastSequenceError):
+    """``update`` / ``delete`` / ``purge`` with ``last``: the key's revision is another."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ from aioclients.jetstream._transport import ReplyInbox
 if TYPE_CHECKING:
     from aioclients.jetstream._consumer import Consumer
     from aioclients.jetstream._context import JetStream
+    from aioclients.jetstream._ordered import OrderedConsumeEvent, OrderedConsumer
 
 __all__ = ("DirectGetBatch", "Stream")
 
@@ -271,6 +273,27 @@ class Stream:
     async def unpin_consumer(self, consumer: str, group: str) -> None:
         await self._js.unpin_consumer(self.name, consumer, group)
 
+    async def ordered_consumer(
+        self,
+        *,
+        filter_subjects: list[str] | None = None,
+        deliver_policy: str = "all",
+        opt_start_seq: int | None = None,
+        opt_start_time: datetime | None = None,
+        headers_only: bool = False,
+        on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+    ) -> OrderedConsumer:
+        """An ordered consumer (ADR-17) on this stream; see ``JetStream.ordered_consumer``."""
+        return await self._js.ordered_consumer(
+            self.name,
+            filter_subjects=filter_subjects,
+            deliver_policy=deliver_policy,
+            opt_start_seq=opt_start_seq,
+            opt_start_time=opt_start_time,
+            headers_only=headers_only,
+            on_event=on_event,
+        )
+
 
 def _stored(reply: DirectReply, msg: NatsMsg) -> StoredMessage:
     assert reply.subject is not None
@@ -364,7 +387,9 @@ class DirectGetBatch:
         js = self._stream._js
         js._check_open()
         subject = f"{js.api_prefix}.DIRECT.GET.{self._stream.name}"
-        await js._transport.send(js._transport.frame(subject, payload, inbox.subject, None))
+        frame = js._transport.frame(subject, payload, inbox.subject, None)
+        deadline = asyncio.get_running_loop().time() + js.timeout
+        await js._transport.send(frame, deadline, f"the Direct Get on {self._stream.name!r}")
 
     def _next_page(self) -> bytes | None:
         """For multi_last: the request for the next page at the same point in time."""

@@ -34,7 +34,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from aioclients._core import check_int
+from aioclients._core import check_int, redact_text, redact_url
 from aioclients._errors import InvalidArgumentError
 from aioclients.liftbridge._consumer import GroupConsumer
 from aioclients.liftbridge._errors import (
@@ -373,8 +373,18 @@ class Client:
         what: str,
         timeout: float | None = None,
         not_found: type[LiftbridgeServerError] = NoSuchStreamError,
+        stores: bool = False,
     ) -> Any:
-        """Call ``method`` on any broker, moving to the next on UNAVAILABLE (bounded)."""
+        """Call ``method`` on any broker, moving to the next on UNAVAILABLE (bounded).
+
+        The client guide's resilient RPC "retries on gRPC Unavailable errors
+        while trying different servers", and warns: "It's important to be mindful
+        of which errors are retried for idempotency reasons." A call that
+        ``stores`` something (a publish) is repeated on UNAVAILABLE only: after
+        CANCELLED or a reset stream the broker may have stored it already, and a
+        second send would store a duplicate. Other calls are also repeated after
+        those (reading metadata twice is harmless).
+        """
         self._check_open()
         last: grpc.aio.AioRpcError | None = None
         order: list[str] = []
@@ -395,21 +405,34 @@ class Client:
                     request, timeout=timeout if timeout is not None else self._rpc_timeout
                 )
             except grpc.aio.AioRpcError as exc:
+                code = exc.code()
                 # CANCELLED here means another call closed this broker's channel
                 # (it found the broker gone): as good as UNAVAILABLE.
-                lost = is_connection_failure(exc) or exc.code() is grpc.StatusCode.CANCELLED
+                lost = is_connection_failure(exc) or code is grpc.StatusCode.CANCELLED
+                if lost and stores and code is not grpc.StatusCode.UNAVAILABLE:
+                    if not self._closed:
+                        self._broker_unavailable(address)
+                        raise LiftbridgeConnectError(
+                            f"{what}: the call to {redact_url(address)} broke while the "
+                            f"request was in flight ({code.name}: "
+                            f"{redact_text(exc.details() or 'no details')}); the "
+                            "message may or may not have been stored, so it is not sent "
+                            "again (that could store it twice); publish it again if a "
+                            "duplicate is acceptable"
+                        ) from None
                 if lost and not self._closed:
-                    log.info("%s: broker %s unavailable, trying another", what, address)
+                    log.info("%s: broker %s unavailable, trying another", what, redact_url(address))
                     self._broker_unavailable(address)
                     last = exc
                     continue
                 raise map_rpc_error(
                     exc, what=what, closed=self._closed, not_found=not_found
                 ) from None
-        detail = f" (last error: {last.details()})" if last is not None else ""
+        detail = f" (last error: {redact_text(last.details() or '')})" if last is not None else ""
+        shown = [redact_url(a) for a in self._metadata.addresses()]
         raise LiftbridgeConnectError(
             f"{what}: no broker reachable after {self._max_rpc_attempts} attempts over "
-            f"{list(self._metadata.addresses())}{detail}; "
+            f"{shown}{detail}; "
             "check the addresses and that the cluster is up"
         )
 
@@ -783,7 +806,9 @@ class Client:
             ReadonlyPartitionError: the partition is readonly.
             IncorrectOffsetError: ``expected_offset`` did not match.
             LiftbridgeTimeoutError: no ack in time (a ``TimeoutError``).
-            LiftbridgeConnectError: no broker reachable.
+            LiftbridgeConnectError: no broker reachable (retried on UNAVAILABLE only), or
+                the call broke with the request in flight: the message may or may not be
+                stored and is not sent again.
         """
         wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
         req, target = await self._publish_request(
@@ -803,6 +828,7 @@ class Client:
             what=f"publish to {stream}/{target}",
             timeout=wait,
             not_found=NoSuchStreamError,
+            stores=True,
         )
         if resp.HasField("asyncError"):
             raise async_error(resp.asyncError, f"publish to {stream}/{target}")
@@ -849,7 +875,8 @@ class Client:
 
         Raises:
             LiftbridgeClosedError: the client is closed.
-            InvalidArgumentError: a bad argument.
+            InvalidArgumentError: a bad argument, or a ``correlation_id`` that is
+                already awaiting its ack (also when found after waiting for the window).
         """
         wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
         req, target = await self._publish_request(
@@ -900,7 +927,11 @@ class Client:
             ackPolicy=int(_ack_policy(ack_policy)),  # type: ignore[arg-type]
         )
         resp = await self._rpc(
-            "PublishToSubject", req, what=f"publish_to_subject {subject!r}", timeout=wait
+            "PublishToSubject",
+            req,
+            what=f"publish_to_subject {subject!r}",
+            timeout=wait,
+            stores=True,
         )
         if not resp.HasField("ack"):
             return None
@@ -1202,7 +1233,17 @@ async def connect(
     seeds = []
     for address in addresses:
         if not isinstance(address, str) or ":" not in address or address.rsplit(":", 1)[1] == "":
-            raise InvalidArgumentError(f"each address must be 'host:port', got {address!r}")
+            raise InvalidArgumentError(
+                f"each address must be 'host:port', got {redact_url(address)!r}"
+            )
+        if "@" in address:
+            # gRPC has no use for URL user info; a secret here would only be
+            # printed in errors and logs.
+            raise InvalidArgumentError(
+                f"a Liftbridge address is 'host:port' without user info or token, got "
+                f"{redact_url(address)!r}; authenticate with TLS client certificates "
+                "(tls_client_cert / tls_client_key)"
+            )
         seeds.append(address.strip())
     unknown = set(options) - _CONNECT_OPTIONS
     if unknown:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
+from aioclients._core import redact_url
 from aioclients._errors import InvalidArgumentError
 from aioclients.liftbridge._errors import (
     IncorrectOffsetError,
@@ -69,6 +70,13 @@ def async_error(error: Any, what: str) -> LiftbridgeError:
     if code == "INCORRECT_OFFSET":
         return IncorrectOffsetError(message, code=code)
     return LiftbridgeServerError(message, code=code)
+
+
+def _duplicate(cid: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"publish_async: correlation_id {cid!r} is already awaiting its ack; "
+        "give each pending message a unique correlation_id (or leave it unset)"
+    )
 
 
 @dataclass(slots=True)
@@ -124,10 +132,16 @@ class AsyncPublisher:
             )
             return call, address
 
-    async def _write(self, request: pb.PublishRequest) -> None:
+    async def _write(self, request: pb.PublishRequest, timeout: float) -> None:
         """Write on the stream; a dead stream (broker gone) is replaced, a bounded number
-        of times. Only unwritten requests are retried, so nothing is sent twice."""
+        of times. Only unwritten requests are retried, so nothing is sent twice.
+
+        On the client's own HTTP/2 stream, waiting for room (a broker that stopped
+        reading backs the socket up) ends after ``timeout`` with nothing sent. A
+        ``grpc.aio`` write cannot be bounded so: cancelling it cancels the stream.
+        """
         client = self._client
+        deadline = asyncio.get_running_loop().time() + timeout
         for attempt in range(client._max_rpc_attempts):
             if attempt:
                 await asyncio.sleep(client._jitter())
@@ -139,8 +153,11 @@ class AsyncPublisher:
                 if write_nowait is not None and not self._write_lock.locked():
                     if write_nowait(request):
                         return
-                async with self._write_lock:
-                    await call.write(request)
+                if write_nowait is None:
+                    async with self._write_lock:
+                        await call.write(request)
+                else:
+                    await self._write_within(call, request, deadline, timeout)
                 return
             except grpc.aio.AioRpcError as exc:
                 if not is_connection_failure(exc) or client._closed:
@@ -149,7 +166,7 @@ class AsyncPublisher:
                 # The stream finished under us: the broker is gone, or we are closing.
                 if self._closed or client._closed:
                     raise LiftbridgeClosedError("publish_async: the client is closed") from None
-            log.info("publish_async: the stream to %s broke; opening another", address)
+            log.info("publish_async: the stream to %s broke; opening another", redact_url(address))
             if self._call is call:
                 self._call = None
             client._broker_unavailable(address)
@@ -157,6 +174,23 @@ class AsyncPublisher:
             f"publish_async: no broker took the PublishAsync stream after "
             f"{client._max_rpc_attempts} attempts; is the cluster up?"
         )
+
+    async def _locked_write(self, call: Any, request: pb.PublishRequest) -> None:
+        async with self._write_lock:
+            await call.write(request)
+
+    async def _write_within(
+        self, call: Any, request: pb.PublishRequest, deadline: float, timeout: float
+    ) -> None:
+        remaining = deadline - asyncio.get_running_loop().time()
+        try:
+            # Cancelled while it waits for room, our HTTP/2 write has queued nothing.
+            await asyncio.wait_for(self._locked_write(call, request), max(remaining, 0.0))
+        except asyncio.TimeoutError:
+            raise LiftbridgeTimeoutError(
+                f"publish_async: the broker took no request for {timeout}s (it stopped "
+                "reading: its connection is backed up); the message was not sent"
+            ) from None
 
     async def send(
         self, request: pb.PublishRequest, *, partition: int, timeout: float
@@ -168,10 +202,13 @@ class AsyncPublisher:
         expects_ack = request.ackPolicy != pb.NONE
         cid = request.correlationId
         if expects_ack and cid in self._pending:
-            raise InvalidArgumentError(
-                f"correlation_id {cid!r} is already awaiting its ack; use unique ids"
-            )
+            raise _duplicate(cid)
         await self._window.acquire()
+        if expects_ack and cid in self._pending:
+            # Another send of this id got the window first: replacing its entry
+            # would strand its future and leak its permit.
+            self._window.release()
+            raise _duplicate(cid)
         holding = True  # this call owns the window permit until a pending entry does
         try:
             if expects_ack:
@@ -183,7 +220,7 @@ class AsyncPublisher:
                 holding = False
             self._unsent.add(cid)
             try:
-                await self._write(request)
+                await self._write(request, timeout)
             finally:
                 self._unsent.discard(cid)
             if not expects_ack:

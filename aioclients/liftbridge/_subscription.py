@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
+from aioclients._core import redact_text, redact_url
 from aioclients._errors import InvalidArgumentError
 from aioclients.liftbridge._errors import (
     LiftbridgeClosedError,
@@ -358,7 +359,7 @@ class Subscription:
             client._release_subscribe_channel(address, channel)
             code = exc.code()
             if is_connection_failure(exc) or code is grpc.StatusCode.FAILED_PRECONDITION:
-                raise _Retry(f"{code.name}: {exc.details()}") from None
+                raise _Retry(f"{code.name}: {redact_text(exc.details() or '')}") from None
             if code is grpc.StatusCode.INTERNAL and "commit log closed" in (exc.details() or ""):
                 raise PartitionPausedError(
                     f"subscribe to {self.stream}/{self.partition}: the partition is paused; "
@@ -392,7 +393,7 @@ class Subscription:
         self._call = call
         self._address = address
         self._channel = channel
-        log.debug("subscribed to %s/%s on %s", self.stream, self.partition, address)
+        log.debug("subscribed to %s/%s on %s", self.stream, self.partition, redact_url(address))
 
     # -- reading -----------------------------------------------------------------
 

@@ -22,6 +22,11 @@ class Message:
         timestamp: when nsqd received it, nanoseconds since the epoch.
         attempts: delivery attempts so far (1 on the first delivery).
         nsqd_address: ``"host:port"`` of the nsqd that delivered it.
+        give_up_reason: ``None``, or for a message handed to ``on_give_up``, why
+            (too many attempts, or a body above ``max_message_size``).
+        body_size: the body's size as nsqd sent it; for a message above
+            ``max_message_size`` this is the real size while ``body`` is empty
+            (the body was read past, never held).
 
     Answer each message once, with :meth:`finish` or :meth:`requeue`, within nsqd's
     msg_timeout (:meth:`touch` buys more time). A message left unanswered is
@@ -29,7 +34,9 @@ class Message:
     """
 
     __slots__ = (
+        "_body_size",  # set only for an oversized message (body dropped)
         "_conn",
+        "_give_up_reason",  # set only when handed to on_give_up
         "_reader",
         "_responded",
         "attempts",
@@ -38,6 +45,10 @@ class Message:
         "nsqd_address",
         "timestamp",
     )
+    # Left unset on normal deliveries (no cost per message); read through the
+    # properties below.
+    _body_size: int
+    _give_up_reason: str
 
     def __init__(
         self,
@@ -56,6 +67,17 @@ class Message:
         self._conn = conn
         self._reader = reader
         self._responded = False
+
+    @property
+    def give_up_reason(self) -> str | None:
+        """Why the Reader gave up on this message (``None`` for a normal delivery)."""
+        return getattr(self, "_give_up_reason", None)
+
+    @property
+    def body_size(self) -> int:
+        """The size of the body nsqd sent (larger than ``len(body)`` when it was dropped)."""
+        size: int | None = getattr(self, "_body_size", None)
+        return len(self.body) if size is None else size
 
     @property
     def has_responded(self) -> bool:

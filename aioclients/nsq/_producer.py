@@ -16,7 +16,6 @@ import asyncio
 import collections
 import contextlib
 import io
-import math
 import socket
 import ssl
 from collections.abc import Iterable
@@ -25,24 +24,24 @@ from typing import Any
 
 import aiohttp
 
-from aioclients._core import check_int
+from aioclients._core import check_float, check_int, redact_text, redact_url
 from aioclients._errors import InvalidArgumentError, OperationTimeoutError
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
 from aioclients.nsq._protocol import _frames as F
-from aioclients.nsq._protocol._connection import ConnectionCore, MessageReceived
+from aioclients.nsq._protocol._connection import (
+    ConnectionCore,
+    MessageReceived,
+    OversizedMessage,
+)
 from aioclients.nsq._protocol._lookup import lookupd_url, parse_address
-from aioclients.nsq._reader import USER_AGENT
+from aioclients.nsq._reader import USER_AGENT, check_auth_secret, check_identity, heartbeat_ms
 
 __all__ = ("HTTPProducer", "Producer")
 
 
 def _delay_ms(delay: object) -> int:
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or math.isnan(delay):
-        raise InvalidArgumentError(f"delay must be a number of seconds, got {delay!r}")
-    if delay < 0:
-        raise InvalidArgumentError(f"delay must be >= 0 seconds, got {delay!r}")
-    return round(delay * 1000)
+    return round(check_float("delay", delay, inclusive=True) * 1000)
 
 
 class Producer:
@@ -89,11 +88,21 @@ class Producer:
             raise InvalidArgumentError("tls must be None, True or an ssl.SSLContext")
         if snappy and deflate:
             raise InvalidArgumentError("choose snappy or deflate, not both")
-        self._auth_secret = auth_secret
+        self._auth_secret = check_auth_secret(auth_secret)
         self._max_message_size = check_int("max_message_size", max_message_size, minimum=1)
-        self._connect_timeout = float(connect_timeout)
-        self._timeout = float(timeout)
-        self._heartbeat_interval = heartbeat_interval
+        self._connect_timeout = check_float("connect_timeout", connect_timeout)
+        self._timeout = check_float("timeout", timeout)
+        self._heartbeat_interval = (
+            None
+            if heartbeat_interval is None
+            else check_float("heartbeat_interval", heartbeat_interval)
+        )
+        hb_ms = heartbeat_ms(self._heartbeat_interval)
+        if check_int("deflate_level", deflate_level, minimum=1) > 9:
+            raise InvalidArgumentError(f"deflate_level must be 1 to 9, got {deflate_level}")
+        check_identity("user_agent", user_agent)
+        check_identity("client_id", client_id)
+        check_identity("hostname", hostname)
         identify: dict[str, Any] = {
             "client_id": client_id or socket.gethostname().split(".")[0],
             "hostname": hostname or socket.gethostname(),
@@ -101,10 +110,10 @@ class Producer:
             "tls_v1": self._tls_context is not None,
             "snappy": bool(snappy),
             "deflate": bool(deflate),
-            "deflate_level": check_int("deflate_level", deflate_level, minimum=1),
+            "deflate_level": deflate_level,
         }
-        if heartbeat_interval is not None:
-            identify["heartbeat_interval"] = int(heartbeat_interval * 1000)
+        if hb_ms is not None:
+            identify["heartbeat_interval"] = hb_ms
         self._identify = identify
         self._conn: NsqdConnection | None = None
         self._pending: collections.deque[asyncio.Future[None]] = collections.deque()
@@ -243,6 +252,11 @@ class Producer:
     def on_message(self, conn: NsqdConnection, event: MessageReceived, now: float) -> None:
         conn.abort()  # a publishing connection never subscribed
 
+    def on_oversized_message(
+        self, conn: NsqdConnection, event: OversizedMessage, now: float
+    ) -> None:
+        conn.abort()
+
     def on_response(self, conn: NsqdConnection, data: bytes) -> None:
         if self._pending:
             fut = self._pending.popleft()
@@ -282,7 +296,7 @@ class HTTPProducer:
         max_message_size: int = 1024 * 1024,
     ) -> None:
         self.url = lookupd_url(nsqd_http_address)
-        self._timeout = float(timeout)
+        self._timeout = check_float("timeout", timeout)
         self._max_message_size = check_int("max_message_size", max_message_size, minimum=1)
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
@@ -314,10 +328,13 @@ class HTTPProducer:
                 status = response.status
         except asyncio.TimeoutError:
             raise OperationTimeoutError(
-                f"nsqd {url} did not answer within {self._timeout}s"
+                f"nsqd {redact_url(url)} did not answer within {self._timeout}s"
             ) from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise NSQConnectError(f"nsqd HTTP API at {self.url} unreachable: {exc!r}") from exc
+            # aiohttp's text may quote the URL, credentials included
+            raise NSQConnectError(
+                f"nsqd HTTP API at {redact_url(self.url)} unreachable: {redact_text(repr(exc))}"
+            ) from None
         if status == 200:
             return
         code = f"HTTP_{status}"
@@ -326,7 +343,7 @@ class HTTPProducer:
 
             doc = json.loads(text)
             code = str(doc.get("message") or doc.get("status_txt") or code)
-        raise NSQError(code, f"(HTTP {status} from {url})")
+        raise NSQError(code, f"(HTTP {status} from {redact_url(url)})")
 
     async def publish(self, topic: str, body: bytes) -> None:
         """POST one message to ``/pub``.

@@ -13,6 +13,11 @@ Reconnection: an nsqd given in ``nsqd_tcp_addresses`` is retried with exponentia
 backoff (``reconnect_delay`` doubling up to ``max_reconnect_delay``, jittered); an
 nsqd found through nsqlookupd is reconnected only when a later poll finds it again.
 
+Bounds: nsqd may hold at most RDY messages in flight on a connection; one that
+sends more is closed (a protocol error, then the usual reconnect), and the queued
+messages of a lost connection are dropped (nsqd re-delivers them), so the queue
+never holds more than the RDY given to live connections.
+
 Closing: CLS on every connection, wait for CLOSE_WAIT, close. Messages received but
 not answered (still queued, or held by the application) are neither finished nor
 requeued: nsqd re-delivers them when their msg_timeout expires.
@@ -25,7 +30,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import math
 import random
 import socket
 import ssl
@@ -36,14 +40,23 @@ from typing import Any, NamedTuple
 
 import aiohttp
 
-from aioclients._core import Backoff, check_int
-from aioclients._errors import InvalidArgumentError
+from aioclients._core import Backoff, check_float, check_int, redact_text, redact_url
+from aioclients._errors import (
+    ConnectError,
+    InvalidArgumentError,
+    RemoteProtocolError,
+    ServerError,
+)
 from aioclients._version import __version__
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
 from aioclients.nsq._io._lookupd import query_lookupd
 from aioclients.nsq._message import Message
-from aioclients.nsq._protocol._connection import ConnectionCore, MessageReceived
+from aioclients.nsq._protocol._connection import (
+    ConnectionCore,
+    MessageReceived,
+    OversizedMessage,
+)
 from aioclients.nsq._protocol._frames import check_channel, check_topic
 from aioclients.nsq._protocol._lookup import lookupd_url, parse_address, poll_delay
 from aioclients.nsq._protocol._rdy import RdyDistributor, RdyUpdate
@@ -56,6 +69,10 @@ USER_AGENT = f"aioclients/{__version__}"
 # Responses are written at the end of the loop iteration, or as soon as this many
 # bytes wait (about 40 FINs), so that nsqd can send more while we work.
 _EARLY_FLUSH_BYTES = 1024
+# What a reconnect or discovery loop logs and retries: an nsqd or nsqlookupd that is
+# down, slow, refusing or talking nonsense. Anything else is a bug or a setting that
+# cannot work; it ends the Reader's iteration instead (see Reader._fail).
+_TRANSIENT_ERRORS = (ConnectError, ServerError, RemoteProtocolError, OSError, TimeoutError)
 
 
 class ConnectionStatistics(NamedTuple):
@@ -87,13 +104,36 @@ class ReaderStatistics(NamedTuple):
 
 
 def _positive(name: str, value: object, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise InvalidArgumentError(f"{name} must be a number of seconds, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
+    return check_float(name, value, minimum=0.0, inclusive=allow_zero)
+
+
+def check_auth_secret(value: object) -> str | bytes | None:
+    """``auth_secret`` is None, or a non-empty str or bytes (never shown in the error)."""
+    if value is None:
+        return None
+    if isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    if not isinstance(value, (str, bytes)):
         raise InvalidArgumentError(
-            f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}"
+            f"auth_secret must be a str or bytes, got a {type(value).__name__}"
         )
-    return float(value)
+    if not value:
+        raise InvalidArgumentError("auth_secret is empty: pass the secret, or None for no AUTH")
+    return value
+
+
+def check_identity(name: str, value: object) -> str | None:
+    """``client_id``, ``hostname``, ``user_agent``: None or a string."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a str or None, got {type(value).__name__}")
+    return value
+
+
+def heartbeat_ms(value: object) -> int | None:
+    """The IDENTIFY ``heartbeat_interval`` (ms) for ``heartbeat_interval`` seconds."""
+    if value is None:
+        return None
+    return max(1, round(check_float("heartbeat_interval", value) * 1000))
 
 
 class Reader:
@@ -123,11 +163,16 @@ class Reader:
         user_agent, client_id, hostname: identification sent in IDENTIFY.
         output_buffer_size, output_buffer_timeout: nsqd's buffering toward us
             (bytes, seconds).
-        on_give_up: called with each message that exceeded ``max_attempts`` (may be a
-            coroutine function); by default the message is logged.
+        on_give_up: called with each message the Reader finishes without handing it
+            to the application (may be a coroutine function): one delivered more than
+            ``max_attempts`` times, or one whose body is above ``max_message_size``
+            (then ``body`` is empty and ``body_size`` the real size);
+            ``message.give_up_reason`` says which. By default the message is logged.
         reconnect_delay, max_reconnect_delay: backoff for direct nsqd reconnects.
         backoff_multiplier: length of the first backoff window, seconds.
-        max_message_size: largest message body accepted (nsqd's ``--max-msg-size``).
+        max_message_size: largest message body accepted (nsqd's ``--max-msg-size``); a
+            larger message is read past without being held, finished, logged and
+            handed to ``on_give_up``; the connection stays.
         connect_timeout: seconds for connecting and the handshake.
         close_timeout: seconds to wait for CLOSE_WAIT in :meth:`close`.
     """
@@ -185,6 +230,8 @@ class Reader:
             )
         self._max_in_flight = check_int("max_in_flight", max_in_flight, minimum=0)
         self._max_attempts = check_int("max_attempts", max_attempts, minimum=0)
+        if self._max_attempts > 65535:
+            raise InvalidArgumentError("max_attempts must be <= 65535 (nsqd counts in 16 bits)")
         self._requeue_delay = _positive("requeue_delay", requeue_delay, allow_zero=True)
         self._max_requeue_delay = _positive("max_requeue_delay", max_requeue_delay, allow_zero=True)
         self._max_backoff = _positive("max_backoff_duration", max_backoff_duration, allow_zero=True)
@@ -202,8 +249,17 @@ class Reader:
         self._max_message_size = check_int("max_message_size", max_message_size, minimum=1)
         self._connect_timeout = _positive("connect_timeout", connect_timeout)
         self._close_timeout = _positive("close_timeout", close_timeout, allow_zero=True)
-        check_int("deflate_level", deflate_level, minimum=1)
-        check_int("sample_rate", sample_rate, minimum=0)
+        if check_int("deflate_level", deflate_level, minimum=1) > 9:
+            raise InvalidArgumentError(f"deflate_level must be 1 to 9, got {deflate_level}")
+        if check_int("sample_rate", sample_rate, minimum=0) > 99:
+            raise InvalidArgumentError(f"sample_rate must be 0 to 99 (percent), got {sample_rate}")
+        if output_buffer_size is not None:
+            check_int("output_buffer_size", output_buffer_size, minimum=-1)
+        check_identity("user_agent", user_agent)
+        check_identity("client_id", client_id)
+        check_identity("hostname", hostname)
+        if on_give_up is not None and not callable(on_give_up):
+            raise InvalidArgumentError("on_give_up must be a callable taking a Message")
         if snappy and deflate:
             raise InvalidArgumentError("choose snappy or deflate, not both (nsqd refuses both)")
         self._tls_context: ssl.SSLContext | None
@@ -215,7 +271,7 @@ class Reader:
             self._tls_context = None
         else:
             raise InvalidArgumentError("tls must be None, True or an ssl.SSLContext")
-        self._auth_secret = auth_secret
+        self._auth_secret = check_auth_secret(auth_secret)
         self._heartbeat_interval = (
             None
             if heartbeat_interval is None
@@ -232,7 +288,7 @@ class Reader:
             "sample_rate": sample_rate,
         }
         if self._heartbeat_interval is not None:
-            identify["heartbeat_interval"] = int(self._heartbeat_interval * 1000)
+            identify["heartbeat_interval"] = heartbeat_ms(self._heartbeat_interval)
         if msg_timeout is not None:
             identify["msg_timeout"] = int(_positive("msg_timeout", msg_timeout) * 1000)
         if output_buffer_size is not None:
@@ -256,6 +312,7 @@ class Reader:
         self._session: aiohttp.ClientSession | None = None
         self._started = False
         self._closed = False
+        self._failure: BaseException | None = None
         self._received = self._finished = self._requeued = self._given_up = 0
 
     # ---- lifecycle --------------------------------------------------------------------
@@ -314,7 +371,9 @@ class Reader:
                 self._session = aiohttp.ClientSession()
                 ok = await self._poll_once()
                 if not ok and not self._conns:
-                    raise NSQConnectError("no nsqlookupd answered: " + ", ".join(self._lookupds))
+                    raise NSQConnectError(
+                        "no nsqlookupd answered: " + ", ".join(map(redact_url, self._lookupds))
+                    )
                 self._spawn(self._poll_loop())
             elif errors and not self._conns:
                 raise NSQConnectError(
@@ -362,8 +421,18 @@ class Reader:
         return self
 
     async def __anext__(self) -> Message:
+        """The next message; ends when the Reader is closed.
+
+        Raises:
+            NSQClosedError: the Reader was never started.
+            Exception: the error that stopped a reconnect or discovery loop for good
+                (a bug, not a network or server failure: those are retried); raised
+                again by every later call.
+        """
         queue = self._queue
         while True:
+            if self._failure is not None:
+                raise self._failure
             if queue:
                 return queue.popleft()
             if self._closed:
@@ -475,7 +544,11 @@ class Reader:
         msg = Message(event.id, event.body, event.timestamp, event.attempts, conn, self)
         max_attempts = self._max_attempts
         if max_attempts and event.attempts > max_attempts:
-            self._give_up(msg, now)
+            self._give_up(
+                msg,
+                now,
+                f"delivered {event.attempts} times, more than max_attempts={max_attempts}",
+            )
             return
         dist = self._dist
         assert dist is not None
@@ -487,6 +560,22 @@ class Reader:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def on_oversized_message(
+        self, conn: NsqdConnection, event: OversizedMessage, now: float
+    ) -> None:
+        """A body above max_message_size was read past: FIN it and hand it to
+        ``on_give_up`` with an empty body, rather than losing the connection (and
+        the other messages in flight on it) to it at every delivery."""
+        self._received += 1
+        msg = Message(event.id, b"", event.timestamp, event.attempts, conn, self)
+        msg._body_size = event.body_size
+        reason = (
+            f"body of {event.body_size} bytes is larger than max_message_size="
+            f"{self._max_message_size} (raise it to nsqd's --max-msg-size); "
+            "finished without delivery"
+        )
+        self._give_up(msg, now, reason, always_log=True)
+
     def on_response(self, conn: NsqdConnection, data: bytes) -> None:
         log.debug("nsqd %s: unexpected response %r", conn.address, data[:80])
 
@@ -495,6 +584,15 @@ class Reader:
 
     def on_lost(self, conn: NsqdConnection, exc: BaseException | None) -> None:
         address = conn.address
+        queue = self._queue
+        if queue:
+            # Not handed out yet and no longer answerable: nsqd re-delivers them after
+            # msg_timeout. Dropping them keeps the queue within the RDY of live
+            # connections (so a server flooding us then reconnecting cannot grow it).
+            kept = [m for m in queue if m._conn is not conn]
+            if len(kept) != len(queue):
+                queue.clear()
+                queue.extend(kept)
         if self._conns.get(address) is conn:
             del self._conns[address]
             if self._dist is not None and self._loop is not None:
@@ -546,8 +644,9 @@ class Reader:
         if conn._paused:
             await conn.drain()
 
-    def _give_up(self, msg: Message, now: float) -> None:
+    def _give_up(self, msg: Message, now: float, reason: str, *, always_log: bool = False) -> None:
         self._given_up += 1
+        msg._give_up_reason = reason
         conn = msg._conn
         msg._responded = True
         conn.core.fin(msg.id)
@@ -559,13 +658,14 @@ class Reader:
             self._dist.on_message(conn.address, now)
             self._apply(self._dist.on_response(conn.address, now, None))
         callback = self._on_give_up
-        if callback is None:
+        if callback is None or always_log:
             log.warning(
-                "giving up on message %s after %d attempts (max_attempts=%d)",
+                "nsqd %s: giving up on message %s: %s",
+                conn.address,
                 msg.id.decode(errors="replace"),
-                msg.attempts,
-                self._max_attempts,
+                reason,
             )
+        if callback is None:
             return
         try:
             result = callback(msg)
@@ -621,7 +721,7 @@ class Reader:
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
 
     async def _connect(self, address: str) -> None:
         core = ConnectionCore(
@@ -654,6 +754,9 @@ class Reader:
     def _forget_connecting(self, address: str, task: asyncio.Task[None]) -> None:
         if self._connecting.get(address) is task:
             del self._connecting[address]
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            self._fail(exc, f"connecting to nsqd {address}")
 
     def _schedule_reconnect(self, address: str, backoff: Backoff) -> None:
         if self._closed or address in self._connecting:
@@ -670,8 +773,11 @@ class Reader:
             try:
                 await self._connect(address)
                 return
-            except (NSQConnectError, NSQError, OSError) as exc:
-                log.warning("reconnect to nsqd %s failed: %s", address, exc)
+            except _TRANSIENT_ERRORS as exc:
+                log.warning("reconnect to nsqd %s failed: %s", address, redact_text(str(exc)))
+            except Exception as exc:
+                self._fail(exc, f"reconnecting to nsqd {address}")
+                return
 
     async def _poll_once(self) -> bool:
         """Query every nsqlookupd; connect to producers not connected yet.
@@ -689,9 +795,9 @@ class Reader:
         answered = False
         for url, result in zip(self._lookupds, results, strict=True):
             if isinstance(result, BaseException):
-                if not isinstance(result, Exception):
-                    raise result
-                log.warning("nsqlookupd %s: %s", url, result)
+                if not isinstance(result, _TRANSIENT_ERRORS):
+                    raise result  # a bug, or cancellation
+                log.warning("nsqlookupd %s: %s", redact_url(url), redact_text(str(result)))
                 continue
             answered = True
             for key in result:
@@ -712,16 +818,47 @@ class Reader:
     async def _connect_discovered(self, address: str) -> None:
         try:
             await self._connect(address)
-        except (NSQConnectError, NSQError, OSError) as exc:
-            log.warning("could not connect to discovered nsqd %s: %s", address, exc)
+        except _TRANSIENT_ERRORS as exc:
+            log.warning(
+                "could not connect to discovered nsqd %s: %s", address, redact_text(str(exc))
+            )
+        except Exception as exc:
+            self._fail(exc, f"connecting to discovered nsqd {address}")
 
     async def _poll_loop(self) -> None:
         while not self._closed:
             await asyncio.sleep(poll_delay(self._poll_interval, self._poll_jitter, self._rng))
             try:
                 await self._poll_once()
-            except Exception:
-                log.exception("nsqlookupd poll failed")
+            except Exception as exc:
+                self._fail(exc, "polling nsqlookupd")
+                return
+
+    def _fail(self, exc: BaseException, doing: str) -> None:
+        """A background loop met an error it cannot retry (a bug, a setting that
+        cannot work): end the iteration with it rather than hang or retry forever."""
+        if self._closed:
+            return
+        log.error(
+            "Reader(%s/%s) stops: %s failed with %s: %s",
+            self.topic,
+            self.channel,
+            doing,
+            type(exc).__name__,
+            redact_text(str(exc)),
+        )
+        if self._failure is None:
+            self._failure = exc
+        self._wake()
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        """Done callback of every background task: nothing may die unnoticed."""
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._fail(exc, "a background task")
 
     def __repr__(self) -> str:
         return (

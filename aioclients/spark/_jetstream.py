@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -67,8 +67,9 @@ from pyspark.sql.types import (
 )
 
 from aioclients import jetstream
+from aioclients._core import redact_text, redact_url
 from aioclients.spark._arrow import to_record_batch
-from aioclients.spark._direct_io import DirectGetConnection, read_sequence_range
+from aioclients.spark._direct_io import DirectGetConnection, TlsFiles, read_sequence_range
 from aioclients.spark._errors import DataSourceOptionError, PublishFailedError
 from aioclients.spark._protocol._data_loss import OPTION as FAIL_ON_DATA_LOSS
 from aioclients.spark._protocol._data_loss import lost_range, report_data_loss
@@ -110,8 +111,19 @@ READ_OPTIONS = {
     "maxMessagesPerTrigger",
     "timeout",
     FAIL_ON_DATA_LOSS,
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
 }
-WRITE_OPTIONS = {"servers", "subject", "timeout", "maxPending"}
+WRITE_OPTIONS = {
+    "servers",
+    "subject",
+    "timeout",
+    "maxPending",
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
+}
 WRITE_COLUMNS = {"subject", "data", "headers", "msg_id"}
 
 T = TypeVar("T")
@@ -129,11 +141,12 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 class ReadConfig:
     """What a partition reader needs besides its range (pickled with every partition)."""
 
-    servers: tuple[str, ...]
+    servers: tuple[str, ...] = field(repr=False)  # the URLs may carry credentials
     stream: str
     subject: str | None
     batch_size: int
     timeout: float
+    tls: TlsFiles = field(default_factory=TlsFiles)
 
 
 @dataclass(frozen=True)
@@ -176,7 +189,21 @@ def _read_config(opts: OptionReader) -> ReadConfig:
         subject=opts.get("subject"),
         batch_size=batch_size,
         timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
+        tls=_tls_files(opts),
     )
+
+
+def _tls_files(opts: OptionReader) -> TlsFiles:
+    """The TLS options, checked here (on the driver) so that a bad file fails the plan."""
+    tls = TlsFiles(opts.get("tlsCaFile"), opts.get("tlsCertFile"), opts.get("tlsKeyFile"))
+    if tls:
+        tls.context()
+    return tls
+
+
+def _nats_tls(tls: TlsFiles) -> dict[str, Any]:
+    """``jetstream.connect`` options for ``tls``."""
+    return {"tls": tls.context()} if tls else {}
 
 
 # Options Spark itself passes on to sources and sinks.
@@ -204,7 +231,9 @@ class StreamBounds:
 async def _stream_bounds(config: ReadConfig) -> StreamBounds:
     """The stream's first and last sequence; checks that it exists and allows Direct Get."""
     try:
-        js = await jetstream.connect(list(config.servers), timeout=min(config.timeout, 10.0))
+        js = await jetstream.connect(
+            list(config.servers), timeout=min(config.timeout, 10.0), **_nats_tls(config.tls)
+        )
     except jetstream.JetStreamConnectError as exc:
         raise jetstream.JetStreamConnectError(f"{exc}; check the 'servers' option") from None
     async with js:
@@ -213,7 +242,7 @@ async def _stream_bounds(config: ReadConfig) -> StreamBounds:
         except jetstream.StreamNotFoundError:
             raise DataSourceOptionError(
                 f"option 'stream': there is no stream {config.stream!r} at "
-                f"{', '.join(config.servers)}; create it or fix the option"
+                f"{', '.join(redact_url(u) for u in config.servers)}; create it or fix the option"
             ) from None
         info = stream.cached_info
         if not info.config.get("allow_direct"):
@@ -233,7 +262,7 @@ def read_partition(partition: SequenceRange) -> Iterator[pa.RecordBatch]:
     loop = asyncio.new_event_loop()
     try:
         conn = loop.run_until_complete(
-            DirectGetConnection.open(list(config.servers), timeout=config.timeout)
+            DirectGetConnection.open(list(config.servers), timeout=config.timeout, tls=config.tls)
         )
         batches = read_sequence_range(
             conn,
@@ -467,11 +496,12 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
 @dataclass(frozen=True, slots=True)
 class WriteConfig:
-    servers: tuple[str, ...]
+    servers: tuple[str, ...] = field(repr=False)  # the URLs may carry credentials
     subject: str | None
     timeout: float
     max_pending: int
     data_is_text: bool
+    tls: TlsFiles = field(default_factory=TlsFiles)
 
 
 @dataclass(frozen=True)
@@ -525,6 +555,7 @@ def _write_config(options: Mapping[str, str], schema: StructType) -> WriteConfig
         timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
         max_pending=max_pending,
         data_is_text=isinstance(data_type, StringType),
+        tls=_tls_files(opts),
     )
 
 
@@ -556,14 +587,18 @@ class _Acks:
     def check(self) -> None:
         if self.first_error is not None:
             raise PublishFailedError(
-                f"{self.failed} publish(es) failed, the first with: {self.first_error}"
+                f"{self.failed} publish(es) failed, the first with: "
+                f"{redact_text(str(self.first_error))}"
             ) from self.first_error
 
 
 async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
     acks = _Acks()
     js = await jetstream.connect(
-        list(config.servers), timeout=config.timeout, max_pending=config.max_pending
+        list(config.servers),
+        timeout=config.timeout,
+        max_pending=config.max_pending,
+        **_nats_tls(config.tls),
     )
     try:
         for batch in batches:

@@ -449,6 +449,7 @@ class Broker:
         self.credentials: grpc.ServerCredentials | None = None  # TLS when set
         self.host = host
         self.port = 0
+        self.advertised: tuple[str, int] | None = None  # metadata's host/port when set
         self.state = state
         self.nats_url = nats_url
         self.running = False
@@ -734,10 +735,11 @@ class Broker:
         partition_counts, leader_counts = state.leader_counts()
         resp = api_pb2.FetchMetadataResponse()
         for b in self.hooks.live_brokers():
+            host, port = b.advertised or (b.host, b.port)
             resp.brokers.add(
                 id=b.id,
-                host=b.host,
-                port=b.port,
+                host=host,
+                port=port,
                 partitionCount=partition_counts.get(b.id, 0),
                 leaderCount=leader_counts.get(b.id, 0),
             )

@@ -145,6 +145,24 @@ class LiftbridgeCluster:
             self._own_nats = None
             self._nats_url = None
 
+    def advertise(self, index: int, address: str | None) -> None:
+        """Make broker ``index`` give ``address`` (``"host:port"``) as its own in the
+        cluster metadata, e.g. a ``FaultProxy`` in front of it, so clients reach it only
+        through that address; ``None`` gives its real address again.
+
+        Raises:
+            IndexError: for an index outside ``range(brokers)``.
+            ValueError: ``address`` is not ``"host:port"``.
+        """
+        broker = self._broker(index)
+        if address is None:
+            broker.advertised = None
+            return
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"address must be 'host:port', got {address!r}")
+        broker.advertised = (host, int(port))
+
     async def stop_broker(self, index: int) -> None:
         """Stop broker ``index``: its port closes, its subscriptions end with UNAVAILABLE,
         and leadership of its partitions moves to a live broker.

@@ -740,3 +740,56 @@ async def test_stream_transport_is_checked(liftbridge_cluster: Cluster) -> None:
     creds = grpc.ssl_channel_credentials()
     with pytest.raises(InvalidArgumentError, match="cannot be read back"):
         await connect(liftbridge_cluster.addresses, tls=creds, stream_transport="http2")
+
+
+# -- what a stopped subscriber buffers -------------------------------------------------------
+
+STREAM_WINDOW = 4 * 1024 * 1024  # the HTTP/2 stream window of the client's own transport
+
+
+def _buffered(sub: Subscription) -> tuple[int, int]:
+    """(bytes the stopped subscriber holds, what the broker may still send), for the
+    client's own HTTP/2 transport: queued messages with their 5-byte prefixes and
+    the part of a message still arriving."""
+    inner = sub._call._call
+    conn = inner._conn
+    stream = conn.h2._streams[inner._stream_id]
+    queued = sum(len(m) + 5 for m in inner._queue)
+    return queued + len(stream.partial), stream.recv_window
+
+
+async def _fill_while_stopped(client: Client, stream: str, sizes: list[int]) -> int:
+    """Publish messages of ``sizes``; a subscriber reads one and stops. Returns what it
+    buffers once the broker cannot send more (its stream window is used up)."""
+    futures = [await client.publish_async(stream, bytes(n)) for n in sizes]
+    await asyncio.wait_for(asyncio.gather(*futures), 30)
+    async with client.subscribe(stream, start_at=StartPosition.EARLIEST) as sub:
+        first = await asyncio.wait_for(sub.__anext__(), WAIT)
+        assert first.offset == 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while True:  # until the window is used up: then the broker must stop
+            buffered, window = _buffered(sub)
+            if window == 0:
+                return buffered
+            assert loop.time() < deadline, f"the window never filled ({buffered}, {window})"
+            await asyncio.sleep(0.01)
+
+
+async def test_a_stopped_subscriber_buffers_at_most_the_stream_window(
+    client: Client, stream: str
+) -> None:
+    # 6 MiB of 16 KiB messages: more than the window.
+    buffered = await _fill_while_stopped(client, stream, [16 * 1024] * 384)
+    assert STREAM_WINDOW - 64 * 1024 < buffered <= STREAM_WINDOW
+
+
+async def test_a_stopped_subscriber_buffers_the_window_plus_one_message_that_did_not_fit(
+    client: Client, stream: str
+) -> None:
+    # 3.75 MiB of small messages, then one of 900 KiB that does not fit in what
+    # is left of the window: it is let in whole (or the stream would stall).
+    big = 900 * 1024
+    sizes = [16 * 1024] * 240 + [big] + [16 * 1024] * 64
+    buffered = await _fill_while_stopped(client, stream, sizes)
+    assert STREAM_WINDOW < buffered <= STREAM_WINDOW + big + 5 + 1024  # + one envelope

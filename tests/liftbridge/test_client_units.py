@@ -152,3 +152,91 @@ def test_message_is_read_only() -> None:
     assert msg == lb.Message(b"v", stream="s", offset=3, key=b"k", headers={"a": b"1"})
     assert msg.reply_subject is None
     assert msg.ack_policy is lb.AckPolicy.LEADER
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> dict[str, Path]:
+    ca = trustme.CA()
+    cert = ca.issue_cert("client.example")
+    other = trustme.CA().issue_cert("other.example")
+    files = {
+        "ca": tmp_path / "ca.pem",
+        "cert": tmp_path / "cert.pem",
+        "key": tmp_path / "key.pem",
+        "other_key": tmp_path / "other-key.pem",
+        "text": tmp_path / "notes.txt",
+        "binary": tmp_path / "ca.der",
+    }
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    cert.private_key_pem.write_to_path(str(files["key"]))
+    other.private_key_pem.write_to_path(str(files["other_key"]))
+    files["text"].write_text("this is not a certificate\n")
+    files["binary"].write_bytes(bytes(range(256)))
+    return files
+
+
+@pytest.mark.parametrize("transport", ["http2", "grpc"])
+@pytest.mark.parametrize("bad", ["text", "binary", "key"])
+async def test_a_root_certificates_file_that_is_not_pem_certificates_is_named(
+    tls_files: dict[str, Path], bad: str, transport: str
+) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        await lb.connect(
+            "127.0.0.1:1",
+            tls_root_certificates=str(tls_files[bad]),
+            stream_transport=transport,
+            max_rpc_attempts=1,
+            rpc_timeout=2,
+        )
+    text = str(info.value)
+    assert "tls_root_certificates" in text
+    assert str(tls_files[bad]) in text
+    assert "PEM" in text
+
+
+@pytest.mark.parametrize("transport", ["http2", "grpc"])
+@pytest.mark.parametrize(
+    ("cert", "key"), [("text", "key"), ("cert", "text"), ("cert", "other_key"), ("key", "cert")]
+)
+async def test_a_bad_client_certificate_or_key_is_named(
+    tls_files: dict[str, Path], cert: str, key: str, transport: str
+) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        await lb.connect(
+            "127.0.0.1:1",
+            tls_root_certificates=str(tls_files["ca"]),
+            tls_client_cert=str(tls_files[cert]),
+            tls_client_key=str(tls_files[key]),
+            stream_transport=transport,
+            max_rpc_attempts=1,
+            rpc_timeout=2,
+        )
+    text = str(info.value)
+    assert "tls_client_cert" in text
+    assert "tls_client_key" in text
+    assert "PEM" in text
+    assert info.value.__cause__ is None or not isinstance(info.value.__cause__, ssl.SSLError)
+
+
+async def test_an_encrypted_client_key_is_refused_without_a_prompt(
+    tls_files: dict[str, Path], tmp_path: Path
+) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(tls_files["key"].read_bytes(), password=None)
+    encrypted = tmp_path / "encrypted-key.pem"
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    with pytest.raises(InvalidArgumentError, match="tls_client_key is encrypted"):
+        await lb.connect(
+            "127.0.0.1:1",
+            tls_client_cert=str(tls_files["cert"]),
+            tls_client_key=str(encrypted),
+            max_rpc_attempts=1,
+        )

@@ -19,7 +19,8 @@ import hpack
 import pytest
 import trustme
 
-from aioclients.liftbridge._io._grpc import stream_ssl_context
+from aioclients.liftbridge._errors import LiftbridgeConnectError
+from aioclients.liftbridge._io._grpc import map_rpc_error, stream_ssl_context
 from aioclients.liftbridge._io._h2 import Http2Channel
 from aioclients.liftbridge._protocol._http2 import PingAcked
 
@@ -1024,3 +1025,180 @@ async def test_a_blocked_writer_learns_that_the_server_went_away() -> None:
         assert info.value.code() is grpc.StatusCode.UNAVAILABLE
     finally:
         await ch.close()
+
+
+class StalledServer:
+    """Grants the largest windows, then never reads again (a broker that stopped reading).
+
+    ``extra`` is written after the grants (e.g. a flood of PINGs, see ``flood``).
+    """
+
+    def __init__(self, flood: bytes = b"", flood_until: Callable[[], bool] | None = None) -> None:
+        self.flood = flood
+        self.flood_until = flood_until
+        self.flooded = 0
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+        self.read_now = asyncio.Event()
+        self.received = bytearray()
+        self.read_done = asyncio.Event()
+
+    async def __aenter__(self) -> StalledServer:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.read_now.set()
+        for writer in self.writers:
+            writer.transport.abort()
+        self.server.close()
+        await self.server.wait_closed()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        # Small kernel buffers: "stopped reading" shows after KiB, not after the
+        # tens of MiB loopback autotuning would absorb.
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)
+        big = (2**31 - 1).to_bytes(4, "big")
+        writer.write(
+            h2_frame(4, 0, 0, (4).to_bytes(2, "big") + big)  # INITIAL_WINDOW_SIZE 2**31-1
+            + h2_frame(8, 0, 0, (2**31 - 1 - 65_535).to_bytes(4, "big"))
+        )
+        reading = asyncio.create_task(self._read_later(reader))
+        try:
+            while self.flood and not (self.flood_until is not None and self.flood_until()):
+                # Flood without reading; drain only our own buffer.
+                writer.write(self.flood)
+                self.flooded += 1
+                await asyncio.wait_for(writer.drain(), 10)
+            await reading
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            reading.cancel()
+            writer.transport.abort()
+
+    async def _read_later(self, reader: asyncio.StreamReader) -> None:
+        """Once ``read_now`` is set, read everything until the client hangs up."""
+        try:
+            await self.read_now.wait()
+            while chunk := await asyncio.wait_for(reader.read(1 << 20), 10):
+                self.received += chunk
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            self.read_done.set()
+
+
+async def test_close_is_bounded_when_a_plaintext_server_stops_reading() -> None:
+    async with StalledServer() as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        call = ch.stream_stream("/t.T/Sink")()
+        writes = asyncio.create_task(write_all(call, [bytes(MiB)] * 32))
+        try:
+            await wait_for(
+                lambda: call._conn is not None and call._conn._paused,
+                what="the transport to pause: the server does not read",
+            )
+            conn = call._conn
+            assert conn is not None
+            assert conn.transport is not None
+            # Whatever cannot be written is dropped after the close timeout.
+            await asyncio.wait_for(ch.close(), 2.0 + 3.0)
+            assert conn.dead
+            assert conn.transport.is_closing()
+        finally:
+            writes.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await writes
+            await asyncio.wait_for(ch.close(), 5)
+
+
+def frames_in(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    out = []
+    pos = 0
+    while len(data) - pos >= 9:
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        out.append(
+            (
+                data[pos + 3],
+                data[pos + 4],
+                int.from_bytes(data[pos + 5 : pos + 9], "big"),
+                data[pos + 9 : pos + 9 + length],
+            )
+        )
+        pos += 9 + length
+    return out
+
+
+async def test_a_ping_flood_from_a_server_that_does_not_read() -> None:
+    # (A SETTINGS flood takes the same path in the core, tested byte by byte
+    # there; over loopback its 9-byte frames make the kernel's buffer
+    # accounting, not our code, set the pace.)
+    flood_frame = h2_frame(6, 0, 0, b"12345678")
+    conns: list[Any] = []
+    srv = StalledServer(flood=flood_frame * 100, flood_until=lambda: bool(conns) and conns[0].dead)
+    async with srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        call = count(ch)(b"1:8:hold")
+        reading = asyncio.create_task(call.read())
+        try:
+            await wait_for(lambda: ch._conn is not None, what="the connection")
+            conn = ch._conn
+            assert conn is not None
+            conns.append(conn)
+            transport = conn.transport
+            assert transport is not None
+            most = 0
+
+            def held() -> bool:
+                nonlocal most
+                most = max(most, transport.get_write_buffer_size() + len(conn.h2._out))
+                return conn.dead
+
+            await wait_for(held, 15, what="the flood to close the connection")
+            # What we hold is capped: the paused transport's buffer (64 KiB high
+            # water plus one read's replies) and at most 1000 queued replies.
+            assert most < 1 * MiB, most
+            assert srv.flooded * len(flood_frame) * 1000 > 2 * MiB  # it was a flood
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(reading, 5)
+            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert "ENHANCE_YOUR_CALM" in (info.value.details() or "")
+            # The library's error for it is the typed "broker unavailable".
+            mapped = map_rpc_error(info.value, what="subscribe")
+            assert isinstance(mapped, LiftbridgeConnectError)
+            # The server, reading at last, gets our GOAWAY ENHANCE_YOUR_CALM.
+            srv.read_now.set()
+            await asyncio.wait_for(srv.read_done.wait(), 10)
+            assert srv.received.startswith(b"PRI * HTTP/2.0")
+            last = frames_in(bytes(srv.received[24:]))[-1]
+            assert last == (7, 0, 0, bytes(4) + (0xB).to_bytes(4, "big"))
+        finally:
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await reading
+            await asyncio.wait_for(ch.close(), 5)
+
+
+async def test_a_write_cancelled_while_the_socket_is_backed_up_queues_nothing() -> None:
+    async with StalledServer() as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        call = ch.stream_stream("/t.T/Sink")()
+        try:
+            while not (call._conn is not None and call._conn._paused):
+                await asyncio.wait_for(call.write(bytes(MiB)), 5)
+            conn = call._conn
+            held = len(conn.h2._out) + conn.h2.blocked_bytes(call._stream_id)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(call.write(b"late" * 1000), 0.2)
+            assert len(conn.h2._out) + conn.h2.blocked_bytes(call._stream_id) == held
+        finally:
+            await asyncio.wait_for(ch.close(), 5)

@@ -1242,3 +1242,65 @@ def test_remote_protocol_error_is_in_the_aioclients_family() -> None:
     conn, _ = ready()
     with pytest.raises(AioClientsError, match="malformed PING"):
         conn.receive(frame(PING, 0, 0, b"x"))
+
+
+# -- control-frame flood --------------------------------------------------------------------
+
+MAX_QUEUED_CONTROL = 1000  # nghttp2's default max_outbound_ack
+ENHANCE_YOUR_CALM = 0xB
+
+
+def test_control_replies_are_not_capped_while_the_driver_writes() -> None:
+    conn, _ = ready()
+    pings = b"".join(frame(PING, 0, 0, i.to_bytes(8, "big")) for i in range(3000))
+    assert conn.receive(pings) == []
+    acks = frames_of(conn)
+    assert acks == [(PING, ACK, 0, i.to_bytes(8, "big")) for i in range(3000)]
+    assert conn.queued_control_replies == 0
+    assert not conn.closed
+
+
+def test_control_replies_up_to_the_cap_wait_while_paused() -> None:
+    conn, _ = ready()
+    conn.set_output_paused(True)
+    pings = b"".join(frame(PING, 0, 0, i.to_bytes(8, "big")) for i in range(MAX_QUEUED_CONTROL))
+    assert conn.receive(pings) == []
+    assert conn.queued_control_replies == MAX_QUEUED_CONTROL
+    acks = frames_of(conn)
+    assert acks == [(PING, ACK, 0, i.to_bytes(8, "big")) for i in range(MAX_QUEUED_CONTROL)]
+    # Written out: the count starts again.
+    assert conn.queued_control_replies == 0
+    assert conn.receive(pings) == []
+    assert len(frames_of(conn)) == MAX_QUEUED_CONTROL
+    assert not conn.closed
+
+
+@pytest.mark.parametrize("flood_kind", [PING, SETTINGS])
+def test_a_control_flood_the_driver_cannot_write_closes_with_enhance_your_calm(
+    flood_kind: int,
+) -> None:
+    conn, _ = ready()
+    one = frame(PING, 0, 0, b"12345678") if flood_kind == PING else settings_frame()
+    # Many while the driver still writes, then the driver stops (its
+    # transport is paused): the replies stay queued in the core.
+    assert conn.receive(one * 2000) == []
+    assert len(frames_of(conn)) == 2000
+    conn.set_output_paused(True)
+    assert conn.receive(one * (MAX_QUEUED_CONTROL - 1)) == []
+    with pytest.raises(RemoteProtocolError, match="ENHANCE_YOUR_CALM"):
+        conn.receive(one * 2)
+    assert conn.closed
+    out = frames_of(conn)
+    assert out[-1] == (GOAWAY, 0, 0, bytes(4) + ENHANCE_YOUR_CALM.to_bytes(4, "big"))
+    assert len(out) == MAX_QUEUED_CONTROL + 1  # the queued replies, then GOAWAY: no more
+    assert conn.receive(one) == []  # closed: nothing more is accepted
+
+
+def test_settings_and_ping_replies_share_one_count() -> None:
+    conn, _ = ready()
+    conn.set_output_paused(True)
+    half = MAX_QUEUED_CONTROL // 2
+    conn.receive(settings_frame() * half + frame(PING, 0, 0, bytes(8)) * half)
+    with pytest.raises(RemoteProtocolError, match="ENHANCE_YOUR_CALM"):
+        conn.receive(frame(PING, 0, 0, bytes(8)))
+    assert conn.queued_control_replies == MAX_QUEUED_CONTROL

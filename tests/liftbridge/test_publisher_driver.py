@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 import pytest
 
+from aioclients import InvalidArgumentError
 from aioclients.liftbridge import (
     LiftbridgeClosedError,
     LiftbridgeTimeoutError,
@@ -203,3 +204,39 @@ async def test_a_broken_stream_fails_pending_acks() -> None:
     client.stub.calls[1].ack("q", 0)
     assert (await nxt).offset == 0
     await pub.close()
+
+
+async def test_a_repeated_correlation_id_that_waited_for_the_window_is_refused() -> None:
+    # Both sends of "dup" wait for the full window; the first one registers.
+    # The second must not replace it (its future would never resolve and its
+    # window permit would leak): it is refused at once, naming the id.
+    client = FakeClient()
+    pub = AsyncPublisher(client, window=2)  # type: ignore[arg-type]
+    fa = await pub.send(_req("a"), partition=0, timeout=5)
+    fz = await pub.send(_req("z"), partition=0, timeout=5)
+    first = asyncio.ensure_future(pub.send(_req("dup"), partition=0, timeout=5))
+    second = asyncio.ensure_future(pub.send(_req("dup"), partition=0, timeout=5))
+    for _ in range(100):  # both are waiting for a window permit (bounded)
+        if len(pub._window._waiters or ()) == 2:
+            break
+        await asyncio.sleep(0)
+    assert len(pub._window._waiters or ()) == 2
+    call = client.stub.calls[0]
+    call.ack("a", 0)
+    f_dup = await asyncio.wait_for(first, 1)
+    call.ack("z", 1)
+    with pytest.raises(InvalidArgumentError, match="'dup'"):
+        await asyncio.wait_for(second, 1)
+    assert [r.correlationId for r in call.written] == ["a", "z", "dup"]
+    call.ack("dup", 2)
+    assert (await asyncio.wait_for(f_dup, 1)).offset == 2
+    assert (await fa).offset == 0
+    assert (await fz).offset == 1
+    assert pub.outstanding == 0
+    # Every permit came back: two sends go out without waiting.
+    f1 = await asyncio.wait_for(pub.send(_req("n1"), partition=0, timeout=5), 1)
+    f2 = await asyncio.wait_for(pub.send(_req("n2"), partition=0, timeout=5), 1)
+    call.ack("n1", 3)
+    call.ack("n2", 4)
+    assert [(await f).offset for f in (f1, f2)] == [3, 4]
+    await asyncio.wait_for(pub.close(), 5)

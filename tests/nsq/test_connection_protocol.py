@@ -65,15 +65,17 @@ def test_plain_ok_means_max_rdy_2500() -> None:
 
 def test_messages_in_flight_fin_req_touch() -> None:
     core = subscribed()
+    core.send_rdy(2)
+    core.data_to_send()
     mid2 = b"0000000000000002"
     events = core.receive_data(msg(MID, b"one") + msg(mid2, b"two", attempts=4), 0.0)
     assert events == [C.MessageReceived(5, 1, MID, b"one"), C.MessageReceived(5, 4, mid2, b"two")]
-    assert core.in_flight == {MID, mid2}
+    assert core.in_flight.keys() == {MID, mid2}
     core.touch(MID)
     core.fin(MID)
     core.req(mid2, 1500)
     assert core.data_to_send() == b"TOUCH %b\nFIN %b\nREQ %b 1500\n" % (MID, MID, mid2)
-    assert core.in_flight == set()
+    assert not core.in_flight
     with pytest.raises(LocalProtocolError, match="not in flight"):
         core.fin(MID)
 
@@ -115,6 +117,8 @@ def test_sub_refused_raises_with_code() -> None:
 
 def test_cls_and_close_wait() -> None:
     core = subscribed()
+    core.send_rdy(1)
+    core.data_to_send()
     core.cls()
     assert core.data_to_send() == b"CLS\n"
     events = core.receive_data(msg(MID) + frame(0, b"CLOSE_WAIT"), 0.0)
@@ -262,3 +266,139 @@ def test_fuzz_subscribed_core_raises_only_protocol_errors(chunks: list[bytes]) -
     except NSQProtocolError as err:
         offset = err.offset
         assert offset is not None
+
+
+def test_an_oversized_message_is_reported_in_flight_and_the_connection_stays() -> None:
+    core = C.ConnectionCore(
+        identify={}, topic="t", channel="c", max_message_size=10, heartbeat_interval=None
+    )
+    core.start(0.0)
+    core.receive_data(frame(0, b"OK") + frame(0, b"OK"), 0.0)
+    core.send_rdy(2)
+    core.data_to_send()
+    mid2 = b"0000000000000002"
+    stream = msg(MID, b"x" * 1000, attempts=2) + msg(mid2, b"small")
+    events: list[object] = []
+    for i in range(0, len(stream), 7):
+        events += core.receive_data(stream[i : i + 7], 1.0)
+        assert core.decoder.buffered <= 10 + 26 + 8
+    assert events == [
+        C.OversizedMessage(5, 2, MID, 1000),
+        C.MessageReceived(5, 1, mid2, b"small"),
+    ]
+    assert core.state is C.ConnectionState.SUBSCRIBED
+    assert core.in_flight.keys() == {MID, mid2}
+    core.fin(MID)
+    assert core.data_to_send() == b"FIN " + MID + b"\n"
+
+
+def test_an_oversized_message_during_the_handshake_is_an_error() -> None:
+    core = consumer()
+    with pytest.raises(NSQProtocolError, match="message frame during the handshake"):
+        core.receive_data(msg(MID, b"x" * (2 * 1024 * 1024)), 0.0)
+
+
+# ---- RDY accounting: a server that ignores RDY is cut off ------------------------------
+
+
+def mid(i: int) -> bytes:
+    return b"%016d" % i
+
+
+def ready(rdy: int, msg_timeout_ms: int = 60_000) -> C.ConnectionCore:
+    core = consumer(heartbeat_interval=None)
+    answer = json.dumps({"max_rdy_count": 2500, "msg_timeout": msg_timeout_ms}).encode()
+    core.receive_data(frame(0, answer) + frame(0, b"OK"), 0.0)
+    core.send_rdy(rdy)
+    core.data_to_send()
+    return core
+
+
+def test_more_messages_than_rdy_is_a_protocol_error_that_closes() -> None:
+    core = ready(2)
+    core.receive_data(msg(mid(1)) + msg(mid(2)), 1.0)
+    with pytest.raises(NSQProtocolError, match=r"3 messages in flight .* at most RDY 2"):
+        core.receive_data(msg(mid(3)), 1.0)
+    assert core.state is C.ConnectionState.CLOSED
+    assert core.receive_data(msg(mid(4)), 1.0) == []  # nothing more is taken
+
+
+def test_a_message_before_any_rdy_is_a_protocol_error() -> None:
+    core = ready(0)
+    with pytest.raises(NSQProtocolError, match="ignores RDY"):
+        core.receive_data(msg(mid(1)), 1.0)
+
+
+def test_answered_messages_free_their_slot_and_a_redelivery_is_one_slot() -> None:
+    core = ready(1)
+    for i in range(5):
+        core.receive_data(msg(mid(i)), 1.0)
+        core.receive_data(msg(mid(i), attempts=2), 1.0)  # same id again: same slot
+        core.fin(mid(i))
+    assert not core.in_flight
+
+
+def test_messages_sent_before_nsqd_saw_a_lower_rdy_are_allowed() -> None:
+    core = ready(3)
+    core.receive_data(msg(mid(1)), 1.0)
+    core.send_rdy(0)  # backoff; nsqd may have sent two more already
+    core.receive_data(msg(mid(2)) + msg(mid(3)), 1.0)
+    with pytest.raises(NSQProtocolError, match=r"4 messages in flight .* at most RDY 3"):
+        core.receive_data(msg(mid(4)), 1.0)
+
+
+def test_messages_that_timed_out_at_nsqd_no_longer_count() -> None:
+    core = ready(1, msg_timeout_ms=2000)
+    core.receive_data(msg(mid(1)), 0.0)  # held by the application, never answered
+    core.receive_data(msg(mid(2)), 2.5)  # nsqd re-queued #1 at 2.0 and may send more
+    assert core.in_flight.keys() == {mid(1), mid(2)}  # both may still be answered
+    with pytest.raises(NSQProtocolError, match="2 messages in flight"):
+        core.receive_data(msg(mid(3)), 3.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["rdy", "fin", "send", "deliver"]), st.integers(0, 5))))
+def test_a_correct_nsqd_is_never_taken_for_a_flooding_one(ops: list[tuple[str, int]]) -> None:
+    """nsqd applies our commands late (they queue in the socket) and sends a message
+    only while its own in-flight count is below its RDY; whatever the interleaving,
+    the client never sees a violation."""
+    core = ready(0)
+    to_nsqd: list[tuple[str, bytes | int]] = []  # commands not yet read by nsqd
+    to_client: list[bytes] = []  # messages not yet read by the client
+    nsqd_rdy = 0
+    nsqd_in_flight: set[bytes] = set()
+    counter = 0
+    for op, n in ops:
+        if op == "rdy":
+            core.send_rdy(n)
+            to_nsqd.append(("rdy", n))
+        elif op == "fin" and core.in_flight:
+            message_id = sorted(core.in_flight)[n % len(core.in_flight)]
+            core.fin(message_id)
+            to_nsqd.append(("fin", message_id))
+        elif op == "send":  # nsqd reads some commands, then sends what RDY allows
+            for command, arg in to_nsqd[: n + 1]:
+                if command == "rdy":
+                    assert isinstance(arg, int)
+                    nsqd_rdy = arg
+                else:
+                    assert isinstance(arg, bytes)
+                    nsqd_in_flight.discard(arg)
+            del to_nsqd[: n + 1]
+            while len(nsqd_in_flight) < nsqd_rdy:
+                counter += 1
+                nsqd_in_flight.add(mid(counter))
+                to_client.append(msg(mid(counter)))
+        elif op == "deliver":
+            chunk, to_client[: n + 1] = b"".join(to_client[: n + 1]), []
+            core.receive_data(chunk, 1.0)
+    core.receive_data(b"".join(to_client), 1.0)
+    assert core.state is C.ConnectionState.SUBSCRIBED
+
+
+def test_a_short_heartbeat_interval_gets_a_short_margin() -> None:
+    core = consumer(heartbeat_interval=0.2)
+    core.receive_data(frame(0, b"OK") + frame(0, b"OK"), 1.0)
+    assert core.get_timer() == pytest.approx(1.0 + 0.4 + 0.2)
+    (ev,) = core.handle_timer(1.6)
+    assert isinstance(ev, C.TimedOut)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
 
@@ -10,6 +11,7 @@ import pytest
 
 from aioclients import InvalidArgumentError, OperationTimeoutError
 from aioclients.nsq import (
+    Message,
     MessageRespondedError,
     NSQClosedError,
     NSQConnectError,
@@ -113,10 +115,11 @@ async def test_max_attempts_gives_up_and_finishes() -> None:
             "t", "c", nsqd_tcp_addresses=[fake.address], max_attempts=2, on_give_up=given_up.append
         ) as reader:
             await fake.wait_for(lambda c: b"RDY 1" in c)
-            fake.send(message_frame(MID1, b"old", attempts=3) + message_frame(MID2, b"ok", 2))
+            fake.send(message_frame(MID1, b"old", attempts=3))
+            await fake.wait_for(lambda c: b"FIN " + MID1 in c)  # frees the one RDY slot
+            fake.send(message_frame(MID2, b"ok", 2))
             msg = await asyncio.wait_for(reader.__anext__(), 5)
             assert msg.id == MID2
-            await fake.wait_for(lambda c: b"FIN " + MID1 in c)
             assert [m.id for m in given_up] == [MID1]
             assert reader.statistics().messages_given_up == 1
 
@@ -148,7 +151,9 @@ async def test_run_finishes_on_success_and_requeues_on_exception() -> None:
 
             runner = asyncio.ensure_future(reader.run(handler, concurrency=2))
             await fake.wait_for(lambda c: b"RDY 1" in c)
-            fake.send(message_frame(MID1, b"good") + message_frame(MID2, b"bad"))
+            fake.send(message_frame(MID1, b"good"))
+            await fake.wait_for(lambda c: b"RDY 2" in c)
+            fake.send(message_frame(MID2, b"bad"))
             await fake.wait_for(
                 lambda c: b"FIN " + MID1 in c and any(x.startswith(b"REQ " + MID2) for x in c)
             )
@@ -373,3 +378,53 @@ async def test_a_redelivered_id_frees_both_slots() -> None:
             assert reader._dist is not None
             assert reader._dist.total_in_flight == 0
     assert fake.commands.count(b"FIN " + MID1) == 1
+
+
+async def test_an_oversized_message_is_finished_and_given_up_and_the_connection_stays(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    given_up: list[Message] = []
+    big_id = b"00000000000000ff"
+    async with FakeNsqd() as fake:
+        async with Reader(
+            "t",
+            "c",
+            nsqd_tcp_addresses=[fake.address],
+            max_in_flight=3,
+            max_message_size=10,
+            on_give_up=given_up.append,
+        ) as reader:
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(message_frame(MID1, b"small"))
+            first = await asyncio.wait_for(reader.__anext__(), 5)
+            await fake.wait_for(lambda c: b"RDY 3" in c)
+            fake.send(message_frame(big_id, b"B" * 5000, attempts=2) + message_frame(MID2, b"next"))
+            second = await asyncio.wait_for(reader.__anext__(), 5)
+            assert (first.body, second.body) == (b"small", b"next")
+            await fake.wait_for(lambda c: b"FIN " + big_id in c)
+            await first.finish()
+            await second.finish()
+            await fake.wait_for(lambda c: b"FIN " + MID2 in c)
+            stats = reader.statistics()
+            assert stats.messages_given_up == 1
+            assert len(stats.connections) == 1
+    assert fake.commands.count(b"  V2") == 1  # never reconnected
+    [msg] = given_up
+    assert (msg.id, msg.body, msg.body_size, msg.attempts) == (big_id, b"", 5000, 2)
+    assert msg.give_up_reason is not None
+    assert "5000 bytes is larger than max_message_size=10" in msg.give_up_reason
+    assert first.give_up_reason is None
+    assert first.body_size == 5
+    assert any("max_message_size=10" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_refused_connect_leaves_no_unretrieved_future(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    producer = Producer(f"127.0.0.1:{free_port()}")
+    with pytest.raises(NSQConnectError, match="could not connect"):
+        await producer.publish("t", b"x")
+    await producer.close()
+    del producer
+    gc.collect()
+    assert "never retrieved" not in caplog.text

@@ -84,6 +84,82 @@ def test_limit_leaves_frames_buffered() -> None:
     assert d.offset == len(data)
 
 
+def oversized(mid: bytes, body_size: int, attempts: int = 1) -> tuple[bytes, tuple[int, bytes]]:
+    """An oversized message frame and the pseudo-frame the decoder returns for it."""
+    head = struct.pack(">qH", 1_700_000_000_000_000_000, attempts) + mid
+    return (
+        frame(2, head + bytes(range(256)) * (body_size // 256) + b"z" * (body_size % 256)),
+        (F.FRAME_OVERSIZED_MESSAGE, head + struct.pack(">I", body_size)),
+    )
+
+
+def test_an_oversized_message_is_reported_from_its_header_and_its_body_read_past() -> None:
+    limit = 100
+    big, pseudo = oversized(b"big0123456789abc", 1000, attempts=4)
+    after = frame(2, message(b"small")) + frame(0, b"_heartbeat_")
+    stream = big + after
+    d = F.FrameDecoder(max_frame_size=limit)
+    got: list[tuple[int, bytes]] = []
+    for i in range(len(stream)):
+        got += d.feed(stream[i : i + 1])
+        if i + 1 < 34:  # size, type and the 26-byte message header
+            assert got == []
+        elif i + 1 < len(big):
+            assert got == [pseudo]
+            assert d.skipping == len(big) - (i + 1)
+            assert d.buffered == 0  # the body is never held
+    assert got == [pseudo, (2, message(b"small")), (0, b"_heartbeat_")]
+    assert F.parse_oversized_message(pseudo[1]) == (
+        1_700_000_000_000_000_000,
+        4,
+        b"big0123456789abc",
+        1000,
+    )
+    assert d.offset == len(stream)
+    assert d.skipping == 0
+
+
+def test_an_oversized_message_in_one_chunk_and_with_a_limit() -> None:
+    big, pseudo = oversized(b"big0123456789abc", 500)
+    d = F.FrameDecoder(max_frame_size=100)
+    data = frame(0, b"A") + big + frame(0, b"B")
+    assert d.feed(data, limit=2) == [(0, b"A"), pseudo]
+    assert d.feed(b"") == [(0, b"B")]
+
+
+def test_an_oversized_response_or_error_frame_is_still_an_error() -> None:
+    for ftype in (0, 1):
+        with pytest.raises(NSQProtocolError, match="larger than the maximum of 100"):
+            F.FrameDecoder(max_frame_size=100).feed(struct.pack(">II", 200, ftype))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.binary(max_size=60), max_size=4),
+    st.integers(101, 3000),
+    st.lists(st.binary(max_size=60), max_size=4),
+    st.data(),
+)
+def test_an_oversized_message_in_any_chunking_is_skipped_and_the_stream_goes_on(
+    before: list[bytes], body_size: int, after: list[bytes], data: st.DataObject
+) -> None:
+    limit = 100 + F.MESSAGE_HEADER_SIZE  # a Reader with max_message_size=100
+    big, pseudo = oversized(b"0123456789abcdef", body_size)
+    expected = [(2, message(b)) for b in before] + [pseudo] + [(2, message(b)) for b in after]
+    stream = b"".join(frame(2, message(b)) for b in before) + big
+    stream += b"".join(frame(2, message(b)) for b in after)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
+    d = F.FrameDecoder(max_frame_size=limit)
+    got: list[tuple[int, bytes]] = []
+    prev = 0
+    for cut in [*cuts, len(stream)]:
+        got += d.feed(stream[prev:cut])
+        prev = cut
+        assert d.buffered < limit + 8  # never more than one acceptable frame held
+    assert got == expected
+    assert (d.offset, d.buffered, d.skipping) == (len(stream), 0, 0)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(max_size=40), max_size=12), st.integers(10, 200))
 def test_fuzz_only_protocol_errors_escape(chunks: list[bytes], limit: int) -> None:
@@ -91,8 +167,11 @@ def test_fuzz_only_protocol_errors_escape(chunks: list[bytes], limit: int) -> No
     try:
         for chunk in chunks:
             for ftype, data in d.feed(chunk):
-                assert ftype in (0, 1, 2)
-                assert len(data) <= limit
+                assert ftype in (0, 1, 2, F.FRAME_OVERSIZED_MESSAGE)
+                if ftype == F.FRAME_OVERSIZED_MESSAGE:
+                    assert F.parse_oversized_message(data)[3] > limit - F.MESSAGE_HEADER_SIZE
+                else:
+                    assert len(data) <= limit
                 if ftype == 2:
                     F.parse_message(data)
             # never more than one incomplete, acceptable frame is held

@@ -463,3 +463,41 @@ async def test_close_leaves_unanswered_messages_to_time_out(nsqd_factory: Any) -
         again = await asyncio.wait_for(second.__anext__(), 10)
         await again.finish()
     assert (again.id, again.attempts) == (held.id, 2)
+
+
+@pytest.mark.parametrize("codec", [None, "deflate", "snappy"])
+async def test_an_oversized_message_does_not_strand_the_others(
+    nsqd: Any, codec: str | None
+) -> None:
+    """nsqd accepts bodies up to its --max-msg-size; a Reader with a smaller
+    max_message_size finishes and gives up the large one, delivers the others in
+    flight with it, and keeps its connection (also behind a decompressor)."""
+    topic = topic_name()
+    bodies = [b"a", bytes(range(256)) * 200, b"c", b"d", b"e"]
+    async with Producer(nsqd.tcp_address) as producer:
+        await producer.mpublish(topic, bodies)
+    given_up: list[Message] = []
+    async with Reader(
+        topic,
+        "ch",
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        max_in_flight=5,
+        max_message_size=1000,
+        on_give_up=given_up.append,
+        deflate=codec == "deflate",
+        snappy=codec == "snappy",
+    ) as reader:
+        [conn] = reader._conns.values()
+        got = []
+        while len(got) < 4:
+            msg = await asyncio.wait_for(reader.__anext__(), 10)
+            got.append(msg.body)
+            await msg.finish()
+        stats = reader.statistics()
+        assert list(reader._conns.values()) == [conn]
+        assert not conn.lost
+    assert sorted(got) == [b"a", b"c", b"d", b"e"]
+    assert [(m.body, m.body_size) for m in given_up] == [(b"", 51_200)]
+    assert stats.messages_given_up == 1
+    assert stats.messages_finished == 5  # the large one was finished too
+    assert stats.in_flight == 0

@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from aioclients._core import redact_text
 from aioclients._errors import InvalidArgumentError
 from aioclients.liftbridge._errors import (
     IncorrectOffsetError,
@@ -61,6 +62,11 @@ _DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.enable_retries", 0),
+    # A channel of its own per broker connection: with gRPC's global subchannel
+    # pool, the channel opened after a broker refused connections inherits the
+    # old one's reconnect backoff (1 s, growing to 2 min) and fails at once for
+    # that long, although the broker is back.
+    ("grpc.use_local_subchannel_pool", 1),
 )
 
 
@@ -71,6 +77,59 @@ def _read_pem(what: str, path: str | Path | None) -> bytes | None:
         return Path(path).read_bytes()
     except OSError as exc:
         raise InvalidArgumentError(f"{what}: cannot read {str(path)!r}: {exc.strerror}") from None
+
+
+def _check_roots(path: str | Path, roots: bytes) -> str:
+    """The CA certificates of ``tls_root_certificates`` as text, checked to load."""
+    problem = ""
+    try:
+        text = roots.decode("ascii")
+        if "-----BEGIN CERTIFICATE-----" not in text:
+            problem = "it holds no '-----BEGIN CERTIFICATE-----' block"
+        else:
+            ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=text)
+            return text
+    except UnicodeDecodeError:
+        problem = "it is not text (a DER or other binary file?)"
+    except (ssl.SSLError, ValueError) as exc:
+        problem = f"its certificates do not load ({exc})"
+    raise InvalidArgumentError(
+        f"tls_root_certificates: {str(path)!r} is not a file of PEM CA certificates: {problem}; "
+        "give the path of the CA certificate(s) in PEM form (convert DER with "
+        "'openssl x509 -inform der -in ca.der -out ca.pem')"
+    )
+
+
+def _refuse_password() -> bytes:
+    raise InvalidArgumentError(
+        "tls_client_key is encrypted with a passphrase; give an unencrypted PEM key "
+        "(or pass tls=grpc.ssl_channel_credentials(...))"
+    )
+
+
+def _load_client_pair(ctx: ssl.SSLContext, cert: str | Path, key: str | Path) -> None:
+    """Load ``tls_client_cert``/``tls_client_key`` into ``ctx``; errors name both options."""
+    try:
+        ctx.load_cert_chain(str(cert), str(key), password=_refuse_password)
+    except InvalidArgumentError:
+        raise
+    except OSError as exc:
+        if isinstance(exc, ssl.SSLError):
+            reason = exc.reason or str(exc)
+            hint = (
+                "the key does not belong to the certificate"
+                if "MISMATCH" in str(reason).upper()
+                else "one of them is not PEM, or they are swapped"
+            )
+            raise InvalidArgumentError(
+                f"tls_client_cert {str(cert)!r} / tls_client_key {str(key)!r}: cannot load the "
+                f"client certificate and its key ({reason}: {hint}); give the PEM certificate "
+                "chain as tls_client_cert and its unencrypted PEM private key as tls_client_key"
+            ) from None
+        raise InvalidArgumentError(
+            f"tls_client_cert {str(cert)!r} / tls_client_key {str(key)!r}: cannot read them: "
+            f"{exc.strerror or exc}; give the paths of PEM files"
+        ) from None
 
 
 def channel_credentials(
@@ -86,6 +145,12 @@ def channel_credentials(
     roots = _read_pem("tls_root_certificates", root_certificates)
     chain = _read_pem("tls_client_cert", client_cert)
     key = _read_pem("tls_client_key", client_key)
+    # gRPC checks none of these until it connects, and then only logs why the
+    # handshake failed: check them here, naming the option to fix.
+    if roots is not None and root_certificates is not None:
+        _check_roots(root_certificates, roots)
+    if client_cert is not None and client_key is not None:
+        _load_client_pair(ssl.create_default_context(), client_cert, client_key)
     if tls is None:
         if roots is None and chain is None:
             return None
@@ -130,18 +195,16 @@ def stream_ssl_context(
     if tls is None and roots is None and client_cert is None:
         return None
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-    if roots is not None:
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=roots.decode("ascii"))
+    if roots is not None and root_certificates is not None:
+        cadata = _check_roots(root_certificates, roots)
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=cadata)
     elif isinstance(tls, ssl.SSLContext):
         ders = tls.get_ca_certs(binary_form=True)
         if ders:
             pems = "".join(ssl.DER_cert_to_PEM_cert(der) for der in ders)
             ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=pems)
     if client_cert is not None and client_key is not None:
-        try:
-            ctx.load_cert_chain(str(client_cert), str(client_key))
-        except (OSError, ssl.SSLError) as exc:
-            raise InvalidArgumentError(f"tls_client_cert/tls_client_key: {exc}") from None
+        _load_client_pair(ctx, client_cert, client_key)
     ctx.set_alpn_protocols(["h2"])
     return ctx
 
@@ -197,7 +260,8 @@ class ChannelFactory:
 
 
 def _details(exc: grpc.aio.AioRpcError) -> str:
-    return exc.details() or exc.code().name
+    """gRPC's details, which may quote the target address, safe to print."""
+    return redact_text(exc.details() or exc.code().name)
 
 
 def is_connection_failure(exc: grpc.aio.AioRpcError) -> bool:

@@ -33,6 +33,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from aioclients._core import redact_text, redact_url
 from aioclients._errors import AioClientsError
 from aioclients.liftbridge._protocol._http2 import (
     ConnectionTerminated,
@@ -51,7 +52,7 @@ log = logging.getLogger("aioclients.liftbridge.h2")
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _WRITE_HIGH_WATER = 1 << 20  # queued outgoing bytes of one call before write() waits
 _TOO_MANY_PINGS = "too_many_pings"
-_TLS_CLOSE_TIMEOUT = 2.0  # seconds a TLS close may take before the socket is dropped
+_CLOSE_TIMEOUT = 2.0  # seconds a close may take to write what is queued before the drop
 
 
 def _rpc_error(code: int, details: str) -> grpc.aio.AioRpcError:
@@ -77,11 +78,10 @@ class _Protocol(asyncio.Protocol):
         self._connection._lost(exc)
 
     def pause_writing(self) -> None:
-        self._connection._paused = True
+        self._connection._pause_writing()
 
     def resume_writing(self) -> None:
-        self._connection._paused = False
-        self._connection._wake_writers()
+        self._connection._resume_writing()
 
 
 class _Connection:
@@ -124,9 +124,8 @@ class _Connection:
         try:
             events = self.h2.receive(data)
         except AioClientsError as exc:
-            log.warning("HTTP/2 connection to %s broken: %s", self._channel.address, exc)
-            self.flush()
-            self._abort(f"protocol error from the server: {exc}")
+            log.warning("HTTP/2 connection to %s broken: %s", self._channel.shown, exc)
+            self._fail_connection(f"protocol error from the server: {exc}")
             return
         calls = self.calls
         for event in events:
@@ -148,9 +147,9 @@ class _Connection:
             elif type(event) is ConnectionTerminated:
                 log.info(
                     "broker %s sent GOAWAY (code %d%s)",
-                    self._channel.address,
+                    self._channel.shown,
                     event.error_code,
-                    f", {event.debug}" if event.debug else "",
+                    f", {redact_text(event.debug)}" if event.debug else "",
                 )
                 if _TOO_MANY_PINGS in event.debug:
                     self._channel._keepalive_time *= 2
@@ -168,9 +167,9 @@ class _Connection:
         if self._close_timer is not None:
             self._close_timer.cancel()
             self._close_timer = None
-        reason = f"the connection to {self._channel.address} was lost"
+        reason = f"the connection to {self._channel.shown} was lost"
         if exc is not None:
-            reason += f": {exc}"
+            reason += f": {redact_text(str(exc))}"
         for event in self.h2.connection_lost(reason):
             call = self.calls.pop(event.stream_id, None)
             if call is not None:
@@ -182,18 +181,32 @@ class _Connection:
         if not self._closed_waiter.done():
             self._closed_waiter.set_result(None)
 
-    def _abort(self, reason: str) -> None:
+    def _end_calls(self, reason: str) -> None:
         self.dead = True
         for call in list(self.calls.values()):
             call._ended(StatusCode.UNAVAILABLE, reason)
         self.calls.clear()
+
+    def _abort(self, reason: str) -> None:
+        self._end_calls(reason)
         if self.transport is not None:
             self.transport.abort()
 
+    def _fail_connection(self, reason: str) -> None:
+        """The server broke HTTP/2: fail the calls, send the core's GOAWAY, close (bounded)."""
+        self._end_calls(reason)
+        self._cancel_timers()
+        self.flush(force=True)
+        self._close_transport()
+
     # -- writing -------------------------------------------------------------------
 
-    def flush(self) -> None:
+    def flush(self, force: bool = False) -> None:
+        """Write what the core has queued; while the transport is paused it stays in
+        the core (which caps what may pile up there), unless ``force`` (closing)."""
         self._flush_scheduled = False
+        if self._paused and not force:
+            return
         data = self.h2.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
@@ -202,6 +215,16 @@ class _Connection:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self.flush)
+
+    def _pause_writing(self) -> None:
+        self._paused = True
+        self.h2.set_output_paused(True)
+
+    def _resume_writing(self) -> None:
+        self._paused = False
+        self.h2.set_output_paused(False)
+        self.flush()
+        self._wake_writers()
 
     def _wake_writers(self) -> None:
         writers, self._writers = self._writers, []
@@ -262,7 +285,7 @@ class _Connection:
         self._ping_deadline = None
         log.warning(
             "broker %s did not answer a keepalive PING within %.1fs; dropping the connection",
-            self._channel.address,
+            self._channel.shown,
             self._channel._keepalive_timeout,
         )
         self._abort("keepalive watchdog timeout")
@@ -279,20 +302,27 @@ class _Connection:
         self.dead = True
         self._cancel_timers()
         self.h2.close()
-        self.flush()
+        self.flush(force=True)
+        self._close_transport()
+
+    def _close_transport(self) -> None:
+        """Close the socket after what is queued is written, within ``_CLOSE_TIMEOUT``.
+
+        One path for plaintext and TLS: a server that stopped reading keeps
+        the queued bytes (and a plain ``close()``) waiting forever, and a TLS
+        close also waits for the server's close_notify, which gRPC servers do
+        not send (asyncio gives up only after 30 s). So the socket is dropped
+        once the timer fires; with nothing left to write, a TLS socket is
+        dropped at once.
+        """
         transport = self.transport
-        if transport is None:
+        if transport is None or self._close_timer is not None:
             return
-        if transport.get_extra_info("ssl_object") is None:
-            transport.close()
-        elif transport.get_write_buffer_size() == 0:
-            # A TLS close waits for the server's close_notify, which gRPC
-            # servers do not send (asyncio gives up after 30 s): what we had to
-            # say is written, drop the socket.
+        if transport.get_write_buffer_size() == 0 and transport.get_extra_info("ssl_object"):
             transport.abort()
-        else:
-            transport.close()
-            self._close_timer = self._loop.call_later(_TLS_CLOSE_TIMEOUT, transport.abort)
+            return
+        transport.close()
+        self._close_timer = self._loop.call_later(_CLOSE_TIMEOUT, transport.abort)
 
     async def wait_closed(self) -> None:
         await self._closed_waiter
@@ -468,25 +498,29 @@ class _Call(_Readable):
                 raise
 
     async def write(self, request: Any) -> None:
-        """Send one request message (stream-stream calls)."""
+        """Send one request message (stream-stream calls).
+
+        Waits first while the socket is backed up or the server's window holds
+        too much of this call back, then queues the message: a write cancelled
+        while it waits (a caller's deadline) has queued nothing.
+        """
         if self._done_writing:
             raise grpc.aio.UsageError("write() after done_writing()")
         if self._conn is None:
             await self._ensure_started()
-        if self._status is not None:
-            self._raise_status()
         conn = self._conn
-        assert conn is not None
-        conn.h2.send_message(self._stream_id, self._serialize(request))
-        conn.schedule_flush()
         while (
             self._status is None
+            and conn is not None
             and not conn.dead
             and (conn._paused or conn.h2.blocked_bytes(self._stream_id) > _WRITE_HIGH_WATER)
         ):
             await conn.wait_writable()
         if self._status is not None:
             self._raise_status()
+        assert conn is not None
+        conn.h2.send_message(self._stream_id, self._serialize(request))
+        conn.schedule_flush()
 
     def write_nowait(self, request: Any) -> bool:
         """Queue a request without waiting; False when the caller should ``await write``."""
@@ -612,8 +646,9 @@ class Http2Channel:
     ) -> None:
         host, sep, port = address.rpartition(":")
         if not sep or not port.isdigit():
-            raise ValueError(f"broker address must be host:port, got {address!r}")
+            raise ValueError(f"broker address must be host:port, got {redact_url(address)!r}")
         self.address = address
+        self.shown = redact_url(address)  # what messages and logs may print
         self._host = host.strip("[]")
         self._port = int(port)
         self._ssl = ssl_context
@@ -763,16 +798,17 @@ class Http2Channel:
         except asyncio.TimeoutError:
             raise _rpc_error(
                 StatusCode.UNAVAILABLE,
-                f"failed to connect to {self.address}: no answer in {self._connect_timeout}s",
+                f"failed to connect to {self.shown}: no answer in {self._connect_timeout}s",
             ) from None
         except ssl.SSLError as exc:
             raise _rpc_error(
-                StatusCode.UNAVAILABLE, f"TLS handshake with {self.address} failed: {exc}"
+                StatusCode.UNAVAILABLE,
+                f"TLS handshake with {self.shown} failed: {redact_text(str(exc))}",
             ) from None
         except OSError as exc:
             raise _rpc_error(
                 StatusCode.UNAVAILABLE,
-                f"failed to connect to {self.address}: {exc.strerror or exc}",
+                f"failed to connect to {self.shown}: {redact_text(str(exc.strerror or exc))}",
             ) from None
         if self._ssl is not None:
             ssl_object = transport.get_extra_info("ssl_object")
@@ -780,7 +816,7 @@ class Http2Channel:
                 transport.abort()
                 raise _rpc_error(
                     StatusCode.UNAVAILABLE,
-                    f"{self.address} did not agree to HTTP/2 (ALPN h2) over TLS",
+                    f"{self.shown} did not agree to HTTP/2 (ALPN h2) over TLS",
                 )
         self._old = {c for c in self._old if not c.dead}
         return conn

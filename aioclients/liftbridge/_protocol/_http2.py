@@ -28,7 +28,12 @@ What it implements (RFC 9113, and the gRPC over HTTP/2 protocol):
   peer's windows are closed;
 * gRPC length-prefixed messages, split across or packed into DATA frames;
 * status: ``:status`` other than 200 is mapped as gRPC specifies, a missing
-  ``grpc-status`` is INTERNAL, RST_STREAM codes are mapped as gRPC's core does.
+  ``grpc-status`` is INTERNAL, RST_STREAM codes are mapped as gRPC's core does;
+* flood protection: while the driver says its transport is paused
+  (:meth:`set_output_paused`) it takes no output, and at most
+  ``MAX_QUEUED_CONTROL_REPLIES`` SETTINGS/PING acknowledgements may wait in it
+  (until :meth:`data_to_send`). One more is a connection error: GOAWAY
+  ENHANCE_YOUR_CALM, as nghttp2 and Go do.
 
 Status codes are plain ints (gRPC's numbering); the driver turns them into
 ``grpc.StatusCode``.
@@ -102,6 +107,13 @@ _MAX_WINDOW: Final = 2**31 - 1
 _DEFAULT_WINDOW: Final = 65_535
 _DEFAULT_MAX_FRAME: Final = 16_384
 _MAX_HEADER_BLOCK: Final = 1 << 20  # bytes of one header block we are willing to hold
+# Replies to the server's control frames (SETTINGS ACK, PING ACK) queued while
+# the driver's transport is paused (the server does not read what we write), so
+# not handed to the driver. Without a cap a server that floods PINGs or SETTINGS
+# and never reads grows our output without bound. nghttp2 allows 1000 such
+# replies (``max_outbound_ack``), Go's x/net/http2 10000 control frames
+# (``maxQueuedControlFrames``); we take nghttp2's, a ~17 KB queue at most.
+MAX_QUEUED_CONTROL_REPLIES: Final = 1000
 
 
 class StatusCode:
@@ -329,6 +341,8 @@ class H2Connection:
         self.goaway: ConnectionTerminated | None = None
         self.closed = False  # a connection error happened: nothing more is accepted
         self._started = False
+        self._queued_control = 0  # control replies queued while paused (MAX_QUEUED_...)
+        self._output_paused = False
 
     # -- outgoing --------------------------------------------------------------
 
@@ -359,7 +373,35 @@ class H2Connection:
             return b""
         out = bytes(self._out)
         self._out.clear()
+        self._queued_control = 0
         return out
+
+    def set_output_paused(self, paused: bool) -> None:
+        """The driver's transport stopped (True) or resumed (False) taking bytes.
+
+        While paused the driver leaves the output here, and the server's
+        SETTINGS and PINGs, whose acknowledgements must queue, are counted.
+        """
+        self._output_paused = paused
+
+    @property
+    def queued_control_replies(self) -> int:
+        """SETTINGS/PING acknowledgements queued while paused, not yet taken."""
+        return self._queued_control
+
+    def _queue_control_reply(self, reply: bytes) -> None:
+        if not self._output_paused:
+            self._out += reply
+            return
+        if self._queued_control >= MAX_QUEUED_CONTROL_REPLIES:
+            self.close(ENHANCE_YOUR_CALM)
+            raise RemoteProtocolError(
+                f"HTTP/2: the server sent more than {MAX_QUEUED_CONTROL_REPLIES} PING/SETTINGS "
+                "frames while not reading our answers (a control-frame flood); the connection "
+                "is closed with ENHANCE_YOUR_CALM"
+            )
+        self._queued_control += 1
+        self._out += reply
 
     @property
     def open_streams(self) -> int:
@@ -570,7 +612,7 @@ class H2Connection:
                     if flags & FLAG_ACK:
                         events.append(PingAcked(payload))
                     else:
-                        self._out += _frame(PING, FLAG_ACK, 0, payload)
+                        self._queue_control_reply(_frame(PING, FLAG_ACK, 0, payload))
                 elif kind == RST_STREAM:
                     self._on_rst_stream(stream_id, payload, events)
                 elif kind == GOAWAY:
@@ -822,7 +864,7 @@ class H2Connection:
                 raise RemoteProtocolError("HTTP/2: SETTINGS_ENABLE_PUSH must be 0 or 1")
             # Header table size: our encoder never indexes, nothing to change.
         self._preface_seen = True
-        self._out += _frame(SETTINGS, FLAG_ACK, 0)
+        self._queue_control_reply(_frame(SETTINGS, FLAG_ACK, 0))
         self._flush_blocked()
 
     def _on_window_update(self, stream_id: int, payload: bytes, events: list[Event]) -> None:

@@ -30,6 +30,7 @@ from aioclients.nsq._protocol._connection import (
     Heartbeat,
     Identified,
     MessageReceived,
+    OversizedMessage,
     Ready,
     Response,
     Subscribed,
@@ -48,6 +49,9 @@ class ConnectionOwner(Protocol):
     """What a connection reports to its Reader or Producer (all synchronous)."""
 
     def on_message(self, conn: NsqdConnection, event: MessageReceived, now: float) -> None: ...
+    def on_oversized_message(
+        self, conn: NsqdConnection, event: OversizedMessage, now: float
+    ) -> None: ...
     def on_response(self, conn: NsqdConnection, data: bytes) -> None: ...
     def on_error(self, conn: NsqdConnection, error: NSQError) -> None: ...
     def on_lost(self, conn: NsqdConnection, exc: BaseException | None) -> None: ...
@@ -148,6 +152,11 @@ class NsqdConnection(asyncio.Protocol):
                 self.core.tls_started()
         except BaseException:
             self.abort()
+            waiter = self._handshake
+            if waiter is not None and waiter.done() and not waiter.cancelled():
+                # abort() may have failed the waiter no one awaits now: mark it
+                # retrieved (the caller gets the error raised here)
+                waiter.exception()
             raise
 
     def _handshake_event(self, event: object) -> None:
@@ -209,6 +218,9 @@ class NsqdConnection(asyncio.Protocol):
                 owner.on_error(self, error)
                 if error.fatal:
                     self._close_transport()
+            elif isinstance(event, OversizedMessage):
+                self.messages_received += 1
+                owner.on_oversized_message(self, event, now)
             elif isinstance(event, CloseWait):
                 if self._close_wait is not None and not self._close_wait.done():
                     self._close_wait.set_result(None)

@@ -6,6 +6,7 @@ import asyncio
 
 import aiohttp
 
+from aioclients._core import redact_text, redact_url
 from aioclients.nsq._errors import NSQConnectError, NSQError
 from aioclients.nsq._protocol._lookup import parse_lookup_response
 
@@ -36,10 +37,17 @@ async def query_lookupd(
         ) as response:
             body = await response.read()
             status = response.status
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        raise NSQConnectError(f"nsqlookupd {base_url} unreachable: {exc!r}") from exc
+    except asyncio.TimeoutError:
+        raise NSQConnectError(
+            f"nsqlookupd {redact_url(base_url)} did not answer within {timeout}s"
+        ) from None
+    except (aiohttp.ClientError, OSError) as exc:
+        # aiohttp's text may quote the URL, credentials included
+        raise NSQConnectError(
+            f"nsqlookupd {redact_url(base_url)} unreachable: {redact_text(repr(exc))}"
+        ) from None
     if status == 404 or b"TOPIC_NOT_FOUND" in body[:200]:
         return []
     if status != 200:
-        raise NSQError(f"HTTP_{status}", f"nsqlookupd {url}: {body[:200]!r}")
+        raise NSQError(f"HTTP_{status}", f"nsqlookupd {redact_url(url)}: {body[:200]!r}")
     return parse_lookup_response(body)

@@ -18,12 +18,20 @@ Negotiation", "Data Flow and Heartbeats"; TCP Protocol Spec, IDENTIFY and AUTH):
 - AUTH is sent only when the answer says ``auth_required`` (the spec forbids it
   otherwise); a missing secret then fails the handshake with a clear message.
 - Heartbeats are answered with NOP here, so the driver cannot forget. The watchdog
-  deadline (:meth:`get_timer`) is two heartbeat intervals plus a margin after the
-  last byte received; during the handshake it is the handshake timeout.
+  deadline (:meth:`get_timer`) is two heartbeat intervals plus a margin (5 s, or
+  one interval if shorter) after the last byte received; during the handshake it
+  is the handshake timeout.
 - Errors: ``E_FIN_FAILED``, ``E_REQ_FAILED``, ``E_TOUCH_FAILED`` are reported and
   the connection stays; nsqd closes the connection after any other error, so the
   core moves to CLOSED. Errors during the handshake raise.
-- The in-flight set holds the ids of messages received and not yet FIN'd or REQ'd.
+- ``in_flight`` holds the ids of messages received and not yet FIN'd or REQ'd (with
+  their arrival time). More of them than the largest RDY ever sent, not counting
+  those whose msg_timeout has passed, means nsqd ignores RDY: a protocol error
+  that closes the connection, so a broken server cannot fill our memory
+  (client library guide, "RDY State").
+- A message larger than ``max_message_size`` is not an error (nsqd's limit may be
+  higher than ours): its body is read past and :class:`OversizedMessage` reports
+  it, in flight, for the owner to FIN.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ __all__ = (
     "IdentifyResponse",
     "Identified",
     "MessageReceived",
+    "OversizedMessage",
     "Ready",
     "Response",
     "Subscribed",
@@ -199,6 +208,17 @@ class MessageReceived(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class OversizedMessage(Event):
+    """A message whose body is larger than ``max_message_size``: its body was read
+    past, not kept. It is in flight (nsqd counts it against RDY) until FIN'd."""
+
+    timestamp: int
+    attempts: int
+    id: bytes
+    body_size: int
+
+
+@dataclass(frozen=True, slots=True)
 class Heartbeat(Event):
     """nsqd sent ``_heartbeat_``; a NOP is already queued."""
 
@@ -280,7 +300,10 @@ class ConnectionCore:
         self.decoder = F.FrameDecoder(HANDSHAKE_FRAME_LIMIT)
         self._max_message_size = max_message_size
         self._out = bytearray()
-        self.in_flight: set[bytes] = set()
+        # id -> when it arrived; nsqd stops counting a message against RDY once its
+        # msg_timeout passes (it re-queues it), so the arrival time matters.
+        self.in_flight: dict[bytes, float] = {}
+        self.rdy_allowance = 0  # the largest RDY sent: see _check_rdy_overflow
         self.identify_response: IdentifyResponse | None = None
         self._handshake_timeout = handshake_timeout
         self._heartbeat_interval = heartbeat_interval
@@ -322,6 +345,8 @@ class ConnectionCore:
                 return  # nsqd ignores RDY after CLS; nothing to say on a dead connection
             raise LocalProtocolError(f"RDY before SUB was accepted (state {self.state.value})")
         self._out += F.encode_rdy(count)
+        if count > self.rdy_allowance:
+            self.rdy_allowance = count
 
     def _respond_check(self, message_id: bytes, what: str) -> None:
         if message_id not in self.in_flight:
@@ -331,13 +356,13 @@ class ConnectionCore:
 
     def fin(self, message_id: bytes) -> None:
         self._respond_check(message_id, "FIN")
-        self.in_flight.discard(message_id)
+        self.in_flight.pop(message_id, None)
         self._out += b"FIN " + message_id + b"\n"
 
     def req(self, message_id: bytes, delay_ms: int) -> None:
         self._respond_check(message_id, "REQ")
         self._out += F.encode_req(message_id, delay_ms)
-        self.in_flight.discard(message_id)
+        self.in_flight.pop(message_id, None)
 
     def touch(self, message_id: bytes) -> None:
         self._respond_check(message_id, "TOUCH")
@@ -373,7 +398,10 @@ class ConnectionCore:
             return self._deadline
         if self.state is ConnectionState.CLOSED or self._heartbeat_interval is None:
             return None
-        return self._last_received + 2 * self._heartbeat_interval + HEARTBEAT_MARGIN
+        interval = self._heartbeat_interval
+        # the margin never exceeds one interval, so a short interval (fast failure
+        # detection) is not drowned by the default margin
+        return self._last_received + 2 * interval + min(HEARTBEAT_MARGIN, interval)
 
     def handle_timer(self, now: float) -> list[Event]:
         deadline = self.get_timer()
@@ -411,23 +439,23 @@ class ConnectionCore:
         self._last_received = now
         state = self.state
         if state is ConnectionState.SUBSCRIBED or state is ConnectionState.READY:
-            return self._steady(self.decoder.feed(data))
+            return self._steady(self.decoder.feed(data), now)
         if state in _HANDSHAKE_STATES:
-            return self._handshake(data)
+            return self._handshake(data, now)
         if state is ConnectionState.CLOSING:
-            return self._steady(self.decoder.feed(data))
+            return self._steady(self.decoder.feed(data), now)
         if state is ConnectionState.CLOSED:
             return []
         raise LocalProtocolError("receive_data() before start()")
 
-    def _steady(self, frames: list[tuple[int, bytes]]) -> list[Event | MessageReceived]:
+    def _steady(self, frames: list[tuple[int, bytes]], now: float) -> list[Event | MessageReceived]:
         events: list[Event | MessageReceived] = []
         append = events.append
         in_flight = self.in_flight
         for ftype, payload in frames:
             if ftype == 2:
                 message_id = payload[10:26]
-                in_flight.add(message_id)
+                in_flight[message_id] = now
                 ts, attempts = F._MESSAGE_HEAD.unpack_from(payload, 0)
                 append(MessageReceived(ts, attempts, message_id, payload[26:]))
             elif ftype == 0:
@@ -440,16 +468,50 @@ class ConnectionCore:
                     if self.pending_responses:
                         self.pending_responses -= 1
                     append(Response(payload))
-            else:
-                error = parse_error_frame(payload)
+            elif ftype == 1:
+                error = self._error(payload)
                 if error.fatal:
                     if self.pending_responses:
                         self.pending_responses -= 1
                     self.state = ConnectionState.CLOSED
                 append(ErrorReceived(error))
+            else:  # F.FRAME_OVERSIZED_MESSAGE
+                ts, attempts, message_id, body_size = F.parse_oversized_message(payload)
+                in_flight[message_id] = now
+                append(OversizedMessage(ts, attempts, message_id, body_size))
+        if len(in_flight) > self.rdy_allowance:  # once per read, not per message
+            self._check_rdy_overflow(now)
         return events
 
-    def _handshake(self, data: bytes) -> list[Event | MessageReceived]:
+    def _check_rdy_overflow(self, now: float) -> None:
+        """More messages in flight than any RDY we sent: unless some of them timed
+        out at nsqd (no longer counted there), nsqd ignores RDY, and would fill our
+        memory. Checked once per read (a read is bounded), and the count is only
+        taken when the number held exceeds the allowance.
+
+        Sound against a correct nsqd: a message that arrived less than msg_timeout
+        ago was sent less than msg_timeout ago, so nsqd still counted it when it sent
+        the newest one, and nsqd sends only while its count is below its RDY, which
+        is never above the largest RDY we sent (a lowered RDY may not have reached
+        it yet, so the allowance never goes down). Ids we answered are not counted
+        here but may still be there: that errs on the side of the server.
+
+        Raises:
+            NSQProtocolError: nsqd went over the RDY it was given.
+        """
+        response = self.identify_response
+        timeout = response.msg_timeout / 1000 if response and response.msg_timeout > 0 else 1.0
+        cutoff = now - timeout
+        live = sum(1 for arrived in self.in_flight.values() if arrived > cutoff)
+        if live > self.rdy_allowance:
+            self.state = ConnectionState.CLOSED
+            raise NSQProtocolError(
+                f"nsqd sent {live} messages in flight when it was given at most "
+                f"RDY {self.rdy_allowance}: it ignores RDY; closing the connection",
+                offset=self.decoder.offset,
+            )
+
+    def _handshake(self, data: bytes, now: float) -> list[Event | MessageReceived]:
         events: list[Event | MessageReceived] = []
         pending = data
         while self.state in _HANDSHAKE_STATES:
@@ -461,8 +523,8 @@ class ConnectionCore:
             ftype, payload = frames[0]
             if ftype == F.FRAME_ERROR:
                 self.state = ConnectionState.CLOSED
-                raise parse_error_frame(payload)
-            if ftype == F.FRAME_MESSAGE:
+                raise self._error(payload)
+            if ftype == F.FRAME_MESSAGE or ftype == F.FRAME_OVERSIZED_MESSAGE:
                 raise NSQProtocolError(
                     f"message frame during the handshake ({self.state.value})", offset=offset
                 )
@@ -473,7 +535,7 @@ class ConnectionCore:
                 break  # the driver must switch transport or encoding first
         if self.state is ConnectionState.SUBSCRIBED or self.state is ConnectionState.READY:
             rest = self.decoder.feed(b"")
-            events.extend(self._steady(rest))
+            events.extend(self._steady(rest, now))
         return events
 
     def _step(self, payload: bytes, offset: int, events: list[Event | MessageReceived]) -> bool:
@@ -567,6 +629,15 @@ class ConnectionCore:
         else:
             self.state = ConnectionState.READY
             events.append(Ready())
+
+    def _error(self, payload: bytes) -> NSQError:
+        """The error in an error frame, with our auth secret cut out: an auth server
+        may quote what it was given, and the error is logged and raised."""
+        secret = self._auth_secret
+        if secret:
+            raw = secret.encode() if isinstance(secret, str) else bytes(secret)
+            payload = payload.replace(raw, b"***")
+        return parse_error_frame(payload)
 
     def _expect(self, state: ConnectionState, what: str) -> None:
         if self.state is not state:

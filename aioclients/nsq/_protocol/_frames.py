@@ -6,9 +6,14 @@ Theory of operation (NSQ "TCP Protocol Spec", section "Data Format"):
   field and the data, so it is at least 4. Types: 0 response, 1 error, 2 message.
 - A message frame's data is ``[timestamp i64 ns][attempts u16][16-byte ASCII id][body]``.
 - :class:`FrameDecoder` is incremental: it is fed chunks of any size and returns the
-  frames that became complete. A frame whose announced size is above the decoder's
-  ``max_frame_size`` is rejected as soon as its header is seen, so a peer can never
-  make us buffer more than one maximal frame. Every malformed input raises
+  frames that became complete. A peer can never make us buffer more than one
+  maximal frame (``max_frame_size``): a response or error frame announced larger is
+  rejected as soon as its header is seen. A *message* frame announced larger (a
+  message above the consumer's ``max_message_size``) is legal but unwanted: the
+  decoder returns its header as a :data:`FRAME_OVERSIZED_MESSAGE` pseudo-frame as
+  soon as the first 34 bytes are in, then reads past the body without keeping it
+  (the skip state, ``skipping`` bytes to go), so the connection and the other
+  messages on it live on and the consumer can FIN it. Every malformed input raises
   :class:`NSQProtocolError` with the stream offset of the offending bytes; nothing
   else escapes (the decoder fuzz test checks this).
 - The encoders build the client's commands. Topic and channel names are checked
@@ -30,6 +35,7 @@ from aioclients.nsq._errors import NSQProtocolError
 __all__ = (
     "FRAME_ERROR",
     "FRAME_MESSAGE",
+    "FRAME_OVERSIZED_MESSAGE",
     "FRAME_RESPONSE",
     "MAGIC_V2",
     "MESSAGE_HEADER_SIZE",
@@ -51,12 +57,17 @@ __all__ = (
     "is_valid_name",
     "mpub_body",
     "parse_message",
+    "parse_oversized_message",
 )
 
 MAGIC_V2: Final = b"  V2"
 FRAME_RESPONSE: Final = 0
 FRAME_ERROR: Final = 1
 FRAME_MESSAGE: Final = 2
+# Not a wire type (nsqd's types are 0-2; others are rejected): a message frame above
+# max_frame_size whose body was skipped. Its data is the 26-byte message header
+# followed by the body's size (u32 BE); see parse_oversized_message.
+FRAME_OVERSIZED_MESSAGE: Final = 3
 MESSAGE_HEADER_SIZE: Final = 26  # 8 timestamp + 2 attempts + 16 id
 MAX_NAME_LENGTH: Final = 64
 DEFAULT_MAX_FRAME_SIZE: Final = 1024 * 1024 + MESSAGE_HEADER_SIZE
@@ -76,12 +87,18 @@ class FrameDecoder:
             after the handshake to the message size the server may send.
     """
 
-    __slots__ = ("_buf", "_consumed", "max_frame_size")
+    __slots__ = ("_buf", "_consumed", "_skip", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self._buf = bytearray()
         self._consumed = 0  # stream offset of _buf[0]
+        self._skip = 0  # bytes of an oversized message body still to read past
         self.max_frame_size = max_frame_size
+
+    @property
+    def skipping(self) -> int:
+        """Bytes of an oversized message's body still to be read past (0: none)."""
+        return self._skip
 
     @property
     def offset(self) -> int:
@@ -111,6 +128,11 @@ class FrameDecoder:
         Raises:
             NSQProtocolError: the stream is malformed (the message names the offset).
         """
+        if self._skip:
+            n = min(self._skip, len(data))
+            self._skip -= n
+            self._consumed += n
+            data = data[n:]
         buf = self._buf
         if data:
             buf += data
@@ -127,11 +149,37 @@ class FrameDecoder:
                     offset=self._consumed + pos,
                 )
             if size > max_size:
-                raise NSQProtocolError(
-                    f"frame of {size - 4} bytes is larger than the maximum of "
-                    f"{self.max_frame_size} bytes",
-                    offset=self._consumed + pos,
+                if ftype != FRAME_MESSAGE:
+                    raise NSQProtocolError(
+                        f"frame of {size - 4} bytes is larger than the maximum of "
+                        f"{self.max_frame_size} bytes",
+                        offset=self._consumed + pos,
+                    )
+                if size - 4 < MESSAGE_HEADER_SIZE:
+                    raise NSQProtocolError(
+                        f"message frame of {size - 4} bytes is shorter than the "
+                        f"{MESSAGE_HEADER_SIZE}-byte message header",
+                        offset=self._consumed + pos,
+                    )
+                head_end = pos + 8 + MESSAGE_HEADER_SIZE
+                if head_end > end:
+                    break  # wait for the message header
+                body_size = size - 4 - MESSAGE_HEADER_SIZE
+                frames.append(
+                    (
+                        FRAME_OVERSIZED_MESSAGE,
+                        bytes(buf[pos + 8 : head_end]) + _SIZE.pack(body_size),
+                    )
                 )
+                stop = pos + 4 + size
+                if stop > end:  # read past the rest of the body as it arrives
+                    self._skip = stop - end
+                    pos = end
+                    break
+                pos = stop
+                if limit is not None and len(frames) >= limit:
+                    break
+                continue
             if ftype > FRAME_MESSAGE:
                 raise NSQProtocolError(
                     f"unknown frame type {ftype}", offset=self._consumed + pos + 4
@@ -162,6 +210,14 @@ def parse_message(data: bytes) -> tuple[int, int, bytes, bytes]:
     """
     timestamp, attempts = _MESSAGE_HEAD.unpack_from(data, 0)
     return timestamp, attempts, data[10:26], data[26:]
+
+
+def parse_oversized_message(data: bytes) -> tuple[int, int, bytes, int]:
+    """Split a :data:`FRAME_OVERSIZED_MESSAGE` pseudo-frame into
+    ``(timestamp_ns, attempts, id, body_size)``."""
+    timestamp, attempts = _MESSAGE_HEAD.unpack_from(data, 0)
+    (body_size,) = _SIZE.unpack_from(data, MESSAGE_HEADER_SIZE)
+    return timestamp, attempts, data[10:26], body_size
 
 
 def is_valid_name(name: object) -> bool:

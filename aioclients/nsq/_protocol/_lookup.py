@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from aioclients._core import redact_url
 from aioclients._errors import InvalidArgumentError
 from aioclients.nsq._errors import NSQProtocolError
 
@@ -30,18 +31,22 @@ def parse_address(address: object, what: str = "nsqd address") -> tuple[str, int
         InvalidArgumentError: not a ``host:port`` string.
     """
     if not isinstance(address, str):
-        raise InvalidArgumentError(f"{what} must be a 'host:port' string, got {address!r}")
+        raise InvalidArgumentError(
+            f"{what} must be a 'host:port' string, got {redact_url(address)}"
+        )
     host, sep, port = address.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidArgumentError(f"{what} must look like 'host:port', got {address!r}")
+        raise InvalidArgumentError(
+            f"{what} must look like 'host:port', got {redact_url(address)!r}"
+        )
     return host, int(port)
 
 
 def lookupd_url(address: object) -> str:
     """The base URL of an nsqlookupd given as ``"http://host:port"`` or ``"host:port"``."""
     if not isinstance(address, str):
-        raise InvalidArgumentError(f"lookupd address must be a string, got {address!r}")
+        raise InvalidArgumentError(f"lookupd address must be a string, got {redact_url(address)}")
     if address.startswith(("http://", "https://")):
         return address.rstrip("/")
     parse_address(address, "lookupd address")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from aioclients._core import redact_url
 from aioclients.spark._errors import DataSourceOptionError
 
 __all__ = ("OptionReader",)
@@ -58,7 +59,7 @@ class OptionReader:
                 scheme, _, rest = url.partition("://")
             if scheme not in ("nats", "tls") or not rest:
                 raise DataSourceOptionError(
-                    f"option {name!r}: {url!r} is not a NATS URL; "
+                    f"option {name!r}: {redact_url(url)!r} is not a NATS URL; "
                     f"use {self._example(name, example)}"
                 )
         return [u if "://" in u else f"nats://{u}" for u in urls]

@@ -1,0 +1,684 @@
+"""JetStream Key-Value (NATS ADR-8) on our Direct Get, publish and ordered consumers.
+
+Reads go through Direct Get (ADR-31): ``get`` is one ``last_by_subj`` request
+in the subject-appended form, ``keys`` one ``multi_last`` pass over the
+bucket's subjects, ``history`` one batched read of the key's subject. Writes
+are publishes with the ADR-8 headers. ``watch`` (and ``keys`` on buckets too
+large for one ``multi_last`` answer) runs an ordered consumer, so it survives
+reconnects and server restarts. Behaviour follows nats.go ``jetstream/kv.go``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from aioclients._errors import InvalidArgumentError
+from aioclients.jetstream._errors import (
+    BucketNotFoundError,
+    DirectGetUnavailableError,
+    KeyDeletedError,
+    KeyExistsError,
+    KeyNotFoundError,
+    KeyWrongRevisionError,
+    MessageNotFoundError,
+    NoStreamResponseError,
+    ServerTooOldError,
+    StreamNameInUseError,
+    StreamNotFoundError,
+    TooManySubjectsError,
+    WrongLastSequenceError,
+)
+from aioclients.jetstream._models import StoredMessage, StreamInfo
+from aioclients.jetstream._ordered import _check_on_event
+from aioclients.jetstream._protocol._direct import ReplyKind, classify_reply
+from aioclients.jetstream._protocol._kv import (
+    DEL,
+    KV_OPERATION,
+    PURGE,
+    PUT,
+    ROLLUP,
+    KeyValueEntry,
+    bucket_stream_config,
+    key_filter_subjects,
+    operation_of,
+    operation_of_header_block,
+    stream_name,
+    validate_bucket,
+    validate_key,
+)
+from aioclients.jetstream._protocol._ordered import ack_sequences
+
+if TYPE_CHECKING:
+    from aioclients.jetstream._context import JetStream
+    from aioclients.jetstream._message import Msg
+    from aioclients.jetstream._ordered import (
+        OrderedConsumeEvent,
+        OrderedConsumer,
+        OrderedMessageStream,
+    )
+    from aioclients.jetstream._stream import Stream
+
+__all__ = ("KeyLister", "KeyValue", "KeyValueStatus", "KeyWatcher")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: Buffer of the ordered consumers behind ``watch`` and large ``keys`` scans.
+_SCAN_BUFFER = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValueStatus:
+    """What ``KeyValue.status()`` reports about a bucket."""
+
+    bucket: str
+    #: messages stored (every kept revision and marker)
+    values: int
+    history: int
+    #: max age of a value, seconds (0: none)
+    ttl: float
+    bytes: int
+    storage: str
+    replicas: int
+    backing_store: str
+    stream_info: StreamInfo
+
+
+def _created(ts_ns: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=ts_ns // 1000)
+
+
+class KeyValue:
+    """A Key-Value bucket. Obtain one from ``js.create_key_value`` or ``js.key_value``."""
+
+    def __init__(self, js: JetStream, bucket: str, stream: Stream) -> None:
+        self._js = js
+        self.bucket = bucket
+        self._stream = stream
+        self._stream_name = stream.name
+        self._prefix = f"$KV.{bucket}."
+        self._direct = bool(stream.cached_info.config.get("allow_direct"))
+        self._get_prefix = f"{js.api_prefix}.DIRECT.GET.{stream.name}.{self._prefix}"
+
+    def __repr__(self) -> str:
+        return f"<KeyValue {self.bucket}>"
+
+    @property
+    def stream(self) -> Stream:
+        """The bucket's stream (``KV_<bucket>``)."""
+        return self._stream
+
+    # -- reads --
+
+    async def get(self, key: str, *, revision: int | None = None) -> KeyValueEntry:
+        """The key's value, or its value at ``revision``.
+
+        Raises:
+            KeyNotFoundError: no such key (or ``revision`` is not one of this key).
+            KeyDeletedError: the key (at ``revision``) is a delete or purge marker.
+            InvalidArgumentError: an invalid key.
+        """
+        entry = await self._entry(key, revision)
+        if entry.operation != PUT:
+            raise KeyDeletedError(
+                f"key {key!r} of bucket {self.bucket!r} was deleted "
+                f"({entry.operation} at revision {entry.revision})",
+                entry=entry,
+            )
+        return entry
+
+    async def _entry(self, key: str, revision: int | None = None) -> KeyValueEntry:
+        """The key's last message (or the one at ``revision``), whatever its operation."""
+        validate_key(key)
+        if revision is not None:
+            if not isinstance(revision, int) or isinstance(revision, bool) or revision < 1:
+                raise InvalidArgumentError(f"revision must be an int >= 1, got {revision!r}")
+            stored = await self._stored(key, seq=revision)
+            if stored.subject != self._prefix + key:
+                raise KeyNotFoundError(
+                    f"revision {revision} of bucket {self.bucket!r} is not a revision of {key!r}"
+                )
+            return self._from_stored(key, stored)
+        if not self._direct:
+            return self._from_stored(key, await self._stored(key, seq=None))
+        js = self._js
+        js._check_open()
+        msg = await js._requests.request(
+            self._get_prefix + key, b"", js.timeout, f"get of {key!r} in {self.bucket!r}"
+        )
+        reply = classify_reply(msg.headers)
+        if reply.kind is not ReplyKind.MESSAGE:
+            if reply.kind is ReplyKind.NOT_FOUND:
+                raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}", code=404)
+            if reply.kind is ReplyKind.NO_RESPONDERS:
+                raise await self._missing_bucket_or(self._stream._status_error(reply))
+            raise self._stream._status_error(reply)
+        assert reply.seq is not None
+        assert reply.time is not None
+        return KeyValueEntry(
+            self.bucket,
+            key,
+            msg.data,
+            reply.seq,
+            reply.time,
+            0,
+            operation_of(reply.headers),
+        )
+
+    async def _stored(self, key: str, *, seq: int | None) -> StoredMessage:
+        try:
+            if seq is None:
+                return await self._stream.get_msg(last_by_subj=self._prefix + key)
+            if self._direct:
+                return await self._stream.direct_get(seq)
+            return await self._stream.get_msg(seq)
+        except MessageNotFoundError:
+            what = f"revision {seq} of key {key!r}" if seq else f"key {key!r}"
+            raise KeyNotFoundError(f"{what} not found in bucket {self.bucket!r}") from None
+        except DirectGetUnavailableError as exc:
+            raise await self._missing_bucket_or(exc) from None
+        except StreamNotFoundError:
+            raise _bucket_not_found(self.bucket) from None
+
+    async def _missing_bucket_or(self, error: Exception) -> Exception:
+        """After "no responders": the bucket was deleted, or ``error`` stands."""
+        try:
+            await self._js.stream_info(self._stream_name)
+        except StreamNotFoundError:
+            return _bucket_not_found(self.bucket)
+        return error
+
+    def _from_stored(self, key: str, stored: StoredMessage) -> KeyValueEntry:
+        return KeyValueEntry(
+            self.bucket,
+            key,
+            stored.data,
+            stored.seq,
+            stored.time,
+            0,
+            operation_of(stored.headers),
+        )
+
+    async def history(self, key: str) -> list[KeyValueEntry]:
+        """Every kept revision of ``key``, oldest first (markers included).
+
+        Raises:
+            KeyNotFoundError: the key has no message at all.
+        """
+        validate_key(key)
+        subject = self._prefix + key
+        entries: list[KeyValueEntry] = []
+        if self._direct:
+            try:
+                seq = 1
+                while True:
+                    batch = self._stream.direct_get_batch(batch=64, seq=seq, next_by_subj=subject)
+                    async with batch:
+                        async for stored in batch:
+                            entries.append(self._from_stored(key, stored))
+                    if not batch.num_pending or not entries:
+                        break
+                    seq = entries[-1].revision + 1
+            except ServerTooOldError:
+                entries = []
+            else:
+                return self._deltas(key, entries)
+        oc = await self._js.ordered_consumer(self._stream_name, filter_subjects=[subject])
+        try:
+            async for msg, pending in _scan(oc, initial_pending(oc)):
+                entries.append(self._from_msg(msg, pending))
+        finally:
+            await oc.close()
+        return self._deltas(key, entries)
+
+    def _deltas(self, key: str, entries: list[KeyValueEntry]) -> list[KeyValueEntry]:
+        if not entries:
+            raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}")
+        last = len(entries) - 1
+        return [
+            KeyValueEntry(e.bucket, e.key, e.value, e.revision, e.created, last - i, e.operation)
+            for i, e in enumerate(entries)
+        ]
+
+    def _from_msg(self, msg: Msg, pending: int) -> KeyValueEntry:
+        sseq, _, _, ts = ack_sequences(msg.reply)
+        return KeyValueEntry(
+            self.bucket,
+            msg.subject[len(self._prefix) :],
+            msg.data,
+            sseq,
+            _created(ts),
+            pending,
+            operation_of_header_block(msg._header_block),
+        )
+
+    def keys(self, *filters: str) -> KeyLister:
+        """The keys holding a value (deleted and purged keys left out), optionally
+        only those matching ``filters`` (keys with ``*`` / ``>`` wildcards).
+
+        ``async for key in kv.keys("config.>")``. One ``multi_last`` Direct Get
+        pass; buckets with more than 1024 matching keys are listed through a
+        headers-only ordered consumer instead (the server's ``multi_last`` limit).
+        """
+        subjects = key_filter_subjects(self.bucket, list(filters))
+        return KeyLister(self, subjects)
+
+    async def status(self) -> KeyValueStatus:
+        """The bucket's settings and size."""
+        try:
+            info = await self._stream.info()
+        except StreamNotFoundError:
+            raise _bucket_not_found(self.bucket) from None
+        config = info.config
+        return KeyValueStatus(
+            bucket=self.bucket,
+            values=info.state.messages,
+            history=int(config.get("max_msgs_per_subject") or 1),
+            ttl=float(config.get("max_age") or 0),
+            bytes=info.state.bytes,
+            storage=str(config.get("storage") or "file"),
+            replicas=int(config.get("num_replicas") or 1),
+            backing_store="JetStream",
+            stream_info=info,
+        )
+
+    # -- writes --
+
+    async def put(self, key: str, value: bytes) -> int:
+        """Store ``value`` under ``key``; returns the new revision."""
+        validate_key(key)
+        return await self._publish(key, value, None, None)
+
+    async def create(self, key: str, value: bytes) -> int:
+        """Store ``value`` only if ``key`` holds none (absent, deleted or purged).
+
+        Raises:
+            KeyExistsError: the key holds a value.
+        """
+        validate_key(key)
+        try:
+            return await self._publish(key, value, None, 0)
+        except KeyWrongRevisionError as exc:
+            try:
+                entry = await self._entry(key)
+            except KeyNotFoundError:
+                raise KeyExistsError(
+                    f"key {key!r} of bucket {self.bucket!r} exists", code=exc.code
+                ) from None
+            if entry.operation != PUT:
+                try:
+                    return await self._publish(key, value, None, entry.revision)
+                except KeyWrongRevisionError:
+                    pass  # recreated meanwhile by someone else
+            raise KeyExistsError(
+                f"key {key!r} of bucket {self.bucket!r} exists (revision {entry.revision})",
+                code=exc.code,
+                err_code=exc.err_code,
+            ) from None
+
+    async def update(self, key: str, value: bytes, last: int) -> int:
+        """Store ``value`` only if the key's revision is ``last``.
+
+        Raises:
+            KeyWrongRevisionError: the key's revision is another.
+        """
+        validate_key(key)
+        _check_last(last, allow_zero=True)
+        return await self._publish(key, value, None, last)
+
+    async def delete(self, key: str, *, last: int | None = None) -> None:
+        """Delete ``key`` (a ``DEL`` marker; history is kept).
+
+        Raises:
+            KeyWrongRevisionError: ``last`` is given and the key's revision is another.
+        """
+        validate_key(key)
+        if last is not None:
+            _check_last(last, allow_zero=True)
+        await self._publish(key, b"", {KV_OPERATION: DEL}, last)
+
+    async def purge(self, key: str, *, last: int | None = None) -> None:
+        """Purge ``key``: a ``PURGE`` marker that removes its earlier revisions.
+
+        Raises:
+            KeyWrongRevisionError: ``last`` is given and the key's revision is another.
+        """
+        validate_key(key)
+        if last is not None:
+            _check_last(last, allow_zero=True)
+        await self._publish(key, b"", {KV_OPERATION: PURGE, ROLLUP: "sub"}, last)
+
+    async def _publish(
+        self, key: str, value: bytes, headers: dict[str, str | list[str]] | None, last: int | None
+    ) -> int:
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"value must be bytes, got {type(value).__name__}")
+        try:
+            ack = await self._js.publish(
+                self._prefix + key, bytes(value), headers=headers, expected_last_subject_seq=last
+            )
+        except WrongLastSequenceError as exc:
+            raise KeyWrongRevisionError(
+                f"key {key!r} of bucket {self.bucket!r} is not at revision {last}: "
+                f"{exc.description}",
+                code=exc.code,
+                err_code=exc.err_code,
+            ) from None
+        except NoStreamResponseError:
+            raise _bucket_not_found(self.bucket) from None
+        return ack.seq
+
+    # -- watch --
+
+    def watch(
+        self,
+        keys: str | Sequence[str] = ">",
+        *,
+        include_history: bool = False,
+        ignore_deletes: bool = False,
+        meta_only: bool = False,
+        updates_only: bool = False,
+        on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+    ) -> KeyWatcher:
+        """Watch keys matching ``keys`` (a filter or a list of them).
+
+        ``async with kv.watch("config.>") as watcher: async for entry in watcher``.
+        First the current value of every matching key (every kept revision with
+        ``include_history``; nothing with ``updates_only``), then each change as
+        it happens. ``watcher.initial_done`` is set once the values present at
+        the start have been yielded (at once when there are none). Markers of
+        deleted and purged keys come as entries with that ``operation`` unless
+        ``ignore_deletes``; ``meta_only`` leaves values out (headers only).
+        ``on_event`` (a plain callable) hears of reconnects and of
+        ``ConsumerReset``, when the watch's consumer is replaced.
+
+        Raises:
+            InvalidArgumentError: a bad filter, or ``include_history`` with ``updates_only``.
+        """
+        if include_history and updates_only:
+            raise InvalidArgumentError("give include_history or updates_only, not both")
+        filters = [keys] if isinstance(keys, str) else list(keys)
+        subjects = key_filter_subjects(self.bucket, filters)
+        if updates_only:
+            policy = "new"
+        elif include_history:
+            policy = "all"
+        else:
+            policy = "last_per_subject"
+        _check_on_event(on_event)
+        return KeyWatcher(self, subjects, policy, meta_only, ignore_deletes, updates_only, on_event)
+
+
+def _check_last(last: object, *, allow_zero: bool) -> None:
+    if not isinstance(last, int) or isinstance(last, bool) or last < (0 if allow_zero else 1):
+        raise InvalidArgumentError(f"last must be a revision (an int >= 0), got {last!r}")
+
+
+def _bucket_not_found(bucket: str) -> BucketNotFoundError:
+    return BucketNotFoundError(
+        f"bucket {bucket!r} not found",
+        code=404,
+        hint=f"create it with js.create_key_value({bucket!r})",
+    )
+
+
+def initial_pending(oc: OrderedConsumer) -> int:
+    consumer = oc._consumer
+    return consumer.cached_info.num_pending if consumer is not None else 0
+
+
+async def _scan(
+    oc: OrderedConsumer, pending_at_start: int
+) -> AsyncGenerator[tuple[Msg, int], None]:
+    """The messages an ordered consumer had pending when created, with their
+    pending counts; ends after the one with nothing pending."""
+    if pending_at_start == 0:
+        return
+    messages = oc.consume(max_messages=min(_SCAN_BUFFER, max(pending_at_start, 10)))
+    async with messages:
+        async for msg in messages:
+            pending = ack_sequences(msg.reply)[2]
+            yield msg, pending
+            if pending == 0:
+                return
+
+
+class KeyLister:
+    """The keys of a bucket, as an async iterator (also an async context manager)."""
+
+    def __init__(self, kv: KeyValue, subjects: list[str]) -> None:
+        self._kv = kv
+        self._subjects = subjects
+        self._keys = self._read()
+
+    def __aiter__(self) -> KeyLister:
+        return self
+
+    def __anext__(self) -> Awaitable[str]:
+        return self._keys.__anext__()
+
+    async def _read(self) -> AsyncGenerator[str, None]:
+        kv = self._kv
+        cut = len(kv._prefix)
+        if kv._direct:
+            try:
+                batch = kv._stream.direct_get_last_for(self._subjects)
+                async with batch:
+                    async for stored in batch:
+                        if operation_of(stored.headers) == PUT:
+                            yield stored.subject[cut:]
+                return
+            except (TooManySubjectsError, ServerTooOldError, DirectGetUnavailableError):
+                pass  # nothing was yielded yet: these come as the first answer
+        oc = await kv._js.ordered_consumer(
+            kv._stream_name,
+            filter_subjects=self._subjects,
+            deliver_policy="last_per_subject",
+            headers_only=True,
+        )
+        try:
+            async for msg, _ in _scan(oc, initial_pending(oc)):
+                if operation_of_header_block(msg._header_block) == PUT:
+                    yield msg.subject[cut:]
+        finally:
+            await oc.close()
+
+    async def aclose(self) -> None:
+        await self._keys.aclose()
+
+    async def __aenter__(self) -> KeyLister:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class KeyWatcher:
+    """Entries of ``KeyValue.watch()``: an async iterator and async context manager.
+
+    Attributes:
+        initial_done: an ``asyncio.Event`` set once the values present at the
+            start have been yielded (at once when there were none).
+    """
+
+    def __init__(
+        self,
+        kv: KeyValue,
+        subjects: list[str],
+        policy: str,
+        meta_only: bool,
+        ignore_deletes: bool,
+        updates_only: bool,
+        on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+    ) -> None:
+        self._kv = kv
+        self._on_event = on_event
+        self._subjects = subjects
+        self._policy = policy
+        self._meta_only = meta_only
+        self._ignore_deletes = ignore_deletes
+        self._updates_only = updates_only
+        self.initial_done = asyncio.Event()
+        self._oc: OrderedConsumer | None = None
+        self._messages: OrderedMessageStream | None = None
+        self._stopped = False
+        self._entered = False
+
+    def __repr__(self) -> str:
+        return f"<KeyWatcher {self._kv.bucket} {self._subjects}>"
+
+    async def _start(self) -> None:
+        if self._messages is not None:
+            return
+        kv = self._kv
+        try:
+            oc = await kv._js.ordered_consumer(
+                kv._stream_name,
+                filter_subjects=self._subjects,
+                deliver_policy=self._policy,
+                headers_only=self._meta_only,
+            )
+        except StreamNotFoundError:
+            raise _bucket_not_found(kv.bucket) from None
+        self._oc = oc
+        if self._updates_only or initial_pending(oc) == 0:
+            self.initial_done.set()
+        messages = oc.consume(max_messages=_SCAN_BUFFER, on_event=self._on_event)
+        await messages.__aenter__()
+        self._messages = messages
+
+    def __aiter__(self) -> AsyncIterator[KeyValueEntry]:
+        # A bare ``async for`` (no ``async with``) stops the watch when left.
+        return self if self._entered else _owned_watch(self)
+
+    async def __anext__(self) -> KeyValueEntry:
+        if self._messages is None:
+            if self._stopped:
+                raise StopAsyncIteration
+            await self._start()
+        messages = self._messages
+        assert messages is not None
+        kv = self._kv
+        cut = len(kv._prefix)
+        done = self.initial_done
+        while True:
+            msg = await messages.__anext__()
+            sseq, _, pending, ts = ack_sequences(msg.reply)
+            operation = operation_of_header_block(msg._header_block)
+            if pending == 0 and not done.is_set():
+                done.set()
+            if operation != PUT and self._ignore_deletes:
+                continue
+            return KeyValueEntry(
+                kv.bucket,
+                msg.subject[cut:],
+                b"" if self._meta_only else msg.data,
+                sseq,
+                _created(ts),
+                pending,
+                operation,
+            )
+
+    async def stop(self) -> None:
+        """End the watch and delete its consumer."""
+        self._stopped = True
+        if self._messages is not None:
+            await self._messages.aclose()
+
+    async def aclose(self) -> None:
+        await self.stop()
+
+    async def __aenter__(self) -> KeyWatcher:
+        self._entered = True
+        await self._start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+async def _owned_watch(watcher: KeyWatcher) -> AsyncGenerator[KeyValueEntry, None]:
+    try:
+        while True:
+            try:
+                entry = await watcher.__anext__()
+            except StopAsyncIteration:
+                return
+            yield entry
+    finally:
+        await watcher.stop()
+
+
+async def create_key_value(
+    js: JetStream,
+    bucket: str,
+    *,
+    history: int,
+    ttl: float | None,
+    max_value_size: int | None,
+    max_bytes: int | None,
+    storage: str,
+    replicas: int,
+    description: str | None,
+) -> KeyValue:
+    """``JetStream.create_key_value``'s body (see there)."""
+    config = bucket_stream_config(
+        bucket,
+        history=history,
+        ttl=ttl,
+        max_value_size=max_value_size,
+        max_bytes=max_bytes,
+        storage=storage,
+        replicas=replicas,
+        description=description,
+    )
+    name = stream_name(bucket)
+    try:
+        stream = await js.create_stream(name, **config)
+    except StreamNameInUseError as exc:
+        stream = await js.stream(name)
+        if not _same_settings(stream.cached_info.config, config):
+            raise StreamNameInUseError(
+                f"bucket {bucket!r} exists with other settings",
+                code=exc.code,
+                err_code=exc.err_code,
+                hint="open it with js.key_value() or delete it first",
+            ) from None
+    return KeyValue(js, bucket, stream)
+
+
+def _same_settings(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    for field in ("max_msgs_per_subject", "max_age", "max_msg_size", "max_bytes", "storage"):
+        if current.get(field) != wanted.get(field):
+            return False
+    return int(current.get("num_replicas") or 1) == int(wanted["num_replicas"])
+
+
+async def key_value(js: JetStream, bucket: str) -> KeyValue:
+    validate_bucket(bucket)
+    try:
+        stream = await js.stream(stream_name(bucket))
+    except StreamNotFoundError:
+        raise _bucket_not_found(bucket) from None
+    return KeyValue(js, bucket, stream)
+
+
+async def delete_key_value(js: JetStream, bucket: str) -> None:
+    validate_bucket(bucket)
+    try:
+        await js.delete_stream(stream_name(bucket))
+    except StreamNotFoundError:
+        raise _bucket_not_found(bucket) from None

@@ -1,0 +1,533 @@
+"""The asyncio driver of ordered consumers (NATS ADR-17).
+
+An :class:`OrderedConsumer` owns one :class:`~aioclients.jetstream._protocol._ordered.OrderedCursor`
+and, at any time, at most one ephemeral consumer on the server. Its ``consume()``
+and ``fetch()`` run our ordinary pull machinery (``MessageStream`` /
+``FetchResult``) on that consumer and put every delivered message through the
+cursor: in order, it is yielded; a gap, a missed heartbeat, a reconnect or the
+consumer's deletion make the driver drop the consumer (deleting it on the
+server in the background), create a fresh one at the last stream sequence + 1
+and report :class:`ConsumerReset` through ``on_event``.
+
+Hot path: one ``str.split`` of the ack subject and one cursor call per message
+on top of ``MessageStream.__anext__``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from aioclients._core import redact_text
+from aioclients._errors import AioClientsError, InvalidArgumentError
+from aioclients.jetstream._consume import (
+    ConsumeEvent,
+    ConsumeStatistics,
+    FetchResult,
+    MessageStream,
+)
+from aioclients.jetstream._errors import (
+    ConsumerDeletedError,
+    JetStreamClosedError,
+    JetStreamError,
+    NoHeartbeatError,
+    NoMessagesError,
+    StreamNotFoundError,
+)
+from aioclients.jetstream._message import Msg
+from aioclients.jetstream._protocol._ordered import (
+    ConsumerReset,
+    CursorState,
+    Delivery,
+    OrderedCursor,
+    ack_sequences,
+)
+from aioclients.jetstream._protocol._pull import (
+    Disconnected,
+    HeartbeatMissed,
+    PullOptions,
+    Reconnected,
+    consume_options,
+    fetch_options,
+)
+
+if TYPE_CHECKING:
+    from aioclients.jetstream._consumer import Consumer
+    from aioclients.jetstream._context import JetStream
+
+__all__ = ("OrderedConsumeEvent", "OrderedConsumer", "OrderedFetch", "OrderedMessageStream")
+
+log = logging.getLogger("aioclients.jetstream.ordered")
+
+OrderedConsumeEvent = ConsumeEvent | ConsumerReset
+#: Default idle heartbeat of an ordered consume, seconds (two missed: reset).
+ORDERED_HEARTBEAT = 5.0
+#: A stream that is not found during a reset may be a cluster electing a leader.
+_STREAM_NOT_FOUND_RETRIES = 10
+
+
+def _check_on_event(on_event: object) -> None:
+    if on_event is not None and not callable(on_event):
+        raise InvalidArgumentError("on_event must be a callable taking one event")
+    if on_event is not None and inspect.iscoroutinefunction(on_event):
+        raise InvalidArgumentError(
+            "on_event must be a plain function (it runs in the connection's read loop); "
+            "to do async work, hand the event to a queue or task from it"
+        )
+
+
+class OrderedConsumer:
+    """An ordered consumer (ADR-17): gapless, in-order delivery with no acks.
+
+    Obtain one from ``stream.ordered_consumer(...)`` or ``js.ordered_consumer(stream, ...)``.
+    ``next``, ``fetch`` and ``consume`` work as on :class:`Consumer`; one of them at
+    a time. Messages need no ack (``ack_policy none``).
+
+    Attributes:
+        stream_name: the stream it reads.
+        resets: how many times the server-side consumer was replaced.
+    """
+
+    def __init__(
+        self,
+        js: JetStream,
+        stream_name: str,
+        config: dict[str, Any],
+        *,
+        on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+    ) -> None:
+        _check_on_event(on_event)
+        self._js = js
+        self.stream_name = stream_name
+        self._cursor = OrderedCursor(config)
+        self._consumer: Consumer | None = None
+        self._on_event = on_event
+        self._cleanup: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:
+        return f"<OrderedConsumer {self.stream_name} at {self._cursor.next_seq}>"
+
+    @property
+    def name(self) -> str | None:
+        """The name of the server-side consumer in use (it changes on every reset)."""
+        return self._consumer.name if self._consumer is not None else None
+
+    @property
+    def resets(self) -> int:
+        return self._cursor.resets
+
+    @property
+    def last_stream_seq(self) -> int:
+        """The stream sequence of the last message yielded (0 before any)."""
+        return self._cursor.stream_seq
+
+    # -- the server-side consumer --
+
+    async def _ensure(self) -> tuple[Consumer, int]:
+        """The current consumer, created (with retries on transient errors) if needed."""
+        cursor = self._cursor
+        if self._consumer is not None and cursor.state is CursorState.RUNNING:
+            return self._consumer, cursor.generation
+        loop = asyncio.get_running_loop()
+        not_found = 0
+        while True:
+            self._js._check_open()
+            try:
+                consumer = await self._js.create_consumer(
+                    self.stream_name, **cursor.consumer_config()
+                )
+            except (InvalidArgumentError, JetStreamClosedError):
+                raise
+            except StreamNotFoundError:
+                not_found += 1
+                if cursor.generation == 0 or not_found > _STREAM_NOT_FOUND_RETRIES:
+                    raise
+                self._backoff_log("stream not found")
+            except JetStreamError as exc:
+                if exc.code == 400:
+                    raise  # the config is refused; retrying does not help
+                self._backoff_log(str(exc))
+            except AioClientsError as exc:
+                self._backoff_log(str(exc))
+            else:
+                self._consumer = consumer
+                return consumer, cursor.created()
+            when = cursor.create_failed(loop.time())
+            await asyncio.sleep(max(0.0, when - loop.time()))
+            cursor.handle_timer(loop.time())
+
+    def _backoff_log(self, why: str) -> None:
+        log.info(
+            "ordered consumer on %s: cannot create yet (%s); retrying",
+            self.stream_name,
+            redact_text(why),
+        )
+
+    def _reset(self, reason: str) -> ConsumerReset | None:
+        """Give up the current consumer; the next read creates a fresh one."""
+        event = self._cursor.reset(reason)
+        self._drop_consumer()
+        return event
+
+    def _release(self) -> None:
+        """Done for now (not a reset): delete the consumer; the next read resumes."""
+        self._cursor.release()
+        self._drop_consumer()
+
+    def _drop_consumer(self) -> None:
+        old, self._consumer = self._consumer, None
+        if old is None or self._js.closed:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop any more: the server expires it
+            return
+        task = loop.create_task(self._delete(old))
+        self._cleanup.add(task)
+        task.add_done_callback(self._cleanup.discard)
+
+    async def _delete(self, consumer: Consumer) -> None:
+        try:
+            await self._js._api(
+                f"CONSUMER.DELETE.{consumer.stream_name}.{consumer.name}",
+                timeout=min(2.0, self._js.timeout),
+            )
+        except AioClientsError as exc:  # gone already, or the server is away: it expires
+            log.debug("deleting replaced consumer %s: %s", consumer, redact_text(str(exc)))
+
+    def _report(self, event: OrderedConsumeEvent, callback: Callable[..., object] | None) -> None:
+        if isinstance(event, ConsumerReset):
+            log.info(
+                "ordered consumer on %s reset (%s); resuming at stream sequence %d",
+                self.stream_name,
+                event.reason,
+                event.next_seq,
+            )
+        if callback is None:
+            return
+        try:
+            callback(event)
+        except Exception:
+            log.exception("on_event callback failed for %r", event)
+
+    async def close(self) -> None:
+        """Delete the server-side consumer (the ordered consumer can be used again:
+        the next read creates a fresh one where this one stopped)."""
+        self._release()
+        tasks = list(self._cleanup)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- reading --
+
+    async def next(self, *, expires: float = 30.0, idle_heartbeat: float | None = None) -> Msg:
+        """The next message in stream order.
+
+        Raises:
+            NoMessagesError: none within ``expires`` seconds (a ``TimeoutError``).
+        """
+        options = fetch_options(max_messages=1, expires=expires, idle_heartbeat=idle_heartbeat)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + options.expires
+        while True:
+            remaining = deadline - loop.time()
+            if remaining < 1.0:
+                break
+            batch = OrderedFetch(
+                self, fetch_options(max_messages=1, expires=remaining, idle_heartbeat=None)
+            )
+            async with batch:
+                async for msg in batch:
+                    return msg
+            if not batch.reset:
+                break
+        raise NoMessagesError(
+            f"no message from the ordered consumer on {self.stream_name} within {expires:g}s",
+            code=None,
+        )
+
+    def fetch(
+        self,
+        max_messages: int | None = None,
+        *,
+        max_bytes: int | None = None,
+        expires: float = 30.0,
+        idle_heartbeat: float | None = None,
+    ) -> OrderedFetch:
+        """One pull for up to ``max_messages`` messages or ``max_bytes`` bytes.
+
+        The iteration ends early when a reset is needed (the next ``fetch``
+        resumes where this one stopped).
+        """
+        options = fetch_options(
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            expires=expires,
+            idle_heartbeat=idle_heartbeat,
+        )
+        return OrderedFetch(self, options)
+
+    def consume(
+        self,
+        *,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float = 30.0,
+        idle_heartbeat: float | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+    ) -> OrderedMessageStream:
+        """Consume continuously, in stream order, across resets.
+
+        ``async with oc.consume() as messages: async for msg in messages``.
+        ``on_event`` (a plain callable) receives ``ConsumerReset`` besides the
+        events of ``Consumer.consume``; it defaults to the ordered consumer's own.
+        ``idle_heartbeat`` defaults to 5 s (at most half of ``expires``): a
+        consumer deleted under a waiting pull is noticed after two missed beats.
+        """
+        if idle_heartbeat is None and isinstance(expires, (int, float)):
+            # A deleted consumer (or a lost message at the tail) shows only as
+            # silence: listen for it sooner than a plain consume does.
+            idle_heartbeat = min(ORDERED_HEARTBEAT, max(0.5, expires / 2))
+        options = consume_options(
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            expires=expires,
+            idle_heartbeat=idle_heartbeat,
+            threshold_messages=threshold_messages,
+            threshold_bytes=threshold_bytes,
+        )
+        _check_on_event(on_event)
+        return OrderedMessageStream(self, options, on_event or self._on_event)
+
+
+class OrderedMessageStream:
+    """Messages of ``OrderedConsumer.consume()``: in stream order, none skipped."""
+
+    def __init__(
+        self,
+        oc: OrderedConsumer,
+        options: PullOptions,
+        on_event: Callable[[OrderedConsumeEvent], object] | None,
+    ) -> None:
+        self._oc = oc
+        self._options = options
+        self._on_event = on_event
+        self._inner: MessageStream | None = None
+        self._generation = 0
+        self._stopped = False
+        self._entered = False
+        self._closed_statistics: ConsumeStatistics | None = None
+
+    def __repr__(self) -> str:
+        return f"<OrderedMessageStream {self._oc.stream_name}>"
+
+    async def _open(self) -> None:
+        consumer, generation = await self._oc._ensure()
+        inner = MessageStream(consumer, self._options, self._inner_event)
+        await inner.__aenter__()
+        if self._stopped:
+            inner.stop()
+            return
+        self._inner = inner
+        self._generation = generation
+
+    def _inner_event(self, event: ConsumeEvent) -> None:
+        """Events of the current pull stream (in the connection's read loop)."""
+        self._oc._report(event, self._on_event)
+        if isinstance(event, HeartbeatMissed):
+            self._request_reset("heartbeat")
+        elif isinstance(event, (Disconnected, Reconnected)):
+            # Messages may be lost with the connection (ADR-17): replace the
+            # consumer rather than wait for the old one, whose server may be
+            # the one that went away (its info would never answer).
+            self._request_reset("reconnect")
+
+    def _request_reset(self, reason: str) -> None:
+        event = self._oc._reset(reason)
+        if event is not None:
+            self._oc._report(event, self._on_event)
+        inner = self._inner
+        if inner is not None:
+            # Not from inside the inner stream's event processing: on the next turn.
+            asyncio.get_running_loop().call_soon(inner.stop)
+
+    def _drop_inner(self) -> None:
+        inner, self._inner = self._inner, None
+        if inner is not None:
+            inner.stop()
+
+    def __aiter__(self) -> AsyncIterator[Msg]:
+        # Inside ``async with`` the context manager cleans up; a bare ``async for``
+        # gets a generator that stops the stream when the loop is left.
+        return self if self._entered else _owned(self)
+
+    async def __anext__(self) -> Msg:
+        cursor = self._oc._cursor
+        while True:
+            inner = self._inner
+            if inner is None:
+                if self._stopped:
+                    raise StopAsyncIteration
+                await self._open()
+                continue
+            try:
+                msg = await inner.__anext__()
+            except StopAsyncIteration:
+                if self._stopped:
+                    self._inner = None
+                    raise
+                # Stopped for a reset (or ended unexpectedly: reset anyway).
+                if cursor.state is CursorState.RUNNING:
+                    self._request_reset("ended")
+                self._drop_inner()
+                continue
+            except ConsumerDeletedError:
+                self._drop_inner()
+                self._request_reset("deleted")
+                continue
+            sseq, cseq, _, _ = ack_sequences(msg.reply)
+            verdict = cursor.deliver(self._generation, cseq, sseq)
+            if verdict is Delivery.YIELD:
+                return msg
+            if verdict is Delivery.RESET:
+                self._oc._report(cursor.gap_event(), self._on_event)
+                self._oc._drop_consumer()
+                self._drop_inner()
+
+    def stop(self) -> None:
+        """End the iteration at once and delete the consumer (in the background)."""
+        self._stopped = True
+        inner = self._inner
+        if inner is not None:
+            self._closed_statistics = inner.statistics()
+        self._drop_inner()
+        self._oc._release()
+
+    async def drain(self) -> None:
+        """No new pulls; buffered messages are still delivered, then iteration ends."""
+        self._stopped = True
+        if self._inner is not None:
+            await self._inner.drain()
+
+    async def aclose(self) -> None:
+        """Stop, and wait (bounded) for the server-side consumer's deletion."""
+        self.stop()
+        tasks = list(self._oc._cleanup)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def statistics(self) -> ConsumeStatistics | None:
+        """The current pull stream's statistics (``None`` before the first)."""
+        if self._inner is not None:
+            return self._inner.statistics()
+        return self._closed_statistics
+
+    @property
+    def resets(self) -> int:
+        return self._oc.resets
+
+    async def __aenter__(self) -> OrderedMessageStream:
+        self._entered = True
+        await self._open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+async def _owned(stream: OrderedMessageStream) -> AsyncGenerator[Msg, None]:
+    try:
+        while True:
+            try:
+                msg = await stream.__anext__()
+            except StopAsyncIteration:
+                return
+            yield msg
+    finally:
+        stream.stop()
+
+
+class OrderedFetch:
+    """Messages of one ``OrderedConsumer.fetch()``; ends early when a reset is due
+    (``reset`` is then true)."""
+
+    def __init__(self, oc: OrderedConsumer, options: PullOptions) -> None:
+        self._oc = oc
+        self._options = options
+        self._inner: FetchResult | None = None
+        self._generation = 0
+        self._done = False
+        self.reset = False
+
+    async def _open(self) -> None:
+        consumer, generation = await self._oc._ensure()
+        inner = FetchResult(consumer, self._options)
+        await inner.__aenter__()
+        self._inner = inner
+        self._generation = generation
+
+    def _end_with_reset(self, reason: str) -> None:
+        self.reset = True
+        event = self._oc._reset(reason)
+        if event is not None:
+            self._oc._report(event, self._oc._on_event)
+
+    def __aiter__(self) -> OrderedFetch:
+        return self
+
+    async def __anext__(self) -> Msg:
+        cursor = self._oc._cursor
+        while True:
+            if self._done:
+                raise StopAsyncIteration
+            if self._inner is None:
+                await self._open()
+            assert self._inner is not None
+            try:
+                msg = await self._inner.__anext__()
+            except StopAsyncIteration:
+                await self.aclose()
+                raise
+            except (ConsumerDeletedError, NoHeartbeatError) as exc:
+                await self.aclose()
+                reason = "deleted" if isinstance(exc, ConsumerDeletedError) else "heartbeat"
+                self._end_with_reset(reason)
+                raise StopAsyncIteration from None
+            sseq, cseq, _, _ = ack_sequences(msg.reply)
+            verdict = cursor.deliver(self._generation, cseq, sseq)
+            if verdict is Delivery.YIELD:
+                return msg
+            if verdict is Delivery.RESET:
+                await self.aclose()
+                self.reset = True
+                self._oc._report(cursor.gap_event(), self._oc._on_event)
+                self._oc._drop_consumer()
+                raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        self._done = True
+        if self._inner is not None:
+            await self._inner.aclose()
+
+    async def __aenter__(self) -> OrderedFetch:
+        await self._open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,267 @@
+"""JetStream Key-Value (NATS ADR-8): names, the bucket's stream, operations, entries.
+
+A bucket ``B`` is the stream ``KV_B`` storing subjects ``$KV.B.>``; key ``k`` is
+the subject ``$KV.B.k``; a key's revision is the stream sequence of its last
+message. Every message of a key is one operation, told by its ``KV-Operation``
+header: none (or ``PUT``) stores a value, ``DEL`` is a delete marker, ``PURGE``
+a purge marker, published with ``Nats-Rollup: sub`` so the server drops the
+key's earlier messages. Same layout as nats.go ``jetstream/kv.go`` and nats-py,
+so buckets are shared with them.
+
+Pure: no I/O, no clock. The asyncio side lives in ``aioclients.jetstream._kv``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from aioclients._errors import InvalidArgumentError
+from aioclients.jetstream._protocol._headers import decode_headers
+
+__all__ = (
+    "DEL",
+    "KV_OPERATION",
+    "MAX_HISTORY",
+    "PURGE",
+    "PUT",
+    "ROLLUP",
+    "KeyValueEntry",
+    "bucket_stream_config",
+    "key_filter_subjects",
+    "key_subject",
+    "operation_of",
+    "operation_of_header_block",
+    "stream_name",
+    "subject_prefix",
+    "validate_bucket",
+    "validate_key",
+    "validate_key_filter",
+)
+
+PUT = "PUT"
+DEL = "DEL"
+PURGE = "PURGE"
+KV_OPERATION = "KV-Operation"
+ROLLUP = "Nats-Rollup"
+MARKER_REASON = "Nats-Marker-Reason"
+_MARKER_OPERATIONS = {"MaxAge": PURGE, "Purge": PURGE, "Remove": DEL}
+#: The server keeps at most 64 messages per subject in a KV bucket (ADR-8).
+MAX_HISTORY = 64
+#: nats.go's duplicate window for buckets: two minutes, or the TTL if shorter.
+_DUPLICATE_WINDOW = 120.0
+
+_BUCKET = re.compile(r"[a-zA-Z0-9_-]+")
+_KEY = re.compile(r"[-/_=.a-zA-Z0-9]+")
+# A watch / keys filter may use the subject wildcards ``*`` (one token) and ``>`` (the rest).
+_FILTER = re.compile(r"[-/_=.a-zA-Z0-9*>]+")
+
+
+def validate_bucket(bucket: object) -> str:
+    """A bucket name: ``[a-zA-Z0-9_-]+``.
+
+    Raises:
+        InvalidArgumentError: anything else.
+    """
+    if not isinstance(bucket, str) or not _BUCKET.fullmatch(bucket):
+        raise InvalidArgumentError(
+            f"invalid bucket name {bucket!r}: use letters, digits, '_' and '-' only"
+        )
+    return bucket
+
+
+def validate_key(key: object) -> str:
+    """A key: ``[-/_=.a-zA-Z0-9]+``, not starting or ending with ``.`` (ADR-8).
+
+    Raises:
+        InvalidArgumentError: anything else (wildcards included).
+    """
+    if (
+        not isinstance(key, str)
+        or not _KEY.fullmatch(key)
+        or key.startswith(".")
+        or key.endswith(".")
+        or ".." in key
+    ):
+        raise InvalidArgumentError(
+            f"invalid key {key!r}: use letters, digits and '-/_=.', "
+            "with no empty token (no leading, trailing or double '.')"
+        )
+    return key
+
+
+def validate_key_filter(pattern: object) -> str:
+    """A key filter for ``keys`` / ``watch``: a key whose tokens may be ``*`` or a final ``>``.
+
+    Raises:
+        InvalidArgumentError: not a valid key filter.
+    """
+    if not isinstance(pattern, str) or not _FILTER.fullmatch(pattern):
+        raise InvalidArgumentError(
+            f"invalid key filter {pattern!r}: a key whose tokens may be '*' or a final '>'"
+        )
+    tokens = pattern.split(".")
+    for i, token in enumerate(tokens):
+        if not token:
+            raise InvalidArgumentError(f"invalid key filter {pattern!r}: empty token")
+        if ("*" in token or ">" in token) and token not in ("*", ">"):
+            raise InvalidArgumentError(
+                f"invalid key filter {pattern!r}: a wildcard must be a whole token"
+            )
+        if token == ">" and i != len(tokens) - 1:
+            raise InvalidArgumentError(f"invalid key filter {pattern!r}: '>' must be last")
+    return pattern
+
+
+def stream_name(bucket: str) -> str:
+    return f"KV_{bucket}"
+
+
+def subject_prefix(bucket: str) -> str:
+    """``$KV.<bucket>.``: a key's subject is this plus the key."""
+    return f"$KV.{bucket}."
+
+
+def key_subject(bucket: str, key: str) -> str:
+    return f"$KV.{bucket}.{key}"
+
+
+def key_filter_subjects(bucket: str, filters: Sequence[str]) -> list[str]:
+    """The subjects matching ``filters`` (all keys when there are none)."""
+    if isinstance(filters, str):
+        filters = [filters]
+    if not filters:
+        return [f"$KV.{bucket}.>"]
+    return [f"$KV.{bucket}.{validate_key_filter(f)}" for f in filters]
+
+
+def operation_of(headers: Mapping[str, Any] | None) -> str:
+    """The operation a stored message stands for: ``PUT``, ``DEL`` or ``PURGE``.
+
+    nats-server 2.11+ places its own markers (a key's TTL or max age ran out, a
+    removal) with ``Nats-Marker-Reason`` instead of ``KV-Operation``.
+    """
+    if not headers:
+        return PUT
+    value = headers.get(KV_OPERATION)
+    if value is None:
+        reason = headers.get(MARKER_REASON)
+        if reason is None:
+            return PUT
+        if isinstance(reason, list):
+            reason = reason[-1] if reason else ""
+        return _MARKER_OPERATIONS.get(str(reason).strip(), PUT)
+    if isinstance(value, list):
+        value = value[-1] if value else PUT
+    value = str(value).strip()
+    if value == DEL:
+        return DEL
+    if value == PURGE:
+        return PURGE
+    return PUT
+
+
+def operation_of_header_block(block: bytes | None) -> str:
+    """:func:`operation_of` on a raw ``NATS/1.0`` header block, without decoding it all.
+
+    A hot path of ``keys()`` and ``watch()``: most messages carry no operation header.
+    """
+    if not block:
+        return PUT
+    at = block.find(b"KV-Operation:")
+    if at < 0:
+        if b"Nats-Marker-Reason" in block:
+            return operation_of(decode_headers(block))
+        return PUT
+    end = block.find(b"\r\n", at)
+    value = block[at + 13 : end if end >= 0 else len(block)].strip()
+    if value == b"DEL":
+        return DEL
+    if value == b"PURGE":
+        return PURGE
+    return PUT
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValueEntry:
+    """One revision of a key.
+
+    Attributes:
+        bucket: the bucket's name.
+        key: the key.
+        value: the value (empty for ``DEL``/``PURGE`` markers and in ``meta_only`` watches).
+        revision: the stream sequence of this revision.
+        created: when the server stored it (aware ``datetime``).
+        delta: how many newer messages the bucket (or watch) holds after it; 0 for ``get``.
+        operation: ``"PUT"``, ``"DEL"`` or ``"PURGE"``.
+    """
+
+    bucket: str
+    key: str
+    value: bytes
+    revision: int
+    created: datetime
+    delta: int
+    operation: str
+
+
+def bucket_stream_config(
+    bucket: str,
+    *,
+    history: int,
+    ttl: float | None,
+    max_value_size: int | None,
+    max_bytes: int | None,
+    storage: str,
+    replicas: int,
+    description: str | None,
+) -> dict[str, Any]:
+    """The stream config of a bucket, as nats.go's ``CreateKeyValue`` builds it
+    (user form: durations in seconds; ``config_to_wire`` converts them).
+
+    Raises:
+        InvalidArgumentError: an out-of-range setting.
+    """
+    validate_bucket(bucket)
+    if not isinstance(history, int) or isinstance(history, bool) or not 1 <= history <= 64:
+        raise InvalidArgumentError(
+            f"history must be an int from 1 to {MAX_HISTORY}, got {history!r}"
+        )
+    if ttl is not None and (
+        not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or ttl < 0 or ttl != ttl
+    ):
+        raise InvalidArgumentError(f"ttl must be seconds >= 0 (or None), got {ttl!r}")
+    for name, value in (("max_value_size", max_value_size), ("max_bytes", max_bytes)):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise InvalidArgumentError(f"{name} must be an int >= 1 (or None), got {value!r}")
+    if storage not in ("file", "memory"):
+        raise InvalidArgumentError(f"storage must be 'file' or 'memory', got {storage!r}")
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or not 1 <= replicas <= 5:
+        raise InvalidArgumentError(f"replicas must be an int from 1 to 5, got {replicas!r}")
+    duplicate_window = _DUPLICATE_WINDOW
+    if ttl and ttl < duplicate_window:
+        duplicate_window = float(ttl)
+    config: dict[str, Any] = {
+        "subjects": [f"$KV.{bucket}.>"],
+        "max_msgs_per_subject": history,
+        "max_bytes": max_bytes if max_bytes is not None else -1,
+        "max_age": float(ttl or 0),
+        "max_msg_size": max_value_size if max_value_size is not None else -1,
+        "storage": storage,
+        "num_replicas": replicas,
+        "allow_rollup_hdrs": True,
+        "deny_delete": True,
+        "duplicate_window": duplicate_window,
+        "max_msgs": -1,
+        "max_consumers": -1,
+        "allow_direct": True,
+        "discard": "new",
+    }
+    if description is not None:
+        config["description"] = description
+    return config

@@ -1,0 +1,302 @@
+"""Ordered consumers (NATS ADR-17): the client-side cursor that keeps delivery gapless.
+
+An ordered consumer is an ephemeral consumer (``ack_policy none``,
+``max_deliver 1``, memory storage, one replica) that the client throws away and
+recreates whenever it can no longer vouch for the order: the server numbers
+its deliveries 1, 2, 3, ... (the consumer sequence); a delivery whose number is
+not the next expected one means a message was lost in between (a gap).
+
+States (``CursorState``):
+    IDLE        no consumer yet (before the first create)
+    RUNNING     a consumer of the current ``generation`` is delivering
+    RESETTING   the consumer is being replaced; deliveries are dropped
+    STOPPED     the user is done; nothing more is yielded
+
+Rules:
+    - ``deliver(generation, consumer_seq, stream_seq)``: a delivery of an older
+      generation, or while not RUNNING, is dropped (a stale message of a consumer
+      already replaced). One whose consumer sequence is not the expected one is
+      a gap: the cursor enters RESETTING and tells the driver to replace the
+      consumer. A stream sequence not above the last one yielded is dropped
+      (never yield twice, never go back). Anything else is yielded.
+    - ``reset(reason)``: a missed heartbeat, a reconnect or the consumer's
+      deletion also replace the consumer. Only the first of several reasons
+      yields a ``ConsumerReset``; the others are the same reset.
+    - The replacement starts at the last yielded stream sequence + 1
+      (``deliver_policy by_start_sequence``); before anything was yielded, at
+      the user's own start (``consumer_config``). A new generation begins with
+      ``created()``, expecting consumer sequence 1 again.
+    - A failed create is retried after a delay that doubles from
+      ``retry_initial`` up to ``retry_max``: ``get_timer()`` / ``handle_timer(now)``.
+
+These two together give the guarantee tested as a property: the stream
+sequences yielded strictly increase and none of the stream's (filtered)
+messages is skipped.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from aioclients._errors import InvalidArgumentError, LocalProtocolError, RemoteProtocolError
+
+__all__ = (
+    "DELIVER_POLICIES",
+    "ConsumerReset",
+    "CursorState",
+    "Delivery",
+    "OrderedCursor",
+    "ack_sequences",
+    "ordered_consumer_config",
+)
+
+DELIVER_POLICIES = frozenset(
+    {"all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject"}
+)
+
+#: ADR-17: the server removes an abandoned ordered consumer after this long.
+INACTIVE_THRESHOLD = 300.0
+
+
+class CursorState(enum.Enum):
+    IDLE = "idle"
+    RUNNING = "running"
+    RESETTING = "resetting"
+    STOPPED = "stopped"
+
+
+class Delivery(enum.Enum):
+    """What to do with one delivered message."""
+
+    YIELD = "yield"
+    DROP = "drop"
+    RESET = "reset"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerReset:
+    """The ordered consumer was recreated to resume at stream sequence ``next_seq``.
+
+    ``reason`` is ``"gap"``, ``"heartbeat"``, ``"reconnect"``, ``"deleted"`` or
+    another short word naming the cause.
+    """
+
+    next_seq: int
+    reason: str = "gap"
+
+
+def ordered_consumer_config(
+    *,
+    filter_subjects: list[str] | None,
+    deliver_policy: str,
+    opt_start_seq: int | None,
+    opt_start_time: datetime | None,
+    headers_only: bool,
+) -> dict[str, Any]:
+    """The user's part of an ordered consumer's config, checked.
+
+    Raises:
+        InvalidArgumentError: an unknown policy or a start that does not fit it.
+    """
+    if deliver_policy not in DELIVER_POLICIES:
+        raise InvalidArgumentError(
+            f"deliver_policy must be one of {sorted(DELIVER_POLICIES)}, got {deliver_policy!r}"
+        )
+    if opt_start_seq is not None:
+        if (
+            not isinstance(opt_start_seq, int)
+            or isinstance(opt_start_seq, bool)
+            or opt_start_seq < 1
+        ):
+            raise InvalidArgumentError(f"opt_start_seq must be an int >= 1, got {opt_start_seq!r}")
+        if deliver_policy == "all":
+            deliver_policy = "by_start_sequence"
+        elif deliver_policy != "by_start_sequence":
+            raise InvalidArgumentError(
+                f"opt_start_seq needs deliver_policy 'by_start_sequence', not {deliver_policy!r}"
+            )
+    if opt_start_time is not None:
+        if not isinstance(opt_start_time, datetime) or opt_start_time.tzinfo is None:
+            raise InvalidArgumentError("opt_start_time must be an aware datetime")
+        if deliver_policy == "all":
+            deliver_policy = "by_start_time"
+        elif deliver_policy != "by_start_time":
+            raise InvalidArgumentError(
+                f"opt_start_time needs deliver_policy 'by_start_time', not {deliver_policy!r}"
+            )
+    if deliver_policy == "by_start_sequence" and opt_start_seq is None:
+        raise InvalidArgumentError("deliver_policy 'by_start_sequence' needs opt_start_seq")
+    if deliver_policy == "by_start_time" and opt_start_time is None:
+        raise InvalidArgumentError("deliver_policy 'by_start_time' needs opt_start_time")
+    if filter_subjects is not None:
+        if isinstance(filter_subjects, str):
+            filter_subjects = [filter_subjects]
+        if not filter_subjects or not all(isinstance(s, str) and s for s in filter_subjects):
+            raise InvalidArgumentError("filter_subjects must be a non-empty list of subjects")
+    config: dict[str, Any] = {"deliver_policy": deliver_policy}
+    if opt_start_seq is not None:
+        config["opt_start_seq"] = opt_start_seq
+    if opt_start_time is not None:
+        config["opt_start_time"] = opt_start_time
+    if filter_subjects is not None:
+        if len(filter_subjects) == 1:
+            config["filter_subject"] = filter_subjects[0]
+        else:
+            config["filter_subjects"] = list(filter_subjects)
+    if headers_only:
+        config["headers_only"] = True
+    return config
+
+
+class OrderedCursor:
+    """Where an ordered consumer stands, and when it must be replaced (see module doc).
+
+    Args:
+        config: the user's part of the consumer config (``ordered_consumer_config``).
+        retry_initial / retry_max: delays between failed creates, seconds.
+    """
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        *,
+        retry_initial: float = 0.1,
+        retry_max: float = 2.0,
+    ) -> None:
+        self._user_config = dict(config)
+        self.state = CursorState.IDLE
+        #: the number of the current consumer (0 before the first)
+        self.generation = 0
+        #: the stream sequence last yielded (0 before any)
+        self.stream_seq = 0
+        #: the consumer sequence the next delivery must carry
+        self.expected = 1
+        self.resets = 0
+        self._retry_initial = retry_initial
+        self._retry_max = retry_max
+        self._failures = 0
+        self._retry_at: float | None = None
+
+    # -- the consumer to create --
+
+    def consumer_config(self) -> dict[str, Any]:
+        """The config of the next consumer: the user's start, or just after the
+        last stream sequence yielded."""
+        config = dict(self._user_config)
+        if self.stream_seq:
+            config["deliver_policy"] = "by_start_sequence"
+            config["opt_start_seq"] = self.stream_seq + 1
+            config.pop("opt_start_time", None)
+        config.update(
+            ack_policy="none",
+            max_deliver=1,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=INACTIVE_THRESHOLD,
+        )
+        return config
+
+    @property
+    def next_seq(self) -> int:
+        """The stream sequence a replacement consumer starts at."""
+        if self.stream_seq:
+            return self.stream_seq + 1
+        start = self._user_config.get("opt_start_seq")
+        return int(start) if start else 1
+
+    def created(self) -> int:
+        """A consumer was created: a new generation, expecting consumer sequence 1.
+
+        Returns the new generation.
+        """
+        if self.state is CursorState.STOPPED:
+            raise LocalProtocolError("the ordered consumer is stopped")
+        self.generation += 1
+        self.expected = 1
+        self.state = CursorState.RUNNING
+        self._failures = 0
+        self._retry_at = None
+        return self.generation
+
+    # -- deliveries --
+
+    def deliver(self, generation: int, consumer_seq: int, stream_seq: int) -> Delivery:
+        """Judge one delivered message (see the module doc)."""
+        if generation != self.generation or self.state is not CursorState.RUNNING:
+            return Delivery.DROP
+        if consumer_seq != self.expected:
+            self.state = CursorState.RESETTING
+            self.resets += 1
+            return Delivery.RESET
+        self.expected = consumer_seq + 1
+        if stream_seq <= self.stream_seq:
+            return Delivery.DROP
+        self.stream_seq = stream_seq
+        return Delivery.YIELD
+
+    def reset(self, reason: str) -> ConsumerReset | None:
+        """Replace the consumer for ``reason``; ``None`` when a reset is already
+        under way (or the cursor is stopped)."""
+        if self.state in (CursorState.RESETTING, CursorState.STOPPED):
+            return None
+        self.state = CursorState.RESETTING
+        self.resets += 1
+        return ConsumerReset(self.next_seq, reason)
+
+    def release(self) -> None:
+        """The user is done with the current consumer for now (not a reset): the
+        next read creates a fresh one where this one stopped."""
+        if self.state is CursorState.RUNNING:
+            self.state = CursorState.RESETTING
+
+    def gap_event(self) -> ConsumerReset:
+        """The ``ConsumerReset`` to report after ``deliver`` answered RESET."""
+        return ConsumerReset(self.next_seq, "gap")
+
+    # -- failed creates --
+
+    def create_failed(self, now: float) -> float:
+        """A create failed at ``now``: returns when to try again."""
+        delay = min(self._retry_max, self._retry_initial * (2**self._failures))
+        self._failures += 1
+        self._retry_at = now + delay
+        return self._retry_at
+
+    def get_timer(self) -> float | None:
+        return self._retry_at if self.state is CursorState.RESETTING else None
+
+    def handle_timer(self, now: float) -> bool:
+        """True when a retry of the create is due at ``now``."""
+        if self._retry_at is None or self.state is not CursorState.RESETTING:
+            return False
+        if now < self._retry_at:
+            return False
+        self._retry_at = None
+        return True
+
+    def stop(self) -> None:
+        self.state = CursorState.STOPPED
+        self._retry_at = None
+
+
+def ack_sequences(reply: str) -> tuple[int, int, int, int]:
+    """``(stream_seq, consumer_seq, num_pending, timestamp_ns)`` from an ack
+    subject, without building the full metadata (the ordered consumer's
+    per-message check).
+
+    Raises:
+        RemoteProtocolError: ``reply`` is not a JetStream ack subject.
+    """
+    tokens = reply.split(".")
+    n = len(tokens)
+    try:
+        if n == 9 and tokens[0] == "$JS":
+            return int(tokens[5]), int(tokens[6]), int(tokens[8]), int(tokens[7])
+        if n >= 11 and tokens[0] == "$JS":
+            return int(tokens[7]), int(tokens[8]), int(tokens[10]), int(tokens[9])
+    except ValueError:
+        pass
+    raise RemoteProtocolError(f"not a JetStream ack subject: {reply!r}")

@@ -1,0 +1,302 @@
+"""JetStream Key-Value (ADR-8) on a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from aioclients._errors import InvalidArgumentError
+from aioclients.jetstream import (
+    BucketNotFoundError,
+    JetStream,
+    KeyDeletedError,
+    KeyExistsError,
+    KeyNotFoundError,
+    KeyValue,
+    KeyValueEntry,
+    KeyWrongRevisionError,
+    StreamNameInUseError,
+    connect,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def bucket(unique_name: str) -> str:
+    return unique_name.replace(".", "_")[-60:]
+
+
+@pytest.fixture
+async def kv(js: JetStream, bucket: str) -> AsyncIterator[KeyValue]:
+    store = await js.create_key_value(bucket, history=5)
+    try:
+        yield store
+    finally:
+        with contextlib.suppress(BucketNotFoundError):
+            await js.delete_key_value(bucket)
+
+
+async def _collect(it: AsyncIterator[str]) -> list[str]:
+    return sorted([k async for k in it])
+
+
+async def test_bucket_is_a_stream_laid_out_as_adr8_says(js: JetStream, kv: KeyValue) -> None:
+    info = await js.stream_info(f"KV_{kv.bucket}")
+    cfg = info.config
+    assert cfg["subjects"] == [f"$KV.{kv.bucket}.>"]
+    assert cfg["max_msgs_per_subject"] == 5
+    assert cfg["allow_direct"] is True
+    assert cfg["allow_rollup_hdrs"] is True
+    assert cfg["deny_delete"] is True
+    assert cfg["discard"] == "new"
+    # Same settings again: the same bucket; other settings: refused.
+    again = await js.create_key_value(kv.bucket, history=5)
+    assert again.bucket == kv.bucket
+    with pytest.raises(StreamNameInUseError, match="other settings"):
+        await js.create_key_value(kv.bucket, history=2)
+    assert (await js.key_value(kv.bucket)).bucket == kv.bucket
+
+
+async def test_missing_bucket(js: JetStream, bucket: str) -> None:
+    with pytest.raises(BucketNotFoundError, match="create_key_value"):
+        await js.key_value(bucket)
+    with pytest.raises(BucketNotFoundError):
+        await js.delete_key_value(bucket)
+
+
+async def test_put_get_delete_purge(kv: KeyValue) -> None:
+    r1 = await kv.put("db.url", b"postgres://a")
+    r2 = await kv.put("db.url", b"postgres://b")
+    assert r2 > r1
+    entry = await kv.get("db.url")
+    assert (entry.key, entry.value, entry.revision, entry.operation) == (
+        "db.url",
+        b"postgres://b",
+        r2,
+        "PUT",
+    )
+    assert entry.bucket == kv.bucket
+    assert entry.created.tzinfo is not None
+    assert (await kv.get("db.url", revision=r1)).value == b"postgres://a"
+    with pytest.raises(KeyNotFoundError):
+        await kv.get("nope")
+    await kv.put("other", b"x")
+    with pytest.raises(KeyNotFoundError, match="not a revision"):
+        await kv.get("other", revision=r1)
+    await kv.delete("db.url")
+    with pytest.raises(KeyDeletedError) as deleted:
+        await kv.get("db.url")
+    assert isinstance(deleted.value, KeyNotFoundError)
+    marker = deleted.value.entry
+    assert isinstance(marker, KeyValueEntry)
+    assert marker.operation == "DEL"
+    with pytest.raises(KeyDeletedError):
+        await kv.get("db.url", revision=marker.revision)
+    assert len(await kv.history("db.url")) == 3
+    await kv.purge("db.url")
+    history = await kv.history("db.url")
+    assert [e.operation for e in history] == ["PURGE"]  # the rollup dropped the rest
+    with pytest.raises(KeyDeletedError):
+        await kv.get("db.url")
+
+
+async def test_create_and_update_follow_revisions(kv: KeyValue) -> None:
+    r1 = await kv.create("k", b"1")
+    with pytest.raises(KeyExistsError):
+        await kv.create("k", b"again")
+    r2 = await kv.update("k", b"2", r1)
+    with pytest.raises(KeyWrongRevisionError):
+        await kv.update("k", b"3", r1)
+    with pytest.raises(KeyWrongRevisionError):
+        await kv.delete("k", last=r1)
+    await kv.delete("k", last=r2)
+    r3 = await kv.create("k", b"after delete")
+    assert (await kv.get("k")).value == b"after delete"
+    await kv.purge("k", last=r3)
+    await kv.create("k", b"after purge")
+    with pytest.raises(KeyWrongRevisionError):
+        await kv.purge("k", last=r3)
+    assert (await kv.get("k")).value == b"after purge"
+
+
+async def test_history_keeps_the_configured_revisions_with_deltas(kv: KeyValue) -> None:
+    for i in range(7):
+        await kv.put("h", str(i).encode())
+    history = await kv.history("h")
+    assert [e.value for e in history] == [b"2", b"3", b"4", b"5", b"6"]
+    assert [e.delta for e in history] == [4, 3, 2, 1, 0]
+    with pytest.raises(KeyNotFoundError):
+        await kv.history("never")
+
+
+async def test_keys_leave_out_deleted_and_purged_keys_and_take_filters(kv: KeyValue) -> None:
+    assert await _collect(kv.keys()) == []
+    for key in ("a.1", "a.2", "b.1", "c", "gone", "purged"):
+        await kv.put(key, b"v")
+    await kv.delete("gone")
+    await kv.purge("purged")
+    assert await _collect(kv.keys()) == ["a.1", "a.2", "b.1", "c"]
+    assert await _collect(kv.keys("a.*")) == ["a.1", "a.2"]
+    assert await _collect(kv.keys("a.>", "c")) == ["a.1", "a.2", "c"]
+    with pytest.raises(InvalidArgumentError):
+        kv.keys("a.>.b")
+
+
+async def test_keys_of_a_bucket_beyond_one_multi_last_answer(kv: KeyValue, js: JetStream) -> None:
+    futures = [await js.publish_async(f"$KV.{kv.bucket}.k{i}", b"v") for i in range(1500)]
+    await asyncio.gather(*futures)
+    await kv.delete("k7")
+    keys = await _collect(kv.keys())
+    assert len(keys) == 1499
+    assert "k7" not in keys
+
+
+async def test_status(kv: KeyValue) -> None:
+    await kv.put("a", b"1")
+    await kv.put("a", b"2")
+    status = await kv.status()
+    assert (status.bucket, status.values, status.history, status.ttl) == (kv.bucket, 2, 5, 0.0)
+    assert status.backing_store == "JetStream"
+
+
+async def test_invalid_keys_and_buckets_fail_before_any_request(
+    nats_server: object, bucket: str
+) -> None:
+    js = await connect(nats_server.url)  # type: ignore[attr-defined]
+    kv = await js.create_key_value(bucket)
+    try:
+        await js.close()  # a request now would fail with JetStreamClosedError
+        for call in (
+            kv.get("bad key"),
+            kv.put(".x", b""),
+            kv.create("x.", b""),
+            kv.update("a*b", b"", 1),
+            kv.delete(">"),
+            kv.purge("a..b"),
+            kv.history(""),
+            js.create_key_value("a.b"),
+            js.key_value("a b"),
+            js.delete_key_value("*"),
+        ):
+            with pytest.raises(InvalidArgumentError):
+                await call
+        with pytest.raises(InvalidArgumentError):
+            kv.watch("a.>.b")
+    finally:
+        js2 = await connect(nats_server.url)  # type: ignore[attr-defined]
+        await js2.delete_key_value(bucket)
+        await js2.close()
+
+
+# -- watch -----------------------------------------------------------------------------------
+
+
+async def _next(watcher: AsyncIterator[KeyValueEntry]) -> KeyValueEntry:
+    return await asyncio.wait_for(watcher.__anext__(), 5)
+
+
+async def test_watch_gives_current_values_then_changes(kv: KeyValue) -> None:
+    await kv.put("a", b"1")
+    await kv.put("a", b"2")
+    await kv.put("b", b"1")
+    await kv.delete("b")
+    await kv.put("c", b"1")
+    async with kv.watch() as watcher:
+        initial = [await _next(watcher) for _ in range(3)]
+        assert [(e.key, e.value, e.operation) for e in initial] == [
+            ("a", b"2", "PUT"),
+            ("b", b"", "DEL"),
+            ("c", b"1", "PUT"),
+        ]
+        assert [e.delta for e in initial] == [2, 1, 0]
+        await asyncio.wait_for(watcher.initial_done.wait(), 1)
+        await kv.put("a", b"3")
+        await kv.purge("c")
+        changed = [await _next(watcher) for _ in range(2)]
+        assert [(e.key, e.value, e.operation) for e in changed] == [
+            ("a", b"3", "PUT"),
+            ("c", b"", "PURGE"),
+        ]
+
+
+async def test_watch_of_an_empty_bucket_is_initially_done_at_once(kv: KeyValue) -> None:
+    async with kv.watch() as watcher:
+        assert watcher.initial_done.is_set()
+        await kv.put("x", b"1")
+        assert (await _next(watcher)).key == "x"
+
+
+async def test_watch_options(kv: KeyValue) -> None:
+    await kv.put("a.1", b"1")
+    await kv.put("a.1", b"2")
+    await kv.put("b.1", b"x")
+    await kv.delete("a.1")
+    await kv.put("a.2", b"big value")
+    async with kv.watch("a.*", include_history=True) as watcher:
+        got = [await _next(watcher) for _ in range(4)]
+        assert [(e.key, e.operation) for e in got] == [
+            ("a.1", "PUT"),
+            ("a.1", "PUT"),
+            ("a.1", "DEL"),
+            ("a.2", "PUT"),
+        ]
+        assert watcher.initial_done.is_set()
+    async with kv.watch(ignore_deletes=True, meta_only=True) as watcher:
+        got = [await _next(watcher) for _ in range(2)]
+        assert [(e.key, e.value) for e in got] == [("b.1", b""), ("a.2", b"")]
+        assert watcher.initial_done.is_set()
+    async with kv.watch(["b.*"], updates_only=True) as watcher:
+        assert watcher.initial_done.is_set()
+        await kv.put("a.3", b"not watched")
+        await kv.put("b.2", b"new")
+        entry = await _next(watcher)
+        assert (entry.key, entry.value) == ("b.2", b"new")
+    with pytest.raises(InvalidArgumentError):
+        kv.watch(include_history=True, updates_only=True)
+
+
+async def test_watch_set_initial_done_only_after_the_last_initial_value(kv: KeyValue) -> None:
+    for i in range(50):
+        await kv.put(f"k{i}", b"v")
+    async with kv.watch() as watcher:
+        for i in range(49):
+            await _next(watcher)
+            assert not watcher.initial_done.is_set(), i
+        await _next(watcher)
+        assert watcher.initial_done.is_set()
+
+
+async def test_leaving_a_bare_async_for_over_a_watch_ends_it(
+    js: JetStream, kv: KeyValue, wait_for: object
+) -> None:
+    for i in range(5):
+        await kv.put(f"k{i}", b"v")
+    got = 0
+    async for _ in kv.watch():  # no ``async with``
+        got += 1
+        if got == 2:
+            break
+
+    async def no_consumers() -> bool:
+        return [n async for n in js.consumer_names(f"KV_{kv.bucket}")] == []
+
+    await wait_for(no_consumers, timeout=5, what="the watch's consumer deletion")  # type: ignore[operator]
+
+
+async def test_a_deleted_bucket_is_reported_as_such(js: JetStream, bucket: str) -> None:
+    kv = await js.create_key_value(bucket)
+    await kv.put("a", b"1")
+    await js.delete_key_value(bucket)
+    with pytest.raises(BucketNotFoundError):
+        await kv.get("a")
+    with pytest.raises(BucketNotFoundError):
+        await kv.put("a", b"2")
+    with pytest.raises(BucketNotFoundError):
+        await kv.status()
+    with pytest.raises(BucketNotFoundError):
+        async with kv.watch():
+            pass

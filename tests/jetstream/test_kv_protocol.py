@@ -1,0 +1,177 @@
+"""The Key-Value core (ADR-8): names, filters, operations and the bucket's stream config."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aioclients._errors import InvalidArgumentError
+from aioclients.jetstream._protocol._config import config_to_wire
+from aioclients.jetstream._protocol._headers import decode_headers
+from aioclients.jetstream._protocol._kv import (
+    DEL,
+    PURGE,
+    PUT,
+    bucket_stream_config,
+    key_filter_subjects,
+    key_subject,
+    operation_of,
+    operation_of_header_block,
+    validate_bucket,
+    validate_key,
+    validate_key_filter,
+)
+
+
+@pytest.mark.parametrize("key", ["a", "a.b", "A-Z_0=9/x", "config.db.url", "=", "-", "__x"])
+def test_valid_keys(key: str) -> None:
+    assert validate_key(key) == key
+
+
+@pytest.mark.parametrize(
+    "key", ["", ".a", "a.", "a..b", "a b", "a*", "a.>", ">", "*", "é", "a\r\n", None, 5, b"a"]
+)
+def test_invalid_keys_are_refused_with_a_hint(key: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="invalid key"):
+        validate_key(key)
+
+
+@pytest.mark.parametrize("bucket", ["b", "B_1-x", "0"])
+def test_valid_buckets(bucket: str) -> None:
+    assert validate_bucket(bucket) == bucket
+
+
+@pytest.mark.parametrize("bucket", ["", "a.b", "a b", "a*", ">", "a/b", "a=b", None])
+def test_invalid_buckets(bucket: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="invalid bucket"):
+        validate_bucket(bucket)
+
+
+@pytest.mark.parametrize("pattern", [">", "*", "a.*", "a.>", "a.*.c", "config.db"])
+def test_valid_filters(pattern: str) -> None:
+    assert validate_key_filter(pattern) == pattern
+
+
+@pytest.mark.parametrize("pattern", ["", "a.>.b", "a*", "a.b*", "a..b", ".a", "a b"])
+def test_invalid_filters(pattern: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="invalid key filter"):
+        validate_key_filter(pattern)
+
+
+def test_subjects() -> None:
+    assert key_subject("cfg", "db.url") == "$KV.cfg.db.url"
+    assert key_filter_subjects("cfg", []) == ["$KV.cfg.>"]
+    assert key_filter_subjects("cfg", ["a.*", "b"]) == ["$KV.cfg.a.*", "$KV.cfg.b"]
+
+
+@given(st.text(alphabet="-/_=.abcXYZ019", min_size=1, max_size=20))
+def test_a_key_is_valid_exactly_when_its_tokens_are_non_empty(key: str) -> None:
+    ok = all(key.split("."))
+    if ok:
+        assert validate_key(key) == key
+    else:
+        with pytest.raises(InvalidArgumentError):
+            validate_key(key)
+
+
+def test_operations_from_decoded_headers() -> None:
+    assert operation_of(None) == PUT
+    assert operation_of({}) == PUT
+    assert operation_of({"KV-Operation": "DEL"}) == DEL
+    assert operation_of({"KV-Operation": "PURGE", "Nats-Rollup": "sub"}) == PURGE
+    assert operation_of({"KV-Operation": ["PUT", "DEL"]}) == DEL
+    assert operation_of({"KV-Operation": "other"}) == PUT
+
+
+@pytest.mark.parametrize(
+    ("block", "op"),
+    [
+        (None, PUT),
+        (b"", PUT),
+        (b"NATS/1.0\r\nX: y\r\n\r\n", PUT),
+        (b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n", DEL),
+        (b"NATS/1.0\r\nKV-Operation:DEL\r\n\r\n", DEL),
+        (b"NATS/1.0\r\nNats-Rollup: sub\r\nKV-Operation: PURGE\r\n\r\n", PURGE),
+        (b"NATS/1.0\r\nKV-Operation: PUT\r\n\r\n", PUT),
+        (b"NATS/1.0\r\nKV-Operation: PURGE", PURGE),
+        # Markers placed by nats-server 2.11+ itself.
+        (b"NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\n\r\n", PURGE),
+        (b"NATS/1.0\r\nNats-Marker-Reason: Purge\r\n\r\n", PURGE),
+        (b"NATS/1.0\r\nNats-Marker-Reason: Remove\r\n\r\n", DEL),
+        (b"NATS/1.0\r\nNats-Marker-Reason: Later\r\n\r\n", PUT),
+    ],
+)
+def test_operations_from_a_raw_header_block_agree_with_the_decoded_form(
+    block: bytes | None, op: str
+) -> None:
+    assert operation_of_header_block(block) == op
+    if block and block.endswith(b"\r\n\r\n"):
+        assert operation_of(decode_headers(block)) == op
+
+
+def test_bucket_stream_config_is_nats_go_s() -> None:
+    cfg = bucket_stream_config(
+        "cfg",
+        history=5,
+        ttl=60.0,
+        max_value_size=1024,
+        max_bytes=None,
+        storage="memory",
+        replicas=1,
+        description="d",
+    )
+    wire = config_to_wire(cfg)
+    assert wire["subjects"] == ["$KV.cfg.>"]
+    assert wire["max_msgs_per_subject"] == 5
+    assert wire["max_age"] == 60_000_000_000
+    # The duplicate window is two minutes, or the TTL when that is shorter.
+    assert wire["duplicate_window"] == 60_000_000_000
+    assert wire["max_msg_size"] == 1024
+    assert wire["max_bytes"] == -1
+    assert wire["storage"] == "memory"
+    assert wire["allow_rollup_hdrs"] is True
+    assert wire["deny_delete"] is True
+    assert wire["allow_direct"] is True
+    assert wire["discard"] == "new"
+    assert wire["description"] == "d"
+    plain = bucket_stream_config(
+        "b",
+        history=1,
+        ttl=None,
+        max_value_size=None,
+        max_bytes=None,
+        storage="file",
+        replicas=1,
+        description=None,
+    )
+    assert config_to_wire(plain)["duplicate_window"] == 120_000_000_000
+    assert "description" not in plain
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("history", 0),
+        ("history", 65),
+        ("history", True),
+        ("ttl", -1),
+        ("max_value_size", 0),
+        ("max_bytes", -5),
+        ("storage", "disk"),
+        ("replicas", 0),
+    ],
+)
+def test_bucket_settings_are_checked(option: str, value: object) -> None:
+    settings: dict[str, object] = dict(
+        history=1,
+        ttl=None,
+        max_value_size=None,
+        max_bytes=None,
+        storage="file",
+        replicas=1,
+        description=None,
+    )
+    settings[option] = value
+    with pytest.raises(InvalidArgumentError, match=option):
+        bucket_stream_config("b", **settings)  # type: ignore[arg-type]
