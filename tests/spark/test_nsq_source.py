@@ -254,7 +254,7 @@ async def test_query_killed_mid_run_and_restarted_loses_no_message(
         await in_thread(spark, query.stop)
     assert killed, "found the streaming source runner"
     committed_first = {bytes(r.body) for r in killer.rows}
-    assert len(committed_first) == 50
+    assert 1 <= len(committed_first) <= 50, "one batch committed before the kill"
 
     again = Recorder(nsqd, topic, "spark")
     query = await in_thread(
@@ -269,7 +269,7 @@ async def test_query_killed_mid_run_and_restarted_loses_no_message(
     finally:
         await in_thread(spark, query.stop)
     channel = channel_of(nsqd, topic)
-    assert channel.timeout_count >= 50, "the killed runner's messages came back by timeout"
+    assert channel.timeout_count > 0, "the killed runner's messages came back by timeout"
     assert channel.requeue_count == 0
     assert again.not_in_flight == []
 
