@@ -920,6 +920,8 @@ class Broker:
                     # leader's log is closed under the reader.
                     await context.abort(grpc.StatusCode.INTERNAL, "commit log closed")
                 n = len(entries)
+                if offset < p.log_start:
+                    offset = p.log_start  # retention passed a slow reader
                 if offset < n:
                     end = n if stop < 0 else min(n, stop + 1)
                     while offset < end and self.running:
@@ -974,14 +976,15 @@ class Broker:
         elif pos == api_pb2.TIMESTAMP:
             start = p.offset_at_or_after(req.startTimestamp)
         elif pos == api_pb2.EARLIEST:
-            start = 0 if newest >= 0 else -1
+            start = p.log_start if newest >= 0 else -1
         elif pos == api_pb2.LATEST:
             start = newest
         elif pos == api_pb2.NEW_ONLY:
             start = newest + 1
         else:
             raise RpcError("INVALID_ARGUMENT", f"Unknown StartPosition {pos}")
-        start = max(start, 0)
+        # Below the oldest offset kept (retention): the reader starts at the oldest.
+        start = max(start, p.log_start, 0)
         spos = req.stopPosition
         if spos == api_pb2.STOP_ON_CANCEL:
             stop = newest if p.readonly else -1

@@ -113,7 +113,8 @@ def test_read_partition_and_planning_connect_with_the_tls_options(
     tls_server: NatsServer, pki: Pki, stream: str
 ) -> None:
     config = _config(tls_server, pki.files)
-    assert asyncio.run(_stream_bounds(config)) == (1, 10)
+    bounds = asyncio.run(_stream_bounds(config))
+    assert (bounds.first, bounds.last) == (1, 10)
     rows = sum(b.num_rows for b in read_partition(SequenceRange(config, 3, 7)))
     assert rows == 5
 

@@ -114,6 +114,18 @@ class OptionReader:
             )
         return number
 
+    def boolean(self, name: str, *, default: bool) -> bool:
+        """``true`` or ``false`` (any case)."""
+        value = self.get(name)
+        if value is None:
+            return default
+        if value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise DataSourceOptionError(
+            f"option {name!r} must be 'true' or 'false', got {value!r}; "
+            f"e.g. {self._example(name, 'false')}"
+        )
+
     def unknown(self, known: set[str]) -> list[str]:
         """Option names outside ``known`` (lower-cased), for a warning or an error."""
         lowered = {k.lower() for k in known}
