@@ -948,7 +948,7 @@ class Client:
                     stores=True,
                 )
                 break
-            except NoSuchStreamError:
+            except (NoSuchStreamError, NoSuchPartitionError):
                 # NOT_FOUND: the broker did not store the message, so sending it
                 # again cannot duplicate it. Right after a create_stream (by any
                 # client) a broker may not have applied it yet: repeat while the
