@@ -85,6 +85,7 @@ _PARTITION_BY_KEY = PartitionByKey()
 # and how long a publish answered NOT_FOUND for a stream the metadata lists is
 # repeated (a real cluster applies metadata changes through Raft, broker by
 # broker, some ms apart).
+_NO_RESPONDERS = "no responders available"
 _SETTLE_TIME = 5.0
 _SETTLE_POLL = 0.05
 _NOT_FOUND_RETRY_TIME = 3.0
@@ -474,6 +475,18 @@ class Client:
                             "again (that could store it twice); publish it again if a "
                             "duplicate is acceptable"
                         ) from None
+                if (
+                    code is grpc.StatusCode.INTERNAL
+                    and _NO_RESPONDERS in (exc.details() or "")
+                    and not self._closed
+                    and attempt < self._max_rpc_attempts - 1
+                ):
+                    # The broker forwards some calls to the metadata leader over
+                    # NATS; none listened (a leader is being elected): nothing
+                    # was delivered, so asking again is safe.
+                    log.info("%s: no metadata leader yet, trying again", what)
+                    await asyncio.sleep(self._jitter())
+                    continue
                 if lost and not self._closed:
                     log.info("%s: broker %s unavailable, trying another", what, redact_url(address))
                     self._broker_unavailable(address)

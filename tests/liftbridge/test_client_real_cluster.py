@@ -212,6 +212,15 @@ async def test_a_broker_that_does_not_answer_is_not_waited_for(client: Client) -
     assert brokers.outcomes == []
 
 
+async def test_a_call_with_no_metadata_leader_yet_is_asked_again(client: Client) -> None:
+    # A fresh cluster (or one electing a new metadata leader) has nobody to
+    # forward CreateStream to: "nats: no responders available for request".
+    no_leader = _RpcError(grpc.StatusCode.INTERNAL, "nats: no responders available for request")
+    brokers = script(client, [no_leader, pb.CreateStreamResponse(), metadata(), metadata()])
+    await asyncio.wait_for(client.create_stream("s", "s"), WAIT)
+    assert brokers.methods()[:2] == ["CreateStream", "CreateStream"]
+
+
 # -- consumer groups (P2, P2b, P3, P4) ------------------------------------------------------
 
 
