@@ -674,6 +674,10 @@ class Client:
     ) -> None:
         """Create a stream attached to a NATS subject (partition n listens on ``subject.n``).
 
+        Returns once every reachable broker's metadata lists the stream with its
+        leaders (at most 5 s after the broker accepted it: a real cluster applies
+        it through Raft, broker by broker).
+
         Args:
             subject: the NATS subject of partition 0.
             name: the stream name (unique in the cluster).
@@ -736,6 +740,8 @@ class Client:
     async def delete_stream(self, name: str) -> None:
         """Delete a stream and all its partitions.
 
+        Returns once no reachable broker lists it any more (at most 5 s more).
+
         Raises:
             NoSuchStreamError: there is no such stream.
         """
@@ -754,6 +760,8 @@ class Client:
         self, name: str, *, partitions: Sequence[int] | None = None, resume_all: bool = False
     ) -> None:
         """Pause some (default: all) partitions; publishing to one resumes it.
+
+        Returns once every reachable broker shows them paused (at most 5 s more).
 
         Args:
             name: the stream.
@@ -779,6 +787,8 @@ class Client:
         self, name: str, *, partitions: Sequence[int] | None = None, readonly: bool = True
     ) -> None:
         """Make some (default: all) partitions readonly, or writable again.
+
+        Returns once every reachable broker shows the change (at most 5 s more).
 
         Raises:
             NoSuchPartitionError: no such stream or partition.
@@ -1106,7 +1116,8 @@ class Client:
         Args:
             stream: the stream.  partition: the partition (default 0).
             start_at: NEW_ONLY (default), OFFSET, EARLIEST, LATEST or TIMESTAMP.
-            start_offset: start here (implies OFFSET).
+            start_offset: start here (implies OFFSET); past the end, the broker
+                starts at its next message and lower offsets are dropped.
             start_time: an aware datetime or int ns since the epoch (implies TIMESTAMP).
             start_time_delta: a timedelta or float seconds back from now (implies TIMESTAMP).
             stop_at: OFFSET, LATEST or TIMESTAMP; the iteration then ends there.
