@@ -43,7 +43,7 @@ FAILOVER_WAIT = 40.0
 Cluster = LiftbridgeCluster | LiftbridgeProcessCluster
 
 
-@pytest.fixture(params=["real", "emulator"])
+@pytest.fixture(params=[pytest.param("real", marks=pytest.mark.slow), "emulator"])
 async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
     if request.param == "emulator":
         nats = request.getfixturevalue("nats_server")
