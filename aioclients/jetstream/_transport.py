@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import importlib.metadata
 import json
 import logging
 import math
@@ -50,6 +51,8 @@ from aioclients.jetstream._protocol._headers import (
 from aioclients.jetstream._protocol._wire import ERR, INFO, MSG, PING, PONG, scan
 
 __all__ = (
+    "REQUIRED_INTERNALS",
+    "SUPPORTED_NATS_PY",
     "NatsClient",
     "NatsTransport",
     "RawHandler",
@@ -57,8 +60,11 @@ __all__ = (
     "ReplyInbox",
     "SendTimeoutError",
     "abort_socket",
+    "check_nats_py",
     "close_connection",
     "kick_flusher",
+    "nats_py_version",
+    "report_fast_path_off",
 )
 
 #: ``handler(subject, reply, payload, header_block_or_None)``; a status message's
@@ -71,6 +77,60 @@ _CRLF = b"\r\n"
 
 #: How long a write may wait for a server that does not read, when no timeout applies.
 DEFAULT_WRITE_TIMEOUT = 5.0
+
+#: The nats-py releases we support: pyproject.toml says the same, and CI runs the
+#: JetStream suite against the oldest and the newest of them.
+SUPPORTED_NATS_PY = "nats-py>=2.15,<3"
+
+#: nats-py's private members that every write goes through; without them no JetStream
+#: call can work, so their absence is an error at once, not an AttributeError later.
+REQUIRED_INTERNALS = (
+    "_pending",
+    "_pending_data_size",
+    "_max_pending_size",
+    "_flush_queue",
+    "_pongs",
+)
+
+#: The fast paths already reported as off (each is logged once per process).
+_REPORTED_OFF: set[str] = set()
+
+
+def nats_py_version() -> str:
+    """The installed nats-py's version, as its package says."""
+    try:
+        return importlib.metadata.version("nats-py")
+    except importlib.metadata.PackageNotFoundError:  # e.g. on sys.path without metadata
+        return getattr(nats, "__version__", "unknown")
+
+
+def check_nats_py(nc: NATS) -> None:
+    """Fail clearly when nats-py lacks what our writes rely on.
+
+    Raises:
+        InvalidArgumentError: names the missing members and the supported range.
+    """
+    missing = [name for name in REQUIRED_INTERNALS if not hasattr(nc, name)]
+    if missing:
+        raise InvalidArgumentError(
+            f"nats-py {nats_py_version()} is not supported by aioclients.jetstream: its client "
+            f"has no {', '.join(missing)}; install a supported version "
+            f"(pip install '{SUPPORTED_NATS_PY}')"
+        )
+
+
+def report_fast_path_off(path: str, why: str, *, level: int = logging.WARNING) -> None:
+    """Log, once per process, that a fast path is off and why (everything still works)."""
+    if path in _REPORTED_OFF:
+        return
+    _REPORTED_OFF.add(path)
+    log.log(
+        level,
+        "aioclients.jetstream: %s is off with nats-py %s (%s); everything works, only slower",
+        path,
+        nats_py_version(),
+        why,
+    )
 
 
 class SendTimeoutError(APITimeoutError):
@@ -98,7 +158,12 @@ class NatsClient(NATS):
         super().__init__()
         #: sid -> handler taking raw messages straight from the read loop
         self._raw_handlers: dict[int, RawHandler] = {}
-        self._ps = FastParser(self)  # type: ignore[assignment]
+        if callable(getattr(getattr(self, "_ps", None), "parse", None)):
+            self._ps = FastParser(self)  # type: ignore[assignment]
+        else:
+            # Messages then go through nats-py's own parser and callbacks.
+            self._raw_handlers = None  # type: ignore[assignment]
+            report_fast_path_off("the fast protocol parser", "its client has no _ps.parse")
         self._written: asyncio.Future[None] | None = None
 
     async def _send_command(self, cmd: bytes, priority: bool = False) -> None:
@@ -263,6 +328,7 @@ class NatsTransport:
     __slots__ = ("_written", "nc", "sync_delivery")
 
     def __init__(self, nc: NATS, *, sync_delivery: bool = True) -> None:
+        check_nats_py(nc)
         self.nc = nc
         self._written: asyncio.Future[None] | None = None
         #: deliver messages synchronously from the read loop (see ``subscribe``)
@@ -402,6 +468,11 @@ class NatsTransport:
                     while not original.empty():  # anything that raced the swap
                         sub._pending_queue.put_nowait(original.get_nowait())
                     return sub
+                report_fast_path_off(
+                    "synchronous delivery from the read loop",
+                    "its Subscription has no _pending_size or _pending_queue is not an "
+                    "asyncio.Queue; messages go through nats-py's callback task",
+                )
                 await sub.unsubscribe()
 
             async def deliver(msg: NatsMsg) -> None:
@@ -426,6 +497,13 @@ class NatsTransport:
                 sub = await nc.subscribe(subject, pending_bytes_limit=0)
                 raw[sub._id] = handler
                 return RawSubscription(self, sub)
+
+            report_fast_path_off(
+                "raw message handling",
+                "the nats-py client was not opened by aioclients.jetstream.connect(), so "
+                "nats-py parses every message",
+                level=logging.INFO,
+            )
 
             def via_msg(msg: NatsMsg) -> None:
                 handler(msg.subject, msg.reply, msg.data, _header_block(msg.headers))
