@@ -18,6 +18,7 @@ next batch is on the wire while nsqd handles the one before.
 from __future__ import annotations
 
 import asyncio
+import collections
 import ssl
 from collections.abc import Callable, Iterator
 from typing import NoReturn
@@ -25,10 +26,17 @@ from typing import NoReturn
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aioclients import nsq
 from aioclients._core import redact_text
-from aioclients._errors import ConnectError, OperationTimeoutError, RemoteProtocolError
+from aioclients._errors import (
+    ConnectError,
+    InvalidArgumentError,
+    OperationTimeoutError,
+    RemoteProtocolError,
+)
 from aioclients.spark._direct_io import DirectGetConnection, TlsFiles
 from aioclients.spark._protocol._direct_reader import Ping, Pong, ServerErr, ServerInfo
+from aioclients.spark._protocol._mpub_frames import Mpub, MpubBuilder
 from aioclients.spark._protocol._publish_frames import (
     AckParser,
     frame_bytes,
@@ -36,7 +44,7 @@ from aioclients.spark._protocol._publish_frames import (
     publish_frames,
 )
 
-__all__ = ("JetStreamPublishConnection", "publish_record_batches")
+__all__ = ("JetStreamPublishConnection", "nsq_publish", "publish_record_batches")
 
 #: Rows per write: small enough to start the server early, large enough that a
 #: write's fixed cost vanishes.
@@ -227,3 +235,62 @@ def _check_payload(
             f"a row of {largest} bytes (headers and data) is over the server's "
             f"max_payload of {conn.max_payload} bytes"
         )
+
+
+# -- NSQ ------------------------------------------------------------------------------------
+
+#: MPUB commands sent before the oldest one's OK: nsqd answers in order, so the next
+#: batch is on the wire (and being read) while nsqd applies the one before.
+MPUBS_IN_FLIGHT = 4
+
+
+async def nsq_publish(
+    producer: nsq.Producer,
+    builder: MpubBuilder,
+    column: str,
+    batches: Iterator[pa.RecordBatch],
+    on_failure: Callable[[Mpub, BaseException], NoReturn],
+) -> tuple[int, int]:
+    """Send every row of ``column`` as MPUB commands, a few in flight; wait for every OK.
+
+    Returns (messages, commands). ``on_failure`` is called (and must raise) for
+    the first command in order that failed; nothing after it is sent.
+    """
+    in_flight: collections.deque[tuple[Mpub, asyncio.Future[None]]] = collections.deque()
+    published = mpubs = 0
+
+    async def settle_oldest() -> None:
+        nonlocal published, mpubs
+        mpub, future = in_flight.popleft()
+        try:
+            await future
+        except (
+            nsq.NSQError,
+            nsq.NSQConnectError,
+            nsq.NSQClosedError,
+            InvalidArgumentError,
+            TimeoutError,
+        ) as exc:
+            on_failure(mpub, exc)
+        published += mpub.rows
+        mpubs += 1
+
+    def commands() -> Iterator[Mpub]:
+        for batch in batches:
+            yield from builder.add(batch.column(column))
+        yield from builder.finish()
+
+    try:
+        for mpub in commands():
+            while len(in_flight) >= MPUBS_IN_FLIGHT or (in_flight and in_flight[0][1].done()):
+                await settle_oldest()
+            # The task runs its synchronous start (the write) before any answer is read.
+            in_flight.append((mpub, asyncio.ensure_future(producer._send(mpub.command))))
+        while in_flight:
+            await settle_oldest()
+    finally:
+        for _, future in in_flight:
+            future.cancel()
+        if in_flight:
+            await asyncio.gather(*(f for _, f in in_flight), return_exceptions=True)
+    return published, mpubs
