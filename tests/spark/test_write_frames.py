@@ -85,7 +85,7 @@ def test_ack_parser_counts_acks_split_anywhere() -> None:
     stream = (
         _msg(0, b'{"stream":"S","seq":1}')
         + b"PING\r\n"
-        + _msg(1, b'{"stream":"S","seq":2,"duplicate":true}')
+        + _msg(1, b'{"stream":"S","seq":2,"duplicate": true}')  # as nats-server writes it
         + b"HMSG _I.2 2 16 16\r\nNATS/1.0 503\r\n\r\n\r\n"
         + _msg(
             3,
@@ -110,8 +110,8 @@ def test_ack_parser_refuses_what_is_not_an_ack() -> None:
     with pytest.raises(RemoteProtocolError):
         AckParser(b"_I.").receive_data(b"MSG other.1 2 2\r\n{}\r\n")
     parser = AckParser(b"_I.")
-    parser.receive_data(_msg(0, b"nonsense"))
-    assert parser.failed == 1
+    parser.receive_data(_msg(0, b"nonsense") + _msg(1, b'{"stream":"S","seq":1,"duplicate":true}'))
+    assert (parser.failed, parser.duplicates) == (1, 1)
 
 
 def _row_by_row(rows: list[bytes], batch: int, max_bytes: int) -> list[bytes]:

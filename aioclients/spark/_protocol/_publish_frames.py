@@ -156,6 +156,13 @@ def frame_bytes(frames: pa.Array, start: int, stop: int) -> memoryview:
     return memoryview(values)[lo:hi] if values is not None else memoryview(b"")
 
 
+def _is_duplicate(payload: bytes) -> bool:
+    try:
+        return json.loads(payload).get("duplicate") is True
+    except (ValueError, AttributeError):
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class AckFailure:
     """A publish the server refused: its row number and the reason."""
@@ -199,10 +206,12 @@ class AckParser:
             except (ValueError, TypeError, KeyError, AttributeError):
                 reason = payload[:200].decode("utf-8", "replace")
             self._fail(row, reason)
-        elif b'"duplicate":true' in payload:
-            self.duplicates += 1
         elif payload.startswith(b'{"stream"'):
-            self.stored += 1
+            # nats-server writes '"duplicate": true' (with a space); parse to be sure.
+            if b'"duplicate"' in payload and _is_duplicate(payload):
+                self.duplicates += 1
+            else:
+                self.stored += 1
         else:
             self._fail(row, f"unexpected ack {payload[:200]!r}")
 
