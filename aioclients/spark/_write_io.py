@@ -210,6 +210,9 @@ def _subjects(
     batch: pa.RecordBatch, default: str | None, on_failure: Callable[[str], NoReturn]
 ) -> pa.Array:
     column = batch.column("subject")
+    empty = pc.equal(pc.utf8_length(column), 0)
+    if pc.any(empty).as_py():  # an empty subject falls back on the option, as a null one
+        column = pc.if_else(empty, pa.scalar(None, pa.string()), column)
     if column.null_count:
         if default is None:
             on_failure("a row has a null subject and there is no 'subject' option to fall back on")

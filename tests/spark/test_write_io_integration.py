@@ -84,3 +84,30 @@ async def test_a_server_that_stops_answering_fails_the_task_in_time(
             await asyncio.wait_for(
                 _publish(_config(f"nats://{proxy.address}", timeout=1.0), rows()), 30
             )
+
+
+async def test_a_null_or_empty_subject_falls_back_on_the_option(
+    nats_server: object, js: jetstream.JetStream, unique_name: str
+) -> None:
+    url = nats_server.url  # type: ignore[attr-defined]
+    name = unique_name
+    await js.create_stream(name, subjects=[f"{name}.>"])
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "subject": pa.array([f"{name}.own", "", None]),
+            "data": pa.array([b"a", b"b", b"c"], pa.binary()),
+        }
+    )
+    with_option = WriteConfig(
+        servers=(url,),
+        subject=f"{name}.fallback",
+        timeout=10.0,
+        max_pending=10,
+        data_is_text=False,
+    )
+    assert await _publish(with_option, iter([batch])) == WriteResult(stored=3, duplicates=0)
+    stream = await js.stream(name)
+    subjects = [(await stream.get_msg(seq=s)).subject for s in (1, 2, 3)]
+    assert subjects == [f"{name}.own", f"{name}.fallback", f"{name}.fallback"]
+    with pytest.raises(PublishFailedError, match="null subject and there is no 'subject' option"):
+        await _publish(_config(url), iter([batch]))
