@@ -1,26 +1,30 @@
-"""Publishing a DataFrame through the ``jetstream`` Spark writer.
+"""The ``jetstream`` Spark writer against one ``publish_async`` loop of ours.
 
-Writes ``--count`` rows of 100-byte payloads (``spark.range`` → subject, data,
-and with ``--msg-id`` a ``msg_id`` column for de-duplication) with
-``df.write.format("jetstream")`` on ``--master`` (default ``local[2]``), and
-reports rows/s; every ack is awaited and checked by the writer, and the stream's
-message count is checked afterwards.
+Writes ``--count`` rows (subject ``sparkwrite.<id % 100>``, 100-byte ``data``
+and, unless ``--no-msg-id``, a ``msg_id`` column for de-duplication) with
+``df.write.format("jetstream")`` on ``--master`` (default ``local[2]``), with 1,
+2 and 4 partitions, after a warm-up write and with the input cached. The
+reference, measured right before each write on the same server: one asyncio
+loop of ``js.publish_async(subject, data, msg_id=...)`` over the same rows, then
+``publish_async_complete``. Both check every ack; the stream's message count is
+checked after every write.
 
-    python benchmarks/spark_jetstream_write.py --count 200000 [--msg-id]
+    python benchmarks/spark_jetstream_write.py --count 200000 --rounds 2
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import sys
 import time
+
+from _spark_write_common import measure, spark_session
 
 from aioclients import jetstream
 from aioclients.testing import NatsServer
 
 STREAM = "SPARK_WRITE_BENCH"
+PAYLOAD = b"x" * 100
 
 
 async def reset(url: str) -> None:
@@ -40,60 +44,65 @@ async def stored(url: str) -> int:
         return info.state.messages
 
 
-def measure(url: str, count: int, partitions: int, msg_id: bool, master: str) -> None:
-    from pyspark.sql import SparkSession
-
-    from aioclients.spark import register_data_sources
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("aioclients-spark-write-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register_data_sources(spark)
-    columns = [
-        "concat('sparkwrite.', cast(id % 100 as string)) as subject",
-        "cast(repeat('x', 100) as binary) as data",
-    ]
-    if msg_id:
-        columns.append("concat('m-', cast(id as string)) as msg_id")
-    try:
-        df = spark.range(0, count, numPartitions=partitions).selectExpr(*columns).cache()
-        df.count()  # materialise the input, so that only the write is measured
+async def publish_async_loop(url: str, count: int, msg_id: bool) -> float:
+    subjects = [f"sparkwrite.{i % 100}" for i in range(100)]
+    ids = [f"m-{i}" for i in range(count)] if msg_id else None
+    async with await jetstream.connect(url) as js:
         start = time.perf_counter()
-        df.write.format("jetstream").option("servers", url).mode("append").save()
-        elapsed = time.perf_counter() - start
-    finally:
-        spark.stop()
-    got = asyncio.run(stored(url))
-    if got != count:
-        raise SystemExit(f"the stream holds {got} messages, expected {count}")
-    print(
-        f"wrote {count} rows in {elapsed:.2f}s: {count / elapsed:,.0f} rows/s "
-        f"({partitions} partitions, {master}, msg_id={'yes' if msg_id else 'no'})"
-    )
+        for i in range(count):
+            await js.publish_async(
+                subjects[i % 100], PAYLOAD, msg_id=ids[i] if ids is not None else None
+            )
+        await js.publish_async_complete(timeout=120)
+        return count / (time.perf_counter() - start)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=200_000)
-    parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--msg-id", action="store_true", help="add a msg_id column")
+    parser.add_argument("--partitions", default="1,2,4", help="comma-separated counts")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--no-msg-id", action="store_true", help="leave out the msg_id column")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--nats-url", help="an existing nats-server with JetStream")
     args = parser.parse_args()
-    if args.nats_url:
-        asyncio.run(reset(args.nats_url))
-        measure(args.nats_url, args.count, args.partitions, args.msg_id, args.master)
-        return
-    with NatsServer() as server:
-        asyncio.run(reset(server.url))
-        measure(server.url, args.count, args.partitions, args.msg_id, args.master)
+    msg_id = not args.no_msg_id
+    server = None if args.nats_url else NatsServer()
+    url = args.nats_url or server.__enter__().url  # type: ignore[union-attr]
+    spark = spark_session(args.master, "aioclients-spark-jetstream-write-bench")
+    try:
+        columns = [
+            "concat('sparkwrite.', cast(id % 100 as string)) as subject",
+            "cast(repeat('x', 100) as binary) as data",
+        ]
+        if msg_id:
+            columns.append("concat('m-', cast(id as string)) as msg_id")
+
+        def check() -> None:
+            got = asyncio.run(stored(url))
+            if got != args.count:
+                raise SystemExit(f"the stream holds {got} messages, expected {args.count}")
+
+        measure(
+            title=f"jetstream writer ({args.master}, msg_id={'yes' if msg_id else 'no'})",
+            count=args.count,
+            partitions=[int(p) for p in args.partitions.split(",")],
+            rounds=args.rounds,
+            make_df=lambda parts: spark.range(0, args.count, numPartitions=parts).selectExpr(
+                *columns
+            ),
+            reset=lambda: asyncio.run(reset(url)),
+            write=lambda df: (
+                df.write.format("jetstream").option("servers", url).mode("append").save()
+            ),
+            check=check,
+            reference=lambda: asyncio.run(publish_async_loop(url, args.count, msg_id)),
+            reference_name="publish_async loop",
+        )
+    finally:
+        spark.stop()
+        if server is not None:
+            server.__exit__(None, None, None)
 
 
 if __name__ == "__main__":

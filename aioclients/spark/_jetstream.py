@@ -25,8 +25,10 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
   was recreated, the query fails with :class:`DataLossError` naming the lost
   sequences; with ``false`` it logs a warning and goes on from the first message
   kept. A batch read whose ``startSequence`` is below the first kept does the same.
-- Writers publish each row with ``publish_async`` on one connection per task and
-  wait for every ack; a failed or missing ack fails the task. A ``msg_id``
+- Writers turn each Arrow batch into NATS publish frames column-wise and send
+  them on one lean connection per task (:mod:`aioclients.spark._write_io`),
+  keeping at most ``maxPending`` publishes waiting for their acks; every ack is
+  awaited and checked, and a failed or missing ack fails the task. A ``msg_id``
   column becomes ``Nats-Msg-Id``, so a retried task adds no duplicates within
   the stream's duplicate window.
 """
@@ -35,9 +37,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -68,12 +70,14 @@ from pyspark.sql.types import (
 
 from aioclients import jetstream
 from aioclients._core import redact_text, redact_url
+from aioclients._errors import ConnectError, OperationTimeoutError, RemoteProtocolError
 from aioclients.spark._arrow import to_record_batch
 from aioclients.spark._direct_io import DirectGetConnection, TlsFiles, read_sequence_range
 from aioclients.spark._errors import DataSourceOptionError, PublishFailedError
 from aioclients.spark._protocol._data_loss import OPTION as FAIL_ON_DATA_LOSS
 from aioclients.spark._protocol._data_loss import lost_range, report_data_loss
 from aioclients.spark._protocol._options import OptionReader
+from aioclients.spark._write_io import JetStreamPublishConnection, publish_record_batches
 
 __all__ = (
     "JETSTREAM_SCHEMA",
@@ -559,80 +563,34 @@ def _write_config(options: Mapping[str, str], schema: StructType) -> WriteConfig
     )
 
 
-class _Acks:
-    """Counts acks as they settle; remembers the first failure."""
+def _publish_failed(conn: JetStreamPublishConnection) -> Callable[[str], NoReturn]:
+    def fail(text: str) -> NoReturn:
+        failed = max(conn.acks.failed, 1)
+        raise PublishFailedError(
+            f"{failed} publish(es) failed, the first with: {redact_text(text)}; the task "
+            "fails so that nothing is dropped (its retry publishes again; a msg_id column "
+            "de-duplicates)"
+        )
 
-    def __init__(self) -> None:
-        self.stored = 0
-        self.duplicates = 0
-        self.failed = 0
-        self.first_error: BaseException | None = None
-
-    def settle(self, future: asyncio.Future[jetstream.PubAck]) -> None:
-        if future.cancelled():
-            error: BaseException | None = PublishFailedError("a publish was cancelled")
-        else:
-            error = future.exception()
-        if error is not None:
-            self.failed += 1
-            if self.first_error is None:
-                self.first_error = error
-            return
-        ack = future.result()
-        if ack.duplicate:
-            self.duplicates += 1
-        else:
-            self.stored += 1
-
-    def check(self) -> None:
-        if self.first_error is not None:
-            raise PublishFailedError(
-                f"{self.failed} publish(es) failed, the first with: "
-                f"{redact_text(str(self.first_error))}"
-            ) from self.first_error
+    return fail
 
 
 async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
-    acks = _Acks()
-    js = await jetstream.connect(
-        list(config.servers),
-        timeout=config.timeout,
-        max_pending=config.max_pending,
-        **_nats_tls(config.tls),
+    """Publish every row column-wise (see :mod:`aioclients.spark._write_io`); check every ack."""
+    conn = await JetStreamPublishConnection.connect(
+        list(config.servers), timeout=config.timeout, tls=config.tls
     )
+    fail = _publish_failed(conn)
     try:
-        for batch in batches:
-            names = batch.schema.names
-            count = batch.num_rows
-            data = batch.column("data").to_pylist()
-            subjects = batch.column("subject").to_pylist() if "subject" in names else None
-            msg_ids = batch.column("msg_id").to_pylist() if "msg_id" in names else None
-            headers = batch.column("headers").to_pylist() if "headers" in names else None
-            for i in range(count):
-                subject = (subjects[i] if subjects is not None else None) or config.subject
-                if subject is None:
-                    raise PublishFailedError(
-                        "a row has a null subject and there is no 'subject' option to fall back on"
-                    )
-                payload = data[i]
-                if payload is None:
-                    payload = b""
-                elif config.data_is_text:
-                    payload = payload.encode()
-                hdrs = dict(headers[i]) if headers is not None and headers[i] else None
-                future = await js.publish_async(
-                    subject,
-                    payload,
-                    headers=hdrs,
-                    msg_id=msg_ids[i] if msg_ids is not None and msg_ids[i] else None,
-                )
-                future.add_done_callback(acks.settle)
-            acks.check()  # fail fast: stop publishing once something failed
-        await js.publish_async_complete(timeout=config.timeout)
-        acks.check()
+        try:
+            await publish_record_batches(
+                conn, batches, subject=config.subject, window=config.max_pending, on_failure=fail
+            )
+        except (ConnectError, OperationTimeoutError, RemoteProtocolError) as exc:
+            fail(f"{exc} ({conn.sent - conn.acks.settled} publishes without an ack)")
     finally:
-        await js.close()
-    return WriteResult(stored=acks.stored, duplicates=acks.duplicates)
+        await conn.close()
+    return WriteResult(stored=conn.acks.stored, duplicates=conn.acks.duplicates)
 
 
 def _write(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:

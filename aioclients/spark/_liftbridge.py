@@ -27,10 +27,11 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
   stream was recreated, the query fails with :class:`DataLossError` naming the
   lost offsets; with ``false`` it logs a warning and goes on from the oldest
   kept. A batch read whose ``startingOffsets`` lie below it does the same.
-- Writers publish each row with ``publish_async`` (``AckPolicy.LEADER``) on one
-  client per task and wait for every ack; a failed or missing ack fails the
-  task with :class:`PublishFailedError` naming the row. A retried task
-  publishes its rows again (at-least-once).
+- Writers publish each row on the PublishAsync stream (``AckPolicy.LEADER``) of
+  one client per task, with columns converted in C and publish_async's per-call
+  checks done once per task (see ``_publish``), and wait for every ack; a
+  failed or missing ack fails the task with :class:`PublishFailedError`
+  naming the row. A retried task publishes its rows again (at-least-once).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -72,6 +74,7 @@ from pyspark.sql.types import (
 )
 
 from aioclients import liftbridge
+from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.spark._errors import DataSourceOptionError, PublishFailedError
 from aioclients.spark._lb_offsets import (
     EARLIEST,
@@ -718,6 +721,21 @@ class _Acks:
         self.acked = 0
         self.failed = 0
         self.first: tuple[int, int | None, BaseException] | None = None
+        self._all: asyncio.Future[None] | None = None
+        self._expected = 0
+
+    async def wait_all(self, expected: int, timeout: float) -> None:
+        """Wait until ``expected`` publishes have settled (or ``timeout`` passed)."""
+        if self.acked + self.failed >= expected:
+            return
+        self._expected = expected
+        self._all = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(self._all, timeout)
+        except asyncio.TimeoutError:
+            pass  # the caller reports what is missing
+        finally:
+            self._all = None
 
     def settle(self, row: int, target: int | None, future: asyncio.Future[Any]) -> None:
         if future.cancelled():
@@ -726,10 +744,13 @@ class _Acks:
             error = future.exception()
         if error is None:
             self.acked += 1
-            return
-        self.failed += 1
-        if self.first is None:
-            self.first = (row, target, error)
+        else:
+            self.failed += 1
+            if self.first is None:
+                self.first = (row, target, error)
+        done = self._all
+        if done is not None and self.acked + self.failed >= self._expected and not done.done():
+            done.set_result(None)
 
     def check(self) -> None:
         if self.first is None:
@@ -751,51 +772,93 @@ def _encode(value: Any, text: bool) -> bytes:
     return value.encode() if text else bytes(value)
 
 
+def _bytes_column(column: pa.Array) -> list[bytes]:
+    """A binary or string column as bytes per row (null: empty), converted in C."""
+    return pc.fill_null(pc.cast(column, pa.binary()), b"").to_pylist()  # type: ignore[no-any-return]
+
+
+def _partitions(batch: pa.RecordBatch, first_row: int) -> list[int | None] | None:
+    """The ``partition`` column (null: none given), checked column-wise."""
+    if "partition" not in batch.schema.names:
+        return None
+    column = batch.column("partition")
+    low = pc.min(column).as_py()
+    if low is not None and low < 0:
+        index = pc.index(column, low).as_py()
+        raise PublishFailedError(
+            f"row {first_row + index} has partition {low}; partitions are numbered from 0"
+        )
+    return column.to_pylist()  # type: ignore[no-any-return]
+
+
 async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
     acks = _Acks(config.stream)
     client = await _connect(config.brokers, config.timeout, publish_async_window=config.max_pending)
-    pending: set[asyncio.Future[Any]] = set()
+    # Without a partitioner to ask, the requests are built here from columns converted
+    # in C and handed to the client's PublishAsync stream: publish_async's per-call
+    # argument checks are done once for the whole task (options and schema checked
+    # on the driver, partitions above). With a partitioner, publish_async picks.
+    lean = config.partitioner is None
+    send = client._publisher.send
+    next_id = client._publisher.next_correlation_id
+    leader = int(liftbridge.AckPolicy.LEADER)
+    request = pb.PublishRequest
+    stream = config.stream
+    wait = config.timeout
+    settle = acks.settle
     row = 0
     try:
         for batch in batches:
             names = batch.schema.names
-            values = batch.column("value").to_pylist()
-            keys = batch.column("key").to_pylist() if "key" in names else None
-            parts = batch.column("partition").to_pylist() if "partition" in names else None
+            count = batch.num_rows
+            values = _bytes_column(batch.column("value"))
+            keys = _bytes_column(batch.column("key")) if "key" in names else None
+            parts = _partitions(batch, row)
             headers = batch.column("headers").to_pylist() if "headers" in names else None
-            text = config.text_columns
-            for i in range(batch.num_rows):
+            text_headers = "headers" in config.text_columns
+            for i in range(count):
                 target = parts[i] if parts is not None else None
-                key = keys[i] if keys is not None else None
                 hdrs = None
                 if headers is not None and headers[i]:
-                    hdrs = {k: _encode(v, "headers" in text) for k, v in headers[i]}
+                    hdrs = {k: _encode(v, text_headers) for k, v in headers[i]}
                 try:
-                    future = await client.publish_async(
-                        config.stream,
-                        _encode(values[i], "value" in text),
-                        key=None if key is None else _encode(key, "key" in text),
-                        headers=hdrs,
-                        partition=target,
-                        partitioner=None if target is not None else config.partitioner,
-                        ack_policy=liftbridge.AckPolicy.LEADER,
-                    )
+                    if lean:
+                        target = target or 0
+                        req = request(
+                            stream=stream,
+                            partition=target,
+                            key=keys[i] if keys is not None else b"",
+                            value=values[i],
+                            ackPolicy=leader,  # type: ignore[arg-type]
+                            correlationId=next_id(),
+                            expectedOffset=-1,
+                        )
+                        if hdrs:
+                            req.headers.update(hdrs)
+                        future = await send(req, partition=target, timeout=wait)
+                    else:
+                        future = await client.publish_async(
+                            stream,
+                            values[i],
+                            key=keys[i] if keys is not None else None,
+                            headers=hdrs,
+                            partition=target,
+                            partitioner=None if target is not None else config.partitioner,
+                            ack_policy=liftbridge.AckPolicy.LEADER,
+                        )
                 except Exception as exc:  # refused before sending (bad partition...)
-                    acks.settle(row, target, _failed(exc))
+                    settle(row, target, _failed(exc))
                     acks.check()
                     raise  # pragma: no cover - check() raised
-                pending.add(future)
-                future.add_done_callback(pending.discard)
-                future.add_done_callback(functools.partial(acks.settle, row, target))
+                future.add_done_callback(functools.partial(settle, row, target))
                 row += 1
             acks.check()  # fail fast: stop publishing once something failed
-        if pending:
-            # Every future has its own ack deadline; this bound is a safety net.
-            await asyncio.wait(set(pending), timeout=config.timeout + 5.0)
+        # Every future has its own ack deadline (``wait``); this bound is a safety net.
+        await acks.wait_all(row, config.timeout + 5.0)
         acks.check()
-        if pending:
+        if acks.acked < row:
             raise PublishFailedError(
-                f"{len(pending)} publish(es) to liftbridge stream {config.stream!r} got no "
+                f"{row - acks.acked} publish(es) to liftbridge stream {config.stream!r} got no "
                 "ack or error in time; the task fails so that nothing is dropped"
             )
     finally:

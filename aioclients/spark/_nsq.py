@@ -3,9 +3,11 @@
 Theory of operation: each write task opens one :class:`aioclients.nsq.Producer`
 (TCP) on its own event loop and sends its rows as MPUB commands of up to
 ``batchSize`` messages (and ``maxBatchBytes`` bytes, under nsqd's
-``--max-body-size``), waiting for each MPUB's ``OK`` before sending the next.
-nsqd applies an MPUB atomically, so a failure leaves the earlier batches
-published and fails the task with :class:`PublishFailedError`; Spark's retry
+``--max-body-size``), built column-wise from the Arrow batches, with a few MPUBs
+in flight and every ``OK`` awaited in order. nsqd applies an MPUB atomically and
+closes the connection on a failed one (so nothing after it is applied): a
+failure leaves the earlier batches published and fails the task with
+:class:`PublishFailedError`; Spark's retry
 publishes the task's rows again (NSQ delivery is at-least-once anyway).
 
 Reading: ``spark.readStream.format("nsq")`` is at-least-once, holding each
@@ -33,7 +35,6 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
 from aioclients import nsq
-from aioclients._errors import InvalidArgumentError
 from aioclients.nsq._protocol._frames import is_valid_name
 from aioclients.spark._errors import (
     DataSourceOptionError,
@@ -41,7 +42,9 @@ from aioclients.spark._errors import (
     PublishFailedError,
 )
 from aioclients.spark._nsq_source import NSQ_SCHEMA, NsqStreamReader, check_schema
+from aioclients.spark._protocol._mpub_frames import Mpub, MpubBuilder, MpubRowError
 from aioclients.spark._protocol._options import OptionReader
+from aioclients.spark._write_io import nsq_publish
 
 __all__ = ("NsqDataSource", "data_source")
 
@@ -134,56 +137,48 @@ def _write_config(options: Mapping[str, str], schema: StructType) -> WriteConfig
     )
 
 
-def _batches(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> Iterator[list[bytes]]:
-    """The rows' bodies in MPUB-sized lists; an empty body fails (nsqd rejects it)."""
-    row = 0
-    chunk: list[bytes] = []
-    size = 0
-    for batch in batches:
-        for value in batch.column(config.column).to_pylist():
-            body = b"" if value is None else (value.encode() if config.text else bytes(value))
-            if not body:
-                raise PublishFailedError(
-                    f"row {row} has an empty or null {config.column!r}; nsqd rejects empty "
-                    f'messages: filter them out first (e.g. df.where("length({config.column}) '
-                    '> 0"))'
-                )
-            if chunk and (
-                len(chunk) >= config.batch_size or size + len(body) + 4 > config.max_batch_bytes
-            ):
-                yield chunk
-                chunk, size = [], 0
-            chunk.append(body)
-            size += len(body) + 4
-            row += 1
-    if chunk:
-        yield chunk
-
-
 async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
-    published = mpubs = 0
+    """MPUB commands built column-wise, a few in flight (see :mod:`aioclients.spark._write_io`)."""
     producer = nsq.Producer(
         config.nsqd,
         timeout=config.timeout,
         connect_timeout=min(config.timeout, 10.0),
         max_message_size=config.max_message_size,
     )
+    builder = MpubBuilder(
+        config.topic,
+        batch_size=config.batch_size,
+        max_batch_bytes=config.max_batch_bytes,
+        max_message_size=config.max_message_size,
+    )
+
+    def failed(mpub: Mpub, exc: BaseException) -> NoReturn:
+        hint = ""
+        if isinstance(exc, nsq.NSQConnectError):
+            hint = f"; check the 'nsqd' option ({config.nsqd})"
+        last = mpub.first_row + mpub.rows - 1
+        raise PublishFailedError(
+            f"MPUB of rows {mpub.first_row}..{last} to NSQ topic {config.topic!r} failed: "
+            f"{exc}{hint}; the task fails so that nothing is dropped ({mpub.first_row} rows "
+            "before them were published; a retry publishes them again)"
+        ) from exc
+
     try:
-        for bodies in _batches(config, batches):
-            try:
-                await producer.mpublish(config.topic, bodies)
-            except (nsq.NSQError, nsq.NSQConnectError, InvalidArgumentError, TimeoutError) as exc:
-                hint = ""
-                if isinstance(exc, nsq.NSQConnectError):
-                    hint = f"; check the 'nsqd' option ({config.nsqd})"
+        try:
+            published, mpubs = await nsq_publish(
+                producer, builder, config.column, batches, on_failure=failed
+            )
+        except MpubRowError as exc:
+            if exc.reason.startswith("an empty"):
                 raise PublishFailedError(
-                    f"MPUB of rows {published}..{published + len(bodies) - 1} to NSQ topic "
-                    f"{config.topic!r} failed: {exc}{hint}; the task fails so that nothing "
-                    f"is dropped ({published} rows before them were published; a retry "
-                    "publishes them again)"
-                ) from exc
-            published += len(bodies)
-            mpubs += 1
+                    f"row {exc.row} has an empty or null {config.column!r}; nsqd rejects empty "
+                    f'messages: filter them out first (e.g. df.where("length({config.column}) '
+                    '> 0"))'
+                ) from None
+            raise PublishFailedError(
+                f"row {exc.row} has {exc.reason}; nsqd would refuse it (raise the option "
+                "together with nsqd's --max-msg-size, or filter such rows out)"
+            ) from None
     finally:
         await producer.close()
     return WriteResult(published=published, mpubs=mpubs)

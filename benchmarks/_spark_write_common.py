@@ -1,0 +1,90 @@
+"""Shared parts of the Spark writer benchmarks: the session, warm writes, the report.
+
+Each benchmark measures a writer side by side with its reference (one asyncio
+loop of ours publishing the same rows) in one run, for 1, 2 and 4 partitions:
+
+- the input DataFrame is cached and counted first (only the write is measured);
+- a warm-up write runs before the measured one, so that Spark's Python workers
+  are started (``spark.python.worker.reuse``) and the first write does not pay
+  for them;
+- the reference runs right before each measured write (same machine state);
+  each is repeated ``--rounds`` times and the best round is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def spark_session(master: str, app: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    from aioclients.spark import register_data_sources
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register_data_sources(spark)
+    return spark
+
+
+def timed(action: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def measure(
+    *,
+    title: str,
+    count: int,
+    partitions: list[int],
+    rounds: int,
+    make_df: Callable[[int], Any],
+    reset: Callable[[], None],
+    write: Callable[[Any], None],
+    check: Callable[[], None],
+    reference: Callable[[], float],
+    reference_name: str,
+    extra: Callable[[], str] | None = None,
+) -> None:
+    """Print rows/s of ``write`` against ``reference()`` (msgs/s), per partition count."""
+    print(f"\n{title}: {count} rows per write, best of {rounds} round(s)")
+    print(
+        f"  {'partitions':>10} {'writer rows/s':>14} {reference_name + ' msgs/s':>28} {'ratio':>7}"
+    )
+    for parts in partitions:
+        df = make_df(parts).cache()
+        df.count()
+        reset()
+        write(df)  # warm-up: Python workers started, the plan compiled
+        best_writer = best_reference = 0.0
+        notes = ""
+        for _ in range(rounds):
+            reset()
+            best_reference = max(best_reference, reference())
+            reset()
+            elapsed = timed(lambda df=df: write(df))
+            check()
+            best_writer = max(best_writer, count / elapsed)
+            if extra is not None:
+                notes = extra()
+        df.unpersist()
+        ratio = best_writer / best_reference if best_reference else float("nan")
+        print(
+            f"  {parts:>10} {best_writer:>14,.0f} {best_reference:>28,.0f} {ratio:>6.2f}x"
+            f"{'  ' + notes if notes else ''}",
+            flush=True,
+        )
