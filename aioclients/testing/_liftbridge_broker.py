@@ -71,7 +71,7 @@ _LOG_CLOSED = "commit log was closed"  # a reader on a paused (closed) log ends 
 _SEGMENT_CLOSED = "segment has been closed"  # opening a reader on a paused (closed) log
 _EMPTY_MESSAGE = b""  # a serialized empty Message: the subscription confirmation
 _ASYNC_ACK_TIMEOUT = 5.0  # how long PublishAsync waits for in-flight acks after the client is done
-_RAFT_COMMIT = 0.01  # seconds a new consumer group takes to commit (see join_consumer_group)
+_RAFT_COMMIT = 0.2  # a new consumer group commits in this share of metadata_delay (see join)
 _CONSUMER_TIMEOUT_NS = 15_000_000_000  # a member silent this long is evicted
 _COORDINATOR_TIMEOUT_NS = 15_000_000_000
 _PENDING_MSGS = 1 << 22  # a busy benchmark must not hit nats-py's slow-consumer limits
@@ -1131,7 +1131,7 @@ class Broker:
                 # The metadata leader replicates the new group through Raft before
                 # applying it: two members joining a new group at once both get
                 # here, and the second to apply fails (as on the server).
-                await asyncio.sleep(min(state.metadata_delay, _RAFT_COMMIT))
+                await asyncio.sleep(state.metadata_delay * _RAFT_COMMIT)
                 if req.groupId in state.groups:
                     raise RpcError("FAILED_PRECONDITION", "consumer group already exists")
             live = [b for b in state.broker_ids if b in state.live]
