@@ -54,7 +54,7 @@ from types import TracebackType
 
 import grpc
 
-from aioclients._core import check_int
+from aioclients._core import check_float, check_int
 from aioclients.testing._liftbridge_broker import Broker, Ingester
 from aioclients.testing._liftbridge_state import ClusterState
 from aioclients.testing.nats_server import NatsServer
@@ -117,12 +117,10 @@ class LiftbridgeCluster:
     ) -> None:
         check_int("brokers", brokers, minimum=1)
         check_int("cursor_partitions", cursor_partitions, minimum=0)
-        for name, value in (
-            ("metadata_delay", metadata_delay),
-            ("replica_max_idle_wait", replica_max_idle_wait),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+        metadata_delay = check_float("metadata_delay", metadata_delay, inclusive=True)
+        replica_max_idle_wait = check_float(
+            "replica_max_idle_wait", replica_max_idle_wait, inclusive=True
+        )
         self._nats_url = nats_url
         self._own_nats: NatsServer | None = None
         self._host = host
@@ -130,8 +128,8 @@ class LiftbridgeCluster:
         self._state = ClusterState(
             ids,
             cursor_partitions=cursor_partitions,
-            metadata_delay=float(metadata_delay),
-            replica_max_idle_wait=float(replica_max_idle_wait),
+            metadata_delay=metadata_delay,
+            replica_max_idle_wait=replica_max_idle_wait,
         )
         self._brokers = [Broker(i, self._state, "", host, self) for i in ids]
         for b in self._brokers:
