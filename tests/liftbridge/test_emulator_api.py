@@ -57,8 +57,19 @@ class Brokers:
         return {b.id: f"{b.host}:{b.port}" for b in md.brokers}
 
     async def partition(self, stream: str, partition: int = 0) -> pb.PartitionMetadata:
-        md = await self.metadata(stream)
-        return md.streamMetadata[0].partitions[partition]
+        """The partition's metadata, once the asked broker knows it (a real cluster's
+        other brokers learn of a new stream a little later)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while True:
+            md = await self.metadata(stream)
+            sm = md.streamMetadata[0]
+            if sm.error != pb.StreamMetadata.UNKNOWN_STREAM and partition in sm.partitions:
+                p = sm.partitions[partition]
+                if p.leader:
+                    return p
+            assert loop.time() < deadline, f"{stream}/{partition} not in the metadata"
+            await asyncio.sleep(0.02)
 
     async def leader_partition(self, stream: str, partition: int = 0) -> pb.PartitionMetadata:
         """The partition's metadata as its leader gives it: offsets in FetchMetadata are
@@ -190,6 +201,17 @@ async def is_open(stub: pbg.APIStub, stream: str, partition: int) -> bool:
         return False
     finally:
         call.cancel()
+
+
+async def becomes_open(stub: pbg.APIStub, stream: str, partition: int) -> bool:
+    """Whether the partition is open within TIMEOUT (the leader applies a resume late)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    while not await is_open(stub, stream, partition):
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 async def rpc_error(coro: Any) -> grpc.aio.AioRpcError:
@@ -596,7 +618,11 @@ async def test_readonly(lb: Brokers, unique_name: str) -> None:
     )
     # A subscriber waiting at the end of the log is told the partition ended.
     assert await tail.status() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert (await lb.partition(unique_name)).readonly
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    while not (await lb.partition(unique_name)).readonly:  # the asked broker may lag
+        assert loop.time() < deadline, "readonly not in the metadata"
+        await asyncio.sleep(0.02)
     err = await rpc_error(publish(lb, unique_name, b"c"))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
     # A new subscriber reads to the end and stops there.
@@ -621,7 +647,13 @@ async def test_pause_and_resume_on_publish(lb: Brokers, unique_name: str) -> Non
     await sub.take(1)
     await lb.any.PauseStream(pb.PauseStreamRequest(name=unique_name), timeout=TIMEOUT)
     assert await sub.status() == grpc.StatusCode.FAILED_PRECONDITION
-    md = (await lb.metadata(unique_name)).streamMetadata[0]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    while True:  # the asked broker may apply the pause a little later
+        md = (await lb.metadata(unique_name)).streamMetadata[0]
+        if (md.partitions[0].paused and md.partitions[1].paused) or loop.time() > deadline:
+            break
+        await asyncio.sleep(0.02)
     assert md.partitions[0].paused
     assert md.partitions[1].paused
     # Publishing to a paused partition resumes it (only it, without resumeAll).
@@ -632,7 +664,7 @@ async def test_pause_and_resume_on_publish(lb: Brokers, unique_name: str) -> Non
     # emulator keeps): whether it is open shows by subscribing.
     assert md.partitions[0].paused
     assert md.partitions[0].pauseTimestamps.latestTimestamp > 0
-    assert await is_open(leader, unique_name, 0)
+    assert await becomes_open(leader, unique_name, 0)
     assert not await is_open(await lb.leader(unique_name, 1), unique_name, 1)
 
     await lb.any.PauseStream(
@@ -640,8 +672,8 @@ async def test_pause_and_resume_on_publish(lb: Brokers, unique_name: str) -> Non
         timeout=TIMEOUT,
     )
     await publish(lb, unique_name, b"c", partition=1)
-    assert await is_open(leader, unique_name, 0)
-    assert await is_open(await lb.leader(unique_name, 1), unique_name, 1)
+    assert await becomes_open(leader, unique_name, 0)
+    assert await becomes_open(await lb.leader(unique_name, 1), unique_name, 1)
     # Subscribing with resume=True to a paused partition resumes it.
     await lb.any.PauseStream(pb.PauseStreamRequest(name=unique_name), timeout=TIMEOUT)
     sub = await subscribe(leader, stream=unique_name, startPosition=pb.EARLIEST, resume=True)
@@ -706,12 +738,25 @@ async def test_consumer_groups(lb: Brokers, unique_name: str) -> None:
     coordinator = lb.stub((await lb.addresses())[b.coordinator])
 
     async def assigned(consumer: str, epoch: int) -> list[int]:
-        resp = await coordinator.FetchConsumerGroupAssignments(
-            pb.FetchConsumerGroupAssignmentsRequest(
-                groupId=group, consumerId=consumer, epoch=epoch
-            ),
-            timeout=TIMEOUT,
-        )
+        # The coordinator applies joins a little later (on a real cluster, and on the
+        # emulator with metadata_delay): until then it does not know the group, the
+        # member or this epoch.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while True:
+            try:
+                resp = await coordinator.FetchConsumerGroupAssignments(
+                    pb.FetchConsumerGroupAssignmentsRequest(
+                        groupId=group, consumerId=consumer, epoch=epoch
+                    ),
+                    timeout=TIMEOUT,
+                )
+                break
+            except grpc.aio.AioRpcError as e:
+                lagging = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
+                if e.code() not in lagging or loop.time() > deadline:
+                    raise
+            await asyncio.sleep(0.02)
         assert resp.epoch == epoch
         return sorted(p for asg in resp.assignments for p in asg.partitions)
 
@@ -725,14 +770,26 @@ async def test_consumer_groups(lb: Brokers, unique_name: str) -> None:
         )
     )
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION  # stale epoch
-    md = await lb.any.FetchMetadata(pb.FetchMetadataRequest(groups=[group]), timeout=TIMEOUT)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    while True:  # the asked broker may learn of the second join a little later
+        md = await lb.any.FetchMetadata(pb.FetchMetadataRequest(groups=[group]), timeout=TIMEOUT)
+        if md.groupMetadata[0].epoch == b.epoch or loop.time() > deadline:
+            break
+        await asyncio.sleep(0.02)
     assert md.groupMetadata[0].coordinator == b.coordinator
     assert md.groupMetadata[0].epoch == b.epoch
 
     await lb.any.LeaveConsumerGroup(
         pb.LeaveConsumerGroupRequest(groupId=group, consumerId="b"), timeout=TIMEOUT
     )
-    md = await lb.any.FetchMetadata(pb.FetchMetadataRequest(groups=[group]), timeout=TIMEOUT)
+    deadline = loop.time() + TIMEOUT
+    while True:  # the leave makes a new epoch, which the asked broker learns late
+        md = await lb.any.FetchMetadata(pb.FetchMetadataRequest(groups=[group]), timeout=TIMEOUT)
+        if md.groupMetadata[0].epoch != b.epoch or loop.time() > deadline:
+            break
+        await asyncio.sleep(0.02)
+    assert md.groupMetadata[0].epoch > b.epoch
     assert await assigned("a", md.groupMetadata[0].epoch) == [0, 1, 2, 3]
 
 
@@ -928,7 +985,7 @@ async def test_auto_pause_when_idle(lb: Brokers, unique_name: str) -> None:
         await asyncio.sleep(0.05)
     (ack,) = await publish(lb, unique_name, b"b")  # publishing resumes it
     assert ack.offset == 1
-    assert await is_open(await lb.leader(unique_name), unique_name, 0)
+    assert await becomes_open(await lb.leader(unique_name), unique_name, 0)
     # Sticky after the first pause (Liftbridge v1.9.0), in the emulator too.
     assert (await lb.partition(unique_name)).paused
 
