@@ -924,7 +924,13 @@ async def test_read_isr_replica(lb: Brokers, unique_name: str) -> None:
     await publish(lb, unique_name, b"a")
     p = await lb.partition(unique_name)
     (replica,) = [r for r in p.replicas if r != p.leader]
-    stub = lb.stub((await lb.addresses())[replica])
+    address = (await lb.addresses())[replica]
+    stub = lb.stub(address)
+    probe = Brokers(lb.cluster, entry=address)
+    try:
+        await probe.partition(unique_name)  # once the replica knows the stream
+    finally:
+        await probe.close()
     sub = await subscribe(stub, stream=unique_name, startPosition=pb.EARLIEST, readISRReplica=True)
     # The first message of a new replicated partition is readable only after the
     # followers' idle fetch: up to replica.max.idle.wait (10 s on a real server).
