@@ -136,6 +136,7 @@ class Partition:
         self.notify_armed = False
         self.last_fetch = time.monotonic()  # the followers' last fetch round
         self.fetch_timer: asyncio.TimerHandle | asyncio.Handle | None = None
+        self.fetch_idle = False  # fetch_timer is the followers' idle wait (a notify preempts it)
         #: ALL-policy acks waiting for the high watermark: (offset, send)
         self.pending_acks: list[tuple[int, Callable[[], None]]] = []
         #: (monotonic time, paused, readonly) after each recent flag change, for
@@ -512,12 +513,17 @@ class ClusterState:
         A caught-up follower waits ``replica_max_idle_wait`` between fetches; the
         leader wakes it when new data comes, but (Liftbridge v1.9.0) not for the
         first message of a new partition, which so waits for the idle fetch."""
-        if p.fetch_timer is not None:
-            return
+        timer = p.fetch_timer
+        if timer is not None:
+            if not (p.fetch_idle and p.notify_armed):
+                return  # a fetch is coming
+            timer.cancel()  # the leader wakes the idle followers
+            p.fetch_timer = None
         if len(p.isr) <= 1:
             p.commit(len(p.entries))
             return
         loop = asyncio.get_running_loop()
+        p.fetch_idle = False
         if p.notify_armed:
             p.fetch_timer = loop.call_soon(self._fetch_round, p)
             return
@@ -530,18 +536,22 @@ class ClusterState:
 
     def _fetch_round(self, p: Partition) -> None:
         """Every live ISR follower fetches from the leader once: the leader learns
-        what they have (and commits it), they get the rest and the high watermark."""
+        what they have (and commits it), they get the rest and the high watermark
+        as it was before (the leader commits asynchronously: measured on v1.9.0, a
+        follower learns a new high watermark on its next fetch, up to an idle wait
+        later)."""
         p.fetch_timer = None
+        p.fetch_idle = False
         if p.deleted:
             return
         end = len(p.entries)
         followers = [f for f in p.isr if f != p.leader and f in self.live]
+        hw = p.committed - 1
         if followers:
             p.commit(min(end, min(p.follower_end.get(f, 0) for f in followers)))
         else:
             p.commit(end)
         got = False
-        hw = p.committed - 1
         for f in followers:
             if p.follower_end.get(f, 0) < end:
                 p.follower_end[f] = end
@@ -552,8 +562,13 @@ class ClusterState:
         if got:
             # A follower that got data fetches again at once (which commits it).
             p.fetch_timer = loop.call_soon(self._fetch_round, p)
-        elif end > 0:
-            p.notify_armed = True
+        else:
+            if end > 0:
+                p.notify_armed = True
+            if hw < p.committed - 1:
+                # Caught up, but behind on the high watermark until the idle fetch.
+                p.fetch_timer = loop.call_later(self.replica_max_idle_wait, self._fetch_round, p)
+                p.fetch_idle = True
         p.wake()  # readers on followers see their new high watermark
 
     def _settle_replicas(self, p: Partition) -> None:

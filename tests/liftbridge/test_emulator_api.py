@@ -90,6 +90,11 @@ class Brokers:
         others = [a for b, a in (await self.addresses()).items() if b != p.leader]
         if not others:
             pytest.skip("needs a cluster of at least 2 brokers")
+        probe = Brokers(self.cluster, entry=others[0])
+        try:
+            await probe.partition(stream, partition)  # once it knows the stream (it may lag)
+        finally:
+            await probe.close()
         return self.stub(others[0])
 
     async def close(self) -> None:
