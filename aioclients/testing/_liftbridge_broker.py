@@ -622,7 +622,7 @@ class Broker:
             raise _PublishError(api_pb2.PublishAsyncError.BAD_REQUEST, "no stream provided")
         # This broker's view of the metadata (it may lag: view_time).
         state = self.state
-        t = state.view_time(self.id)
+        t = None if state.metadata_delay <= 0 else state.view_time(self.id)
         if t is None:
             stream = state.streams.get(req.stream)
         else:
