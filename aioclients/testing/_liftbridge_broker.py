@@ -18,10 +18,15 @@ What they do, as a Liftbridge v1.9 server does it:
   real server.
 * Subscribe checks the partition (NOT_FOUND) and leadership
   (FAILED_PRECONDITION), sends one empty ``Message`` to confirm, then streams
-  the log from the start position; it ends with RESOURCE_EXHAUSTED at the stop
-  offset or the end of a read-only partition, NOT_FOUND when the stream is
-  deleted, FAILED_PRECONDITION when the partition is paused, and UNAVAILABLE
-  when this broker stops.
+  the committed log (up to this broker's high watermark) from the start
+  position; a start past the high watermark waits for the next message. It
+  ends with RESOURCE_EXHAUSTED at the stop offset or the end of a read-only
+  partition, NOT_FOUND when the stream is deleted, FAILED_PRECONDITION
+  ``commit log was closed`` when the partition is paused, and UNAVAILABLE when
+  this broker stops. Like the server it does not check for a paused partition:
+  a reader that needs a segment of the closed log fails at once (INTERNAL
+  ``Failed to create stream reader: segment has been closed``), one that would
+  wait is confirmed and then ends as above.
 
 Status codes and messages follow the Liftbridge server source.
 """
