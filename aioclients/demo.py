@@ -23,10 +23,16 @@ workers talk to. Prints progress and a short report, and checks that the
 counts and totals agree across JetStream, Liftbridge, Spark and NSQ (exit
 status 1 with ``demo check failed`` when they do not).
 
+It ends with the throughput each system showed. Spark's JVM, log4j and Python
+workers write to a log file (``--spark-log``), so their start-up lines do not land
+between the demo's.
+
 Options: ``--orders N`` (default 10000), ``--nats-url URL`` to use an existing
 server instead of the embedded one, ``--parquet DIR`` to keep the Parquet output
 (default: a temporary folder), ``--no-spark`` to skip the Spark job (the asyncio
-client then joins the payments and publishes the shipment requests with MPUB).
+client then joins the payments and publishes the shipment requests with MPUB),
+``--spark-log FILE`` for Spark's own output (default: ``aioclients-demo-spark.log``
+in the temporary directory).
 """
 
 from __future__ import annotations
@@ -78,7 +84,13 @@ class Report:
     revenue: dict[str, float] = field(default_factory=dict)
     payments: int = 0  # published to Liftbridge
     payments_read: int = 0  # read back with Subscribe
+    payments_seconds: float = 0.0
+    payments_read_seconds: float = 0.0
     shipments: int = 0  # received from NSQ
+    shipments_seconds: float = 0.0  # from the first send to the last one received
+    shipped_by: str = ""
+    spark_rows: int = 0  # orders Spark's first job read (through the jetstream source)
+    spark_seconds: float = 0.0
 
 
 @dataclass
@@ -320,6 +332,8 @@ async def publish_payments(
                     report.payments_read += 1
             _progress(f"part {partition}", per_partition[partition], per_partition[partition])
         read_seconds = time.perf_counter() - start_read
+    report.payments_seconds = seconds
+    report.payments_read_seconds = read_seconds
     expected = round(sum(p["amount"] for p in payments), 2)
     print(
         f"Published {report.payments} payments in {seconds:.2f}s "
@@ -352,6 +366,7 @@ async def consume_shipments(
     total = sum(row.paid for row in expected.values())
     units: dict[str, int] = defaultdict(int)
     seen: set[str] = set()
+    started = time.perf_counter()
     async with nsq.Reader(
         topic, "warehouse", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=500
     ) as reader:
@@ -368,6 +383,7 @@ async def consume_shipments(
                 if report.shipments % max(total // 5, 1) == 0 or report.shipments == total:
                     _progress("nsq", report.shipments, total)
                 if report.shipments == total:
+                    report.shipments_seconds = time.perf_counter() - started
                     return
 
         taking = asyncio.ensure_future(take())
@@ -433,27 +449,39 @@ def _print_summary(title: str, summary: dict[str, RegionSummary]) -> None:
 # -- the Spark job ----------------------------------------------------------------------------
 
 
-def _start_spark(started: float) -> Any:
-    """Start the local[2] session (blocking: the JVM starts) and register the data sources."""
+def _start_spark(started: float, log_path: str) -> Any:
+    """Start the local[2] session (blocking: the JVM starts) and register the data sources.
+
+    The JVM is launched with its stdout and stderr on ``log_path``: the JVM's warnings,
+    log4j's start-up lines and the Python workers' output (they inherit the JVM's
+    streams) go there, not between the demo's lines.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
     from aioclients.spark import register_data_sources
 
     # Spark's Python workers must run this interpreter (it has pyarrow and aioclients).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("aioclients-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
+    conf = (
+        SparkConf()
+        .setMaster("local[2]")
+        .setAppName("aioclients-demo")
+        .set("spark.ui.enabled", "false")
+        .set("spark.ui.showConsoleProgress", "false")
+        .set("spark.sql.shuffle.partitions", "2")
+        .set("spark.sql.session.timeZone", "UTC")
+        .set("spark.python.worker.reuse", "true")
     )
+    with open(log_path, "ab") as log:  # the JVM keeps its own copy of the descriptor
+        gateway = launch_gateway(  # type: ignore[no-untyped-call]
+            conf, popen_kwargs={"stdout": log, "stderr": log}
+        )
+    spark = SparkSession(SparkContext(conf=conf, gateway=gateway))
     spark.sparkContext.setLogLevel("ERROR")
     register_data_sources(spark)
-    print(f"  Spark up in {time.perf_counter() - started:.1f}s")
+    print(f"  Spark up in {time.perf_counter() - started:.1f}s (its own log: {log_path})")
     return spark
 
 
@@ -527,6 +555,19 @@ async def spark_job(
     rows = await _in_thread(spark, totals.collect)
     seconds = time.perf_counter() - start
     counted = sum(r.orders for r in rows)
+    # The first job's time is mostly Spark starting its Python workers: time a second read.
+    start_warm = time.perf_counter()
+    report.spark_rows = await _in_thread(
+        spark,
+        lambda: (
+            spark.read.format("jetstream")
+            .option("servers", url)
+            .option("stream", orders_name)
+            .load()
+            .count()
+        ),
+    )
+    report.spark_seconds = time.perf_counter() - start_warm
     print(f"  aggregated {counted} orders into {len(rows)} rows in {seconds:.2f}s")
 
     print(f"  writing the totals to stream {spark_totals} (jetstream writer, msg_id de-dup)")
@@ -598,6 +639,7 @@ async def spark_job(
         .mode("append")
     )
     writing = asyncio.ensure_future(_in_thread(spark, writer.save))
+    report.shipped_by = "Spark sink"
     await consume_shipments(nsqd, topic, expected, report, writing)
 
     stored = await _count_messages(url, spark_totals)
@@ -662,7 +704,9 @@ async def _count_messages(url: str, name: str) -> int:
 # -- putting it together ----------------------------------------------------------------------
 
 
-async def _demo(url: str, count: int, suffix: str, parquet: str, with_spark: bool) -> None:
+async def _demo(
+    url: str, count: int, suffix: str, parquet: str, with_spark: bool, spark_log: str
+) -> None:
     spark_start: asyncio.Future[Any] | None = None
     if with_spark:
         if importlib.util.find_spec("pyspark") is None:
@@ -674,7 +718,7 @@ async def _demo(url: str, count: int, suffix: str, parquet: str, with_spark: boo
             # The JVM takes a while to start: let it start while the JetStream client works.
             print("Starting Spark (local[2]) in the background")
             spark_start = asyncio.ensure_future(
-                asyncio.to_thread(_start_spark, time.perf_counter())
+                asyncio.to_thread(_start_spark, time.perf_counter(), spark_log)
             )
     try:
         await _pipelines(url, count, suffix, parquet, spark_start)
@@ -705,12 +749,41 @@ async def _pipelines(
             await spark_job(spark, url, suffix, report, parquet, cluster, nsqd, expected)
         else:
             print(f"\nPublishing one shipment request per paid order to NSQ topic {topic} (MPUB)")
+            report.shipped_by = "MPUB"
             publishing = asyncio.ensure_future(publish_shipments(nsqd, topic, orders, payments))
             await consume_shipments(nsqd, topic, expected, report, publishing)
     print(
         f"\nAll checks passed: {report.read} orders in JetStream, {report.payments} payments "
         f"in Liftbridge, {report.shipments} shipment requests through NSQ"
     )
+    _print_throughput(report)
+
+
+def _rate(count: int, seconds: float) -> str:
+    return f"{count / seconds:>9,.0f}/s" if seconds > 0 else f"{'-':>11}"
+
+
+def _print_throughput(report: Report) -> None:
+    """One line per system: what it moved per second in this run, on this machine."""
+    r = report
+    print("\nThroughput in this run (messages per second, on this machine)")
+    print(
+        f"  JetStream   publish_async {_rate(r.published, r.publish_seconds)}   "
+        f"Direct Get (batched) {_rate(r.read, r.read_seconds)}"
+    )
+    print(
+        f"  Liftbridge  publish_async {_rate(r.payments, r.payments_seconds)}   "
+        f"Subscribe            {_rate(r.payments_read, r.payments_read_seconds)}"
+    )
+    print(
+        f"  NSQ         {r.shipped_by:<13} {_rate(r.shipments, r.shipments_seconds)}   "
+        "(sent, then received by the Reader)"
+    )
+    if r.spark_rows:
+        print(
+            f"  Spark       jetstream read {_rate(r.spark_rows, r.spark_seconds)}   "
+            "(a second query over the orders: planning and reading, workers warm)"
+        )
 
 
 async def _stop_spark(start: asyncio.Future[Any]) -> None:
@@ -721,13 +794,15 @@ async def _stop_spark(start: asyncio.Future[Any]) -> None:
     await asyncio.to_thread(spark.stop)
 
 
-def _run_all(url: str, count: int, suffix: str, parquet: str | None, with_spark: bool) -> None:
+def _run_all(
+    url: str, count: int, suffix: str, parquet: str | None, with_spark: bool, spark_log: str
+) -> None:
     if parquet is not None:
-        asyncio.run(_demo(url, count, suffix, parquet, with_spark))
+        asyncio.run(_demo(url, count, suffix, parquet, with_spark, spark_log))
     else:
         with tempfile.TemporaryDirectory(prefix="aioclients-demo-") as folder:
             path = os.path.join(folder, "region_product_totals")
-            asyncio.run(_demo(url, count, suffix, path, with_spark))
+            asyncio.run(_demo(url, count, suffix, path, with_spark, spark_log))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -736,6 +811,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nats-url", help="use this JetStream server instead of an embedded one")
     parser.add_argument("--parquet", help="write the Spark job's Parquet output here")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark job")
+    parser.add_argument(
+        "--spark-log",
+        default=os.path.join(tempfile.gettempdir(), "aioclients-demo-spark.log"),
+        help="where Spark's JVM, log4j and Python workers write (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     if args.orders < 1:
         parser.error("--orders must be at least 1")
@@ -743,13 +823,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.nats_url:
         suffix = f"_{uuid.uuid4().hex[:8]}"
         try:
-            _run_all(args.nats_url, args.orders, suffix, args.parquet, not args.no_spark)
+            _run_all(
+                args.nats_url, args.orders, suffix, args.parquet, not args.no_spark, args.spark_log
+            )
         finally:
             asyncio.run(cleanup(args.nats_url, suffix))
     else:
         with NatsServer() as server:
             print(f"Embedded nats-server with JetStream at {server.url}")
-            _run_all(server.url, args.orders, "", args.parquet, not args.no_spark)
+            _run_all(server.url, args.orders, "", args.parquet, not args.no_spark, args.spark_log)
     print(f"\nDemo finished in {time.perf_counter() - started:.1f}s")
 
 

@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 import uuid
 from collections import Counter
@@ -157,12 +158,15 @@ async def run_soak(
     with contextlib.suppress(asyncio.CancelledError):
         await consumer
     rss_after = rss_mib()
+    stats = proxy.statistics()
     print(
         f"{name:<11} faults {tally.faults:>3} ({tally.freezes} freezes, {tally.resets} resets)  "
         f"confirmed {len(tally.confirmed):>7}  received {len(tally.deliveries):>7}  "
         f"lost {tally.lost:>3}  duplicated {tally.duplicated:>4}  "
         f"publish errors {tally.publish_errors:>4}  longest stall {tally.longest_stall:5.1f} s  "
-        f"RSS {rss_before:.0f} -> {rss_after:.0f} MiB",
+        f"RSS {rss_before:.0f} -> {rss_after:.0f} MiB  "
+        f"(proxied: {stats.connections_accepted} connections, "
+        f"{(stats.bytes_to_server + stats.bytes_to_client) / 1e6:.1f} MB)",
         flush=True,
     )
     return tally
@@ -261,8 +265,11 @@ async def soak_liftbridge(args: argparse.Namespace) -> Tally:
     from aioclients import liftbridge
 
     stream = f"soak{uuid.uuid4().hex[:8]}"
-    with emulated_cluster(args.liftbridge) as addresses:
-        async with FaultProxy(addresses[0]) as proxy:
+    # The broker gives the proxy's address as its own, so that every call (RPCs,
+    # Subscribe, PublishAsync) goes through the proxy, not only the first one.
+    proxy_port = free_port()
+    with emulated_cluster(args.liftbridge, advertise=[f"127.0.0.1:{proxy_port}"]) as addresses:
+        async with FaultProxy(addresses[0], port=proxy_port) as proxy:
             async with await liftbridge.connect(addresses) as admin:
                 await admin.create_stream(stream, stream)
             client = await liftbridge.connect([proxy.address], ack_wait_time=3.0)
@@ -282,6 +289,13 @@ async def soak_liftbridge(args: argparse.Namespace) -> Tally:
             finally:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(client.close(), 10)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 SOAKS: dict[str, Callable[[argparse.Namespace], Awaitable[Tally]]] = {
@@ -313,7 +327,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--freeze-for", type=float, default=2.0)
     parser.add_argument("--settle", type=float, default=60.0)
     parser.add_argument(
-        "--liftbridge", type=lambda s: s.split(","), default=None, help="real brokers, a,b,c"
+        "--liftbridge",
+        type=lambda s: s.split(","),
+        default=None,
+        help="a real broker, host:port, to soak instead of the emulator (one broker: the proxy "
+        "can only stand in front of one; the broker must advertise the proxy's address)",
     )
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)

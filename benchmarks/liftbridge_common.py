@@ -33,11 +33,14 @@ def gufo_available() -> bool:
     return True
 
 
-async def _serve(brokers: int) -> None:
+async def _serve(brokers: int, advertise: list[str]) -> None:
     from aioclients.testing import LiftbridgeCluster, NatsServer
 
     with NatsServer(jetstream=False) as nats:
         async with LiftbridgeCluster(brokers, nats_url=nats.url) as cluster:
+            # Brokers may give another address as theirs (a proxy in front of them).
+            for index, address in enumerate(advertise):
+                cluster.advertise(index, address)
             print(json.dumps({"addresses": cluster.addresses}), flush=True)
             # Run until the parent closes our stdin.
             await asyncio.to_thread(sys.stdin.read)
@@ -79,14 +82,17 @@ def stop_child(proc: subprocess.Popen[str]) -> None:
 
 
 @contextlib.contextmanager
-def emulated_cluster(addresses: list[str] | None, brokers: int = 1) -> Iterator[list[str]]:
-    """The given addresses, or an emulated cluster started in a child process."""
+def emulated_cluster(
+    addresses: list[str] | None, brokers: int = 1, advertise: list[str] = ()
+) -> Iterator[list[str]]:
+    """The given addresses, or an emulated cluster started in a child process (whose
+    brokers give ``advertise[i]`` as their address in the metadata, where given)."""
     global _EMULATOR_PID
     if addresses:
         yield addresses
         return
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "liftbridge_common.py"), "serve", str(brokers)],
+        [sys.executable, str(HERE / "liftbridge_common.py"), "serve", str(brokers), *advertise],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -168,6 +174,6 @@ def report(rows: list[tuple[str, Result, Result | None]]) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "serve":
-        asyncio.run(_serve(int(sys.argv[2]) if len(sys.argv) > 2 else 1))
+        asyncio.run(_serve(int(sys.argv[2]) if len(sys.argv) > 2 else 1, sys.argv[3:]))
     else:
         sys.exit(__doc__)

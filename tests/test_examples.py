@@ -75,6 +75,20 @@ def _assert_liftbridge_and_nsq(stdout: str, shipped_by: str) -> None:
     ) in stdout
 
 
+def _assert_throughput_summary(stdout: str, *, spark: bool) -> None:
+    """The demo ends with what each system moved per second."""
+    summary = stdout.split("Throughput in this run", 1)
+    assert len(summary) == 2, stdout
+    lines = summary[1].splitlines()
+    for pattern in (
+        r"JetStream\s+publish_async\s+[\d,]+/s\s+Direct Get \(batched\)\s+[\d,]+/s",
+        r"Liftbridge\s+publish_async\s+[\d,]+/s\s+Subscribe\s+[\d,]+/s",
+        r"NSQ\s+(MPUB|Spark sink)\s+[\d,]+/s\s+\(sent, then received by the Reader\)",
+    ):
+        assert any(re.search(pattern, line) for line in lines), (pattern, summary[1])
+    assert any(re.search(r"Spark\s+jetstream read\s+[\d,]+/s", line) for line in lines) == spark
+
+
 def test_demo_runs_end_to_end_without_spark(nats_server: object) -> None:
     result = _run_demo(nats_server.url, "--no-spark", timeout=120)  # type: ignore[attr-defined]
     assert result.returncode == 0, result.stdout + result.stderr
@@ -82,12 +96,24 @@ def test_demo_runs_end_to_end_without_spark(nats_server: object) -> None:
     assert "100 retried publishes de-duplicated" in result.stdout
     _assert_liftbridge_and_nsq(result.stdout, "per paid order to NSQ topic shipments_")
     assert "Spark" not in result.stdout
+    _assert_throughput_summary(result.stdout, spark=False)
 
 
 @pytest.mark.spark
-def test_demo_runs_end_to_end(nats_server: object) -> None:
-    result = _run_demo(nats_server.url, timeout=280)  # type: ignore[attr-defined]
+def test_demo_runs_end_to_end(nats_server: object, tmp_path: Path) -> None:
+    spark_log = tmp_path / "spark.log"
+    result = _run_demo(
+        nats_server.url,  # type: ignore[attr-defined]
+        "--spark-log",
+        str(spark_log),
+        timeout=280,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
+    # Spark's start-up lines (the JVM's, log4j's) went to the log file, not the terminal.
+    for noise in ("log4j", "Setting default log level", " WARN ", "incubator modules"):
+        assert noise not in result.stdout + result.stderr, (noise, result.stderr)
+    assert "log4j" in spark_log.read_text()
+    assert f"its own log: {spark_log}" in result.stdout
     assert "Revenue per region" in result.stdout
     assert "100 retried publishes de-duplicated" in result.stdout
     assert "Spark read 2000 orders" in result.stdout
@@ -95,3 +121,4 @@ def test_demo_runs_end_to_end(nats_server: object) -> None:
     assert "through the liftbridge data source" in result.stdout
     assert "Spark's join matches the payments published to Liftbridge" in result.stdout
     _assert_liftbridge_and_nsq(result.stdout, "(nsq sink)")
+    _assert_throughput_summary(result.stdout, spark=True)

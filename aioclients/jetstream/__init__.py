@@ -1,9 +1,11 @@
 """NATS JetStream on asyncio (ADR-37 simplified API, ADR-31 Direct Get, ADR-42).
 
+```python
 async with await connect("nats://127.0.0.1:4222") as js:
     stream = await js.create_stream("ORDERS", subjects=["orders.>"])
     ack = await js.publish("orders.new", b"{...}", msg_id="order-1")
     msg = await stream.direct_get(last_by_subj="orders.new")
+```
 """
 
 from aioclients.jetstream._consume import (

@@ -62,7 +62,12 @@ class Consumer:
             expires: how long the server holds the pull open, seconds (>= 1).
             idle_heartbeat: ask the server for heartbeats this often while idle
                 (default: on, at half of ``expires``, for expiries above 30 s).
-            group, min_pending, min_ack_pending, priority: ADR-42 pull fields.
+            group: ADR-42 priority group (one of the consumer's ``priority_groups``).
+            min_pending: ADR-42 overflow: served only while the consumer has at least
+                this many messages pending.
+            min_ack_pending: ADR-42 overflow: served only while at least this many
+                messages await acks.
+            priority: ADR-42 prioritized policy: this pull's priority (0 first).
 
         Returns:
             The message.
@@ -148,9 +153,16 @@ class Consumer:
             idle_heartbeat: server heartbeat interval (default half of ``expires``,
                 0.5-30 s); two missed intervals raise a ``HeartbeatMissed`` event
                 and a fresh pull, never an error.
-            threshold_messages / threshold_bytes: refill when what is requested
-                plus buffered falls to this (default: half the limit).
-            group, min_pending, min_ack_pending, priority: ADR-42 pull fields.
+            threshold_messages: refill when the messages requested plus buffered
+                fall to this (default: half of ``max_messages``).
+            threshold_bytes: refill when the bytes requested plus buffered fall to
+                this (default: half of ``max_bytes``).
+            group: ADR-42 priority group (one of the consumer's ``priority_groups``).
+            min_pending: ADR-42 overflow: served only while the consumer has at least
+                this many messages pending.
+            min_ack_pending: ADR-42 overflow: served only while at least this many
+                messages await acks.
+            priority: ADR-42 prioritized policy: this pull's priority (0 first).
             on_event: a plain callable receiving ``HeartbeatMissed``, ``Pinned``,
                 ``Unpinned``, ``StatusWarning``, ``Disconnected`` and ``Reconnected``.
 

@@ -18,6 +18,7 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
 
+from aioclients._core import redact_text, redact_url
 from aioclients._core._checks import check_int
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._errors import (
@@ -38,7 +39,12 @@ from aioclients.jetstream._protocol._names import (
     validate_stream_name,
 )
 from aioclients.jetstream._publisher import AckMux, ReplyMux, json_answer
-from aioclients.jetstream._transport import NatsClient, NatsTransport, ReplyInbox
+from aioclients.jetstream._transport import (
+    NatsClient,
+    NatsTransport,
+    ReplyInbox,
+    close_connection,
+)
 
 if TYPE_CHECKING:
     from aioclients.jetstream._consumer import Consumer
@@ -61,6 +67,15 @@ log = logging.getLogger("aioclients.jetstream")
 
 #: Default bound on outstanding ``publish_async`` acks.
 DEFAULT_MAX_PENDING = 4000
+
+#: Longest wait for a connection's queued bytes to be written when closing.
+_CLOSE_BOUND = 10.0
+
+#: Keepalive PINGs (seconds apart), and how many may go unanswered before the
+#: connection counts as stale and is replaced. nats-py's defaults (120 s, 2) take
+#: up to six minutes to notice a server that froze.
+_PING_INTERVAL = 30
+_MAX_OUTSTANDING_PINGS = 2
 
 
 class JetStream:
@@ -174,7 +189,9 @@ class JetStream:
         """Close the context: outstanding acks fail with ``JetStreamClosedError``.
 
         If the context opened the connection (``connect()``), the connection is
-        closed too. Idempotent.
+        closed too: what is still queued gets up to ``timeout`` seconds (at most
+        10) to be written, after which the socket is aborted, so that closing
+        never hangs on a server that does not read. Idempotent.
         """
         if self._closed:
             return
@@ -186,7 +203,8 @@ class JetStream:
         await self._requests.close()
         await self._acks.close()
         if self._owns_connection and not self._nc.is_closed:
-            await self._nc.close()
+            # Bounded: a server that stops reading would hold nats-py's close forever.
+            await close_connection(self._nc, min(self.timeout, _CLOSE_BOUND))
 
     async def __aenter__(self) -> JetStream:
         return self
@@ -462,8 +480,10 @@ class JetStream:
         Args:
             history: revisions kept per key (1 to 64).
             ttl: seconds a value lives (``None``: for ever).
-            max_value_size / max_bytes: limits of one value / the whole bucket.
-            storage: ``"file"`` or ``"memory"``; replicas: 1 to 5.
+            max_value_size: the largest value, bytes (``None``: no limit).
+            max_bytes: the largest size of the whole bucket, bytes (``None``: no limit).
+            storage: ``"file"`` or ``"memory"``.
+            replicas: 1 to 5.
 
         Raises:
             InvalidArgumentError: a bad name or setting (before any request).
@@ -638,10 +658,14 @@ async def connect(
         urls = list(servers)
     else:
         raise InvalidArgumentError(
-            f"servers must be a URL or a non-empty list of URLs, got {servers!r}"
+            f"servers must be a URL or a non-empty list of URLs, got {redact_text(repr(servers))}"
         )
     options: dict[str, Any] = {
         "connect_timeout": timeout,
+        # A write waiting on a server that does not read gives up after this long.
+        "flush_timeout": timeout,
+        "ping_interval": _PING_INTERVAL,
+        "max_outstanding_pings": _MAX_OUTSTANDING_PINGS,
         "error_cb": _log_error,
         "disconnected_cb": _log_disconnected,
         "reconnected_cb": _log_reconnected,
@@ -656,13 +680,12 @@ async def connect(
     except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
         last = getattr(nc, "_err", None) or exc
         reason = str(last) or f"{type(last).__name__} (no answer within {deadline:.0f}s)"
-        try:
-            await nc.close()
-        except Exception as close_exc:  # nats-py may not have got far enough to close
-            log.debug("closing the failed connection: %s", close_exc)
+        # Bounded: a server that accepted but does not read could hold a plain close.
+        await close_connection(nc, 1.0)
+        where = ", ".join(redact_url(u) for u in urls)
         raise JetStreamConnectError(
-            f"cannot connect to NATS at {', '.join(urls)}: {reason}"
-        ) from exc
+            f"cannot connect to NATS at {where}: {redact_text(reason)}"
+        ) from None
     js = JetStream(
         nc, domain=domain, api_prefix=api_prefix, timeout=timeout, max_pending=max_pending
     )
@@ -701,7 +724,8 @@ def _check_timeout(timeout: object, *, allow_infinite: bool = True) -> float:
 
 
 async def _log_error(exc: Exception) -> None:
-    log.warning("NATS connection error: %s", exc)
+    # nats-py's errors may quote a server URL, with the credentials in it.
+    log.warning("NATS connection error: %s", redact_text(str(exc) or type(exc).__name__))
 
 
 async def _log_disconnected() -> None:

@@ -52,6 +52,8 @@ def _time(value: Any) -> datetime | None:
 
 @dataclass(frozen=True, slots=True)
 class StreamState:
+    """What a stream holds: message and byte counts, first and last sequence and time."""
+
     messages: int
     bytes: int
     first_seq: int
@@ -113,6 +115,8 @@ class StreamInfo:
 
 @dataclass(frozen=True, slots=True)
 class SequenceInfo:
+    """A consumer's position: the consumer and stream sequence, and when it last moved."""
+
     consumer_seq: int
     stream_seq: int
     last_active: datetime | None

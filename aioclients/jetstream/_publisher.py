@@ -38,7 +38,7 @@ from aioclients.jetstream._errors import (
 )
 from aioclients.jetstream._models import PubAck
 from aioclients.jetstream._protocol._names import validate_publish_subject
-from aioclients.jetstream._transport import NatsTransport
+from aioclients.jetstream._transport import NatsTransport, SendTimeoutError
 
 __all__ = ("AckMux", "ReplyMux", "json_answer", "parse_pub_ack")
 
@@ -142,6 +142,9 @@ class ReplyMux(Generic[T]):
     def _settled(self) -> None:
         """Called whenever an outstanding request leaves the table."""
 
+    def _describe(self, what: str) -> str:
+        return what
+
     def _on_reply(self, msg: NatsMsg) -> None:
         try:
             token = int(msg.subject[self._prefix_len :])
@@ -162,20 +165,32 @@ class ReplyMux(Generic[T]):
         self._counter += 1
         return self._counter, self._prefix + str(self._counter)
 
-    async def _send(self, token: int, frame: bytes, what: str, timeout: float) -> asyncio.Future[T]:
-        """Register ``token`` with a deadline, then send ``frame``."""
+    async def _send(
+        self, token: int, frame: bytes, what: str, timeout: float, *, immediate: bool = False
+    ) -> asyncio.Future[T]:
+        """Register ``token`` with a deadline, then send ``frame`` (``immediate``: see
+        :meth:`NatsTransport.send`)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         deadline = loop.time() + timeout
         self._pending[token] = (future, what, deadline)
+        # Armed before sending: the send itself may wait (a server that does not
+        # read), and the call's timeout bounds that wait too.
+        if deadline < self._timer_at:
+            self._arm(loop, deadline)
         try:
-            await self._transport.send(frame)
+            try:
+                await self._transport.send(frame, deadline, immediate=immediate)
+            except SendTimeoutError as exc:
+                raise SendTimeoutError(self._describe(what), exc.unsent) from None
         except BaseException:
             if self._pending.pop(token, None) is not None:
                 self._settled()
+            if future.done() and not future.cancelled():
+                future.exception()  # the sweep failed it meanwhile; nobody will look
+            else:
+                future.cancel()
             raise
-        if deadline < self._timer_at:
-            self._arm(loop, deadline)
         return future
 
     async def request(self, subject: str, payload: bytes, timeout: float, what: str) -> T:
@@ -185,7 +200,7 @@ class ReplyMux(Generic[T]):
             await self._ensure_open()
         token, reply = self._next_token()
         frame = self._transport.frame(subject, payload, reply, None)
-        future = await self._send(token, frame, what, timeout)
+        future = await self._send(token, frame, what, timeout, immediate=True)
         try:
             return await future
         finally:
@@ -237,11 +252,8 @@ class ReplyMux(Generic[T]):
         self._timer_at = math.inf
         self._fail_all()
         sub, self._sub = self._sub, None
-        if sub is not None and not self._transport.nc.is_closed:
-            try:
-                await sub.unsubscribe()
-            except Exception as exc:  # the connection is going away
-                log.debug("reply subscription unsubscribe failed: %s", exc)
+        if sub is not None:
+            self._transport.unsubscribe_nowait(sub)
 
 
 class AckMux(ReplyMux[PubAck]):
@@ -258,6 +270,9 @@ class AckMux(ReplyMux[PubAck]):
 
     def _convert(self, msg: NatsMsg, what: str) -> PubAck:
         return parse_pub_ack(msg, what)
+
+    def _describe(self, what: str) -> str:
+        return f"the publish to {what!r}"
 
     def _overdue_error(self, what: str) -> Exception:
         err = super()._overdue_error(f"the publish to {what!r}")

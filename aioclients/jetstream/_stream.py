@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
@@ -386,7 +387,9 @@ class DirectGetBatch:
         js = self._stream._js
         js._check_open()
         subject = f"{js.api_prefix}.DIRECT.GET.{self._stream.name}"
-        await js._transport.send(js._transport.frame(subject, payload, inbox.subject, None))
+        frame = js._transport.frame(subject, payload, inbox.subject, None)
+        deadline = asyncio.get_running_loop().time() + js.timeout
+        await js._transport.send(frame, deadline, f"the Direct Get on {self._stream.name!r}")
 
     def _next_page(self) -> bytes | None:
         """For multi_last: the request for the next page at the same point in time."""

@@ -3,8 +3,16 @@
 We build PUB/HPUB frames ourselves (so headers may repeat a key and the hot
 publish path does no per-message validation twice) and hand them to the
 client's outgoing buffer, exactly as ``Client.publish`` does after its checks.
-If the client lacks the internals we rely on (a future nats-py), we fall back
-to its public ``publish``. nats-py exceptions are mapped here and never leak.
+nats-py exceptions are mapped here and never leak.
+
+Writes are bounded. nats-py waits for a "forced" flush (more than its pending
+size queued) without a deadline (``flush_timeout=None``) and swallows the
+caller's cancellation while it waits; against a server that stops reading, that
+wait never ends. Here a send that finds the pending buffer full waits for the
+flusher only until the call's deadline, raises a typed timeout with nothing
+queued, and lets a cancel cancel. A connection given up on (stale, reset) has
+its socket aborted, never closed gracefully: a graceful close waits for the
+unsent bytes to be written, which a frozen server never allows.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import asyncio
 import collections
 import json
 import logging
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,6 +30,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription
 
+from aioclients._core import redact_text
 from aioclients._errors import (
     AioClientsError,
     ConnectError,
@@ -32,10 +42,24 @@ from aioclients.jetstream._errors import (
     JetStreamClosedError,
     MaxPayloadError,
 )
-from aioclients.jetstream._protocol._headers import decode_header_lines, encode_headers
+from aioclients.jetstream._protocol._headers import (
+    decode_header_lines,
+    decode_headers,
+    encode_headers,
+)
 from aioclients.jetstream._protocol._wire import ERR, INFO, MSG, PING, PONG, scan
 
-__all__ = ("NatsClient", "NatsTransport", "RawHandler", "RawSubscription", "ReplyInbox")
+__all__ = (
+    "NatsClient",
+    "NatsTransport",
+    "RawHandler",
+    "RawSubscription",
+    "ReplyInbox",
+    "SendTimeoutError",
+    "abort_socket",
+    "close_connection",
+    "kick_flusher",
+)
 
 #: ``handler(subject, reply, payload, header_block_or_None)``; a status message's
 #: header block starts with ``NATS/1.0 <code> <description>``.
@@ -44,6 +68,21 @@ RawHandler = Callable[[str, str, bytes, "bytes | None"], None]
 log = logging.getLogger("aioclients.jetstream")
 
 _CRLF = b"\r\n"
+
+#: How long a write may wait for a server that does not read, when no timeout applies.
+DEFAULT_WRITE_TIMEOUT = 5.0
+
+
+class SendTimeoutError(APITimeoutError):
+    """A frame could not be queued in time: the server does not read what is queued."""
+
+    def __init__(self, what: str, unsent: int) -> None:
+        super().__init__(
+            f"could not send {what} in time: the NATS server is not reading "
+            f"({unsent} bytes are still waiting to be written); nothing was sent. "
+            "The server may be frozen or overloaded, or the network stalled"
+        )
+        self.unsent = unsent
 
 
 class NatsClient(NATS):
@@ -60,10 +99,71 @@ class NatsClient(NATS):
         #: sid -> handler taking raw messages straight from the read loop
         self._raw_handlers: dict[int, RawHandler] = {}
         self._ps = FastParser(self)  # type: ignore[assignment]
+        self._written: asyncio.Future[None] | None = None
+
+    async def _send_command(self, cmd: bytes, priority: bool = False) -> None:
+        # nats-py's version waits for a forced flush with flush_timeout (None: no
+        # bound) and swallows a cancel meanwhile: bound it, and let a cancel through.
+        if priority:
+            self._pending.insert(0, cmd)
+        else:
+            self._pending.append(cmd)
+        self._pending_data_size += len(cmd)
+        limit = self._max_pending_size
+        if 0 < limit < self._pending_data_size and self.is_connected:
+            self._written = written = kick_flusher(self, self._written)
+            bound = self._flush_timeout or DEFAULT_WRITE_TIMEOUT
+            try:
+                await asyncio.wait_for(asyncio.shield(written), bound)
+            except asyncio.TimeoutError:
+                log.warning(
+                    "the NATS server has not read %d queued bytes within %.1fs; "
+                    "the connection may be stale",
+                    unsent_bytes(self),
+                    bound,
+                )
+
+    async def _flush_pending(self, force_flush: bool = False) -> Any:
+        queue = self._flush_queue
+        if queue is not None and queue.full() and self.is_connected:
+            # Flushes are due already; nats-py would wait (unbounded, swallowing a
+            # cancel) for room in the queue of a flusher stuck on a server that
+            # does not read.
+            return None
+        return await super()._flush_pending(force_flush)
+
+    async def _connect_to_server(self, s: Any) -> None:
+        # A failed connect attempt (e.g. no INFO in time from a server that accepts
+        # but does not answer) leaves its socket open in nats-py; drop it before
+        # the next attempt replaces it.
+        abort_socket(self)
+        await super()._connect_to_server(s)
+
+    async def _process_op_err(self, e: Exception) -> None:
+        # The connection is given up on (stale, reset, protocol error): abort the
+        # socket, so that neither the reconnect nor the close waits for unsent
+        # bytes to reach a server that may never read them.
+        if not (self.is_closed or self.is_reconnecting):
+            abort_socket(self)
+            if not (self.options["allow_reconnect"] and (self.is_connected or self.is_connecting)):
+                self._pending = []  # closing for good: nothing will send these
+                self._pending_data_size = 0
+        await super()._process_op_err(e)
 
     @staticmethod
     def _parse_header_lines(raw: bytes) -> dict[str, Any]:
         return decode_header_lines(raw, strict=False)
+
+    async def _process_headers(self, headers: bytes) -> dict[str, Any] | None:
+        # nats-py decodes a status line as strict UTF-8: a byte that is not lets a
+        # UnicodeDecodeError out of the read loop, and the connection drops.
+        if not headers or headers[8:9] != b" ":  # no status: nats-py's (lines parsed by us)
+            return await super()._process_headers(headers)
+        try:
+            return decode_headers(headers, strict=False)
+        except RemoteProtocolError as exc:  # not even NATS/1.0: keep the message, not them
+            log.warning("ignoring malformed message headers: %s", exc)
+            return None
 
     async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
@@ -160,10 +260,11 @@ class FastParser:
 class NatsTransport:
     """Publishing and subscribing through one nats-py client."""
 
-    __slots__ = ("nc", "sync_delivery")
+    __slots__ = ("_written", "nc", "sync_delivery")
 
     def __init__(self, nc: NATS, *, sync_delivery: bool = True) -> None:
         self.nc = nc
+        self._written: asyncio.Future[None] | None = None
         #: deliver messages synchronously from the read loop (see ``subscribe``)
         self.sync_delivery = sync_delivery
 
@@ -223,13 +324,65 @@ class NatsTransport:
             )
         return nc
 
-    async def send(self, frame: bytes) -> None:
-        """Queue a frame built by :meth:`frame` for the socket."""
+    async def send(
+        self, frame: bytes, deadline: float, what: str = "the request", *, immediate: bool = False
+    ) -> None:
+        """Queue a frame built by :meth:`frame` for the socket.
+
+        While more than the client's pending size waits to be written (the server
+        reads slower than we write, or not at all), wait for the flusher, but only
+        until ``deadline`` (loop time). The frame is queued whole or not at all.
+
+        With ``immediate``, a frame that finds nothing queued before it and the
+        socket's buffer empty goes to the socket at once instead of waiting for
+        the flusher task's next turn: for a caller that then waits for the answer
+        (a request), this saves a task switch per round trip. Callers that send
+        bursts (publish_async) leave it off, so that a burst is one write.
+
+        Raises:
+            SendTimeoutError: the server did not take earlier frames by ``deadline``;
+                ``frame`` was not queued.
+            ConnectError: disconnected, and the reconnect buffer is full.
+            JetStreamClosedError: the connection is closed.
+        """
         nc = self._admit(frame)
-        await nc._send_command(frame)
+        pending = nc._pending_data_size
+        if immediate and not pending and nc.is_connected:
+            transport = _socket_transport(nc)
+            if (
+                transport is not None
+                and not transport.is_closing()
+                and not transport.get_write_buffer_size()
+            ):
+                transport.write(frame)
+                return
+        if pending and 0 < nc._max_pending_size < pending + len(frame) and nc.is_connected:
+            await self._wait_for_room(len(frame), deadline, what)
+            nc = self._admit(frame)
+        nc._pending.append(frame)
+        nc._pending_data_size += len(frame)
         queue = nc._flush_queue
-        if queue is not None and queue.empty():
-            await nc._flush_pending()
+        if queue is not None and queue.empty() and nc.is_connected:
+            queue.put_nowait(_flushed())
+
+    async def _wait_for_room(self, size: int, deadline: float, what: str) -> None:
+        nc = self.nc
+        loop = asyncio.get_running_loop()
+        while (
+            nc.is_connected
+            and nc._pending_data_size
+            and nc._pending_data_size + size > nc._max_pending_size
+        ):
+            remaining = deadline - loop.time()
+            self._written = written = kick_flusher(nc, self._written)
+            try:
+                if remaining <= 0:
+                    raise asyncio.TimeoutError
+                await asyncio.wait_for(
+                    asyncio.shield(written), None if math.isinf(remaining) else remaining
+                )
+            except asyncio.TimeoutError:
+                raise SendTimeoutError(what, unsent_bytes(nc)) from None
 
     async def subscribe(self, subject: str, cb: Callable[[NatsMsg], None]) -> Subscription:
         """Subscribe with a plain (non-async) callback.
@@ -304,13 +457,26 @@ class NatsTransport:
         nc = self.nc
         self.check_open()
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.send_nowait(b"PING\r\n")  # never waits on a server that does not read
         nc._pongs.append(future)
-        await nc._send_command(b"PING\r\n")
-        await nc._flush_pending()
         await asyncio.wait_for(asyncio.shield(future), timeout)
 
     def new_inbox(self) -> str:
         return self.nc.new_inbox()
+
+    def unsubscribe_nowait(self, sub: Subscription) -> None:
+        """Drop a subscription at once; the UNSUB goes out with the next flush.
+
+        nats-py's ``unsubscribe`` may wait (unbounded) for a forced flush.
+        """
+        nc = self.nc
+        if nc.is_closed or sub._closed:
+            return
+        sub._closed = True
+        sub._stop_processing()
+        nc._remove_sub(sub._id)
+        if nc.is_connected:
+            self.send_nowait(f"UNSUB {sub._id}\r\n".encode())
 
 
 class RawSubscription:
@@ -352,7 +518,7 @@ class RawSubscription:
             self.unsubscribe_nowait()
             return
         try:
-            await nc._send_command(f"UNSUB {self._sub._id}\r\n".encode())
+            self._transport.send_nowait(f"UNSUB {self._sub._id}\r\n".encode())
             await self._transport.round_trip(timeout)
         except (nats.errors.Error, asyncio.TimeoutError, AioClientsError) as exc:
             log.debug("round trip after UNSUB failed: %s", exc)
@@ -414,11 +580,8 @@ class ReplyInbox:
     async def close(self) -> None:
         sub, self._sub = self._sub, None
         self._buffer.clear()
-        if sub is not None and not self.transport.nc.is_closed:
-            try:
-                await sub.unsubscribe()
-            except nats.errors.Error as exc:  # closing/draining: nothing left to undo
-                log.debug("unsubscribe of %s failed: %s", self.subject, exc)
+        if sub is not None:
+            self.transport.unsubscribe_nowait(sub)
 
 
 class _SyncSink:
@@ -449,6 +612,94 @@ class _SyncSink:
 
     async def join(self) -> None:
         return None
+
+
+def kick_flusher(nc: NATS, current: asyncio.Future[None] | None) -> asyncio.Future[None]:
+    """A future the client's flusher resolves once it has written what is queued now.
+
+    ``current`` (an earlier kick still waiting) is shared rather than queueing
+    another. Where the flusher cannot be kicked (its queue is full, or it is not
+    running), the future resolves after a short while instead, so that callers
+    re-check their condition rather than wait for nothing.
+    """
+    if current is not None and not current.done():
+        return current
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+    queue = nc._flush_queue
+    task = nc._flusher_task
+    try:
+        if queue is None or task is None or task.done():
+            raise asyncio.QueueFull
+        queue.put_nowait(future)
+    except asyncio.QueueFull:
+        loop.call_later(0.01, _expire, future)
+    return future
+
+
+def _socket_transport(nc: NATS) -> asyncio.WriteTransport | None:
+    writer = getattr(nc._transport, "_io_writer", None)
+    transport = getattr(writer, "transport", None)
+    return transport if isinstance(transport, asyncio.WriteTransport) else None
+
+
+def unsent_bytes(nc: NATS) -> int:
+    """Bytes queued in the client plus those its socket has not written yet."""
+    transport = _socket_transport(nc)
+    buffered = transport.get_write_buffer_size() if transport is not None else 0
+    return nc._pending_data_size + buffered
+
+
+def abort_socket(nc: NATS) -> None:
+    """Close the client's socket at once, dropping whatever it has not written."""
+    transport = _socket_transport(nc)
+    if transport is not None:
+        transport.abort()
+
+
+async def close_connection(nc: NATS, bound: float) -> None:
+    """Close ``nc`` within about ``bound`` seconds (twice that at worst).
+
+    What is queued gets ``bound`` seconds to be written; a server that does not
+    read it by then has the socket aborted (and the rest dropped), since
+    nats-py's close would otherwise wait for those bytes forever.
+    """
+    if nc.is_closed:
+        return
+    if nc.is_connected and nc._pending_data_size:
+        written = kick_flusher(nc, None)
+        try:
+            await asyncio.wait_for(asyncio.shield(written), bound)
+        except asyncio.TimeoutError:
+            log.warning(
+                "the NATS server did not read the last %d bytes within %.1fs; "
+                "closing the connection without them",
+                unsent_bytes(nc),
+                bound,
+            )
+            nc._pending = []
+            nc._pending_data_size = 0
+            abort_socket(nc)
+    task = asyncio.ensure_future(nc.close())
+    try:
+        done, _ = await asyncio.wait({task}, timeout=bound)
+        if not done:
+            # Waiting for the socket to flush: a server that does not read never lets it.
+            log.warning("the NATS connection did not close within %.1fs; aborting it", bound)
+            nc._pending = []
+            nc._pending_data_size = 0
+            abort_socket(nc)
+            done, _ = await asyncio.wait({task}, timeout=bound)
+    except asyncio.CancelledError:
+        abort_socket(nc)
+        raise
+    if not done:
+        task.cancel()
+        log.warning("the NATS connection did not close after the socket was aborted")
+        return
+    exc = None if task.cancelled() else task.exception()
+    if exc is not None:
+        log.debug("closing the NATS connection: %s", redact_text(str(exc)))
 
 
 def _flushed() -> asyncio.Future[None]:

@@ -1,11 +1,13 @@
 """Liftbridge on asyncio (gRPC ``grpc.aio``, liftbridge-api v1.9).
 
+```python
 async with await connect(["127.0.0.1:9292"]) as client:
     await client.create_stream("orders", "orders-stream", partitions=3)
     ack = await client.publish("orders-stream", b"{...}", key=b"id-1", partitioner="key")
     async with client.subscribe("orders-stream", start_at=StartPosition.EARLIEST) as sub:
         async for msg in sub:
             ...
+```
 """
 
 from aioclients.liftbridge._client import Client, ConsumerGroupJoin, connect

@@ -43,6 +43,7 @@ from aioclients.liftbridge._errors import (
     LiftbridgeConnectError,
     LiftbridgeError,
     LiftbridgeServerError,
+    LiftbridgeTimeoutError,
     NoSuchPartitionError,
     NoSuchStreamError,
 )
@@ -80,6 +81,22 @@ CURSORS_STREAM = "__cursors"
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 _PARTITION_BY_KEY = PartitionByKey()
+# How long create/delete/pause/readonly wait for every broker to show the change,
+# and how long a publish answered NOT_FOUND for a stream the metadata lists is
+# repeated (a real cluster applies metadata changes through Raft, broker by
+# broker, some ms apart).
+_NO_RESPONDERS = "no responders available"
+_SETTLE_TIME = 5.0
+_SETTLE_POLL = 0.05
+_NOT_FOUND_RETRY_TIME = 3.0
+# join_consumer_group: how long to repeat "consumer group already exists" (two
+# members created the group at once; the loser joins the winner's group).
+_JOIN_RETRY_TIME = 5.0
+_ALL_ACK_HINT = (
+    "; with AckPolicy.ALL the first message of a new replicated partition waits for "
+    "the followers' first fetch (up to ~10 s on a real cluster, replica.max.idle.wait): "
+    "raise timeout/ack_wait_time (e.g. 15 s)"
+)
 
 # CreateStream options: keyword -> (request field, kind). Durations are float
 # seconds here and milliseconds on the wire (as the Go client sends them).
@@ -177,6 +194,44 @@ def _timeout(what: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise InvalidArgumentError(f"{what} must be a number of seconds > 0, got {value!r}")
     return float(value)
+
+
+def _policy_is_all(req: Any) -> bool:
+    return bool(req.ackPolicy == pb.ALL)
+
+
+def _stream_pb(resp: Any, name: str) -> Any:
+    for stream in resp.streamMetadata:
+        if stream.name == name and stream.error == pb.StreamMetadata.OK:
+            return stream
+    return None
+
+
+def _stream_ready(name: str) -> Callable[[Any], bool]:
+    def shows(resp: Any) -> bool:
+        stream = _stream_pb(resp, name)
+        return stream is not None and all(p.leader for p in stream.partitions.values())
+
+    return shows
+
+
+def _stream_gone(name: str) -> Callable[[Any], bool]:
+    return lambda resp: _stream_pb(resp, name) is None
+
+
+def _partitions_show(
+    name: str, partitions: list[int], field: str, value: bool
+) -> Callable[[Any], bool]:
+    def shows(resp: Any) -> bool:
+        stream = _stream_pb(resp, name)
+        if stream is None:
+            return False
+        wanted = partitions or list(stream.partitions)
+        return all(
+            p in stream.partitions and getattr(stream.partitions[p], field) == value for p in wanted
+        )
+
+    return shows
 
 
 class ConsumerGroupJoin:
@@ -420,6 +475,18 @@ class Client:
                             "again (that could store it twice); publish it again if a "
                             "duplicate is acceptable"
                         ) from None
+                if (
+                    code is grpc.StatusCode.INTERNAL
+                    and _NO_RESPONDERS in (exc.details() or "")
+                    and not self._closed
+                    and attempt < self._max_rpc_attempts - 1
+                ):
+                    # The broker forwards some calls to the metadata leader over
+                    # NATS; none listened (a leader is being elected): nothing
+                    # was delivered, so asking again is safe.
+                    log.info("%s: no metadata leader yet, trying again", what)
+                    await asyncio.sleep(self._jitter())
+                    continue
                 if lost and not self._closed:
                     log.info("%s: broker %s unavailable, trying another", what, redact_url(address))
                     self._broker_unavailable(address)
@@ -493,11 +560,58 @@ class Client:
             )
             return self._metadata.update(resp, now=self._clock(), wall=datetime.now(timezone.utc))
 
+    async def _partition_listed(self, stream: str, partition: int) -> bool:
+        """Whether freshly fetched metadata lists ``stream``/``partition``."""
+        md = await self._refresh_metadata()
+        info = md.get_stream(stream)
+        return info is not None and partition in info.partitions
+
     async def _metadata_with(self, stream: str) -> Metadata:
         md = self._metadata.get()
         if md.get_stream(stream) is None or self._metadata.is_stale(self._clock()):
             md = await self._refresh_metadata()
         return md
+
+    async def _settle(self, what: str, streams: list[str], shows: Callable[[Any], bool]) -> bool:
+        """Wait (bounded, best effort) until every broker's metadata ``shows`` a change.
+
+        CreateStream, DeleteStream, PauseStream and SetStreamReadonly return once
+        the metadata leader applied the change; the other brokers, the partition
+        leader among them, apply it through Raft a little later, and until then
+        answer from their old state (a publish right after create_stream gets
+        NOT_FOUND, one right after set_stream_readonly(readonly=False) can be
+        dropped). So the call returns once each reachable broker's FetchMetadata
+        shows the change, or after ``_SETTLE_TIME`` seconds (logged; not an error:
+        the change itself was made). A broker that does not answer is skipped.
+        """
+        pending = list(self._metadata.addresses())
+        deadline = self._clock() + _SETTLE_TIME
+        req = pb.FetchMetadataRequest(streams=streams)
+        while True:
+            for address in list(pending):
+                remaining = deadline - self._clock()
+                stub = self._stub_for(self._channel(address))
+                try:
+                    resp = await stub.FetchMetadata(
+                        req, timeout=max(0.05, min(self._rpc_timeout, remaining))
+                    )
+                except grpc.aio.AioRpcError:
+                    self._check_open()
+                    pending.remove(address)  # unreachable or failing: nothing to wait for
+                    continue
+                if shows(resp):
+                    pending.remove(address)
+            if not pending:
+                return True
+            if self._clock() >= deadline:
+                log.info(
+                    "%s: brokers %s did not show the change within %ss",
+                    what,
+                    [redact_url(a) for a in pending],
+                    _SETTLE_TIME,
+                )
+                return False
+            await asyncio.sleep(_SETTLE_POLL)
 
     # -- subscribe pool -----------------------------------------------------------------
 
@@ -560,6 +674,10 @@ class Client:
     ) -> None:
         """Create a stream attached to a NATS subject (partition n listens on ``subject.n``).
 
+        Returns once every reachable broker's metadata lists the stream with its
+        leaders (at most 5 s after the broker accepted it: a real cluster applies
+        it through Raft, broker by broker).
+
         Args:
             subject: the NATS subject of partition 0.
             name: the stream name (unique in the cluster).
@@ -617,15 +735,19 @@ class Client:
                     raise InvalidArgumentError(f"{key} must be <= {limit}, got {value!r}")
                 target.value = value
         await self._rpc("CreateStream", req, what=f"create_stream {name!r}")
+        await self._settle(f"create_stream {name!r}", [name], _stream_ready(name))
 
     async def delete_stream(self, name: str) -> None:
         """Delete a stream and all its partitions.
+
+        Returns once no reachable broker lists it any more (at most 5 s more).
 
         Raises:
             NoSuchStreamError: there is no such stream.
         """
         req = pb.DeleteStreamRequest(name=_name("name", name))
         await self._rpc("DeleteStream", req, what=f"delete_stream {name!r}")
+        await self._settle(f"delete_stream {name!r}", [name], _stream_gone(name))
 
     def _partitions(self, partitions: Sequence[int] | None) -> list[int]:
         if partitions is None:
@@ -638,6 +760,8 @@ class Client:
         self, name: str, *, partitions: Sequence[int] | None = None, resume_all: bool = False
     ) -> None:
         """Pause some (default: all) partitions; publishing to one resumes it.
+
+        Returns once every reachable broker shows them paused (at most 5 s more).
 
         Args:
             name: the stream.
@@ -653,11 +777,18 @@ class Client:
         await self._rpc(
             "PauseStream", req, what=f"pause_stream {name!r}", not_found=NoSuchPartitionError
         )
+        await self._settle(
+            f"pause_stream {name!r}",
+            [name],
+            _partitions_show(name, list(req.partitions), "paused", True),
+        )
 
     async def set_stream_readonly(
         self, name: str, *, partitions: Sequence[int] | None = None, readonly: bool = True
     ) -> None:
         """Make some (default: all) partitions readonly, or writable again.
+
+        Returns once every reachable broker shows the change (at most 5 s more).
 
         Raises:
             NoSuchPartitionError: no such stream or partition.
@@ -670,6 +801,11 @@ class Client:
             req,
             what=f"set_stream_readonly {name!r}",
             not_found=NoSuchPartitionError,
+        )
+        await self._settle(
+            f"set_stream_readonly {name!r}",
+            [name],
+            _partitions_show(name, list(req.partitions), "readonly", readonly),
         )
 
     # -- metadata ---------------------------------------------------------------------
@@ -822,14 +958,31 @@ class Client:
             expected_offset=expected_offset,
             correlation_id=correlation_id,
         )
-        resp = await self._rpc(
-            "Publish",
-            req,
-            what=f"publish to {stream}/{target}",
-            timeout=wait,
-            not_found=NoSuchStreamError,
-            stores=True,
-        )
+        what = f"publish to {stream}/{target}"
+        give_up = self._clock() + _NOT_FOUND_RETRY_TIME
+        while True:
+            try:
+                resp = await self._rpc(
+                    "Publish",
+                    req,
+                    what=what,
+                    timeout=wait,
+                    not_found=NoSuchStreamError,
+                    stores=True,
+                )
+                break
+            except (NoSuchStreamError, NoSuchPartitionError):
+                # NOT_FOUND: the broker did not store the message, so sending it
+                # again cannot duplicate it. Right after a create_stream (by any
+                # client) a broker may not have applied it yet: repeat while the
+                # metadata lists the partition, for a bounded time.
+                if self._clock() >= give_up or not await self._partition_listed(stream, target):
+                    raise
+                await asyncio.sleep(self._jitter())
+            except LiftbridgeTimeoutError as exc:
+                if _policy_is_all(req):
+                    raise LiftbridgeTimeoutError(str(exc) + _ALL_ACK_HINT) from None
+                raise
         if resp.HasField("asyncError"):
             raise async_error(resp.asyncError, f"publish to {stream}/{target}")
         if not resp.HasField("ack"):
@@ -866,8 +1019,8 @@ class Client:
         Awaiting this returns once the message is written (waiting first while
         ``publish_async_window`` acks are outstanding).
 
-        Args:
-            The same as :meth:`publish`; ``correlation_id`` defaults to a unique id.
+        Takes the same arguments as :meth:`publish`; ``correlation_id`` defaults to a
+        unique id.
 
         Returns:
             A future resolved with the :class:`Ack` (None for ``AckPolicy.NONE``),
@@ -961,13 +1114,16 @@ class Client:
         afterwards is missed; ``async for msg in sub`` then reads messages.
 
         Args:
-            stream: the stream.  partition: the partition (default 0).
+            stream: the stream.
+            partition: the partition (default 0).
             start_at: NEW_ONLY (default), OFFSET, EARLIEST, LATEST or TIMESTAMP.
-            start_offset: start here (implies OFFSET).
+            start_offset: start here (implies OFFSET); past the end, the broker
+                starts at its next message and lower offsets are dropped.
             start_time: an aware datetime or int ns since the epoch (implies TIMESTAMP).
             start_time_delta: a timedelta or float seconds back from now (implies TIMESTAMP).
             stop_at: OFFSET, LATEST or TIMESTAMP; the iteration then ends there.
-            stop_offset / stop_time: where to stop (imply OFFSET / TIMESTAMP).
+            stop_offset: the last offset to read (implies OFFSET).
+            stop_time: where to stop (implies TIMESTAMP).
             read_isr_replica: read from a random in-sync replica, not only the leader.
             resume: resume the partition if it is paused.
 
@@ -1059,13 +1215,39 @@ class Client:
             consumerId=_name("consumer_id", consumer_id),
             streams=names,
         )
-        resp = await self._rpc("JoinConsumerGroup", req, what=f"join_consumer_group {group_id!r}")
+        what = f"join_consumer_group {group_id!r}"
+        give_up = self._clock() + _JOIN_RETRY_TIME
+        while True:
+            try:
+                resp = await self._rpc("JoinConsumerGroup", req, what=what)
+                break
+            except LiftbridgeServerError as exc:
+                # Two members creating a new group at once: the loser is told
+                # "consumer group already exists" (FAILED_PRECONDITION); a new
+                # attempt joins the group the winner created.
+                lost_race = exc.code == "FAILED_PRECONDITION" and "already exists" in str(exc)
+                if not lost_race or self._clock() >= give_up:
+                    raise
+                log.info("%s: the group was created concurrently; joining it", what)
+                await asyncio.sleep(self._jitter())
         return ConsumerGroupJoin(
             resp.coordinator,
             int(resp.epoch),
             resp.consumerTimeout / 1e9,
             resp.coordinatorTimeout / 1e9,
         )
+
+    async def _group_metadata(self, group_id: str) -> tuple[str, int] | None:
+        """The group's coordinator and epoch from the metadata (None: unknown group)."""
+        resp = await self._rpc(
+            "FetchMetadata",
+            pb.FetchMetadataRequest(groups=[group_id]),
+            what=f"fetch_metadata for group {group_id!r}",
+        )
+        for group in resp.groupMetadata:
+            if group.groupId == group_id and group.error == pb.ConsumerGroupMetadata.OK:
+                return group.coordinator, int(group.epoch)
+        return None
 
     async def _coordinator_rpc(self, coordinator: str, method: str, req: Any, what: str) -> Any:
         md = self._metadata.get()

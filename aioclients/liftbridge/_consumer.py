@@ -7,8 +7,12 @@ epoch. A background task asks the coordinator for this member's assignments
 keeps the member alive, and reconciles: a subscription per assigned partition,
 started at the group's cursor + 1 (cursor id ``__group:<group_id>``) or at
 ``auto_offset`` when the group has none; subscriptions to partitions no longer
-assigned are closed. If the coordinator does not answer, the member reports it
-(ReportConsumerGroupCoordinator) and joins again. Each subscription is pumped
+assigned are closed. A failed fetch is retried soon after re-reading the
+group's coordinator and epoch (FetchMetadata with the group, as go-liftbridge
+does; the first fetch is retried for a bounded time, since a real cluster's
+coordinator applies a join through Raft a little later); an evicted member
+joins again; the coordinator is reported (ReportConsumerGroupCoordinator) only
+after ``coordinator_timeout`` without an answer from it. Each subscription is pumped
 into one bounded queue, so a slow reader holds the pumps (and gRPC flow control)
 back. Delivered offsets are committed as cursors every ``checkpoint_interval``
 seconds, on :meth:`checkpoint` and on close; ``aclose()`` leaves the group.
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING
 from aioclients.liftbridge._errors import (
     LiftbridgeClosedError,
     LiftbridgeError,
+    LiftbridgeServerError,
 )
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._protocol._types import Message, StartPosition
@@ -37,6 +42,13 @@ __all__ = ("GroupConsumer",)
 log = logging.getLogger("aioclients.liftbridge.consumer")
 
 _END = object()
+# The first assignments fetch is repeated for at least this long (seconds).
+_FIRST_FETCH_TIME = 10.0
+# Until the join tells the group's own value.
+_COORDINATOR_TIMEOUT = 15.0
+# Wait before the next fetch after a failed one (at most).
+_RETRY_WAIT = 1.0
+_NOT_MEMBER = "not a member"
 
 
 class GroupConsumer:
@@ -74,6 +86,7 @@ class GroupConsumer:
         self._committed: dict[tuple[str, int], int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self._coordinator_timeout = _COORDINATOR_TIMEOUT
 
     @property
     def cursor_id(self) -> str:
@@ -87,8 +100,12 @@ class GroupConsumer:
         return out
 
     async def __aenter__(self) -> GroupConsumer:
-        await self._join()
-        await self._reconcile()
+        try:
+            await self._join()
+            await self._first_reconcile()
+        except BaseException:
+            await self.aclose()
+            raise
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._assignments_loop()))
         if self._checkpoint_interval:
@@ -102,9 +119,48 @@ class GroupConsumer:
         join = await self._client.join_consumer_group(self.group_id, self.consumer_id, self.streams)
         self.coordinator = join.coordinator
         self.epoch = join.epoch
+        if join.coordinator_timeout > 0:
+            self._coordinator_timeout = join.coordinator_timeout
         if self._fetch_interval is None:
             timeout = join.consumer_timeout if join.consumer_timeout > 0 else 10.0
             self._fetch_interval = max(0.05, 0.7 * timeout)
+
+    async def _first_reconcile(self) -> None:
+        """The first assignments fetch, repeated for a bounded time.
+
+        Right after a join, a real cluster's coordinator may not have applied it
+        yet ("consumer group does not exist"), or another member's join may have
+        moved the epoch on ("group epoch differs"): re-read the group's
+        coordinator and epoch and ask again, as go-liftbridge does.
+        """
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + max(_FIRST_FETCH_TIME, self._coordinator_timeout)
+        while True:
+            try:
+                await self._reconcile()
+                return
+            except LiftbridgeClosedError:
+                raise
+            except LiftbridgeError as exc:
+                if loop.time() >= give_up:
+                    raise
+                log.debug("consumer group %s: first fetch failed: %s", self.group_id, exc)
+                await self._recover(exc)
+                await asyncio.sleep(self._client._jitter())
+
+    async def _recover(self, exc: LiftbridgeError) -> None:
+        """After a failed fetch: rejoin if evicted, else re-read coordinator and epoch."""
+        try:
+            if _NOT_MEMBER in str(exc):
+                await self._join()
+                return
+            group = await self._client._group_metadata(self.group_id)
+            if group is not None:
+                self.coordinator, self.epoch = group
+        except LiftbridgeClosedError:
+            raise
+        except LiftbridgeError as again:
+            log.debug("consumer group %s: re-reading the group failed: %s", self.group_id, again)
 
     async def _reconcile(self) -> None:
         epoch, assignments = await self._client.fetch_consumer_group_assignments(
@@ -164,23 +220,47 @@ class GroupConsumer:
                 await self._queue.put(exc)
 
     async def _assignments_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_contact = loop.time()
+        wait = self._fetch_interval or 1.0
         while not self._closed:
-            await asyncio.sleep(self._fetch_interval or 1.0)
+            await asyncio.sleep(wait)
+            wait = self._fetch_interval or 1.0
             try:
                 await self._reconcile()
+                last_contact = loop.time()
+                continue
             except LiftbridgeClosedError:
                 return
             except LiftbridgeError as exc:
+                if isinstance(exc, LiftbridgeServerError) and exc.code != "UNAVAILABLE":
+                    last_contact = loop.time()  # the coordinator answered
+                log.info("consumer group %s: fetching assignments failed: %s", self.group_id, exc)
+                failed = exc
+            # go-liftbridge: re-read the group's coordinator and epoch, try again
+            # soon, and report the coordinator only after coordinator_timeout
+            # without an answer from it.
+            wait = min(wait, _RETRY_WAIT)
+            if loop.time() - last_contact >= self._coordinator_timeout:
                 log.warning(
-                    "consumer group %s: fetching assignments failed: %s", self.group_id, exc
+                    "consumer group %s: no answer from coordinator %s for %.1fs; reporting it",
+                    self.group_id,
+                    self.coordinator,
+                    loop.time() - last_contact,
                 )
+                last_contact = loop.time()
                 try:
                     await self._client.report_consumer_group_coordinator(
                         self.group_id, self.consumer_id, self.coordinator, self.epoch
                     )
-                    await self._join()
+                except LiftbridgeClosedError:
+                    return
                 except LiftbridgeError as again:
-                    log.warning("consumer group %s: rejoin failed: %s", self.group_id, again)
+                    log.warning("consumer group %s: report failed: %s", self.group_id, again)
+            try:
+                await self._recover(failed)
+            except LiftbridgeClosedError:
+                return
 
     async def _checkpoint_loop(self, interval: float) -> None:
         while not self._closed:

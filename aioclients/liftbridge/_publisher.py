@@ -291,7 +291,10 @@ class AsyncPublisher:
             cid,
             None,
             LiftbridgeTimeoutError(
-                f"publish_async: no ack for correlation id {cid!r} within {timeout}s"
+                f"publish_async: no ack for correlation id {cid!r} within {timeout}s; "
+                "raise timeout/ack_wait_time if the broker is slow (with AckPolicy.ALL the "
+                "first message of a new replicated partition waits for the followers' first "
+                "fetch: up to ~10 s on a real cluster)"
             ),
         )
 

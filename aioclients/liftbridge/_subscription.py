@@ -203,6 +203,22 @@ def _task_cancelling() -> bool:
     return True if cancelling is None else bool(cancelling())
 
 
+def _paused_answer(code: grpc.StatusCode, details: str) -> bool:
+    """Whether a Subscribe refused at once means "the partition is paused".
+
+    A paused partition's log is closed and the broker has no paused check in
+    Subscribe: it fails to open a reader. Liftbridge 1.9 answers INTERNAL
+    "Failed to create stream reader: segment has been closed" (or "... commit log
+    closed"), or FAILED_PRECONDITION "commit log was closed".
+    """
+    text = details.lower()
+    if code is grpc.StatusCode.INTERNAL:
+        return "stream reader" in text and (
+            "segment has been closed" in text or "commit log closed" in text
+        )
+    return code is grpc.StatusCode.FAILED_PRECONDITION and "commit log was closed" in text
+
+
 class _Retry(Exception):
     """Internal: the attempt failed in a way worth retrying (not leader, unavailable)."""
 
@@ -220,7 +236,11 @@ class Subscription:
         self._request = request
         self.stream = request.stream
         self.partition = request.partition
-        self._res = Resubscriber(wait_time=client._resubscribe_wait_time, rng=client._rng)
+        self._res = Resubscriber(
+            wait_time=client._resubscribe_wait_time,
+            rng=client._rng,
+            start_offset=request.startOffset if request.startPosition == pb.OFFSET else None,
+        )
         self._call: Any = None
         self._address: str | None = None
         self._channel: grpc.aio.Channel | None = None
@@ -358,14 +378,14 @@ class Subscription:
             call.cancel()
             client._release_subscribe_channel(address, channel)
             code = exc.code()
-            if is_connection_failure(exc) or code is grpc.StatusCode.FAILED_PRECONDITION:
-                raise _Retry(f"{code.name}: {redact_text(exc.details() or '')}") from None
-            if code is grpc.StatusCode.INTERNAL and "commit log closed" in (exc.details() or ""):
+            if _paused_answer(code, exc.details() or ""):
                 raise PartitionPausedError(
                     f"subscribe to {self.stream}/{self.partition}: the partition is paused; "
                     "subscribe with resume=True (or publish to it) to resume it",
                     code=code.name,
                 ) from None
+            if is_connection_failure(exc) or code is grpc.StatusCode.FAILED_PRECONDITION:
+                raise _Retry(f"{code.name}: {redact_text(exc.details() or '')}") from None
             raise map_rpc_error(
                 exc,
                 what=f"subscribe to {self.stream}/{self.partition}",

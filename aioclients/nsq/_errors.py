@@ -23,6 +23,7 @@ __all__ = (
     "NSQConnectError",
     "NSQError",
     "NSQProtocolError",
+    "identify_refused",
     "parse_error_frame",
 )
 
@@ -38,9 +39,13 @@ class NSQError(ServerError):
         code: nsqd's error code, e.g. ``"E_BAD_TOPIC"`` (TCP) or ``"INVALID_TOPIC"`` (HTTP).
         description: the rest of the server's text.
         fatal: whether nsqd closes the connection after this error.
+        settings_refused: nsqd refused the client's IDENTIFY (a setting such as
+            ``heartbeat_interval`` or ``msg_timeout`` outside this nsqd's range); retrying
+            cannot help, so a Reader ends its iteration with it.
     """
 
     code: str
+    settings_refused: bool = False
 
     def __init__(self, code: str, description: str = "", *, hint: str | None = None) -> None:
         text = f"{code} {description}".strip()
@@ -76,3 +81,45 @@ def parse_error_frame(data: bytes) -> NSQError:
     text = data.decode("utf-8", "replace")
     code, _, description = text.partition(" ")
     return NSQError(code or "E_UNKNOWN", description)
+
+
+# nsqd's IDENTIFY refusals (nsqd/protocol_v2.go IDENTIFY and client_v2.go) and what to
+# change: the limits are nsqd's defaults, an operator may have moved the maximums.
+_IDENTIFY_HINTS = (
+    (
+        "IDENTIFY heartbeat interval",
+        "nsqd accepts heartbeat_interval from 1 s up to its --max-heartbeat-interval "
+        "(60 s by default); pass heartbeat_interval=None for nsqd's default",
+    ),
+    (
+        "IDENTIFY msg timeout",
+        "nsqd accepts msg_timeout from 1 s up to its --max-msg-timeout (15 min by default)",
+    ),
+    (
+        "IDENTIFY output buffer size",
+        "nsqd accepts output_buffer_size from 64 bytes up to its --max-output-buffer-size "
+        "(64 KiB by default)",
+    ),
+    (
+        "IDENTIFY output buffer timeout",
+        "nsqd accepts output_buffer_timeout from its --min-output-buffer-timeout (25 ms by "
+        "default) up to its --max-output-buffer-timeout (30 s by default)",
+    ),
+    (
+        "IDENTIFY sample rate",
+        "sample_rate must be 0 to 99",
+    ),
+)
+
+
+def identify_refused(error: NSQError) -> NSQError:
+    """``error`` (nsqd's answer to IDENTIFY) with ``settings_refused`` set and a hint
+    naming the setting to change: a configuration error, not worth a retry."""
+    hint = "nsqd refused this client's IDENTIFY settings; change the setting it names"
+    for prefix, text in _IDENTIFY_HINTS:
+        if error.description.startswith(prefix):
+            hint = text
+            break
+    refused = NSQError(error.code, error.description, hint=hint)
+    refused.settings_refused = True
+    return refused

@@ -52,11 +52,17 @@ class Producer:
         tls: ``True`` or an :class:`ssl.SSLContext` to upgrade to TLS after IDENTIFY.
         auth_secret: sent with AUTH when nsqd requires it.
         heartbeat_interval: nsqd's heartbeat interval, seconds (``None``: nsqd's default).
+            nsqd accepts 1 s up to its ``--max-heartbeat-interval`` (60 s by default)
+            and refuses other values with an :class:`NSQError` (``settings_refused``).
         max_message_size: largest body accepted before sending (nsqd's ``--max-msg-size``).
         connect_timeout: seconds for connecting and the handshake.
         timeout: seconds to wait for nsqd's answer to one publish.
-        deflate, deflate_level, snappy: compression to negotiate.
-        client_id, hostname, user_agent: identification sent in IDENTIFY.
+        deflate: negotiate deflate compression.
+        deflate_level: the deflate level to ask for.
+        snappy: negotiate snappy compression.
+        client_id: identification sent in IDENTIFY.
+        hostname: identification sent in IDENTIFY.
+        user_agent: identification sent in IDENTIFY.
     """
 
     def __init__(

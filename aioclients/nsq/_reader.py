@@ -75,6 +75,12 @@ _EARLY_FLUSH_BYTES = 1024
 _TRANSIENT_ERRORS = (ConnectError, ServerError, RemoteProtocolError, OSError, TimeoutError)
 
 
+def _settings_refused(exc: BaseException) -> bool:
+    """nsqd refused our IDENTIFY (e.g. heartbeat_interval below its 1 s minimum): a
+    setting that cannot work with this nsqd, so retrying would only repeat it."""
+    return isinstance(exc, NSQError) and exc.settings_refused
+
+
 class ConnectionStatistics(NamedTuple):
     """One nsqd connection of a Reader."""
 
@@ -140,8 +146,9 @@ class Reader:
     """Consume ``topic`` on ``channel`` from every nsqd that has it.
 
     Args:
-        topic, channel: names of ``[.a-zA-Z0-9_-]`` (1-64 characters, optionally
-            ending in ``#ephemeral``).
+        topic: a name of ``[.a-zA-Z0-9_-]`` (1-64 characters, optionally ending in
+            ``#ephemeral``).
+        channel: a name of the same form.
         nsqd_tcp_addresses: nsqd to connect to directly, ``"host:port"``.
         lookupd_http_addresses: nsqlookupd to poll, ``"http://host:port"`` or ``"host:port"``.
         max_in_flight: messages held at once across all connections.
@@ -155,20 +162,27 @@ class Reader:
         low_rdy_idle_timeout: when RDY is scarcer than connections, seconds without a
             message after which a connection's RDY moves elsewhere.
         heartbeat_interval: nsqd's heartbeat interval, seconds (``None``: nsqd's default).
+            nsqd accepts 1 s up to its ``--max-heartbeat-interval`` (60 s by default)
+            and refuses other values with an :class:`NSQError` (``settings_refused``).
         msg_timeout: nsqd's in-flight timeout for this client, seconds.
         tls: ``True`` or an :class:`ssl.SSLContext` to upgrade to TLS after IDENTIFY.
-        snappy, deflate, deflate_level: compression to negotiate.
+        snappy: negotiate snappy compression.
+        deflate: negotiate deflate compression.
+        deflate_level: the deflate level to ask for.
         sample_rate: percentage of messages nsqd delivers (0: all).
         auth_secret: sent with AUTH when nsqd requires it.
-        user_agent, client_id, hostname: identification sent in IDENTIFY.
-        output_buffer_size, output_buffer_timeout: nsqd's buffering toward us
-            (bytes, seconds).
+        user_agent: identification sent in IDENTIFY.
+        client_id: identification sent in IDENTIFY.
+        hostname: identification sent in IDENTIFY.
+        output_buffer_size: nsqd's buffering toward us, bytes.
+        output_buffer_timeout: nsqd's buffering toward us, seconds.
         on_give_up: called with each message the Reader finishes without handing it
             to the application (may be a coroutine function): one delivered more than
             ``max_attempts`` times, or one whose body is above ``max_message_size``
             (then ``body`` is empty and ``body_size`` the real size);
             ``message.give_up_reason`` says which. By default the message is logged.
-        reconnect_delay, max_reconnect_delay: backoff for direct nsqd reconnects.
+        reconnect_delay: first backoff delay for direct nsqd reconnects, seconds.
+        max_reconnect_delay: cap on that backoff, seconds.
         backoff_multiplier: length of the first backoff window, seconds.
         max_message_size: largest message body accepted (nsqd's ``--max-msg-size``); a
             larger message is read past without being held, finished, logged and
@@ -335,7 +349,8 @@ class Reader:
         Raises:
             NSQConnectError: no nsqd given directly could be reached, or no nsqlookupd
                 answered (the reader is closed again).
-            NSQError: nsqd refused the subscription (bad topic, unauthorized ...).
+            NSQError: nsqd refused the subscription (bad topic, unauthorized ...) or
+                the Reader's settings (``settings_refused``).
             NSQClosedError: the reader was closed.
         """
         if self._closed:
@@ -374,6 +389,8 @@ class Reader:
                     raise NSQConnectError(
                         "no nsqlookupd answered: " + ", ".join(map(redact_url, self._lookupds))
                     )
+                if self._failure is not None:  # e.g. a discovered nsqd refused our settings
+                    raise self._failure
                 self._spawn(self._poll_loop())
             elif errors and not self._conns:
                 raise NSQConnectError(
@@ -425,6 +442,8 @@ class Reader:
 
         Raises:
             NSQClosedError: the Reader was never started.
+            NSQError: an nsqd refused the Reader's IDENTIFY settings (``settings_refused``,
+                e.g. ``heartbeat_interval`` below nsqd's 1 s minimum); not retried.
             Exception: the error that stopped a reconnect or discovery loop for good
                 (a bug, not a network or server failure: those are retried); raised
                 again by every later call.
@@ -774,6 +793,9 @@ class Reader:
                 await self._connect(address)
                 return
             except _TRANSIENT_ERRORS as exc:
+                if _settings_refused(exc):
+                    self._fail(exc, f"reconnecting to nsqd {address}")
+                    return
                 log.warning("reconnect to nsqd %s failed: %s", address, redact_text(str(exc)))
             except Exception as exc:
                 self._fail(exc, f"reconnecting to nsqd {address}")
@@ -819,6 +841,9 @@ class Reader:
         try:
             await self._connect(address)
         except _TRANSIENT_ERRORS as exc:
+            if _settings_refused(exc):
+                self._fail(exc, f"connecting to discovered nsqd {address}")
+                return
             log.warning(
                 "could not connect to discovered nsqd %s: %s", address, redact_text(str(exc))
             )

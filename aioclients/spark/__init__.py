@@ -25,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from aioclients.spark import _liftbridge, _nsq
 from aioclients.spark._errors import (
+    DataLossError,
     DataSourceOptionError,
     DataSourceUnavailableError,
     PublishFailedError,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "JETSTREAM_SCHEMA",
+    "DataLossError",
     "DataSourceOptionError",
     "DataSourceUnavailableError",
     "JetStreamDataSource",
@@ -58,8 +60,9 @@ def _default_parallelism(spark: SparkSession) -> int:
 def register_data_sources(spark: SparkSession) -> None:
     """Register the ``jetstream``, ``liftbridge`` and ``nsq`` formats with ``spark``.
 
-    ``jetstream`` and ``liftbridge`` read and write; ``nsq`` only writes (reading
-    it fails with ``DataSourceUnavailableError``, saying why: NSQ keeps no log).
+    ``jetstream`` and ``liftbridge`` read and write; ``nsq`` writes and reads as a
+    stream (a batch read fails with ``DataSourceUnavailableError``, saying why: NSQ
+    keeps no log).
 
     The ``jetstream`` source's default ``numPartitions`` becomes the session's
     default parallelism.

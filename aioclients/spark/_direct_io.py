@@ -8,8 +8,9 @@ batch has ended, so the server fills the socket while Spark consumes a batch.
 
 Why not nats-py: its per-message parsing and callback dispatch cost more than
 everything else in a Spark read put together (see benchmarks/spark_jetstream_read.py).
-Only what a Direct Get reader needs is here: plain or TLS connections, user and
-password or token from the URL, INFO/CONNECT/SUB/PUB/PING/PONG.
+Only what a Direct Get reader needs is here: plain or TLS connections (a private CA
+and a client certificate through :class:`TlsFiles`), user and password or token from
+the URL, INFO/CONNECT/SUB/PUB/PING/PONG.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ import logging
 import ssl
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
+from aioclients._core import redact_text, redact_url
 from aioclients._errors import ConnectError, OperationTimeoutError, RemoteProtocolError
 from aioclients.jetstream import DirectGetUnavailableError, JetStreamError
+from aioclients.spark._errors import DataSourceOptionError
 from aioclients.spark._protocol._direct_reader import (
     BatchEnd,
     Columns,
@@ -35,7 +39,7 @@ from aioclients.spark._protocol._direct_reader import (
     StatusReply,
 )
 
-__all__ = ("DirectGetConnection", "read_sequence_range")
+__all__ = ("DirectGetConnection", "TlsFiles", "read_sequence_range")
 
 log = logging.getLogger("aioclients.spark.jetstream")
 
@@ -47,11 +51,70 @@ T = TypeVar("T")
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """PEM files for TLS: a CA to trust instead of the system's, and a client certificate.
+
+    Plain paths, so that a partition carries them to every Spark executor (where the
+    files must exist too); each side builds its own :class:`ssl.SSLContext`.
+    """
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.ca_file or self.cert_file or self.key_file)
+
+    def context(self) -> ssl.SSLContext:
+        """An SSLContext that verifies the server (against ``ca_file`` when given).
+
+        Raises:
+            DataSourceOptionError: a file is missing, unreadable or not PEM; the
+                message names its option.
+        """
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificate and host
+        if self.ca_file:
+            try:
+                context.load_verify_locations(cafile=self.ca_file)
+            except (OSError, ssl.SSLError) as exc:  # ssl.SSLError is an OSError too
+                raise DataSourceOptionError(
+                    f"option 'tlsCaFile': cannot load {self.ca_file!r} as PEM CA "
+                    f"certificates ({_reason(exc)}); give the path of a PEM file"
+                ) from None
+        else:
+            context.load_default_certs()
+        if self.key_file and not self.cert_file:
+            raise DataSourceOptionError(
+                "option 'tlsKeyFile' needs 'tlsCertFile' (the client certificate it belongs to)"
+            )
+        if self.cert_file:
+            try:
+                context.load_cert_chain(self.cert_file, self.key_file or None)
+            except (OSError, ssl.SSLError) as exc:
+                option = "tlsCertFile" if not self.key_file else "tlsCertFile/tlsKeyFile"
+                raise DataSourceOptionError(
+                    f"option '{option}': cannot load the client certificate "
+                    f"{self.cert_file!r}{f' with key {self.key_file!r}' if self.key_file else ''}"
+                    f" ({_reason(exc)}); give PEM files of a certificate and its private key"
+                ) from None
+        return context
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "no such file"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    return redact_text(getattr(exc, "reason", None) or str(exc) or type(exc).__name__)
+
+
 class DirectGetConnection(asyncio.Protocol):
     """A NATS connection that sends batched Direct Get requests, one at a time."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, ssl_context: ssl.SSLContext | None = None) -> None:
         self._timeout = timeout
+        self._ssl_context = ssl_context
         self._parser = DirectReplyParser(sid=b"1")
         self._transport: asyncio.Transport | None = None
         self._info: asyncio.Future[dict[str, object]] | None = None
@@ -83,12 +146,13 @@ class DirectGetConnection(asyncio.Protocol):
             elif isinstance(event, StatusReply):
                 self._fail_batch(self._status_error(event))
             elif isinstance(event, ServerErr):
-                self._fail(ConnectError(f"NATS server error: {event.message}"))
+                self._fail(ConnectError(f"NATS server error: {redact_text(event.message)}"))
             else:  # Pong
                 self._settle(self._pong, None)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(ConnectError(f"NATS connection lost{f': {exc}' if exc else ''}"))
+        reason = f": {redact_text(str(exc))}" if exc else ""
+        self._fail(ConnectError(f"NATS connection lost{reason}"))
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -132,35 +196,44 @@ class DirectGetConnection(asyncio.Protocol):
     # -- connecting -------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, servers: list[str], *, timeout: float) -> DirectGetConnection:
+    async def open(
+        cls, servers: list[str], *, timeout: float, tls: TlsFiles | None = None
+    ) -> DirectGetConnection:
         """Connect to the first server of ``servers`` that answers.
+
+        With ``tls`` files, the connection is TLS (with that CA and client
+        certificate) even where the URL says ``nats://``.
 
         Raises:
             ConnectError: no server could be reached (or it refused us).
+            DataSourceOptionError: a TLS file cannot be used.
         """
+        context = tls.context() if tls else None
         errors = []
         for url in servers:
             try:
-                return await cls._open_one(url, timeout)
+                return await cls._open_one(url, timeout, context)
             except (OSError, ConnectError, OperationTimeoutError) as exc:
-                errors.append(f"{url}: {exc}")
+                errors.append(f"{redact_url(url)}: {redact_text(str(exc) or type(exc).__name__)}")
         raise ConnectError(
             f"cannot connect to NATS ({'; '.join(errors)}); check the 'servers' option"
         )
 
     @classmethod
-    async def _open_one(cls, url: str, timeout: float) -> DirectGetConnection:
+    async def _open_one(
+        cls, url: str, timeout: float, context: ssl.SSLContext | None
+    ) -> DirectGetConnection:
         parts = urlsplit(url)
         host = parts.hostname or "127.0.0.1"
         port = parts.port or 4222
         loop = asyncio.get_running_loop()
-        conn = cls(timeout)
+        conn = cls(timeout, context)
         conn._info = loop.create_future()
         await asyncio.wait_for(loop.create_connection(lambda: conn, host, port), timeout)
         try:
             info = await conn._wait(conn._info, "INFO")
             assert isinstance(info, dict)
-            if parts.scheme == "tls" or info.get("tls_required"):
+            if parts.scheme == "tls" or info.get("tls_required") or context is not None:
                 await conn._start_tls(host)
             connect: dict[str, object] = {
                 "verbose": False,
@@ -188,7 +261,7 @@ class DirectGetConnection(asyncio.Protocol):
     async def _start_tls(self, host: str) -> None:
         assert self._transport is not None
         loop = asyncio.get_running_loop()
-        context = ssl.create_default_context()
+        context = self._ssl_context or ssl.create_default_context()
         transport = await asyncio.wait_for(
             loop.start_tls(self._transport, self, context, server_hostname=host), self._timeout
         )

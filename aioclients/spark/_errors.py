@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from aioclients._errors import AioClientsError, InvalidArgumentError
 
-__all__ = ("DataSourceOptionError", "DataSourceUnavailableError", "PublishFailedError")
+__all__ = (
+    "DataLossError",
+    "DataSourceOptionError",
+    "DataSourceUnavailableError",
+    "PublishFailedError",
+)
 
 
 class DataSourceOptionError(InvalidArgumentError):
@@ -22,3 +27,12 @@ class PublishFailedError(AioClientsError):
     """A Spark write task could not publish every row: the task fails, nothing is dropped."""
 
     retriable = True
+
+
+class DataLossError(AioClientsError):
+    """Messages a read should have covered are no longer kept by the server.
+
+    Retention, a purge or a deletion removed them (or the stream was deleted and
+    recreated) before Spark read them. The message names the lost range; set
+    ``failOnDataLoss`` to ``false`` to go on from the first message still kept.
+    """

@@ -18,6 +18,13 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
   (through ``getDefaultReadLimit`` / ``latestOffset(start, limit)``) and, for
   ``Trigger.AvailableNow``, by the last sequence when the query started.
   ``commit()`` has nothing to release: the stream is read, never consumed.
+  Offsets also carry the stream's ``created`` time, so that a stream deleted and
+  recreated under a query (sequences start again at 1) is noticed.
+- Data loss (``failOnDataLoss``, default true): when a micro-batch would start
+  below the stream's first sequence (retention, purge, deletion) or the stream
+  was recreated, the query fails with :class:`DataLossError` naming the lost
+  sequences; with ``false`` it logs a warning and goes on from the first message
+  kept. A batch read whose ``startSequence`` is below the first kept does the same.
 - Writers publish each row with ``publish_async`` on one connection per task and
   wait for every ack; a failed or missing ack fails the task. A ``msg_id``
   column becomes ``Nats-Msg-Id``, so a retried task adds no duplicates within
@@ -29,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -60,9 +67,12 @@ from pyspark.sql.types import (
 )
 
 from aioclients import jetstream
+from aioclients._core import redact_text, redact_url
 from aioclients.spark._arrow import to_record_batch
-from aioclients.spark._direct_io import DirectGetConnection, read_sequence_range
+from aioclients.spark._direct_io import DirectGetConnection, TlsFiles, read_sequence_range
 from aioclients.spark._errors import DataSourceOptionError, PublishFailedError
+from aioclients.spark._protocol._data_loss import OPTION as FAIL_ON_DATA_LOSS
+from aioclients.spark._protocol._data_loss import lost_range, report_data_loss
 from aioclients.spark._protocol._options import OptionReader
 
 __all__ = (
@@ -100,8 +110,20 @@ READ_OPTIONS = {
     "batchSize",
     "maxMessagesPerTrigger",
     "timeout",
+    FAIL_ON_DATA_LOSS,
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
 }
-WRITE_OPTIONS = {"servers", "subject", "timeout", "maxPending"}
+WRITE_OPTIONS = {
+    "servers",
+    "subject",
+    "timeout",
+    "maxPending",
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
+}
 WRITE_COLUMNS = {"subject", "data", "headers", "msg_id"}
 
 T = TypeVar("T")
@@ -119,11 +141,12 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 class ReadConfig:
     """What a partition reader needs besides its range (pickled with every partition)."""
 
-    servers: tuple[str, ...]
+    servers: tuple[str, ...] = field(repr=False)  # the URLs may carry credentials
     stream: str
     subject: str | None
     batch_size: int
     timeout: float
+    tls: TlsFiles = field(default_factory=TlsFiles)
 
 
 @dataclass(frozen=True)
@@ -166,7 +189,21 @@ def _read_config(opts: OptionReader) -> ReadConfig:
         subject=opts.get("subject"),
         batch_size=batch_size,
         timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
+        tls=_tls_files(opts),
     )
+
+
+def _tls_files(opts: OptionReader) -> TlsFiles:
+    """The TLS options, checked here (on the driver) so that a bad file fails the plan."""
+    tls = TlsFiles(opts.get("tlsCaFile"), opts.get("tlsCertFile"), opts.get("tlsKeyFile"))
+    if tls:
+        tls.context()
+    return tls
+
+
+def _nats_tls(tls: TlsFiles) -> dict[str, Any]:
+    """``jetstream.connect`` options for ``tls``."""
+    return {"tls": tls.context()} if tls else {}
 
 
 # Options Spark itself passes on to sources and sinks.
@@ -182,10 +219,21 @@ def _check_options(opts: OptionReader, known: set[str], what: str) -> None:
         )
 
 
-async def _stream_bounds(config: ReadConfig) -> tuple[int, int]:
+@dataclass(frozen=True, slots=True)
+class StreamBounds:
+    """The stream's first and last sequence and when it was created (ISO text or None)."""
+
+    first: int
+    last: int
+    created: str | None
+
+
+async def _stream_bounds(config: ReadConfig) -> StreamBounds:
     """The stream's first and last sequence; checks that it exists and allows Direct Get."""
     try:
-        js = await jetstream.connect(list(config.servers), timeout=min(config.timeout, 10.0))
+        js = await jetstream.connect(
+            list(config.servers), timeout=min(config.timeout, 10.0), **_nats_tls(config.tls)
+        )
     except jetstream.JetStreamConnectError as exc:
         raise jetstream.JetStreamConnectError(f"{exc}; check the 'servers' option") from None
     async with js:
@@ -194,7 +242,7 @@ async def _stream_bounds(config: ReadConfig) -> tuple[int, int]:
         except jetstream.StreamNotFoundError:
             raise DataSourceOptionError(
                 f"option 'stream': there is no stream {config.stream!r} at "
-                f"{', '.join(config.servers)}; create it or fix the option"
+                f"{', '.join(redact_url(u) for u in config.servers)}; create it or fix the option"
             ) from None
         info = stream.cached_info
         if not info.config.get("allow_direct"):
@@ -204,7 +252,8 @@ async def _stream_bounds(config: ReadConfig) -> tuple[int, int]:
                 hint=f"enable it with update_stream({config.stream!r}, allow_direct=True) "
                 f"(nats CLI: nats stream edit {config.stream} --allow-direct)",
             )
-        return info.state.first_seq, info.state.last_seq
+        created = info.created.isoformat() if info.created is not None else None
+        return StreamBounds(info.state.first_seq, info.state.last_seq, created)
 
 
 def read_partition(partition: SequenceRange) -> Iterator[pa.RecordBatch]:
@@ -213,7 +262,7 @@ def read_partition(partition: SequenceRange) -> Iterator[pa.RecordBatch]:
     loop = asyncio.new_event_loop()
     try:
         conn = loop.run_until_complete(
-            DirectGetConnection.open(list(config.servers), timeout=config.timeout)
+            DirectGetConnection.open(list(config.servers), timeout=config.timeout, tls=config.tls)
         )
         batches = read_sequence_range(
             conn,
@@ -263,9 +312,22 @@ class JetStreamBatchReader(DataSourceReader):
                 f"option 'startSequence' ({start}) is after 'endSequence' ({end}); "
                 "swap them or drop one"
             )
-        first, last = _run(_stream_bounds(self.config))
+        fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
+        bounds = _run(_stream_bounds(self.config))
+        first, last = bounds.first, bounds.last
         lo = start if isinstance(start, int) else max(first, 1)
         hi = end if isinstance(end, int) else last
+        lost = lost_range(lo, first, hi)
+        if lost is not None:
+            report_data_loss(
+                f"option 'startSequence' is {lo}, but stream {self.config.stream!r} now "
+                f"starts at sequence {first}: sequences {lost[0]}..{lost[1]} are no longer "
+                "kept (retention, purge or deletion)",
+                fail=fail_on_data_loss,
+                resume=f"sequence {first}",
+                log=log,
+            )
+            lo = first
         self.ranges = split_range(lo, hi, parts)
 
     def partitions(self) -> list[SequenceRange]:
@@ -277,8 +339,19 @@ class JetStreamBatchReader(DataSourceReader):
         return read_partition(partition)
 
 
-def _offset(stream: str, sequence: int) -> dict[str, Any]:
-    return {"stream": stream, "sequence": sequence}
+def _offset(stream: str, sequence: int, created: str | None = None) -> dict[str, Any]:
+    offset: dict[str, Any] = {"stream": stream, "sequence": sequence}
+    if created is not None:
+        offset["created"] = created
+    return offset
+
+
+def _recreated_between(start: Mapping[str, Any], end: Mapping[str, Any]) -> bool:
+    """Whether ``end`` belongs to a stream recreated after ``start`` (sequences restarted)."""
+    before, after = start.get("created"), end.get("created")
+    if before is not None and after is not None and before != after:
+        return True
+    return bool(end["sequence"] < start["sequence"])
 
 
 class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -295,8 +368,11 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         parts = opts.integer("numPartitions", default=default_partitions, minimum=1, example="4")
         assert parts is not None
         self.num_partitions = parts
+        self.fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
         self._target: int | None = None  # Trigger.AvailableNow: read no further than this
         self._latest: int | None = None
+        # The start latestOffset checked last, and the stream's first sequence then.
+        self._checked: tuple[dict[str, Any], int] | None = None
         # No server call here: executors build their own instance only to call read();
         # a bad stream fails in initialOffset / latestOffset, on the driver.
 
@@ -312,14 +388,24 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return sequence
 
     def initialOffset(self) -> dict[str, Any]:
-        first, last = _run(_stream_bounds(self.config))
+        bounds = _run(_stream_bounds(self.config))
         if self.start == "latest":
-            sequence = last
+            sequence = bounds.last
         elif isinstance(self.start, int):
             sequence = self.start - 1
+            lost = lost_range(self.start, bounds.first)
+            if lost is not None:
+                report_data_loss(
+                    f"option 'startSequence' is {self.start}, but stream "
+                    f"{self.config.stream!r} now starts at sequence {bounds.first}: sequences "
+                    f"{lost[0]}..{lost[1]} are no longer kept (retention, purge or deletion)",
+                    fail=self.fail_on_data_loss,
+                    resume=f"sequence {bounds.first}",
+                    log=log,
+                )
         else:
-            sequence = max(first, 1) - 1
-        return _offset(self.config.stream, sequence)
+            sequence = max(bounds.first, 1) - 1
+        return _offset(self.config.stream, sequence, bounds.created)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.max_per_trigger is None:
@@ -327,29 +413,75 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadMaxRows(self.max_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = _run(_stream_bounds(self.config))[1]
+        self._target = _run(_stream_bounds(self.config)).last
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         covered = self._sequence(start)
-        first, last = _run(_stream_bounds(self.config))
-        if last < covered:
-            raise DataSourceOptionError(
-                f"stream {self.config.stream!r} ends at sequence {last}, before the "
-                f"checkpoint's {covered}: it was recreated or rolled back; "
-                "start the query with a new checkpointLocation"
-            )
+        bounds = _run(_stream_bounds(self.config))
+        first, last = bounds.first, bounds.last
+        if _recreated_between(start, _offset(self.config.stream, last, bounds.created)):
+            self._recreated(start, bounds)
+            covered = 0  # the new stream's sequences start again at 1
+            self._target = None
+        else:
+            self._check_kept(start, first, None)
+        self._checked = (start, first)
         self._latest = last
         top = last if self._target is None else min(last, self._target)
         if isinstance(limit, ReadMaxRows):
             # At most max_rows sequences, so at most max_rows messages.
             top = min(top, max(covered, first - 1) + limit.max_rows)
-        return _offset(self.config.stream, max(top, covered))
+        return _offset(self.config.stream, max(top, covered), bounds.created)
+
+    def _check_kept(self, start: Mapping[str, Any], first: int, last_wanted: int | None) -> None:
+        lost = lost_range(self._sequence(start) + 1, first, last_wanted)
+        if lost is not None:
+            report_data_loss(
+                f"the query's next micro-batch starts at sequence {lost[0]} of stream "
+                f"{self.config.stream!r}, which now starts at sequence {first}: sequences "
+                f"{lost[0]}..{lost[1]} are no longer kept (retention, purge or deletion)",
+                fail=self.fail_on_data_loss,
+                resume=f"sequence {first}",
+                log=log,
+            )
+
+    def _recreated(self, start: Mapping[str, Any], bounds: StreamBounds) -> None:
+        covered = self._sequence(start)
+        before = start.get("created") or "unknown"
+        kept = (
+            f"; the new stream no longer keeps sequences 1..{bounds.first - 1} either"
+            if bounds.first > 1
+            else ""
+        )
+        report_data_loss(
+            f"stream {self.config.stream!r} was deleted and recreated under the query "
+            f"(created {before} before, {bounds.created or 'unknown'} now; it ends at "
+            f"sequence {bounds.last}): whatever the old stream held after sequence "
+            f"{covered} was not read{kept}",
+            fail=self.fail_on_data_loss,
+            resume=f"the new stream's first message (sequence {max(bounds.first, 1)})",
+            log=log,
+        )
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None if self._latest is None else _offset(self.config.stream, self._latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[SequenceRange]:
-        ranges = split_range(self._sequence(start) + 1, self._sequence(end), self.num_partitions)
+        last = self._sequence(end)
+        if _recreated_between(start, end):
+            first = 1  # the batch reads the new stream from its beginning
+        else:
+            first = self._sequence(start) + 1
+            if self._checked is not None and self._checked[0] == start:
+                kept = self._checked[1]
+            elif first <= last:
+                # Not planned by this reader (replayed after a restart): check it here.
+                kept = _run(_stream_bounds(self.config)).first
+                self._check_kept(start, kept, last)
+            else:
+                kept = first
+            first = max(first, kept)  # split only what is kept between the partitions
+        ranges = split_range(first, last, self.num_partitions)
         return [SequenceRange(self.config, a, b) for a, b in ranges]
 
     def read(self, partition: SequenceRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
@@ -364,11 +496,12 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
 @dataclass(frozen=True, slots=True)
 class WriteConfig:
-    servers: tuple[str, ...]
+    servers: tuple[str, ...] = field(repr=False)  # the URLs may carry credentials
     subject: str | None
     timeout: float
     max_pending: int
     data_is_text: bool
+    tls: TlsFiles = field(default_factory=TlsFiles)
 
 
 @dataclass(frozen=True)
@@ -422,6 +555,7 @@ def _write_config(options: Mapping[str, str], schema: StructType) -> WriteConfig
         timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
         max_pending=max_pending,
         data_is_text=isinstance(data_type, StringType),
+        tls=_tls_files(opts),
     )
 
 
@@ -453,14 +587,18 @@ class _Acks:
     def check(self) -> None:
         if self.first_error is not None:
             raise PublishFailedError(
-                f"{self.failed} publish(es) failed, the first with: {self.first_error}"
+                f"{self.failed} publish(es) failed, the first with: "
+                f"{redact_text(str(self.first_error))}"
             ) from self.first_error
 
 
 async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
     acks = _Acks()
     js = await jetstream.connect(
-        list(config.servers), timeout=config.timeout, max_pending=config.max_pending
+        list(config.servers),
+        timeout=config.timeout,
+        max_pending=config.max_pending,
+        **_nats_tls(config.tls),
     )
     try:
         for batch in batches:

@@ -148,16 +148,24 @@ def _check_partitions(name: str, spec: OffsetSpec, partitions: list[int], stream
 
 
 def resolve_start(
-    spec: OffsetSpec, high_watermarks: Mapping[int, int], *, stream: str
+    spec: OffsetSpec,
+    high_watermarks: Mapping[int, int],
+    *,
+    stream: str,
+    earliest: Mapping[int, int] | None = None,
 ) -> dict[int, int]:
-    """The first offset to read per partition; ``high_watermarks`` gives the partitions."""
+    """The first offset to read per partition; ``high_watermarks`` gives the partitions.
+
+    ``earliest`` (the oldest offset each partition still keeps) is where ``earliest``
+    starts; 0 when not given.
+    """
     partitions = sorted(high_watermarks)
     _check_partitions("startingOffsets", spec, partitions, stream)
     out: dict[int, int] = {}
     for p in partitions:
         value = spec.get(p, EARLIEST) if isinstance(spec, dict) else spec
         if value == EARLIEST:
-            out[p] = 0
+            out[p] = 0 if earliest is None else earliest.get(p, 0)
         elif value == LATEST:
             out[p] = high_watermarks[p] + 1
         else:
@@ -203,9 +211,21 @@ def cap_offsets(start: Mapping[int, int], end: Mapping[int, int], limit: int) ->
     return {p: start[p] + take[p] for p in end}
 
 
-def to_checkpoint(stream: str, offsets: Mapping[int, int]) -> dict[str, Any]:
-    """The JSON-able stream offset Spark stores in the checkpoint."""
-    return {"stream": stream, "offsets": {str(p): offsets[p] for p in sorted(offsets)}}
+def to_checkpoint(
+    stream: str, offsets: Mapping[int, int], created: int | None = None
+) -> dict[str, Any]:
+    """The JSON-able stream offset Spark stores in the checkpoint.
+
+    ``created`` (the stream's creation timestamp, ns) tells a stream deleted and
+    recreated under a query (offsets starting again at 0) from the same stream.
+    """
+    out: dict[str, Any] = {
+        "stream": stream,
+        "offsets": {str(p): offsets[p] for p in sorted(offsets)},
+    }
+    if created:
+        out["created"] = created
+    return out
 
 
 def checkpoint_offsets(offset: Mapping[str, Any], stream: str) -> dict[int, int]:

@@ -19,7 +19,14 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
   (shared out between partitions, through ``getDefaultReadLimit`` /
   ``latestOffset(start, limit)``) and, for ``Trigger.AvailableNow``, by the
   offsets when the query started. ``commit()`` has nothing to release: reading
-  does not consume.
+  does not consume. Offsets also carry the stream's creation timestamp, so that
+  a stream deleted and recreated under a query (offsets from 0 again) is noticed.
+- Data loss (``failOnDataLoss``, default true): the planner learns each
+  partition's oldest kept offset (by subscribing from ``EARLIEST`` and reading
+  one message). When a micro-batch would start below it (retention) or the
+  stream was recreated, the query fails with :class:`DataLossError` naming the
+  lost offsets; with ``false`` it logs a warning and goes on from the oldest
+  kept. A batch read whose ``startingOffsets`` lie below it does the same.
 - Writers publish each row with ``publish_async`` (``AckPolicy.LEADER``) on one
   client per task and wait for every ack; a failed or missing ack fails the
   task with :class:`PublishFailedError` naming the row. A retried task
@@ -78,6 +85,8 @@ from aioclients.spark._lb_offsets import (
     resolve_start,
     to_checkpoint,
 )
+from aioclients.spark._protocol._data_loss import OPTION as FAIL_ON_DATA_LOSS
+from aioclients.spark._protocol._data_loss import lost_range, report_data_loss
 from aioclients.spark._protocol._options import OptionReader
 
 __all__ = (
@@ -116,7 +125,15 @@ LIFTBRIDGE_ARROW_SCHEMA = pa.schema(
 )
 DEFAULT_BATCH_SIZE = 10_000
 DEFAULT_TIMEOUT = 30.0
-COMMON_READ_OPTIONS = {"brokers", "stream", "partitions", "startingOffsets", "batchSize", "timeout"}
+COMMON_READ_OPTIONS = {
+    "brokers",
+    "stream",
+    "partitions",
+    "startingOffsets",
+    "batchSize",
+    "timeout",
+    FAIL_ON_DATA_LOSS,
+}
 BATCH_READ_OPTIONS = COMMON_READ_OPTIONS | {"endingOffsets"}
 STREAM_READ_OPTIONS = COMMON_READ_OPTIONS | {"maxMessagesPerTrigger"}
 WRITE_OPTIONS = {"brokers", "stream", "partitioner", "timeout", "maxPending"}
@@ -224,6 +241,74 @@ def high_watermarks(config: ReadConfig, partitions: str | None) -> dict[int, int
     return _run(_high_watermarks_async(config, partitions))
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Per chosen partition: newest committed offset (-1 when empty) and oldest kept
+    offset (high watermark + 1 when nothing is kept); the stream's creation time (ns)."""
+
+    high_watermarks: dict[int, int]
+    earliest: dict[int, int]
+    created: int
+
+
+async def _oldest_kept(
+    client: liftbridge.Client, config: ReadConfig, partition: int, high_watermark: int
+) -> int:
+    """The offset of the oldest message the partition still keeps (retention trims it)."""
+    if high_watermark < 0:
+        return 0
+    subscription = client.subscribe(
+        config.stream,
+        partition=partition,
+        start_at=liftbridge.StartPosition.EARLIEST,
+        stop_offset=high_watermark,
+    )
+    async with subscription as sub:
+        try:
+            msg = await asyncio.wait_for(sub.__anext__(), config.timeout)
+        except StopAsyncIteration:
+            return high_watermark + 1
+        except TimeoutError:
+            raise liftbridge.LiftbridgeTimeoutError(
+                f"no message of {config.stream}/{partition} within {config.timeout}s while "
+                "looking up its oldest offset; raise the 'timeout' option if the brokers are slow"
+            ) from None
+        return int(msg.offset)
+
+
+async def _partition_state_async(config: ReadConfig, partitions: str | None) -> PartitionState:
+    client = await _connect(config.brokers, config.timeout)
+    async with client:
+        info = await _stream_info(client, config.stream, config.brokers)
+        chosen = parse_partitions(partitions, info.partitions, config.stream)
+        hws: dict[int, int] = {}
+        earliest: dict[int, int] = {}
+        for p in chosen:
+            meta = await client.fetch_partition_metadata(config.stream, p)
+            hws[p] = meta.high_watermark
+            earliest[p] = await _oldest_kept(client, config, p, meta.high_watermark)
+        return PartitionState(hws, earliest, int(info.creation_timestamp))
+
+
+def partition_state(config: ReadConfig, partitions: str | None) -> PartitionState:
+    """High watermarks, oldest kept offsets and creation time (for data loss checks)."""
+    return _run(_partition_state_async(config, partitions))
+
+
+def _losses_text(stream: str, losses: Mapping[int, tuple[int, int]]) -> str:
+    ranges = ", ".join(f"partition {p}: offsets {a}..{b}" for p, (a, b) in sorted(losses.items()))
+    return f"of stream {stream!r}, {ranges} are no longer kept (retention or deletion)"
+
+
+def _recreated_between(start: Mapping[str, Any], end: Mapping[str, Any], stream: str) -> bool:
+    """Whether ``end`` belongs to a stream recreated after ``start`` (offsets restarted)."""
+    before, after = start.get("created"), end.get("created")
+    if before and after and before != after:
+        return True
+    first, last = checkpoint_offsets(start, stream), checkpoint_offsets(end, stream)
+    return any(last[p] < first.get(p, 0) for p in last)
+
+
 def _to_record_batch(stream: str, partition: int, messages: list[liftbridge.Message]) -> Any:
     count = len(messages)
     headers: list[list[tuple[str, bytes]] | None] = []
@@ -249,14 +334,9 @@ async def _read_messages(part: OffsetRange) -> AsyncIterator[list[liftbridge.Mes
     config = part.config
     client = await _connect(config.brokers, config.timeout)
     async with client:
-        # Offset 0 is where an untrimmed log starts; EARLIEST also copes with retention.
-        start: dict[str, Any] = (
-            {"start_at": liftbridge.StartPosition.EARLIEST}
-            if part.first == 0
-            else {"start_offset": part.first}
-        )
+        # The planner checked that part.first is still kept (failOnDataLoss).
         subscription = client.subscribe(
-            config.stream, partition=part.partition, stop_offset=part.last, **start
+            config.stream, partition=part.partition, start_offset=part.first, stop_offset=part.last
         )
         async with subscription as sub:
             chunk: list[liftbridge.Message] = []
@@ -334,8 +414,10 @@ class LiftbridgeBatchReader(DataSourceReader):
             words=("latest",),
             stream=stream,
         )
-        hws = high_watermarks(self.config, partitions)
-        start = resolve_start(start_spec, hws, stream=stream)
+        fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
+        state = partition_state(self.config, partitions)
+        hws = state.high_watermarks
+        start = resolve_start(start_spec, hws, stream=stream, earliest=state.earliest)
         end = resolve_end(end_spec, hws, stream=stream)
         for p in sorted(hws):
             if end[p] > hws[p]:
@@ -349,6 +431,20 @@ class LiftbridgeBatchReader(DataSourceReader):
                         f"option 'startingOffsets' ({start[p]}) is after 'endingOffsets' "
                         f"({end[p]}) for partition {p}; the ending offset is inclusive"
                     )
+        losses = {}
+        for p in sorted(hws):
+            lost = lost_range(start[p], state.earliest[p], end[p])
+            if lost is not None:
+                losses[p] = lost
+            start[p] = max(start[p], state.earliest[p])
+        if losses:
+            report_data_loss(
+                "option 'startingOffsets' starts below the oldest offsets kept: "
+                + _losses_text(stream, losses),
+                fail=fail_on_data_loss,
+                resume="the oldest offsets kept",
+                log=log,
+            )
         self.ranges = [
             OffsetRange(self.config, p, start[p], end[p]) for p in sorted(hws) if start[p] <= end[p]
         ]
@@ -378,8 +474,11 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.max_per_trigger = opts.integer(
             "maxMessagesPerTrigger", default=None, minimum=1, example="10000"
         )
+        self.fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
         self._target: dict[int, int] | None = None  # Trigger.AvailableNow: no further
         self._latest: dict[int, int] | None = None
+        # The start latestOffset checked last, and the oldest kept offsets then.
+        self._checked: tuple[dict[str, Any], dict[int, int]] | None = None
         # Fail at start on a bad stream, partition or offsets.
         resolve_start(self.start_spec, self._next_offsets(), stream=self.config.stream)
 
@@ -397,16 +496,36 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             )
         return offsets
 
+    def _state(self) -> PartitionState:
+        return partition_state(self.config, self.partition_option)
+
+    def _report(self, what: str, resume: str) -> None:
+        report_data_loss(what, fail=self.fail_on_data_loss, resume=resume, log=log)
+
     def initialOffset(self) -> dict[str, Any]:
-        hws = {p: n - 1 for p, n in self._next_offsets().items()}
-        start = resolve_start(self.start_spec, hws, stream=self.config.stream)
+        state = self._state()
+        hws = state.high_watermarks
+        start = resolve_start(
+            self.start_spec, hws, stream=self.config.stream, earliest=state.earliest
+        )
+        losses = {}
         for p, first in start.items():
             if first > hws[p] + 1:
                 raise DataSourceOptionError(
                     f"option 'startingOffsets': partition {p} starts at {first}, past its next "
                     f"offset {hws[p] + 1}; use 'latest' or an offset <= {hws[p] + 1}"
                 )
-        return to_checkpoint(self.config.stream, start)
+            lost = lost_range(first, state.earliest[p])
+            if lost is not None:
+                losses[p] = lost
+            start[p] = max(first, state.earliest[p])
+        if losses:
+            self._report(
+                "option 'startingOffsets' starts below the oldest offsets kept: "
+                + _losses_text(self.config.stream, losses),
+                "the oldest offsets kept",
+            )
+        return to_checkpoint(self.config.stream, start, state.created)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.max_per_trigger is None:
@@ -417,15 +536,34 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._target = self._next_offsets()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        latest = self._next_offsets()
+        state = self._state()
+        latest = {p: hw + 1 for p, hw in state.high_watermarks.items()}
         covered = self._checkpointed(start, latest)
-        for p, n in latest.items():
-            if n < covered[p]:
-                raise DataSourceOptionError(
-                    f"partition {p} of stream {self.config.stream!r} ends before offset "
-                    f"{covered[p]}, which the checkpoint has covered: the stream was "
-                    "recreated; start the query with a new checkpointLocation"
+        now = to_checkpoint(self.config.stream, latest, state.created)
+        if _recreated_between(start, now, self.config.stream):
+            self._report(
+                f"stream {self.config.stream!r} was deleted and recreated under the query "
+                f"(created at {start.get('created', 'unknown')} ns before, {state.created} ns "
+                f"now; it ends at offsets {latest}): whatever the old stream held from "
+                f"offsets {covered} on was not read",
+                "the new stream's oldest offsets",
+            )
+            covered = dict(state.earliest)
+            self._target = None
+        else:
+            losses = {}
+            for p in sorted(covered):
+                lost = lost_range(covered[p], state.earliest[p])
+                if lost is not None:
+                    losses[p] = lost
+            if losses:
+                self._report(
+                    "the query's next micro-batch starts below the oldest offsets kept: "
+                    + _losses_text(self.config.stream, losses),
+                    "the oldest offsets kept",
                 )
+            covered = {p: max(n, state.earliest[p]) for p, n in covered.items()}
+        self._checked = (start, dict(state.earliest))
         self._latest = latest
         top = dict(latest)
         if self._target is not None:
@@ -433,14 +571,34 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         top = {p: max(n, covered[p]) for p, n in top.items()}
         if isinstance(limit, ReadMaxRows):
             top = cap_offsets(covered, top, limit.max_rows)
-        return to_checkpoint(self.config.stream, top)
+        return to_checkpoint(self.config.stream, top, state.created)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None if self._latest is None else to_checkpoint(self.config.stream, self._latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[OffsetRange]:
-        first = checkpoint_offsets(start, self.config.stream)
-        after = checkpoint_offsets(end, self.config.stream)
+        stream = self.config.stream
+        after = checkpoint_offsets(end, stream)
+        kept = self._checked[1] if self._checked and self._checked[0] == start else None
+        if _recreated_between(start, end, stream):
+            first = dict(kept) if kept is not None else dict.fromkeys(after, 0)
+        else:
+            first = checkpoint_offsets(start, stream)
+            if kept is None:
+                # Not planned by this reader (replayed after a restart): check it here.
+                kept = self._state().earliest
+                losses = {}
+                for p in sorted(after):
+                    lost = lost_range(first.get(p, 0), kept.get(p, 0), after[p] - 1)
+                    if lost is not None:
+                        losses[p] = lost
+                if losses:
+                    self._report(
+                        "the micro-batch replayed from the checkpoint starts below the "
+                        "oldest offsets kept: " + _losses_text(stream, losses),
+                        "the oldest offsets kept",
+                    )
+            first = {p: max(first.get(p, 0), kept.get(p, 0)) for p in after}
         return [
             OffsetRange(self.config, p, first.get(p, 0), after[p] - 1)
             for p in sorted(after)

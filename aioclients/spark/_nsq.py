@@ -8,10 +8,11 @@ nsqd applies an MPUB atomically, so a failure leaves the earlier batches
 published and fails the task with :class:`PublishFailedError`; Spark's retry
 publishes the task's rows again (NSQ delivery is at-least-once anyway).
 
-There is no reader: NSQ keeps no log to replay (a channel hands each message
-to one consumer and forgets it once finished), so Spark could neither plan a
-batch nor re-read a micro-batch after a failure. Reading fails with a message
-saying so; consume with :class:`aioclients.nsq.Reader`.
+Reading: ``spark.readStream.format("nsq")`` is at-least-once, holding each
+micro-batch's messages in flight until Spark commits it (see
+:mod:`aioclients.spark._nsq_source`). There is no batch reader: NSQ keeps no log
+to plan a batch read from (a channel hands each message to one consumer and
+forgets it once finished); ``spark.read.format("nsq")`` fails saying so.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from aioclients.spark._errors import (
     DataSourceUnavailableError,
     PublishFailedError,
 )
+from aioclients.spark._nsq_source import NSQ_SCHEMA, NsqStreamReader, check_schema
 from aioclients.spark._protocol._options import OptionReader
 
 __all__ = ("NsqDataSource", "data_source")
@@ -226,31 +228,31 @@ class NsqStreamWriter(DataSourceStreamArrowWriter):
         log.warning("nsq micro-batch %d aborted; its retry publishes it again", batchId)
 
 
-def _no_reads() -> NoReturn:
+def _no_batch_reads() -> NoReturn:
     raise DataSourceUnavailableError(
-        "the 'nsq' data source is not available for reading: NSQ keeps no log to replay "
+        "the 'nsq' data source is not available for batch reads: NSQ keeps no log "
         "(a channel hands each message to one consumer and forgets it once finished), so "
-        "Spark could neither plan a batch nor re-read a micro-batch after a failure. "
-        "Write with .format('nsq'); consume with aioclients.nsq.Reader, or read from a "
-        "JetStream or Liftbridge stream instead"
+        "there is nothing to plan a batch read from. Read it as a stream with "
+        "spark.readStream.format('nsq') (at least once), or consume with aioclients.nsq.Reader"
     )
 
 
 class NsqDataSource(DataSource):
-    """The ``nsq`` format: writes only (see the module docstring and README "Spark")."""
+    """The ``nsq`` format: writes and streaming reads (module docstring, README "Spark")."""
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
     def schema(self) -> StructType:
-        _no_reads()
+        return NSQ_SCHEMA
 
     def reader(self, schema: StructType) -> NoReturn:
-        _no_reads()
+        _no_batch_reads()
 
-    def streamReader(self, schema: StructType) -> NoReturn:
-        _no_reads()
+    def streamReader(self, schema: StructType) -> NsqStreamReader:
+        check_schema(schema)
+        return NsqStreamReader(self.options)
 
     def writer(self, schema: StructType, overwrite: bool) -> NsqWriter:
         if overwrite:

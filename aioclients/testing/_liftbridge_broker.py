@@ -969,6 +969,8 @@ class Broker:
                     await context.abort(grpc.StatusCode.INTERNAL, "commit log closed")
                 # Readers see committed messages only: up to this broker's high watermark.
                 n = p.committed if p.leader == me else p.replica_hw(me) + 1
+                if offset < p.log_start:
+                    offset = p.log_start  # retention passed a slow reader
                 if offset < n:
                     end = n if stop < 0 else min(n, stop + 1)
                     while offset < end and self.running:
@@ -1025,14 +1027,15 @@ class Broker:
         elif pos == api_pb2.TIMESTAMP:
             start = p.offset_at_or_after(req.startTimestamp)
         elif pos == api_pb2.EARLIEST:
-            start = 0 if newest >= 0 else -1
+            start = p.log_start if newest >= 0 else -1
         elif pos == api_pb2.LATEST:
             start = newest
         elif pos == api_pb2.NEW_ONLY:
             start = newest + 1
         else:
             raise RpcError("INVALID_ARGUMENT", f"Unknown StartPosition {pos}")
-        start = max(start, 0)
+        # Below the oldest offset kept (retention): the reader starts at the oldest.
+        start = max(start, p.log_start, 0)
         if paused:
             # Liftbridge has no paused check here: the reader is opened on the
             # closed log. Reading committed messages needs a segment, which fails at

@@ -112,6 +112,9 @@ class Partition:
         self.leader = replicas[0]
         self.leader_epoch = 0
         self.entries: list[bytes] = []
+        #: The oldest offset still kept: retention (``retentionMaxMessages``) moves it up;
+        #: entries below it are emptied but keep their place, so offsets stay indexes.
+        self.log_start = 0
         self.timestamps: list[int] = []
         self.keys: list[bytes] = []
         self.paused = False
@@ -184,6 +187,14 @@ class Partition:
         msg.stream = self.stream.name
         msg.partition = self.id
         self.entries.append(msg.SerializeToString())
+        limit = self.stream.retention_max_messages
+        if limit and offset + 1 - self.log_start > limit:
+            # Liftbridge deletes whole segments; the emulator trims message by message
+            # (as if every message had a segment of its own).
+            start = offset + 1 - limit
+            for old in range(self.log_start, start):
+                self.entries[old] = b""
+            self.log_start = start
         timestamps.append(ts)
         self.keys.append(msg.key)
         self.messages_received.update(ts)
@@ -302,6 +313,11 @@ class Stream:
         self.creation_timestamp = now_ns()
         self.created_at = time.monotonic()
         self.deleted_at = math.inf
+        self.retention_max_messages = (
+            self.config.retentionMaxMessages.value
+            if self.config.HasField("retentionMaxMessages")
+            else 0
+        )
         self.partitions: dict[int, Partition] = {}
         self.resume_all = False
         #: optimistic concurrency control (checked for every message, so kept as a flag)

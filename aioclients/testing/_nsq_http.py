@@ -243,6 +243,29 @@ class _Api:
         topic.get_channel(channel)
         return text_response(b"")
 
+    async def channel_delete(self, request: web.Request) -> web.Response:
+        # nsqd's doDeleteChannel: the channel's clients are closed with it
+        name = request.query.get("topic")
+        if name is None:
+            return nsq_error(400, "MISSING_ARG_TOPIC")
+        if not is_valid_name(name):
+            return nsq_error(400, "INVALID_ARG_TOPIC")
+        channel_name = request.query.get("channel")
+        if channel_name is None:
+            return nsq_error(400, "MISSING_ARG_CHANNEL")
+        if not is_valid_name(channel_name):
+            return nsq_error(400, "INVALID_ARG_CHANNEL")
+        topic = self.nsqd._topics.get(name)
+        if topic is None:
+            return nsq_error(404, "TOPIC_NOT_FOUND")
+        channel = topic.channels.get(channel_name)
+        if channel is None:
+            return nsq_error(404, "CHANNEL_NOT_FOUND")
+        for client in list(channel.clients):
+            client._abort()
+        self.nsqd._delete_channel(channel)
+        return text_response(b"")
+
 
 async def start_http(nsqd: NsqdEmulator, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Serve the nsqd HTTP API; returns the runner and the bound port."""
@@ -258,6 +281,7 @@ async def start_http(nsqd: NsqdEmulator, host: str, port: int) -> tuple[web.AppR
     app.router.add_post("/topic/create", api.topic_create)
     app.router.add_post("/topic/delete", api.topic_delete)
     app.router.add_post("/channel/create", api.channel_create)
+    app.router.add_post("/channel/delete", api.channel_delete)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)

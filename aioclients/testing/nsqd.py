@@ -31,6 +31,14 @@ Behaviour mirrored from nsqd (protocol_v2.go, client_v2.go, channel.go):
 
 Test-only knobs (``min_heartbeat_interval``, ``min_msg_timeout``) let tests
 use intervals shorter than nsqd's one-second minimum; the defaults are nsqd's.
+
+Not copied from nsqd v1.3.0 (checked against it; the client does not depend on
+them): its REQ / DPUB / msg_timeout timers fire up to ~5 s late on a channel its
+queue scan has not picked up yet (the list is refreshed every 5 s, then scanned
+every 100 ms), here they fire on time; a silent client gets two heartbeats before
+nsqd closes it, here one; ``/topic/pause`` and ``/channel/pause`` do not exist
+here; text ``/stats`` has no start_time/uptime/memory lines, and ``/info``'s
+hostname is the listening host rather than the OS hostname.
 """
 
 from __future__ import annotations
@@ -363,7 +371,8 @@ class _Channel:
             self._timer = None
 
     def flush_for_restart(self) -> None:
-        """What nsqd does on exit: in-flight and deferred messages go back to the queue."""
+        """What nsqd does on exit (``Channel.flush``): in-flight and deferred messages are
+        saved after the queued ones, so after a restart the queued messages come first."""
         msgs = sorted(self.in_flight.values(), key=lambda m: m.delivered_at)
         self.in_flight.clear()
         for m in msgs:
@@ -372,7 +381,7 @@ class _Channel:
         self._deferred.clear()
         self._timeout_fifos.clear()
         self._touched.clear()
-        self.queue.extendleft(reversed(msgs))
+        self.queue.extend(msgs)
         self.close()
 
     # -- delivery -----------------------------------------------------------------------
@@ -957,7 +966,7 @@ class _NsqdConnection(asyncio.Protocol):
         if len(params) < needed:
             raise _ClientError("E_INVALID", f"{cmd} insufficient number of params")
         if len(params[1]) != 16:
-            raise _ClientError("E_INVALID", "Invalid Message ID")
+            raise _ClientError("E_INVALID", "invalid message ID")
         return params[1]
 
     def _fin(self, params: list[bytes], start: int) -> int | None:

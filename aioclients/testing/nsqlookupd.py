@@ -14,6 +14,9 @@ reappears. This mirrors nsqlookupd v1.3 (lookup_protocol_v1.go, http.go).
 Besides the TCP protocol, :meth:`NsqlookupdEmulator.register` attaches an
 :class:`~aioclients.testing.NsqdEmulator` directly: its topics and channels are
 read live at each HTTP request, and it is a producer only while it runs.
+
+Lists (``/topics``, ``/channels``, ``/nodes`` topics) are sorted here; real
+nsqlookupd answers them in Go map order, so compare them as sets.
 """
 
 from __future__ import annotations

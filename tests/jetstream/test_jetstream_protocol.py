@@ -222,6 +222,55 @@ def test_decode_rejects_garbage_with_offset() -> None:
         decode_headers(b"NATS/1.0\r\nno-colon-here\r\n\r\n")
 
 
+def test_a_status_description_that_is_not_utf8_is_decoded_leniently() -> None:
+    # Header text is UTF-8 by convention only: like header values, a description's
+    # undecodable bytes become U+FFFD instead of a UnicodeDecodeError.
+    block = b"NATS/1.0 408 Request \xff Timeout\r\nK: caf\xc3\xa9 \xfe\r\n\r\n"
+    assert decode_headers(block) == {
+        "Status": "408",
+        "Description": "Request \ufffd Timeout",
+        "K": "caf\u00e9 \ufffd",
+    }
+    assert decode_headers(block, strict=False) == decode_headers(block)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        b"NATS/1.0 4\xff4 Not Found\r\n\r\n",
+        b"NATS/1.0 \xc3\xa9\xc3\xa9\r\n\r\n",
+        b"NATS/1.0 abc Bad\r\n\r\n",
+        b"NATS/1.0\xff\xfe\r\nK: v\r\n\r\n",
+    ],
+)
+def test_a_status_code_that_is_not_digits_is_a_remote_protocol_error(block: bytes) -> None:
+    with pytest.raises(RemoteProtocolError, match="status code") as info:
+        decode_headers(block)
+    assert info.value.offset in (8, 9)
+    # Read-loop (lenient) decoding skips such a status instead of failing.
+    assert "Status" not in decode_headers(block, strict=False)
+
+
+def test_msg_headers_of_a_block_that_is_not_utf8_raise_the_typed_error() -> None:
+    from aioclients.jetstream._message import Msg
+
+    msg = Msg(None, "s", "r", b"", b"NATS/1.0\xff\xfe\r\nK: v\r\n\r\n")  # type: ignore[arg-type]
+    with pytest.raises(RemoteProtocolError, match="status code"):
+        _ = msg.headers
+    lenient = Msg(None, "s", "r", b"", b"NATS/1.0\r\nK: \xff\r\n\r\n")  # type: ignore[arg-type]
+    assert lenient.headers == {"K": "\ufffd"}
+
+
+@given(st.binary(max_size=60))
+def test_decoding_any_bytes_raises_nothing_but_remote_protocol_error(tail: bytes) -> None:
+    for block in (b"NATS/1.0" + tail, b"NATS/1.0 " + tail, b"NATS/1.0\r\n" + tail):
+        try:
+            decode_headers(block)
+        except RemoteProtocolError:
+            pass
+        decode_headers(block, strict=False)  # lenient: never raises
+
+
 _key = st.from_regex(r"[A-Za-z0-9\-_]{1,12}", fullmatch=True)
 _value = st.from_regex(r"[ -~]{0,20}", fullmatch=True).map(str.strip)
 

@@ -39,6 +39,9 @@ from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge
 
 Cluster = LiftbridgeCluster | ExternalLiftbridge
 WAIT = 10.0
+# A real cluster commits the first message of a new replicated partition only
+# after the followers' first fetch: up to ~10 s (replica.max.idle.wait).
+REPLICATED_WAIT = 25.0
 
 
 @pytest.fixture
@@ -61,7 +64,7 @@ async def stream(client: Client, unique_name: str) -> AsyncIterator[str]:
             pass
 
 
-async def take(sub: Subscription, n: int) -> list[Message]:
+async def take(sub: Subscription, n: int, *, wait: float = WAIT) -> list[Message]:
     out: list[Message] = []
 
     async def run() -> None:
@@ -70,8 +73,12 @@ async def take(sub: Subscription, n: int) -> list[Message]:
             if len(out) == n:
                 return
 
-    await asyncio.wait_for(run(), WAIT)
+    await asyncio.wait_for(run(), wait)
     return out
+
+
+async def broker_count(client: Client) -> int:
+    return len((await client.fetch_metadata()).brokers())
 
 
 async def publish_values(client: Client, stream: str, values: list[bytes], **kw: object) -> None:
@@ -343,9 +350,19 @@ async def test_cursors(client: Client, stream: str) -> None:
 async def test_consumer_group_calls(client: Client, stream: str, unique_name: str) -> None:
     join = await client.join_consumer_group(unique_name, "m1", [stream])
     assert join.coordinator
-    epoch, assignments = await client.fetch_consumer_group_assignments(
-        unique_name, "m1", join.epoch, coordinator=join.coordinator
-    )
+    # A real coordinator applies the join through Raft, a little later: until
+    # then it says "consumer group does not exist". (client.consumer() waits.)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while True:
+        try:
+            epoch, assignments = await client.fetch_consumer_group_assignments(
+                unique_name, "m1", join.epoch, coordinator=join.coordinator
+            )
+            break
+        except NoSuchStreamError:
+            assert loop.time() < deadline, "the coordinator never learnt of the join"
+            await asyncio.sleep(0.05)
     assert epoch >= join.epoch
     assert assignments == {stream: [0]}
     await client.leave_consumer_group(unique_name, "m1")
@@ -673,13 +690,95 @@ async def test_subscription_follows_a_leader_change_without_a_broker_stop(
         assert sub.statistics()["resubscribes"] == 1
 
 
+@pytest.mark.slow  # up to ~10 s on a real cluster
 async def test_read_from_an_isr_replica(client: Client, unique_name: str) -> None:
+    if await broker_count(client) < 3:
+        pytest.skip("needs a cluster of at least 3 brokers (replication factor 3)")
     await client.create_stream(unique_name, unique_name, replication_factor=3)
     await publish_values(client, unique_name, [b"0", b"1"])
     async with client.subscribe(
         unique_name, start_at=StartPosition.EARLIEST, read_isr_replica=True
     ) as sub:
-        assert [m.value for m in await take(sub, 2)] == [b"0", b"1"]
+        assert [m.value for m in await take(sub, 2, wait=REPLICATED_WAIT)] == [b"0", b"1"]
+
+
+@pytest.mark.slow  # up to ~10 s on a real cluster
+async def test_an_all_ack_on_a_new_replicated_partition(client: Client, unique_name: str) -> None:
+    replicas = min(3, await broker_count(client))
+    if replicas < 2:
+        pytest.skip("needs a cluster of at least 2 brokers (a replicated partition)")
+    await client.create_stream(unique_name, unique_name, replication_factor=replicas)
+    ack = await client.publish(unique_name, b"0", ack_policy=AckPolicy.ALL, timeout=REPLICATED_WAIT)
+    assert ack is not None
+    assert ack.offset == 0
+
+
+# -- what a real cluster does a little later (Raft) -----------------------------------------
+
+
+async def test_publish_right_after_create_and_delete(client: Client, unique_name: str) -> None:
+    for _ in range(3):
+        await client.create_stream(unique_name, unique_name, partitions=2)
+        acks = [await client.publish(unique_name, b"x", partition=p) for p in (0, 1)]
+        assert [a.offset for a in acks if a is not None] == [0, 0]
+        await client.delete_stream(unique_name)
+        with pytest.raises((NoSuchStreamError, NoSuchPartitionError)):
+            await client.publish(unique_name, b"y", partition=0)
+
+
+async def test_readonly_flips_are_seen_by_the_next_publish(client: Client, stream: str) -> None:
+    for i in range(3):
+        await client.set_stream_readonly(stream)
+        with pytest.raises(ReadonlyPartitionError):
+            await client.publish(stream, b"refused")
+        await client.set_stream_readonly(stream, readonly=False)
+        ack = await client.publish(stream, b"ok")
+        assert ack is not None
+        assert ack.offset == i
+
+
+async def test_two_members_join_a_new_group_at_once(client: Client, unique_name: str) -> None:
+    await client.create_stream(unique_name, unique_name, partitions=2)
+    group = unique_name + "_g"
+    joins = await asyncio.gather(
+        client.join_consumer_group(group, "m1", [unique_name]),
+        client.join_consumer_group(group, "m2", [unique_name]),
+    )
+    assert joins[0].coordinator == joins[1].coordinator
+    for member in ("m1", "m2"):
+        await client.leave_consumer_group(group, member)
+
+
+async def test_two_consumers_start_at_once_and_share_the_partitions(
+    client: Client, unique_name: str
+) -> None:
+    await client.create_stream(unique_name, unique_name, partitions=2)
+    group = unique_name + "_g"
+    c1 = client.consumer(group, [unique_name], consumer_id="m1", fetch_interval=0.2)
+    c2 = client.consumer(group, [unique_name], consumer_id="m2", fetch_interval=0.2)
+    await asyncio.wait_for(asyncio.gather(c1.__aenter__(), c2.__aenter__()), 2 * WAIT)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * WAIT
+        # Both end up with one partition each once they have seen the last epoch.
+        while sorted(p for c in (c1, c2) for p in c.assignments.get(unique_name, [])) != [
+            0,
+            1,
+        ] or not (c1.assignments and c2.assignments):
+            assert loop.time() < deadline, (c1.assignments, c2.assignments)
+            await asyncio.sleep(0.05)
+    finally:
+        await c1.aclose()
+        await c2.aclose()
+
+
+async def test_a_start_offset_past_the_end_starts_there(client: Client, stream: str) -> None:
+    # A real broker asked to start past the end starts at its next message
+    # (offset 1 here); the client drops what lies before the offset asked for.
+    await client.publish(stream, b"0")
+    async with client.subscribe(stream, start_offset=3) as sub:
+        await publish_values(client, stream, [b"1", b"2", b"3", b"4"])
+        assert [m.offset for m in await take(sub, 2)] == [3, 4]
 
 
 async def test_tls_with_an_ssl_context(nats_server: object, unique_name: str) -> None:

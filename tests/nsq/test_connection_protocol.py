@@ -113,6 +113,28 @@ def test_sub_refused_raises_with_code() -> None:
     with pytest.raises(NSQError) as err:
         core.receive_data(frame(1, b"E_BAD_TOPIC SUB topic name is not valid"), 0.0)
     assert err.value.code == "E_BAD_TOPIC"
+    assert not err.value.settings_refused  # a SUB refusal is not about the IDENTIFY settings
+
+
+@pytest.mark.parametrize(
+    ("answer", "hint"),
+    [
+        (b"E_BAD_BODY IDENTIFY heartbeat interval (500) is invalid", "from 1 s up to"),
+        (b"E_BAD_BODY IDENTIFY msg timeout (10) is invalid", "msg_timeout from 1 s"),
+        (b"E_BAD_BODY IDENTIFY output buffer size (1) is invalid", "output_buffer_size from 64"),
+        (b"E_BAD_BODY IDENTIFY output buffer timeout (1) is invalid", "25 ms by default"),
+        (b"E_BAD_BODY IDENTIFY sample rate (100) is invalid", "sample_rate must be 0 to 99"),
+        (b"E_BAD_BODY IDENTIFY failed to decode JSON body", "refused this client's IDENTIFY"),
+    ],
+)
+def test_identify_refused_is_a_settings_error_with_a_hint(answer: bytes, hint: str) -> None:
+    core = consumer()
+    with pytest.raises(NSQError) as err:
+        core.receive_data(frame(1, answer), 0.0)
+    assert (err.value.code, err.value.settings_refused) == ("E_BAD_BODY", True)
+    assert str(err.value).startswith(answer.decode() + " - ")
+    assert hint in str(err.value)
+    assert core.state is C.ConnectionState.CLOSED
 
 
 def test_cls_and_close_wait() -> None:

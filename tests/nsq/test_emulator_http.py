@@ -1,4 +1,8 @@
-"""The nsqd emulator's HTTP API: answers, status codes and JSON shapes of nsqd v1.3."""
+"""The nsqd emulator's HTTP API: answers, status codes and JSON shapes of nsqd v1.3.
+
+With ``AIOCLIENTS_TEST_NSQ_BIN_DIR`` naming a real nsqd binary (run by hand), each
+test gets a fresh real nsqd instead (``tests/nsq/nsq_processes.py``).
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,12 @@ import aiohttp
 import pytest
 
 from aioclients.testing import NsqdEmulator
+from tests.nsq.nsq_processes import nsqd_server
 
 
 @pytest.fixture
 async def emulator() -> AsyncIterator[NsqdEmulator]:
-    async with NsqdEmulator() as nsqd:
+    async with nsqd_server() as nsqd:
         yield nsqd
 
 
@@ -65,7 +70,9 @@ async def test_pub_with_defer(emulator: NsqdEmulator, http: aiohttp.ClientSessio
     assert status == 200
     channel = emulator.stats(topic="d")["topics"][0]["channels"][0]
     assert (channel["deferred_count"], channel["depth"]) == (1, 0)
-    for _ in range(200):
+    # a real nsqd scans a new channel's deferred messages after up to ~5 s: wait 10 s
+    deadline = asyncio.get_running_loop().time() + 10
+    while asyncio.get_running_loop().time() < deadline:
         channel = emulator.stats(topic="d")["topics"][0]["channels"][0]
         if channel["depth"] == 1:
             break
@@ -98,7 +105,7 @@ async def test_pub_errors(
 
 
 async def test_pub_too_big() -> None:
-    async with NsqdEmulator(max_msg_size=4) as nsqd, aiohttp.ClientSession() as http:
+    async with nsqd_server(max_msg_size=4) as nsqd, aiohttp.ClientSession() as http:
         status, doc, _ = await call(
             http, "POST", f"http://{nsqd.http_address}/pub?topic=t", b"12345"
         )
@@ -226,3 +233,20 @@ async def test_unknown_path_and_wrong_method(
     assert (status, doc) == (404, {"message": "NOT_FOUND"})
     status, doc, _ = await call(http, "GET", f"http://{emulator.http_address}/pub?topic=t")
     assert (status, doc) == (405, {"message": "METHOD_NOT_ALLOWED"})
+
+
+async def test_channel_delete(emulator: NsqdEmulator, http: aiohttp.ClientSession) -> None:
+    emulator.create_topic("cd", "gone", "kept")
+    base = f"http://{emulator.http_address}"
+    status, body, _ = await call(http, "POST", f"{base}/channel/delete?topic=cd&channel=gone")
+    assert (status, body) == (200, b"")
+    assert emulator.channel_names("cd") == ["kept"]
+    for query, status_doc in [
+        ("topic=cd&channel=gone", (404, {"message": "CHANNEL_NOT_FOUND"})),
+        ("topic=nope&channel=c", (404, {"message": "TOPIC_NOT_FOUND"})),
+        ("topic=cd", (400, {"message": "MISSING_ARG_CHANNEL"})),
+        ("channel=c", (400, {"message": "MISSING_ARG_TOPIC"})),
+        ("topic=cd&channel=bad!", (400, {"message": "INVALID_ARG_CHANNEL"})),
+    ]:
+        status, doc, _ = await call(http, "POST", f"{base}/channel/delete?{query}")
+        assert (status, doc) == status_doc, query

@@ -1,11 +1,17 @@
 """The nsqlookupd emulator: its TCP registration protocol, its HTTP API, and nsqd
-registering with it (over TCP and directly)."""
+registering with it (over TCP and directly).
+
+With ``AIOCLIENTS_TEST_NSQ_BIN_DIR`` naming a real nsqlookupd binary (run by hand),
+the ``lookupd`` fixture is a fresh real nsqlookupd instead (the nsqd emulator then
+registers with the real one); direct registration skips there.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import struct
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -13,14 +19,15 @@ import aiohttp
 import pytest
 
 from aioclients.testing import NsqdEmulator, NsqlookupdEmulator
+from tests.nsq.nsq_processes import nsqlookupd_server
 
 PEER_KEYS = ["remote_address", "hostname", "broadcast_address", "tcp_port", "http_port", "version"]
 
 
 @pytest.fixture
 async def lookupd() -> AsyncIterator[NsqlookupdEmulator]:
-    async with NsqlookupdEmulator() as emulator:
-        yield emulator
+    async with nsqlookupd_server() as server:
+        yield server
 
 
 @pytest.fixture
@@ -178,12 +185,14 @@ async def test_ping_topics_nodes_and_info(
     await conn.identify()
     await conn.call(b"REGISTER b")
     await conn.call(b"REGISTER a ch")
-    assert await get(http, f"{base}/topics") == (200, {"topics": ["a", "b"]})
+    # nsqlookupd lists topics in Go map order: compare as sets
+    status, doc = await get(http, f"{base}/topics")
+    assert (status, sorted(doc["topics"])) == (200, ["a", "b"])
     assert await get(http, f"{base}/channels?topic=a") == (200, {"channels": ["ch"]})
     status, doc = await get(http, f"{base}/nodes")
     assert status == 200
     [node] = doc["producers"]
-    assert node["topics"] == ["a", "b"]
+    assert sorted(node["topics"]) == ["a", "b"]
     assert node["tombstones"] == [False, False]
     await conn.close()
 
@@ -252,9 +261,20 @@ async def test_tombstone_hides_a_producer(
 
 
 async def test_lookupd_fixture(nsqlookupd: NsqlookupdEmulator, nsqd: NsqdEmulator) -> None:
+    # Runs against external servers too: the topic is created over nsqd's HTTP API and
+    # a real nsqd registers it with its nsqlookupd a moment later, so poll (bounded).
     nsqlookupd.register(nsqd)
-    nsqd.create_topic("fixture")
+    topic = f"fixture_{uuid.uuid4().hex[:8]}"
+    tcp_port = int(nsqd.tcp_address.rsplit(":", 1)[1])
     async with aiohttp.ClientSession() as session:
-        status, doc = await get(session, f"http://{nsqlookupd.http_address}/lookup?topic=fixture")
+        async with session.post(f"http://{nsqd.http_address}/topic/create?topic={topic}") as resp:
+            assert resp.status == 200
+        url = f"http://{nsqlookupd.http_address}/lookup?topic={topic}"
+        deadline = asyncio.get_running_loop().time() + 5
+        while True:
+            status, doc = await get(session, url)
+            if status == 200 or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.05)
     assert status == 200
-    assert [p["tcp_port"] for p in doc["producers"]] == [nsqd.tcp_port]
+    assert [p["tcp_port"] for p in doc["producers"]] == [tcp_port]

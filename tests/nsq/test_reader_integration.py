@@ -3,7 +3,8 @@
 Run against the emulators by default, or real servers named by
 AIOCLIENTS_TEST_NSQD_TCP / _NSQD_HTTP / _NSQLOOKUPD_HTTP (tests needing several nsqd,
 or stopping one, skip themselves then; the external nsqd must register with the
-external nsqlookupd).
+external nsqlookupd). Tests that restart one nsqd run then on a real nsqd of their
+own when AIOCLIENTS_TEST_NSQ_BIN_DIR names the binaries.
 """
 
 from __future__ import annotations
@@ -11,14 +12,31 @@ from __future__ import annotations
 import asyncio
 import ssl
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from aioclients.nsq import HTTPProducer, Message, NSQError, Producer, Reader
+from tests.nsq.nsq_processes import BIN_DIR_ENV, nsq_bin_dir, nsqd_server
 
 WaitFor = Callable[..., Awaitable[None]]
+
+
+@pytest.fixture
+async def restartable_nsqd(nsqd: Any) -> AsyncIterator[Any]:
+    """The ``nsqd`` fixture, or, when that is an external nsqd (which a test may not
+    stop), a real nsqd of the test's own from ``$AIOCLIENTS_TEST_NSQ_BIN_DIR``."""
+    if not getattr(nsqd, "external", False):
+        yield nsqd
+        return
+    if nsq_bin_dir() is None:
+        pytest.skip(
+            f"stops an nsqd; cannot with an external one (set {BIN_DIR_ENV} to run it "
+            "on a real nsqd of its own)"
+        )
+    async with nsqd_server() as server:
+        yield server
 
 
 def topic_name() -> str:
@@ -173,7 +191,10 @@ async def test_stopped_nsqd_is_dropped_and_rediscovered(
     nsqd: Any, nsqd_factory: Any, nsqlookupd: Any, wait_for: WaitFor
 ) -> None:
     if getattr(nsqd, "external", False) or getattr(nsqlookupd, "external", False):
-        pytest.skip("stops an nsqd; cannot with external servers")
+        pytest.skip(
+            "stops an nsqd; cannot with external servers (test_kill_nsqd.py kills and "
+            "restarts one of two real nsqd under a real nsqlookupd instead)"
+        )
     other = await nsqd_factory()
     link(nsqlookupd, [nsqd, other])
     topic = topic_name()
@@ -213,9 +234,10 @@ async def test_stopped_nsqd_is_dropped_and_rediscovered(
 
 
 @pytest.mark.fault
-async def test_direct_nsqd_reconnects_with_backoff(nsqd: Any, wait_for: WaitFor) -> None:
-    if getattr(nsqd, "external", False):
-        pytest.skip("stops an nsqd; cannot with an external one")
+async def test_direct_nsqd_reconnects_with_backoff(
+    restartable_nsqd: Any, wait_for: WaitFor
+) -> None:
+    nsqd = restartable_nsqd
     topic = topic_name()
     async with Reader(
         topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], reconnect_delay=0.05
@@ -291,8 +313,8 @@ async def test_http_producer_pub_mpub_defer(nsqd: Any) -> None:
 
 
 @pytest.mark.parametrize("codec", ["deflate", "snappy"])
-async def test_compressed_connections(nsqd_factory: Any, codec: str) -> None:
-    server = await nsqd_factory()
+async def test_compressed_connections(nsqd: Any, codec: str) -> None:
+    server = nsqd  # nsqd (and the emulator) offer deflate and snappy by default
     topic = topic_name()
     kwargs = {codec: True}
     async with Producer(server.tcp_address, **kwargs) as producer:
@@ -416,9 +438,8 @@ async def test_set_max_in_flight_at_run_time_and_is_starved(nsqd: Any, wait_for:
 
 
 @pytest.mark.fault
-async def test_producer_reconnects_after_nsqd_restarts(nsqd: Any) -> None:
-    if getattr(nsqd, "external", False):
-        pytest.skip("restarts nsqd; cannot with an external one")
+async def test_producer_reconnects_after_nsqd_restarts(restartable_nsqd: Any) -> None:
+    nsqd = restartable_nsqd
     from aioclients.nsq import NSQConnectError
 
     topic = topic_name()
@@ -450,17 +471,18 @@ async def test_producer_reconnects_after_a_fatal_publish_error(nsqd: Any, comman
         await calls[command](producer)  # a fresh connection
 
 
-async def test_close_leaves_unanswered_messages_to_time_out(nsqd_factory: Any) -> None:
-    server = await nsqd_factory(msg_timeout=0.3, min_msg_timeout=0.1)
+async def test_close_leaves_unanswered_messages_to_time_out(nsqd: Any) -> None:
+    # msg_timeout=1 s (nsqd's minimum) through IDENTIFY, so a real nsqd can run it too;
+    # there the timeout of a new channel may fire up to ~5 s late: wait up to 15 s.
     topic = topic_name()
-    async with Producer(server.tcp_address) as p:
+    async with Producer(nsqd.tcp_address) as p:
         await p.publish(topic, b"held")
-    async with Reader(topic, "ch", nsqd_tcp_addresses=[server.tcp_address]) as first:
+    async with Reader(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], msg_timeout=1.0) as first:
         held = await asyncio.wait_for(first.__anext__(), 10)
         assert held.attempts == 1
     await held.finish()  # after close: nothing is sent, nsqd times the message out
-    async with Reader(topic, "ch", nsqd_tcp_addresses=[server.tcp_address]) as second:
-        again = await asyncio.wait_for(second.__anext__(), 10)
+    async with Reader(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address]) as second:
+        again = await asyncio.wait_for(second.__anext__(), 15)
         await again.finish()
     assert (again.id, again.attempts) == (held.id, 2)
 
@@ -501,3 +523,98 @@ async def test_an_oversized_message_does_not_strand_the_others(
     assert stats.messages_given_up == 1
     assert stats.messages_finished == 5  # the large one was finished too
     assert stats.in_flight == 0
+
+
+# -- settings nsqd refuses (real nsqd: heartbeat_interval below 1 s is E_BAD_BODY) ------
+
+
+async def test_heartbeat_below_nsqds_minimum_is_a_clear_error(nsqd: Any) -> None:
+    topic = topic_name()
+    with pytest.raises(NSQError, match=r"heartbeat interval \(500\) is invalid.*from 1 s") as info:
+        async with Reader(
+            topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], heartbeat_interval=0.5
+        ):
+            pass
+    assert (info.value.code, info.value.settings_refused) == ("E_BAD_BODY", True)
+    producer = Producer(nsqd.tcp_address, heartbeat_interval=0.5)
+    try:
+        with pytest.raises(NSQError, match="from 1 s") as info:
+            await producer.publish(topic, b"x")
+        assert info.value.settings_refused
+    finally:
+        await producer.close()
+
+
+async def test_discovered_nsqd_refusing_the_settings_fails_the_start(
+    nsqd: Any, nsqlookupd: Any, wait_for: WaitFor
+) -> None:
+    topic = topic_name()
+    nsqlookupd.register(nsqd)
+    async with Producer(nsqd.tcp_address) as producer:
+        await producer.publish(topic, b"x")
+    await wait_for_lookup(nsqlookupd, topic, wait_for)
+    reader = Reader(
+        topic, "ch", lookupd_http_addresses=[nsqlookupd.http_address], heartbeat_interval=0.5
+    )
+    with pytest.raises(NSQError, match="from 1 s") as info:
+        await asyncio.wait_for(reader.start(), 10)
+    assert info.value.settings_refused
+    assert reader.closed
+
+
+async def test_nsqd_discovered_later_refusing_the_settings_ends_the_iteration(
+    nsqd: Any, nsqlookupd: Any, wait_for: WaitFor
+) -> None:
+    """Not retried at every lookupd poll: the Reader's iteration ends with the error."""
+    topic = topic_name()
+    nsqlookupd.register(nsqd)
+    async with Reader(
+        topic,
+        "ch",
+        lookupd_http_addresses=[nsqlookupd.http_address],
+        heartbeat_interval=0.5,
+        lookupd_poll_interval=0.2,
+    ) as reader:
+        async with Producer(nsqd.tcp_address) as producer:
+            await producer.publish(topic, b"x")  # now nsqlookupd knows an nsqd for it
+        with pytest.raises(NSQError, match="from 1 s") as info:
+            await asyncio.wait_for(reader.__anext__(), 15)
+        assert info.value.settings_refused
+        with pytest.raises(NSQError):  # and again: the Reader stays stopped
+            await asyncio.wait_for(reader.__anext__(), 10)
+
+
+@pytest.mark.fault
+async def test_reconnect_to_an_nsqd_now_refusing_the_settings_ends_the_iteration(
+    nsqd_factory: Any, wait_for: WaitFor
+) -> None:
+    """Emulator only: the nsqd must come back with a stricter heartbeat minimum."""
+    nsqd = await nsqd_factory(min_heartbeat_interval=0.1)
+    topic = topic_name()
+    async with Reader(
+        topic,
+        "ch",
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        heartbeat_interval=0.5,
+        reconnect_delay=0.05,
+    ) as reader:
+        assert len(reader.statistics().connections) == 1
+        await nsqd.stop()
+        nsqd.min_heartbeat_interval = 1.0
+        await nsqd.start()
+        with pytest.raises(NSQError, match="from 1 s"):
+            await asyncio.wait_for(reader.__anext__(), 10)
+
+
+async def wait_for_lookup(lookupd: Any, topic: str, wait_for: WaitFor) -> None:
+    """A real nsqd registers a new topic with its nsqlookupd a moment later."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+
+        async def listed() -> bool:
+            url = f"http://{lookupd.http_address}/lookup?topic={topic}"
+            async with session.get(url) as resp:
+                return resp.status == 200 and bool((await resp.json())["producers"])
+
+        await wait_for(listed, timeout=10, what=f"nsqlookupd lists {topic}")

@@ -1,5 +1,8 @@
 """The Reader's background loops survive a misbehaving nsqd or nsqlookupd, and end
-the iteration (never hang) on an error they cannot retry."""
+the iteration (never hang) on an error they cannot retry.
+
+They script a fake nsqd / nsqlookupd (``tests/nsq/fake_nsqd.py``) to send answers no
+real server sends, so they never use the external servers of AIOCLIENTS_TEST_NSQD_*."""
 
 from __future__ import annotations
 

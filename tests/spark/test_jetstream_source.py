@@ -199,9 +199,9 @@ def test_stream_without_allow_direct_names_the_fix(spark: Any, streams: Streams)
         _reader(spark, streams.url, name).collect()
 
 
-def test_reading_nsq_fails_saying_why(spark: Any) -> None:
-    # NSQ keeps no log that Spark could plan or replay: only the writer exists.
-    with pytest.raises(Exception, match="'nsq' data source is not available for reading"):
+def test_batch_reading_nsq_fails_saying_why(spark: Any) -> None:
+    # NSQ keeps no log that Spark could plan a batch read from: only readStream exists.
+    with pytest.raises(Exception, match="'nsq' data source is not available for batch reads"):
         spark.read.format("nsq").load().collect()
 
 
@@ -262,7 +262,117 @@ def test_stream_offsets_are_plain_sequences(spark: Any, streams: Streams, tmp_pa
     logs = [p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
     last = max(logs, key=lambda p: int(p.name))
     offset = json.loads(last.read_text().strip().splitlines()[-1])
-    assert offset == {"stream": name, "sequence": 30}
+    # "created" tells a recreated stream (sequences restarting at 1) from the same one.
+    assert offset == {"stream": name, "sequence": 30, "created": offset["created"]}
+    assert isinstance(offset["created"], str)
+
+
+# -- failOnDataLoss -------------------------------------------------------------------------
+
+
+def _numbered(name: str, first: int, count: int) -> list[tuple[str, bytes, None]]:
+    return [(f"{name}.n", str(i).encode(), None) for i in range(first, first + count)]
+
+
+def _stream_reader(url: str, name: str, **options: object) -> Any:
+    from aioclients.spark._jetstream import JetStreamStreamReader
+
+    opts = {"servers": url, "stream": name, **{k: str(v) for k, v in options.items()}}
+    return JetStreamStreamReader(opts, default_partitions=2)
+
+
+@pytest.mark.slow
+def test_retention_past_the_checkpoint_fails_the_query_naming_the_range(
+    spark: Any, streams: Streams, tmp_path: Path
+) -> None:
+    # The scenario: checkpointed at 800 on max_msgs=1000, then 4200 more.
+    name = streams.create(max_msgs=1000)
+    streams.publish(_numbered(name, 1, 800))
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    _stream_to_files(spark, streams.url, name, out, checkpoint)
+    assert spark.read.json(str(out)).count() == 800
+    streams.publish(_numbered(name, 801, 4200))  # the stream keeps 4001..5000
+
+    with pytest.raises(Exception, match=r"sequences 801\.\.4000 .*failOnDataLoss") as info:
+        _stream_to_files(spark, streams.url, name, out, checkpoint)
+    assert "DataLossError" in str(info.value)
+    assert spark.read.json(str(out)).count() == 800, "nothing read past the loss"
+
+    _stream_to_files(spark, streams.url, name, out, checkpoint, failOnDataLoss="false")
+    sequences = sorted(r.sequence for r in spark.read.json(str(out)).collect())
+    assert sequences == [*range(1, 801), *range(4001, 5001)]
+
+
+def test_data_loss_with_fail_false_warns_and_goes_on_from_the_first_kept(
+    streams: Streams, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = streams.create(max_msgs=100)
+    streams.publish(_numbered(name, 1, 50))
+    reader = _stream_reader(streams.url, name, failOnDataLoss="false", maxMessagesPerTrigger=30)
+    start = reader.initialOffset()
+    assert start["sequence"] == 0
+    streams.publish(_numbered(name, 51, 150))  # keeps 101..200
+    with caplog.at_level("WARNING", logger="aioclients.spark.jetstream"):
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert end["sequence"] == 130, "maxMessagesPerTrigger counts from the first kept"
+    [record] = [r for r in caplog.records if "data loss" in r.getMessage()]
+    assert "sequences 1..100" in record.getMessage()
+    assert record.name == "aioclients.spark.jetstream"
+    parts = reader.partitions(start, end)
+    assert (parts[0].first, parts[-1].last) == (101, 130), "only what is kept is split"
+    rows = [
+        seq
+        for part in parts
+        for batch in reader.read(part)
+        for seq in batch.column("sequence").to_pylist()
+    ]
+    assert rows == list(range(101, 131))
+
+
+def test_stream_recreated_under_the_query_is_data_loss(streams: Streams) -> None:
+    from aioclients.spark import DataLossError
+
+    name = streams.create()
+    streams.publish(_numbered(name, 1, 40))
+    reader = _stream_reader(streams.url, name)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert end["sequence"] == 40
+    reader.commit(end)
+
+    streams.delete_all()
+    streams.create()
+    streams.publish(_numbered(name, 1, 60))  # more than before: only "created" tells
+    with pytest.raises(DataLossError, match=r"deleted and recreated.*failOnDataLoss"):
+        reader.latestOffset(end, reader.getDefaultReadLimit())
+
+    lenient = _stream_reader(streams.url, name, failOnDataLoss="false")
+    new_end = lenient.latestOffset(end, lenient.getDefaultReadLimit())
+    assert new_end["sequence"] == 60
+    assert new_end["created"] != end["created"]
+    parts = lenient.partitions(end, new_end)
+    assert (parts[0].first, parts[-1].last) == (1, 60), "the new stream from its beginning"
+
+
+def test_batch_start_below_the_first_kept_says_so(
+    spark: Any, streams: Streams, caplog: pytest.LogCaptureFixture
+) -> None:
+    from aioclients.spark._jetstream import JetStreamBatchReader
+
+    name = streams.create(max_msgs=50)
+    streams.publish(_numbered(name, 1, 120))  # keeps 71..120
+    with pytest.raises(Exception, match=r"sequences 10\.\.70 .*failOnDataLoss"):
+        _reader(spark, streams.url, name, startSequence=10).collect()
+
+    options = {"servers": streams.url, "stream": name, "startSequence": "10"}
+    with caplog.at_level("WARNING", logger="aioclients.spark.jetstream"):
+        reader = JetStreamBatchReader({**options, "failOnDataLoss": "false"}, 2)
+    assert reader.ranges[0][0] == 71
+    assert any("sequences 10..70" in r.getMessage() for r in caplog.records)
+    df = _reader(spark, streams.url, name, startSequence=10, failOnDataLoss="false")
+    assert sorted(r.sequence for r in df.collect()) == list(range(71, 121))
+    # Reading from the first kept sequence (or without startSequence) is no loss.
+    assert _reader(spark, streams.url, name, startSequence=71).count() == 50
 
 
 # -- writing --------------------------------------------------------------------------------

@@ -366,8 +366,163 @@ async def test_stream_restarted_from_checkpoint_yields_every_message_once(
     commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     # 60 messages in batches of <= 25, then 25 more: at least 3 + 1 micro-batches.
     assert len(commits) >= 4
-    last = (checkpoint / "offsets" / str(commits[-1])).read_text().strip().splitlines()[-1]
-    assert json.loads(last) == {"stream": stream, "offsets": {"0": 50, "1": 35}}
+    last = json.loads(
+        (checkpoint / "offsets" / str(commits[-1])).read_text().strip().splitlines()[-1]
+    )
+    # "created" tells a recreated stream (offsets restarting at 0) from the same one.
+    assert last == {"stream": stream, "offsets": {"0": 50, "1": 35}, "created": last["created"]}
+
+
+# -- failOnDataLoss --------------------------------------------------------------------------
+
+
+async def publish_values(client: liftbridge.Client, stream: str, first: int, count: int) -> None:
+    """Publish values ``str(first) .. str(first + count - 1)`` to partition 0, acked."""
+    futures = [
+        await client.publish_async(stream, str(i).encode(), partition=0)
+        for i in range(first, first + count)
+    ]
+    await asyncio.wait_for(asyncio.gather(*futures), 60)
+
+
+@pytest.fixture
+async def retained(client: liftbridge.Client, unique_name: str) -> AsyncIterator[str]:
+    """A one-partition stream that keeps its newest 1000 messages."""
+    await client.create_stream(unique_name, unique_name, retention_max_messages=1000)
+    yield unique_name
+    try:
+        await client.delete_stream(unique_name)
+    except liftbridge.NoSuchStreamError:
+        pass
+
+
+@pytest.mark.slow
+async def test_retention_past_the_checkpoint_fails_the_query_naming_the_range(
+    spark: Any,
+    liftbridge_cluster: Cluster,
+    client: liftbridge.Client,
+    retained: str,
+    tmp_path: Path,
+) -> None:
+    # The issue's scenario: checkpointed after 800 messages, then 4200 more on a
+    # stream keeping 1000 (offsets 4000..4999 are left).
+    brokers = brokers_of(liftbridge_cluster)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    await publish_values(client, retained, 0, 800)
+
+    def run(**options: object) -> None:
+        stream_to_files(
+            spark, brokers, retained, out, checkpoint, startingOffsets="earliest", **options
+        )
+
+    def offsets() -> list[int]:
+        return sorted(r.offset for r in spark.read.json(str(out)).collect())
+
+    await in_thread(spark, run)
+    assert await in_thread(spark, offsets) == list(range(800))
+    await publish_values(client, retained, 800, 4200)
+
+    with pytest.raises(Exception, match=r"partition 0: offsets 800\.\.3999 .*failOnDataLoss"):
+        await in_thread(spark, run)
+    assert await in_thread(spark, offsets) == list(range(800)), "nothing read past the loss"
+
+    await in_thread(spark, lambda: run(failOnDataLoss="false"))
+    assert await in_thread(spark, offsets) == [*range(800), *range(4000, 5000)]
+
+
+async def test_data_loss_with_fail_false_warns_and_goes_on_from_the_oldest_kept(
+    liftbridge_cluster: Cluster,
+    client: liftbridge.Client,
+    retained: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    options = {
+        "brokers": brokers_of(liftbridge_cluster),
+        "stream": retained,
+        "startingOffsets": "earliest",
+        "maxMessagesPerTrigger": "30",
+        "failOnDataLoss": "false",
+    }
+    reader = await asyncio.to_thread(LiftbridgeStreamReader, options)
+    start = await asyncio.to_thread(reader.initialOffset)
+    assert start["offsets"] == {"0": 0}
+    await publish_values(client, retained, 0, 1100)  # keeps 100..1099
+    with caplog.at_level("WARNING", logger="aioclients.spark.liftbridge"):
+        end = await asyncio.to_thread(reader.latestOffset, start, reader.getDefaultReadLimit())
+    assert end["offsets"] == {"0": 130}, "maxMessagesPerTrigger counts from the oldest kept"
+    [record] = [r for r in caplog.records if "data loss" in r.getMessage()]
+    assert "partition 0: offsets 0..99" in record.getMessage()
+    assert record.name == "aioclients.spark.liftbridge"
+    [part] = reader.partitions(start, end)
+    assert (part.first, part.last) == (100, 129)
+    batches = await asyncio.to_thread(lambda: list(reader.read(part)))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(100, 130))
+
+
+async def test_stream_recreated_under_the_query_is_data_loss(
+    liftbridge_cluster: Cluster, client: liftbridge.Client, unique_name: str
+) -> None:
+    from aioclients.spark import DataLossError
+
+    await client.create_stream(unique_name, unique_name)
+    await publish_values(client, unique_name, 0, 20)
+    options = {
+        "brokers": brokers_of(liftbridge_cluster),
+        "stream": unique_name,
+        "startingOffsets": "earliest",
+    }
+    reader = await asyncio.to_thread(LiftbridgeStreamReader, options)
+    start = await asyncio.to_thread(reader.initialOffset)
+    end = await asyncio.to_thread(reader.latestOffset, start, reader.getDefaultReadLimit())
+    assert end["offsets"] == {"0": 20}
+
+    await client.delete_stream(unique_name)
+    await asyncio.sleep(0.002)  # a later creation timestamp (ns) on a coarse clock
+    await client.create_stream(unique_name, unique_name)
+    await publish_values(client, unique_name, 0, 30)  # more than before: only "created" tells
+    try:
+        with pytest.raises(DataLossError, match=r"deleted and recreated.*failOnDataLoss"):
+            await asyncio.to_thread(reader.latestOffset, end, reader.getDefaultReadLimit())
+        lenient = await asyncio.to_thread(
+            LiftbridgeStreamReader, {**options, "failOnDataLoss": "false"}
+        )
+        new_end = await asyncio.to_thread(lenient.latestOffset, end, lenient.getDefaultReadLimit())
+        assert new_end["offsets"] == {"0": 30}
+        assert new_end["created"] != end["created"]
+        [part] = lenient.partitions(end, new_end)
+        assert (part.first, part.last) == (0, 29), "the new stream from its beginning"
+    finally:
+        await client.delete_stream(unique_name)
+
+
+async def test_batch_start_below_the_oldest_kept_says_so(
+    spark: Any,
+    liftbridge_cluster: Cluster,
+    client: liftbridge.Client,
+    retained: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    brokers = brokers_of(liftbridge_cluster)
+    await publish_values(client, retained, 0, 1050)  # keeps 50..1049
+    with pytest.raises(Exception, match=r"partition 0: offsets 5\.\.49 .*failOnDataLoss"):
+        await in_thread(
+            spark, lambda: read(spark, brokers, retained, startingOffsets={"0": 5}).count()
+        )
+
+    options = {"brokers": brokers, "stream": retained, "startingOffsets": '{"0": 5}'}
+    with caplog.at_level("WARNING", logger="aioclients.spark.liftbridge"):
+        reader = await asyncio.to_thread(
+            LiftbridgeBatchReader, {**options, "failOnDataLoss": "false"}
+        )
+    assert (reader.ranges[0].first, reader.ranges[0].last) == (50, 1049)
+    assert any("offsets 5..49" in r.getMessage() for r in caplog.records)
+    df = await in_thread(
+        spark,
+        lambda: read(spark, brokers, retained, startingOffsets={"0": 5}, failOnDataLoss="false"),
+    )
+    assert await in_thread(spark, df.count) == 1000
+    # "earliest" (the default) starts at the oldest kept: no loss.
+    assert await in_thread(spark, read(spark, brokers, retained).count) == 1000
 
 
 # -- writing ---------------------------------------------------------------------------------

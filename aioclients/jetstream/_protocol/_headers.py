@@ -59,23 +59,38 @@ def encode_headers(headers: Mapping[str, str | list[str]]) -> bytes:
     return b"".join(parts)
 
 
-def decode_headers(block: bytes) -> Headers:
+def decode_headers(block: bytes, *, strict: bool = True) -> Headers:
     """Decode a ``NATS/1.0`` header block; repeated keys become lists.
 
     An inline status (``NATS/1.0 404 Not Found``) is returned under ``Status``
-    and ``Description``.
+    and ``Description``. Text is UTF-8 by convention only: undecodable bytes in
+    a description or a value become U+FFFD. A status code that is not digits
+    raises (``strict``) or is left out (not ``strict``, as nats-py does), and so
+    are malformed header lines (see :func:`decode_header_lines`).
+
+    Raises:
+        RemoteProtocolError: the block is malformed (always when it does not
+            start with ``NATS/1.0``; otherwise only when ``strict``).
     """
     if not block.startswith(b"NATS/1.0"):
         raise RemoteProtocolError("header block does not start with NATS/1.0", offset=0)
-    lines = block.split(b"\r\n")
+    end = block.find(b"\r\n")
+    first = block if end < 0 else block[:end]
     out: Headers = {}
-    status_line = lines[0][len(b"NATS/1.0") :].strip()
+    status_line = first[len(b"NATS/1.0") :].strip()
     if status_line:
         code, _, desc = status_line.partition(b" ")
-        out["Status"] = code.decode()
+        if code.isdigit():  # bytes.isdigit(): ASCII digits only
+            out["Status"] = code.decode("ascii")
+        elif strict:
+            raise RemoteProtocolError(
+                f"header block status code {code[:20]!r} is not a number",
+                offset=first.find(code, len(b"NATS/1.0")),
+            )
         if desc:
-            out["Description"] = desc.decode()
-    out.update(decode_header_lines(block[len(lines[0]) + 2 :], offset=len(lines[0]) + 2))
+            out["Description"] = desc.strip().decode("utf-8", "replace")
+    if end >= 0:
+        out.update(decode_header_lines(block[end + 2 :], offset=end + 2, strict=strict))
     return out
 
 

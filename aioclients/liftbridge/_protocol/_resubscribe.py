@@ -13,7 +13,9 @@ random 10-500 ms (injected ``random.Random``); each attempt starts at
 ``last_offset + 1`` (or at the original start position when nothing was
 received), keeping the stop position, so that nothing is skipped or repeated.
 :meth:`on_message` drops any offset at or below the last one delivered (a
-replica replaying what we already have) and messages of an older generation.
+replica replaying what we already have), any below ``start_offset`` (a broker
+asked to start past the end starts at its next message) and messages of an
+older generation.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class Resubscriber:
         wait_time: how long to keep trying after a loss (``resubscribe_wait_time``).
         rng: the random source for the jittered waits.
         min_wait, max_wait: bounds of one wait, seconds.
+        start_offset: the requested start offset (OFFSET subscriptions): lower
+            offsets are dropped.
     """
 
     def __init__(
@@ -66,6 +70,7 @@ class Resubscriber:
         rng: Random,
         min_wait: float = MIN_WAIT,
         max_wait: float = MAX_WAIT,
+        start_offset: int | None = None,
     ) -> None:
         if wait_time < 0:
             raise ValueError(f"wait_time must be >= 0, got {wait_time!r}")
@@ -77,6 +82,10 @@ class Resubscriber:
         self.max_wait = max_wait
         self.state = ResubscriberState.STREAMING
         self.last_offset: int | None = None
+        # Offsets at or below this are dropped: the last delivered one, or
+        # before that start_offset - 1 (a Liftbridge broker asked to start past
+        # the end delivers from the next message, whatever its offset).
+        self._floor = -1 if start_offset is None else start_offset - 1
         self.generation = 0
         self.attempts = 0
         self.deadline: float | None = None
@@ -88,9 +97,9 @@ class Resubscriber:
         """Record a received offset; False means "drop it" (stale or repeated)."""
         if generation is not None and generation != self.generation:
             return False
-        if self.last_offset is not None and offset <= self.last_offset:
+        if offset <= self._floor:
             return False
-        self.last_offset = offset
+        self._floor = self.last_offset = offset
         return True
 
     def resume_offset(self) -> int | None:

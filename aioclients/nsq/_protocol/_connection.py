@@ -48,6 +48,7 @@ from aioclients.nsq._errors import (
     NSQConnectError,
     NSQError,
     NSQProtocolError,
+    identify_refused,
     parse_error_frame,
 )
 from aioclients.nsq._protocol import _frames as F
@@ -522,8 +523,12 @@ class ConnectionCore:
             offset = self.decoder.offset
             ftype, payload = frames[0]
             if ftype == F.FRAME_ERROR:
+                refused_identify = self.state is ConnectionState.IDENTIFYING
                 self.state = ConnectionState.CLOSED
-                raise self._error(payload)
+                error = self._error(payload)
+                if refused_identify:
+                    error = identify_refused(error)
+                raise error
             if ftype == F.FRAME_MESSAGE or ftype == F.FRAME_OVERSIZED_MESSAGE:
                 raise NSQProtocolError(
                     f"message frame during the handshake ({self.state.value})", offset=offset

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from aioclients._core import redact_url
 from aioclients.spark._errors import DataSourceOptionError
 
 __all__ = ("OptionReader",)
@@ -58,7 +59,7 @@ class OptionReader:
                 scheme, _, rest = url.partition("://")
             if scheme not in ("nats", "tls") or not rest:
                 raise DataSourceOptionError(
-                    f"option {name!r}: {url!r} is not a NATS URL; "
+                    f"option {name!r}: {redact_url(url)!r} is not a NATS URL; "
                     f"use {self._example(name, example)}"
                 )
         return [u if "://" in u else f"nats://{u}" for u in urls]
@@ -112,6 +113,18 @@ class OptionReader:
                 f"option {name!r} must be {choices}, got {value!r}; e.g. {self._example(name, '1')}"
             )
         return number
+
+    def boolean(self, name: str, *, default: bool) -> bool:
+        """``true`` or ``false`` (any case)."""
+        value = self.get(name)
+        if value is None:
+            return default
+        if value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise DataSourceOptionError(
+            f"option {name!r} must be 'true' or 'false', got {value!r}; "
+            f"e.g. {self._example(name, 'false')}"
+        )
 
     def unknown(self, known: set[str]) -> list[str]:
         """Option names outside ``known`` (lower-cased), for a warning or an error."""

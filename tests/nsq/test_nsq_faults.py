@@ -1,7 +1,11 @@
 """Reader and Producer against nsqd behind a FaultProxy that freezes, resets and
 refuses mid-operation: every call ends within its bound with a typed error, a
 frozen nsqd is detected by its missing heartbeats, and no message is lost or
-finished twice."""
+finished twice.
+
+These keep their own NsqdEmulator even when AIOCLIENTS_TEST_NSQD_* name a real nsqd:
+they need heartbeats and msg timeouts below nsqd's 1 s minimums to stay fast
+(``min_heartbeat_interval`` / ``min_msg_timeout``, emulator-only settings)."""
 
 from __future__ import annotations
 

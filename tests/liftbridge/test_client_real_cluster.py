@@ -1,0 +1,419 @@
+"""What a real Liftbridge cluster answers that the emulator did not (scripted stubs).
+
+A real cluster applies metadata changes through Raft, broker by broker, so a
+broker may answer from its old state for some ms; a paused partition's Subscribe
+fails with texts of its own; two members creating a group race; a broker asked
+to start past the end starts at its next message. Each test scripts the brokers'
+answers and checks that the client copes without retries by the user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+
+import aioclients.liftbridge as lb
+from aioclients.liftbridge._client import Client
+from aioclients.liftbridge._io._grpc import ChannelFactory
+from aioclients.liftbridge._pb import api_pb2 as pb
+from aioclients.liftbridge._protocol._resubscribe import Resubscriber
+
+WAIT = 5.0
+
+
+class _RpcError(grpc.aio.AioRpcError):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+class Brokers:
+    """Every broker's stub: a call takes the next scripted outcome (an error or a
+    response) from one shared list; with the list empty it answers ``defaults``."""
+
+    def __init__(self, outcomes: list[Any], defaults: dict[str, Any] | None = None) -> None:
+        self.outcomes = outcomes
+        self.defaults = defaults or {}
+        self.log: list[tuple[str, str]] = []
+        self.calls = asyncio.Event()
+
+    def stub(self, name: str) -> Any:
+        brokers = self
+
+        class Stub:
+            def __getattr__(self, method: str) -> Any:
+                async def call(request: Any, *, timeout: float | None = None) -> Any:
+                    brokers.log.append((name, method))
+                    brokers.calls.set()
+                    if brokers.outcomes:
+                        outcome = brokers.outcomes.pop(0)
+                    else:
+                        outcome = brokers.defaults[method]
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    return outcome
+
+                return call
+
+        return Stub()
+
+    def methods(self) -> list[str]:
+        return [m for _, m in self.log]
+
+
+def metadata(
+    *, stream: str | None = "s", paused: bool = False, readonly: bool = False, leader: str = "a"
+) -> pb.FetchMetadataResponse:
+    resp = pb.FetchMetadataResponse(
+        brokers=[pb.Broker(id="a", host="a", port=1), pb.Broker(id="b", host="b", port=2)]
+    )
+    if stream is not None:
+        md = resp.streamMetadata.add(name=stream, subject=stream)
+        md.partitions[0].CopyFrom(
+            pb.PartitionMetadata(
+                id=0, leader=leader, replicas=["a"], isr=["a"], paused=paused, readonly=readonly
+            )
+        )
+    return resp
+
+
+def not_found(details: str) -> _RpcError:
+    return _RpcError(grpc.StatusCode.NOT_FOUND, details)
+
+
+def publish_ok(offset: int) -> pb.PublishResponse:
+    return pb.PublishResponse(ack=pb.Ack(stream="s", partitionSubject="s", offset=offset))
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[Client]:
+    c = Client(
+        ["a:1", "b:2"],
+        factory=ChannelFactory(None),
+        resubscribe_wait_time=1.0,
+        ack_wait_time=1.0,
+        max_conns_per_broker=1,
+        keepalive_time=1.0,
+        max_rpc_attempts=4,
+        rng=random.Random(3),
+    )
+    c._jitter = lambda: 0.001  # type: ignore[method-assign]
+    yield c
+    await c.close()
+
+
+def script(client: Client, outcomes: list[Any], defaults: dict[str, Any] | None = None) -> Brokers:
+    brokers = Brokers(outcomes, defaults)
+    stubs = {a: brokers.stub(a) for a in ("a:1", "b:2")}
+    client._channel = lambda address: address  # type: ignore[assignment, method-assign, return-value]
+    client._stub_for = lambda channel: stubs[channel]  # type: ignore[method-assign, index]
+    return brokers
+
+
+# -- publish right after create_stream (P5) ---------------------------------------------
+
+
+async def test_a_publish_answered_not_found_is_repeated_while_the_metadata_lists_the_stream(
+    client: Client,
+) -> None:
+    # The broker asked had not applied the CreateStream yet: NOT_FOUND means
+    # nothing was stored, so a second send cannot duplicate the message.
+    brokers = script(client, [not_found("no such stream: s"), metadata(), publish_ok(0)])
+    ack = await asyncio.wait_for(client.publish("s", b"v", partition=0), WAIT)
+    assert ack is not None
+    assert ack.offset == 0
+    assert brokers.methods() == ["Publish", "FetchMetadata", "Publish"]
+
+
+async def test_a_publish_to_a_stream_nobody_lists_fails_at_once(client: Client) -> None:
+    brokers = script(client, [not_found("no such stream: s"), metadata(stream=None)])
+    with pytest.raises(lb.NoSuchStreamError):
+        await asyncio.wait_for(client.publish("s", b"v", partition=0), WAIT)
+    assert brokers.methods() == ["Publish", "FetchMetadata"]
+
+
+async def test_a_publish_is_still_not_repeated_after_it_broke_in_flight(client: Client) -> None:
+    brokers = script(client, [_RpcError(grpc.StatusCode.CANCELLED, "Cancelled"), publish_ok(1)])
+    with pytest.raises(lb.LiftbridgeConnectError):
+        await asyncio.wait_for(client.publish("s", b"v", partition=0), WAIT)
+    assert brokers.methods() == ["Publish"]
+
+
+async def test_an_all_ack_timeout_says_to_raise_ack_wait_time(client: Client) -> None:
+    script(client, [_RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")])
+    with pytest.raises(lb.LiftbridgeTimeoutError, match=r"replica\.max\.idle\.wait"):
+        await client.publish("s", b"v", partition=0, ack_policy=lb.AckPolicy.ALL)
+
+
+# -- stream changes return once every broker shows them (L2) -----------------------------
+
+
+async def test_create_stream_returns_once_every_broker_lists_the_stream(client: Client) -> None:
+    created = pb.CreateStreamResponse()
+    brokers = script(
+        client, [created, metadata(stream=None), metadata(), metadata()], {"FetchMetadata": None}
+    )
+    await asyncio.wait_for(client.create_stream("s", "s"), WAIT)
+    # a:1 did not list it at first: asked again; b:2 listed it at once
+    assert brokers.methods() == ["CreateStream", "FetchMetadata", "FetchMetadata", "FetchMetadata"]
+    assert brokers.outcomes == []
+
+
+async def test_delete_stream_returns_once_no_broker_lists_the_stream(client: Client) -> None:
+    gone = metadata(stream=None)
+    brokers = script(client, [pb.DeleteStreamResponse(), metadata(), gone, gone])
+    await asyncio.wait_for(client.delete_stream("s"), WAIT)
+    assert brokers.methods().count("FetchMetadata") == 3
+    assert brokers.outcomes == []
+
+
+async def test_set_stream_readonly_false_returns_once_every_broker_shows_it(
+    client: Client,
+) -> None:
+    # A publish sent to a broker that still had the partition readonly was
+    # dropped without an ack (Liftbridge 1.9): wait until none has.
+    brokers = script(
+        client,
+        [
+            pb.SetStreamReadonlyResponse(),
+            metadata(readonly=True),
+            metadata(readonly=False),
+            metadata(readonly=False),
+        ],
+    )
+    await asyncio.wait_for(client.set_stream_readonly("s", readonly=False), WAIT)
+    assert brokers.methods().count("FetchMetadata") == 3
+    assert brokers.outcomes == []
+
+
+async def test_pause_stream_returns_once_every_broker_shows_it(client: Client) -> None:
+    brokers = script(
+        client,
+        [
+            pb.PauseStreamResponse(),
+            metadata(paused=False),
+            metadata(paused=True),
+            metadata(paused=True),
+        ],
+    )
+    await asyncio.wait_for(client.pause_stream("s"), WAIT)
+    assert brokers.outcomes == []
+
+
+async def test_a_broker_that_does_not_answer_is_not_waited_for(client: Client) -> None:
+    down = _RpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+    brokers = script(client, [pb.CreateStreamResponse(), down, metadata()])
+    await asyncio.wait_for(client.create_stream("s", "s"), WAIT)
+    assert brokers.outcomes == []
+
+
+async def test_a_call_with_no_metadata_leader_yet_is_asked_again(client: Client) -> None:
+    # A fresh cluster (or one electing a new metadata leader) has nobody to
+    # forward CreateStream to: "nats: no responders available for request".
+    no_leader = _RpcError(grpc.StatusCode.INTERNAL, "nats: no responders available for request")
+    brokers = script(client, [no_leader, pb.CreateStreamResponse(), metadata(), metadata()])
+    await asyncio.wait_for(client.create_stream("s", "s"), WAIT)
+    assert brokers.methods()[:2] == ["CreateStream", "CreateStream"]
+
+
+# -- consumer groups (P2, P2b, P3, P4) ------------------------------------------------------
+
+
+def joined(epoch: int, *, coordinator_timeout: float = 15.0) -> pb.JoinConsumerGroupResponse:
+    return pb.JoinConsumerGroupResponse(
+        coordinator="a",
+        epoch=epoch,
+        consumerTimeout=int(15e9),
+        coordinatorTimeout=int(coordinator_timeout * 1e9),
+    )
+
+
+def group_metadata(epoch: int) -> pb.FetchMetadataResponse:
+    resp = metadata()
+    resp.groupMetadata.add(groupId="g", coordinator="a", epoch=epoch)
+    return resp
+
+
+def assignments(epoch: int) -> pb.FetchConsumerGroupAssignmentsResponse:
+    return pb.FetchConsumerGroupAssignmentsResponse(epoch=epoch)
+
+
+async def test_a_join_that_lost_the_race_to_create_the_group_joins_it(client: Client) -> None:
+    lost = _RpcError(grpc.StatusCode.FAILED_PRECONDITION, "consumer group already exists")
+    brokers = script(client, [lost, joined(245)])
+    join = await asyncio.wait_for(client.join_consumer_group("g", "m2", ["s"]), WAIT)
+    assert join.epoch == 245
+    assert brokers.methods() == ["JoinConsumerGroup", "JoinConsumerGroup"]
+
+
+async def test_the_first_assignments_fetch_waits_for_the_coordinator_to_know_the_group(
+    client: Client,
+) -> None:
+    client._metadata.update(metadata(), now=0.0)
+    brokers = script(
+        client,
+        [
+            joined(0),
+            not_found("consumer group does not exist"),  # the join not applied there yet
+            group_metadata(0),
+            assignments(0),
+        ],
+        {"LeaveConsumerGroup": pb.LeaveConsumerGroupResponse()},
+    )
+    async with client.consumer("g", ["s"], consumer_id="m1", checkpoint_interval=None) as c:
+        assert c.epoch == 0
+    assert brokers.methods()[:4] == [
+        "JoinConsumerGroup",
+        "FetchConsumerGroupAssignments",
+        "FetchMetadata",
+        "FetchConsumerGroupAssignments",
+    ]
+
+
+async def test_a_new_epoch_is_read_from_the_metadata_without_rejoining_or_reporting(
+    client: Client,
+) -> None:
+    client._metadata.update(metadata(), now=0.0)
+    epoch_differs = _RpcError(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "client-provided group epoch differs from broker group epoch",
+    )
+    brokers = script(
+        client,
+        [joined(0), assignments(0), epoch_differs, group_metadata(312)],
+        {
+            "FetchConsumerGroupAssignments": assignments(312),
+            "LeaveConsumerGroup": pb.LeaveConsumerGroupResponse(),
+        },
+    )
+    async with client.consumer(
+        "g", ["s"], consumer_id="m1", checkpoint_interval=None, fetch_interval=0.01
+    ) as c:
+        async with asyncio.timeout(WAIT):
+            while c.epoch != 312 or "FetchMetadata" not in brokers.methods():
+                brokers.calls.clear()
+                await brokers.calls.wait()
+    assert "JoinConsumerGroup" not in brokers.methods()[1:]
+    assert "ReportConsumerGroupCoordinator" not in brokers.methods()
+
+
+async def test_the_coordinator_is_reported_only_after_coordinator_timeout_without_answer(
+    client: Client,
+) -> None:
+    client._metadata.update(metadata(), now=0.0)
+    down = _RpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+    brokers = script(
+        client,
+        [joined(0, coordinator_timeout=0.3), assignments(0)],
+        {
+            "FetchConsumerGroupAssignments": down,
+            "FetchMetadata": group_metadata(0),
+            "ReportConsumerGroupCoordinator": pb.ReportConsumerGroupCoordinatorResponse(),
+            "LeaveConsumerGroup": pb.LeaveConsumerGroupResponse(),
+        },
+    )
+    loop = asyncio.get_running_loop()
+    async with client.consumer(
+        "g", ["s"], consumer_id="m1", checkpoint_interval=None, fetch_interval=0.02
+    ):
+        started = loop.time()
+        async with asyncio.timeout(WAIT):
+            while "ReportConsumerGroupCoordinator" not in brokers.methods():
+                brokers.calls.clear()
+                await brokers.calls.wait()
+        assert loop.time() - started >= 0.25
+        failed_fetches = brokers.methods().count("FetchConsumerGroupAssignments") - 1
+        assert failed_fetches >= 3  # retried several times before reporting
+    assert brokers.methods().count("ReportConsumerGroupCoordinator") == 1
+
+
+# -- subscribing (P1, P7) ------------------------------------------------------------------
+
+
+class FakeCall:
+    def __init__(self, reads: list[Any]) -> None:
+        self.reads = reads
+        self.cancelled = False
+
+    async def read(self) -> Any:
+        if not self.reads:
+            await asyncio.Event().wait()
+        item = self.reads.pop(0)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+
+def script_subscribe(client: Client, calls: list[FakeCall]) -> None:
+    client._metadata.update(metadata(), now=0.0)
+
+    class Stub:
+        def Subscribe(self, request: Any) -> FakeCall:
+            return calls.pop(0)
+
+    async def acquire(address: str) -> Any:
+        return address
+
+    client._acquire_subscribe_channel = acquire  # type: ignore[method-assign, assignment]
+    client._release_subscribe_channel = lambda address, channel: None  # type: ignore[method-assign]
+    client._stub_for = lambda channel: Stub()  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize(
+    ("code", "details"),
+    [
+        (grpc.StatusCode.INTERNAL, "Failed to create stream reader: segment has been closed"),
+        (grpc.StatusCode.INTERNAL, "Failed to create stream reader: commit log closed"),
+        (grpc.StatusCode.FAILED_PRECONDITION, "commit log was closed"),
+    ],
+)
+async def test_subscribing_to_a_paused_partition_says_to_resume(
+    client: Client, code: grpc.StatusCode, details: str
+) -> None:
+    script_subscribe(client, [FakeCall([_RpcError(code, details)])])
+    sub = client.subscribe("s")
+    with pytest.raises(lb.PartitionPausedError, match=r"resume=True"):
+        await asyncio.wait_for(sub.open(), WAIT)
+
+
+async def test_not_leader_on_subscribe_is_still_retried(client: Client) -> None:
+    not_leader = _RpcError(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
+    second = FakeCall([pb.Message(), pb.Message(offset=0, value=b"x")])
+    script_subscribe(client, [FakeCall([not_leader]), second])
+    client._refresh_metadata = lambda: asyncio.sleep(0)  # type: ignore[method-assign, assignment, return-value]
+    async with asyncio.timeout(WAIT):
+        async with client.subscribe("s") as sub:
+            msg = await sub.__anext__()
+    assert msg.value == b"x"
+
+
+async def test_offsets_below_start_offset_are_not_delivered(client: Client) -> None:
+    # Asked to start at 100 on a partition whose end is 4, a real broker sends
+    # its next message (offset 5) and on.
+    call = FakeCall(
+        [pb.Message()] + [pb.Message(offset=o, value=b"%d" % o) for o in (5, 99, 100, 101)]
+    )
+    script_subscribe(client, [call])
+    async with asyncio.timeout(WAIT):
+        async with client.subscribe("s", start_offset=100) as sub:
+            got = [(await sub.__anext__()).offset, (await sub.__anext__()).offset]
+    assert got == [100, 101]
+
+
+def test_the_resubscriber_drops_offsets_below_the_start() -> None:
+    res = Resubscriber(wait_time=1.0, rng=random.Random(1), start_offset=100)
+    assert [res.on_message(o) for o in (5, 99, 100, 100, 101)] == [False, False, True, False, True]
+    assert res.last_offset == 101
+    plain = Resubscriber(wait_time=1.0, rng=random.Random(1))
+    assert plain.on_message(0)
+    assert not plain.on_message(0)
+    assert plain.last_offset == 0

@@ -1,0 +1,232 @@
+"""Every ```python block in README.md and docs/ runs, against embedded servers.
+
+Blocks are written for the default ports of a local setup (nats-server on 4222, nsqd on
+4150/4151, nsqlookupd on 4160/4161, Liftbridge brokers on 9292/9293). Each block runs in a
+subprocess of its own, with those addresses replaced by a fresh nats-server and, when the
+block names their ports, fresh NSQ and Liftbridge emulators. A block that defines
+``test_*`` functions is a pytest module and runs under pytest (with aioclients' fixtures);
+any other block runs as a script and must exit 0.
+
+A marker comment on the line right before a block changes how it runs (the comment is
+invisible in the rendered page):
+
+    <!-- docs-test: skip <why> -->   not run (a fragment); keep these rare
+    <!-- docs-test: spark -->        a Spark block: marked ``spark``, given more time
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aioclients.testing import LiftbridgeCluster, NatsServer, NsqdEmulator, NsqlookupdEmulator
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+_FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+_MARKER = re.compile(r"<!--\s*docs-test:\s*(\w+)\s*(.*?)\s*-->\s*$")
+
+NATS_DEFAULT = "nats://127.0.0.1:4222"
+NSQ_PORTS = ("127.0.0.1:4150", "127.0.0.1:4151", "127.0.0.1:4160", "127.0.0.1:4161")
+LIFTBRIDGE_PORTS = ("127.0.0.1:9292", "127.0.0.1:9293")
+
+
+@dataclass(frozen=True)
+class Block:
+    path: Path
+    line: int
+    code: str
+    marker: str  # "", "skip" or "spark"
+    reason: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def collect() -> list[Block]:
+    blocks = []
+    for path in SOURCES:
+        text = path.read_text()
+        for match in _FENCE.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            marker = _MARKER.search(before)
+            kind, reason = (marker[1], marker[2]) if marker else ("", "")
+            if kind not in ("", "skip", "spark"):
+                raise ValueError(f"{path}:{line}: unknown docs-test marker {kind!r}")
+            blocks.append(Block(path, line, match[1], kind, reason))
+    return blocks
+
+
+BLOCKS = collect()
+
+
+def _param(block: Block) -> Any:
+    marks: list[Any] = []
+    if block.marker == "skip":
+        marks.append(pytest.mark.skip(reason=f"docs-test: skip {block.reason}"))
+    elif block.marker == "spark":
+        marks.append(pytest.mark.spark)
+    return pytest.param(block, id=block.id, marks=marks)
+
+
+class _Emulators:
+    """NSQ and Liftbridge emulators on an event loop in a thread of their own, so that
+    they serve the block's subprocess while the test waits for it."""
+
+    def __init__(self, nats_url: str, *, nsq: bool, liftbridge: bool) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._stack: list[Any] = []
+        self.addresses: dict[str, str] = {}
+        self._call(self._start(nats_url, nsq, liftbridge))
+
+    def _call(self, coro: Any) -> Any:
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return future.result(timeout=60)
+
+    async def _enter(self, server: Any) -> Any:
+        await server.__aenter__()
+        self._stack.append(server)
+        return server
+
+    async def _start(self, nats_url: str, nsq: bool, liftbridge: bool) -> None:
+        if nsq:
+            lookupd = await self._enter(NsqlookupdEmulator())
+            nsqd = await self._enter(
+                NsqdEmulator(
+                    lookupd_tcp_addresses=[lookupd.tcp_address], min_heartbeat_interval=0.1
+                )
+            )
+            self.addresses.update(
+                dict(
+                    zip(
+                        NSQ_PORTS,
+                        (
+                            nsqd.tcp_address,
+                            nsqd.http_address,
+                            lookupd.tcp_address,
+                            lookupd.http_address,
+                        ),
+                        strict=True,
+                    )
+                )
+            )
+        if liftbridge:
+            cluster = await self._enter(LiftbridgeCluster(2, nats_url=nats_url))
+            self.addresses.update(dict(zip(LIFTBRIDGE_PORTS, cluster.addresses, strict=True)))
+
+    async def _stop(self) -> None:
+        while self._stack:
+            await self._stack.pop().__aexit__(None, None, None)
+
+    def close(self) -> None:
+        try:
+            self._call(self._stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            self._loop.close()
+
+
+@pytest.fixture
+def servers(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    block: Block = request.node.callspec.params["block"]
+    with NatsServer() as nats:
+        emulators = _Emulators(
+            nats.url,
+            nsq=any(port in block.code for port in NSQ_PORTS),
+            liftbridge=any(port in block.code for port in LIFTBRIDGE_PORTS),
+        )
+        try:
+            yield {NATS_DEFAULT: nats.url, **emulators.addresses}
+        finally:
+            emulators.close()
+
+
+def test_blocks_were_found() -> None:
+    assert len(BLOCKS) >= 20, [b.id for b in BLOCKS]
+    skipped = [b.id for b in BLOCKS if b.marker == "skip"]
+    # Fragments are the exception: a snippet a reader copies should run as it is.
+    assert len(skipped) <= 3, skipped
+
+
+@pytest.mark.parametrize("block", [_param(b) for b in BLOCKS])
+def test_code_block_runs(block: Block, servers: dict[str, str], tmp_path: Path) -> None:
+    code = block.code
+    for default, actual in servers.items():
+        code = code.replace(default, actual)
+    is_pytest = re.search(r"^(async )?def test_", code, re.MULTILINE) is not None
+    script = tmp_path / ("test_block.py" if is_pytest else "block.py")
+    script.write_text(code)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable)
+    for name in [n for n in env if n.startswith("AIOCLIENTS_TEST_")]:
+        del env[name]  # the blocks run against the servers started here
+    if is_pytest:
+        # Under pytest with aioclients' plugin, outside this project's config; its fixtures
+        # start servers of their own (an external one would make restart() skip the test).
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "asyncio_mode=auto",
+            "--rootdir",
+            str(tmp_path),
+            str(script),
+        ]
+    else:
+        command = [sys.executable, str(script)]
+    result = subprocess.run(
+        command,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240 if block.marker == "spark" else 60,
+    )
+    assert result.returncode == 0, (
+        f"{block.id} failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    if is_pytest:
+        assert re.search(r"^\d+ passed in ", result.stdout, re.MULTILINE), (
+            f"{block.id}: every test of the block must pass, none skipped:\n{result.stdout}"
+        )
+
+
+API_MODULES = ["jetstream", "liftbridge", "nsq", "spark", "testing"]
+
+
+@pytest.mark.parametrize("module", API_MODULES)
+def test_api_page_lists_every_public_name(module: str) -> None:
+    """docs/api/<module>.md lists its members in reading order; a name added to
+    ``__all__`` must be placed there too (or the reference silently leaves it out)."""
+    page = (ROOT / "docs" / "api" / f"{module}.md").read_text()
+    block = page.split(f"::: aioclients.{module}\n", 1)[1].split(":::", 1)[0]
+    listed = re.findall(r"^\s+- (\w+)$", block, re.MULTILINE)
+    public = importlib.import_module(f"aioclients.{module}").__all__
+    assert len(listed) == len(set(listed)), "a name is listed twice"
+    assert set(listed) == set(public), (
+        f"add to docs/api/{module}.md: {sorted(set(public) - set(listed))}; "
+        f"not public: {sorted(set(listed) - set(public))}"
+    )
