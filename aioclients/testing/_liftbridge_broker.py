@@ -18,10 +18,15 @@ What they do, as a Liftbridge v1.9 server does it:
   real server.
 * Subscribe checks the partition (NOT_FOUND) and leadership
   (FAILED_PRECONDITION), sends one empty ``Message`` to confirm, then streams
-  the log from the start position; it ends with RESOURCE_EXHAUSTED at the stop
-  offset or the end of a read-only partition, NOT_FOUND when the stream is
-  deleted, FAILED_PRECONDITION when the partition is paused, and UNAVAILABLE
-  when this broker stops.
+  the committed log (up to this broker's high watermark) from the start
+  position; a start past the high watermark waits for the next message. It
+  ends with RESOURCE_EXHAUSTED at the stop offset or the end of a read-only
+  partition, NOT_FOUND when the stream is deleted, FAILED_PRECONDITION
+  ``commit log was closed`` when the partition is paused, and UNAVAILABLE when
+  this broker stops. Like the server it does not check for a paused partition:
+  a reader that needs a segment of the closed log fails at once (INTERNAL
+  ``Failed to create stream reader: segment has been closed``), one that would
+  wait is confirmed and then ends as above.
 
 Status codes and messages follow the Liftbridge server source.
 """
@@ -66,8 +71,12 @@ log = logging.getLogger("aioclients.testing.liftbridge")
 _NONE = api_pb2.NONE
 _ALL = api_pb2.ALL
 _EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
+_PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
+_LOG_CLOSED = "commit log was closed"  # a reader on a paused (closed) log ends so
+_SEGMENT_CLOSED = "segment has been closed"  # opening a reader on a paused (closed) log
 _EMPTY_MESSAGE = b""  # a serialized empty Message: the subscription confirmation
 _ASYNC_ACK_TIMEOUT = 5.0  # how long PublishAsync waits for in-flight acks after the client is done
+_RAFT_COMMIT = 0.2  # a new consumer group commits in this share of metadata_delay (see join)
 _CONSUMER_TIMEOUT_NS = 15_000_000_000  # a member silent this long is evicted
 _COORDINATOR_TIMEOUT_NS = 15_000_000_000
 _PENDING_MSGS = 1 << 22  # a busy benchmark must not hit nats-py's slow-consumer limits
@@ -329,12 +338,17 @@ class Ingester:
         if nc is None:
             return
         state = self.state
-        wanted = {
-            p
-            for stream in state.streams.values()
-            for p in stream.partitions.values()
-            if p.leader in state.live and not p.paused and not p.deleted
-        }
+        # As each partition's leader sees it: a lagging leader still takes
+        # messages for a partition deleted or paused a moment ago.
+        streams = list(state.streams.values()) + state.deleted_streams
+        wanted = set()
+        for stream in streams:
+            for p in stream.partitions.values():
+                if p.leader not in state.live:
+                    continue
+                t = state.view_time(p.leader)
+                if not p.deleted_by(t) and not p.flags_at(t)[0]:
+                    wanted.add(p)
         for p in list(self._subs):
             if p not in wanted:
                 sub = self._subs.pop(p)
@@ -371,7 +385,16 @@ class Ingester:
         return on_msg
 
     def _ingest(self, p: Partition, subject: str, reply: str, data: bytes) -> None:
-        if p.deleted or p.paused or p.leader not in self.state.live:
+        if p.flag_history or p.deleted:
+            # A change is recent: decide as the partition leader sees it (it applies
+            # deletes, pauses and read-only flips late, like every follower).
+            t = self.state.view_time(p.leader)
+            if p.deleted_by(t):
+                return
+            paused, readonly = p.flags_at(t)
+        else:
+            paused, readonly = p.paused, p.readonly
+        if paused or p.leader not in self.state.live:
             return  # a real leader has unsubscribed by then: the message is not stored
         reception = now_ns()
         msg = envelope.decode_message(data)
@@ -387,8 +410,11 @@ class Ingester:
         else:
             msg = api_pb2.Message(value=data)
             ack_inbox, correlation_id, ack_policy, expected = "", "", api_pb2.LEADER, 0
-        if p.readonly:
-            return  # the log refuses the write; no ack
+        if readonly:
+            # The log refuses the write and the leader drops it without an ack
+            # (Liftbridge v1.9.0 acks only INCORRECT_OFFSET append errors): a
+            # publish during a read-only flip times out.
+            return
         if p.stream.concurrency_control and expected != p.newest_offset + 1:
             if ack_inbox:
                 self._send_ack(
@@ -410,17 +436,20 @@ class Ingester:
         headers["reply"] = reply.encode()
         offset, ts = p.append_message(msg, reception)
         if ack_policy != _NONE and ack_inbox:
-            self._send_ack(
-                _ack(
-                    p,
-                    subject,
-                    ack_inbox,
-                    correlation_id,
-                    ack_policy,
-                    offset=offset,
-                    receptionTimestamp=ts,
-                )
+            ack = _ack(
+                p,
+                subject,
+                ack_inbox,
+                correlation_id,
+                ack_policy,
+                offset=offset,
+                receptionTimestamp=ts,
             )
+            if ack_policy == _ALL and p.committed <= offset:
+                # Acked once the followers have it (the high watermark covers it).
+                p.pending_acks.append((offset, lambda: self._send_ack(ack)))
+            else:
+                self._send_ack(ack)
 
     def _send_ack(self, ack: api_pb2.Ack) -> None:
         local = self.state.local_acks.get(ack.ackInbox)
@@ -596,7 +625,13 @@ class Broker:
         """Check a publish like the server does; returns the partition and its subject."""
         if not req.stream:
             raise _PublishError(api_pb2.PublishAsyncError.BAD_REQUEST, "no stream provided")
-        stream = self.state.streams.get(req.stream)
+        # This broker's view of the metadata (it may lag: view_time).
+        state = self.state
+        t = None if state.metadata_delay <= 0 else state.view_time(self.id)
+        if t is None:
+            stream = state.streams.get(req.stream)
+        else:
+            stream = state.stream_view(self.id, req.stream)
         if stream is None:
             raise _PublishError(
                 api_pb2.PublishAsyncError.NOT_FOUND, f"no such stream: {req.stream}"
@@ -606,7 +641,7 @@ class Broker:
             raise _PublishError(
                 api_pb2.PublishAsyncError.NOT_FOUND, f"no such partition: {req.partition}"
             )
-        if p.readonly:
+        if p.readonly if t is None else p.flags_at(t)[1]:
             raise _PublishError(
                 api_pb2.PublishAsyncError.READONLY, f"readonly partition: {req.partition}"
             )
@@ -732,6 +767,9 @@ class Broker:
         self, req: api_pb2.FetchMetadataRequest, context: _Ctx
     ) -> api_pb2.FetchMetadataResponse:
         state = self.state
+        me = self.id
+        t = state.view_time(me)
+        streams = state.streams_view(me)
         partition_counts, leader_counts = state.leader_counts()
         resp = api_pb2.FetchMetadataResponse()
         for b in self.hooks.live_brokers():
@@ -743,15 +781,16 @@ class Broker:
                 partitionCount=partition_counts.get(b.id, 0),
                 leaderCount=leader_counts.get(b.id, 0),
             )
-        names = list(req.streams) or list(state.streams)
+        names = list(req.streams) or list(streams)
         for name in names:
-            stream = state.streams.get(name)
+            stream = streams.get(name)
             if stream is None:
                 resp.streamMetadata.add(name=name, error=api_pb2.StreamMetadata.UNKNOWN_STREAM)
             else:
-                resp.streamMetadata.append(stream.to_proto())
+                # Offsets are this broker's own (-1 where it holds no replica).
+                resp.streamMetadata.append(stream.to_proto(me, t))
         for group_id in req.groups:
-            group = state.groups.get(group_id)
+            group = state.group_view(me, group_id)
             if group is None:
                 resp.groupMetadata.add(
                     groupId=group_id, error=api_pb2.ConsumerGroupMetadata.UNKNOWN_GROUP
@@ -765,12 +804,14 @@ class Broker:
     async def fetch_partition_metadata(
         self, req: api_pb2.FetchPartitionMetadataRequest, context: _Ctx
     ) -> api_pb2.FetchPartitionMetadataResponse:
-        p = self.state.get_partition(req.stream, req.partition)
+        p = self.state.partition_view(self.id, req.stream, req.partition)
         if p is None:
             raise RpcError("NOT_FOUND", "partition not found")
         if p.leader != self.id:
             raise RpcError("FAILED_PRECONDITION", "The request should be sent to partition leader")
-        return api_pb2.FetchPartitionMetadataResponse(metadata=p.to_proto())
+        return api_pb2.FetchPartitionMetadataResponse(
+            metadata=p.to_proto(self.id, self.state.view_time(self.id))
+        )
 
     # publishing
 
@@ -903,6 +944,8 @@ class Broker:
         p.subscriber_count += 1
         stopping = self._stop_waiter
         assert stopping is not None
+        state = self.state
+        me = self.id
         try:
             offset = start
             entries = p.entries
@@ -911,15 +954,21 @@ class Broker:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "broker is shutting down")
                 if member is not None and member.replaced:
                     return  # another member of the group took the partition: a clean end
-                if p.deleted:
-                    await context.abort(grpc.StatusCode.NOT_FOUND, "commit log deleted")
-                if p.paused:
-                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "commit log closed")
-                if p.leader != self.id and not req.readISRReplica:
+                if p.deleted or p.flag_history:
+                    t = state.view_time(me)  # a recent change: this broker's view
+                    if p.deleted_by(t):
+                        await context.abort(grpc.StatusCode.NOT_FOUND, "commit log deleted")
+                    paused, readonly = p.flags_at(t)
+                else:
+                    paused, readonly = p.paused, p.readonly
+                if paused:
+                    await context.abort(_PRECONDITION, _LOG_CLOSED)
+                if p.leader != me and not req.readISRReplica:
                     # Leadership moved while this broker stays up: the old
                     # leader's log is closed under the reader.
                     await context.abort(grpc.StatusCode.INTERNAL, "commit log closed")
-                n = len(entries)
+                # Readers see committed messages only: up to this broker's high watermark.
+                n = p.committed if p.leader == me else p.replica_hw(me) + 1
                 if offset < p.log_start:
                     offset = p.log_start  # retention passed a slow reader
                 if offset < n:
@@ -930,7 +979,7 @@ class Broker:
                     if stop >= 0 and offset > stop and self.running:
                         await context.abort(_EXHAUSTED, "Stop offset reached")
                     continue
-                if p.readonly:
+                if readonly:
                     await context.abort(_EXHAUSTED, "End of readonly partition")
                 await asyncio.wait((p.changed(), stopping), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -948,8 +997,9 @@ class Broker:
             raise RpcError(
                 "INVALID_ARGUMENT", "Consumer id cannot be empty when group id is provided"
             )
-        p = self.state.get_partition(req.stream, req.partition)
-        if p is None:
+        me = self.id
+        p = self.state.partition_view(me, req.stream, req.partition)
+        if p is None or p.deleted_by(self.state.view_time(me)):
             raise RpcError("NOT_FOUND", "No such partition")
         if p.leader != self.id:
             if not req.readISRReplica:
@@ -967,9 +1017,10 @@ class Broker:
             )
         if req.resume and p.paused:
             await self._resume(p)
-        if p.paused:
-            raise RpcError("INTERNAL", "Failed to create stream reader: commit log closed")
+        paused, readonly = p.flags_at(self.state.view_time(me))
         newest = p.newest_offset
+        # The reader's high watermark: this broker's (a follower's lags the leader's).
+        hw = p.committed - 1 if p.leader == me else p.replica_hw(me)
         pos = req.startPosition
         if pos == api_pb2.OFFSET:
             start = req.startOffset
@@ -985,10 +1036,22 @@ class Broker:
             raise RpcError("INVALID_ARGUMENT", f"Unknown StartPosition {pos}")
         # Below the oldest offset kept (retention): the reader starts at the oldest.
         start = max(start, p.log_start, 0)
+        if paused:
+            # Liftbridge has no paused check here: the reader is opened on the
+            # closed log. Reading committed messages needs a segment, which fails at
+            # once; a reader that waits (log empty or start past the high
+            # watermark) is confirmed, then ends when it looks at the log.
+            if start <= hw:
+                raise RpcError("INTERNAL", f"Failed to create stream reader: {_SEGMENT_CLOSED}")
+            return p, start, -1, None
+        # A start past the high watermark waits for the next committed message,
+        # whatever offset it has (commitlog reader: "If offset exceeds HW, wait for
+        # the next message").
+        start = min(start, hw + 1)
         spos = req.stopPosition
         if spos == api_pb2.STOP_ON_CANCEL:
-            stop = newest if p.readonly else -1
-            if p.readonly and stop < start:
+            stop = newest if readonly else -1
+            if readonly and stop < start:
                 raise RpcError(
                     "INVALID_ARGUMENT", f"Stop offset is before start offset: {stop} < {start}"
                 )
@@ -1067,8 +1130,18 @@ class Broker:
                 raise RpcError("NOT_FOUND", f"stream {name} does not exist")
         self._expire_members()
         state = self.state
-        group = state.groups.get(req.groupId)
-        if group is None:
+        found = state.groups.get(req.groupId)
+        created = found is None
+        if found is not None:
+            group = found
+        else:
+            if state.metadata_delay > 0:
+                # The metadata leader replicates the new group through Raft before
+                # applying it: two members joining a new group at once both get
+                # here, and the second to apply fails (as on the server).
+                await asyncio.sleep(state.metadata_delay * _RAFT_COMMIT)
+                if req.groupId in state.groups:
+                    raise RpcError("FAILED_PRECONDITION", "consumer group already exists")
             live = [b for b in state.broker_ids if b in state.live]
             # Coordinators go round the live brokers by group count.
             coordinator = live[len(state.groups) % len(live)]
@@ -1078,7 +1151,8 @@ class Broker:
             raise RpcError("ALREADY_EXISTS", "consumer is already a member of the consumer group")
         group.members[req.consumerId] = list(req.streams)
         group.last_seen[req.consumerId] = asyncio.get_running_loop().time()
-        state.rebalance(group)
+        # The epoch of a new group is 0; later ones are Raft log indexes.
+        state.rebalance(group, epoch=0 if created else None)
         return api_pb2.JoinConsumerGroupResponse(
             coordinator=group.coordinator,
             epoch=group.epoch,
@@ -1105,6 +1179,7 @@ class Broker:
             self.state.rebalance(group)
         else:
             del self.state.groups[req.groupId]
+            self.state.record_group(req.groupId)
         return api_pb2.LeaveConsumerGroupResponse()
 
     async def fetch_consumer_group_assignments(
@@ -1115,21 +1190,26 @@ class Broker:
         if not req.consumerId:
             raise RpcError("INVALID_ARGUMENT", "No consumerId provided")
         self._expire_members()
-        group = self.state.groups.get(req.groupId)
-        if group is None:
+        # Answered from this broker's view of the group (a coordinator that is not
+        # the metadata leader applies joins and leaves late), checks in the
+        # server's order.
+        view = self.state.group_view(self.id, req.groupId)
+        if view is None:
             raise RpcError("NOT_FOUND", "consumer group does not exist")
-        if req.consumerId not in group.members:
-            raise RpcError("FAILED_PRECONDITION", "consumer is not a member of the consumer group")
-        if group.coordinator != self.id:
+        if view.coordinator != self.id:
             raise RpcError("FAILED_PRECONDITION", "broker is not the consumer group coordinator")
-        if req.epoch != group.epoch:
+        if req.epoch != view.epoch:
             raise RpcError(
                 "FAILED_PRECONDITION",
                 "client-provided group epoch differs from broker group epoch",
             )
-        group.last_seen[req.consumerId] = asyncio.get_running_loop().time()
-        resp = api_pb2.FetchConsumerGroupAssignmentsResponse(epoch=group.epoch)
-        for stream, partitions in group.assignments.get(req.consumerId, {}).items():
+        if req.consumerId not in view.members:
+            raise RpcError("FAILED_PRECONDITION", "consumer is not a member of the consumer group")
+        group = self.state.groups.get(req.groupId)
+        if group is not None and req.consumerId in group.last_seen:
+            group.last_seen[req.consumerId] = asyncio.get_running_loop().time()
+        resp = api_pb2.FetchConsumerGroupAssignmentsResponse(epoch=view.epoch)
+        for stream, partitions in view.assignments.get(req.consumerId, {}).items():
             resp.assignments.add(stream=stream, partitions=partitions)
         return resp
 
@@ -1152,7 +1232,7 @@ class Broker:
             live = [b for b in self.state.broker_ids if b in self.state.live]
             others = [b for b in live if b != group.coordinator] or live
             group.coordinator = others[0]
-            group.epoch += 1
+            self.state.rebalance(group)
         return api_pb2.ReportConsumerGroupCoordinatorResponse()
 
 

@@ -6,7 +6,9 @@ returns an :class:`ExternalLiftbridge` naming those brokers and the NATS server
 of ``AIOCLIENTS_TEST_NATS_URL``; its ``stop_broker`` / ``start_broker`` skip the
 test. Otherwise it starts a :class:`LiftbridgeCluster` of 3 brokers (or
 ``request.param`` brokers when parametrized indirectly) on the session's
-``nats_server``, and stops it after the test.
+``nats_server``, and stops it after the test. With ``AIOCLIENTS_TEST_LIFTBRIDGE_LAG=1``
+the emulator lags like a real cluster (``REALISTIC_METADATA_DELAY``,
+``REALISTIC_REPLICA_MAX_IDLE_WAIT``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from aioclients.testing.liftbridge import LiftbridgeCluster
+from aioclients.testing.liftbridge import (
+    REALISTIC_METADATA_DELAY,
+    REALISTIC_REPLICA_MAX_IDLE_WAIT,
+    LiftbridgeCluster,
+)
 
 if TYPE_CHECKING:
     _async_fixture = pytest.fixture
@@ -27,9 +33,10 @@ else:
     except ImportError:  # pragma: no cover - without it async tests cannot run anyway
         _async_fixture = pytest.fixture
 
-__all__ = ("LIFTBRIDGE_ENV", "ExternalLiftbridge", "liftbridge_cluster")
+__all__ = ("LAG_ENV", "LIFTBRIDGE_ENV", "ExternalLiftbridge", "liftbridge_cluster")
 
 LIFTBRIDGE_ENV = "AIOCLIENTS_TEST_LIFTBRIDGE"
+LAG_ENV = "AIOCLIENTS_TEST_LIFTBRIDGE_LAG"  # "1": the emulator lags like a real cluster
 _NATS_URL_ENV = "AIOCLIENTS_TEST_NATS_URL"
 _DEFAULT_BROKERS = 3
 
@@ -73,5 +80,11 @@ async def liftbridge_cluster(
         return
     brokers = getattr(request, "param", _DEFAULT_BROKERS)
     nats = request.getfixturevalue("nats_server")
-    async with LiftbridgeCluster(brokers, nats_url=nats.url) as cluster:
+    lag = os.environ.get(LAG_ENV, "") not in ("", "0")
+    async with LiftbridgeCluster(
+        brokers,
+        nats_url=nats.url,
+        metadata_delay=REALISTIC_METADATA_DELAY if lag else 0.0,
+        replica_max_idle_wait=REALISTIC_REPLICA_MAX_IDLE_WAIT if lag else 0.0,
+    ) as cluster:
         yield cluster

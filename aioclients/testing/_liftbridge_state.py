@@ -11,16 +11,33 @@ that Subscribe sends (built once, when the message is appended) and its
 timestamp (for TIMESTAMP start and stop positions). Readers that reach the end
 wait on one future per partition, resolved by the next append or state change,
 so a burst of appends wakes each reader once.
+
+What a real cluster does with lag, the emulator reproduces on purpose (the
+client must cope with it; the real numbers are in the class docstrings):
+
+* Metadata (streams, partitions, pause / read-only flags, consumer groups) is
+  applied at once on the metadata leader (the first live broker) and
+  ``metadata_delay`` seconds later on the others, like Raft apply lag. A
+  partition's leader sees a new stream at once (CreateStream waits for it), but
+  applies delete / pause / read-only through the same lag. Every broker
+  answers from its own view (:meth:`ClusterState.view_time`).
+* The high watermark of a replicated partition (ISR > 1) advances only after
+  the followers fetch (:meth:`ClusterState.replicate`): a follower that is
+  caught up sleeps ``replica_max_idle_wait`` and is woken by the leader when
+  data comes, except for the first message of a new partition (as in
+  Liftbridge v1.9.0, where that message waits for the idle fetch).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import math
 import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aioclients.liftbridge._pb import api_pb2
 
@@ -30,6 +47,7 @@ __all__ = (
     "ConsumerGroup",
     "EventTimestamps",
     "GroupMember",
+    "GroupSnapshot",
     "Partition",
     "RpcError",
     "Stream",
@@ -50,6 +68,9 @@ class RpcError(Exception):
 
 def now_ns() -> int:
     return time.time_ns()
+
+
+_NEVER = -math.inf
 
 
 @dataclass(slots=True)
@@ -106,6 +127,28 @@ class Partition:
         self.last_activity = now_ns()  # last append or resume, for auto-pause
         self.group_members: dict[str, GroupMember] = {}
         self._waiter: asyncio.Future[None] | None = None
+        #: entries committed (high watermark + 1) on the leader
+        self.committed = 0
+        #: set on replicated partitions: called after each append instead of committing
+        self.on_append: Callable[[Partition], None] | None = None
+        #: per follower: entries it has fetched, and the high watermark it last learned
+        self.follower_end: dict[str, int] = {}
+        self.follower_hw: dict[str, int] = {}
+        #: whether the leader wakes caught-up followers on the next append (not
+        #: for the first message of a new partition: see ClusterState.replicate)
+        self.notify_armed = False
+        self.last_fetch = time.monotonic()  # the followers' last fetch round
+        self.fetch_timer: asyncio.TimerHandle | asyncio.Handle | None = None
+        self.fetch_idle = False  # fetch_timer is the followers' idle wait (a notify preempts it)
+        #: ALL-policy acks waiting for the high watermark: (offset, send)
+        self.pending_acks: list[tuple[int, Callable[[], None]]] = []
+        #: (monotonic time, paused, readonly) after each recent flag change, for
+        #: the brokers that apply it later; empty when nothing lags
+        self.flag_history: list[tuple[float, bool, bool]] = []
+        #: when the partition was first paused: Liftbridge v1.9.0 reports
+        #: ``paused`` true from then on, even after a resume
+        self.first_paused_at: float | None = None
+        self.deleted_at = math.inf
 
     # -- log ---------------------------------------------------------------
 
@@ -156,8 +199,59 @@ class Partition:
         self.keys.append(msg.key)
         self.messages_received.update(ts)
         self.last_activity = max(self.last_activity, ts)
-        self.wake()
+        hook = self.on_append
+        if hook is None:
+            self.committed = offset + 1
+            self.wake()
+        else:
+            hook(self)
         return offset, ts
+
+    def commit(self, count: int) -> None:
+        """Advance the high watermark to ``count - 1``; send the acks it covers."""
+        if count <= self.committed:
+            return
+        self.committed = count
+        pending = self.pending_acks
+        if pending:
+            i = 0
+            while i < len(pending) and pending[i][0] < count:
+                pending[i][1]()
+                i += 1
+            del pending[:i]
+        self.wake()
+
+    def replica_hw(self, broker_id: str) -> int:
+        """The high watermark broker ``broker_id`` knows (its own log's, -1 for a non-replica)."""
+        if broker_id == self.leader:
+            return self.committed - 1
+        if broker_id not in self.replicas:
+            return -1
+        if self.on_append is None:
+            return self.committed - 1
+        return self.follower_hw.get(broker_id, -1)
+
+    def replica_newest(self, broker_id: str) -> int:
+        """The newest offset in broker ``broker_id``'s copy of the log (-1 for a non-replica)."""
+        if broker_id == self.leader:
+            return len(self.entries) - 1
+        if broker_id not in self.replicas:
+            return -1
+        if self.on_append is None:
+            return len(self.entries) - 1
+        return self.follower_end.get(broker_id, 0) - 1
+
+    def flags_at(self, t: float | None) -> tuple[bool, bool]:
+        """(paused, readonly) as applied by time ``t`` (None: now)."""
+        if t is not None:
+            for ts, paused, readonly in reversed(self.flag_history):
+                if ts <= t:
+                    return paused, readonly
+        return self.paused, self.readonly
+
+    def deleted_by(self, t: float | None) -> bool:
+        """Whether the stream's deletion is applied by time ``t`` (None: now)."""
+        return self.deleted and (t is None or self.deleted_at <= t)
 
     def offset_at_or_after(self, ts: int) -> int:
         """The first offset whose timestamp is >= ``ts`` (newest + 1 when none is)."""
@@ -183,17 +277,24 @@ class Partition:
 
     # -- metadata ----------------------------------------------------------
 
-    def to_proto(self) -> api_pb2.PartitionMetadata:
-        newest = self.newest_offset
+    def to_proto(
+        self, broker_id: str | None = None, t: float | None = None
+    ) -> api_pb2.PartitionMetadata:
+        """The metadata broker ``broker_id`` gives (its own offsets and view at time
+        ``t``; the leader's when None)."""
+        who = self.leader if broker_id is None else broker_id
+        paused, readonly = self.flags_at(t)
+        first = self.first_paused_at
         return api_pb2.PartitionMetadata(
             id=self.id,
             leader=self.leader,
             replicas=self.replicas,
             isr=self.isr,
-            highWatermark=newest,
-            newestOffset=newest,
-            paused=self.paused,
-            readonly=self.readonly,
+            highWatermark=self.replica_hw(who),
+            newestOffset=self.replica_newest(who),
+            # Sticky, as on Liftbridge v1.9.0 (see first_paused_at).
+            paused=paused or (first is not None and (t is None or first <= t)),
+            readonly=readonly,
             messagesReceivedTimestamps=self.messages_received.to_proto(),
             pauseTimestamps=self.pause_timestamps.to_proto(),
             readonlyTimestamps=self.readonly_timestamps.to_proto(),
@@ -210,6 +311,8 @@ class Stream:
         self.config = api_pb2.CreateStreamRequest()
         self.config.CopyFrom(request)
         self.creation_timestamp = now_ns()
+        self.created_at = time.monotonic()
+        self.deleted_at = math.inf
         self.retention_max_messages = (
             self.config.retentionMaxMessages.value
             if self.config.HasField("retentionMaxMessages")
@@ -222,11 +325,16 @@ class Stream:
             self.config.optimisticConcurrencyControl.value
         )
 
-    def to_proto(self) -> api_pb2.StreamMetadata:
+    def leaders(self) -> set[str]:
+        return {p.leader for p in self.partitions.values()}
+
+    def to_proto(
+        self, broker_id: str | None = None, t: float | None = None
+    ) -> api_pb2.StreamMetadata:
         return api_pb2.StreamMetadata(
             name=self.name,
             subject=self.subject,
-            partitions={pid: p.to_proto() for pid, p in self.partitions.items()},
+            partitions={pid: p.to_proto(broker_id, t) for pid, p in self.partitions.items()},
             creationTimestamp=self.creation_timestamp,
         )
 
@@ -242,6 +350,24 @@ class ConsumerGroup:
     last_seen: dict[str, float] = field(default_factory=dict)
     assignments: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 
+    def snapshot(self) -> GroupSnapshot:
+        return GroupSnapshot(
+            self.coordinator,
+            self.epoch,
+            frozenset(self.members),
+            {m: {s: list(p) for s, p in a.items()} for m, a in self.assignments.items()},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSnapshot:
+    """A consumer group as one broker knows it (what it answers from)."""
+
+    coordinator: str
+    epoch: int
+    members: frozenset[str]
+    assignments: dict[str, dict[str, list[int]]]
+
 
 def is_valid_subject(subject: str) -> bool:
     """A NATS subject as the server checks it: no whitespace, no empty token."""
@@ -253,8 +379,27 @@ def is_valid_subject(subject: str) -> bool:
 class ClusterState:
     """Streams, cursors and consumer groups of one emulated cluster."""
 
-    def __init__(self, broker_ids: list[str], *, cursor_partitions: int = 1) -> None:
+    def __init__(
+        self,
+        broker_ids: list[str],
+        *,
+        cursor_partitions: int = 1,
+        metadata_delay: float = 0.0,
+        replica_max_idle_wait: float = 0.0,
+    ) -> None:
         self.broker_ids = list(broker_ids)
+        #: seconds the brokers other than the metadata leader apply metadata late
+        self.metadata_delay = metadata_delay
+        #: seconds a caught-up follower waits between fetches (0: commit at once)
+        self.replica_max_idle_wait = replica_max_idle_wait
+        #: from this monotonic time on every broker's view is the current state
+        self.quiet_at = _NEVER
+        #: a Raft log index: one per metadata change; group epochs are taken from it
+        self.raft_index = 2
+        #: deleted streams that a lagging broker may still see
+        self.deleted_streams: list[Stream] = []
+        #: per group: (monotonic time, group as of then or None) for lagging brokers
+        self.group_history: dict[str, list[tuple[float, GroupSnapshot | None]]] = {}
         self.live: set[str] = set(broker_ids)
         self.streams: dict[str, Stream] = {}
         self.cursors: dict[tuple[str, str, int], int] = {}
@@ -265,7 +410,7 @@ class ClusterState:
         self.local_acks: dict[str, Callable[[api_pb2.Ack], None]] = {}
         self._placement = 0
         if cursor_partitions > 0:
-            self._create(
+            cursors = self._create(
                 api_pb2.CreateStreamRequest(
                     name=CURSORS_STREAM,
                     subject=f"_liftbridge.{CURSORS_STREAM}",
@@ -273,6 +418,184 @@ class ClusterState:
                     replicationFactor=1,
                 )
             )
+            cursors.created_at = _NEVER  # there from the start, on every broker
+
+    # -- lagging views -------------------------------------------------------
+
+    @property
+    def metadata_leader(self) -> str:
+        """The broker that applies metadata changes first (the first live one)."""
+        for b in self.broker_ids:
+            if b in self.live:
+                return b
+        return self.broker_ids[0]
+
+    def view_time(self, broker_id: str) -> float | None:
+        """The (monotonic) time up to which broker ``broker_id`` has applied metadata
+        changes; None when its view is the current state (the usual, cheap case)."""
+        if self.metadata_delay <= 0:
+            return None
+        now = time.monotonic()
+        if now >= self.quiet_at or broker_id == self.metadata_leader:
+            return None
+        return now - self.metadata_delay
+
+    def stream_view(self, broker_id: str, name: str) -> Stream | None:
+        """Stream ``name`` as broker ``broker_id`` knows it (None: unknown to it)."""
+        s = self.streams.get(name)
+        t = self.view_time(broker_id)
+        if t is None:
+            return s
+        if s is not None and (s.created_at <= t or broker_id in s.leaders()):
+            return s  # a partition leader has it at once: CreateStream waits for it
+        for d in reversed(self.deleted_streams):
+            if d.name == name and d.deleted_at > t and (d.created_at <= t):
+                return d
+        return None
+
+    def streams_view(self, broker_id: str) -> dict[str, Stream]:
+        """Every stream broker ``broker_id`` knows."""
+        t = self.view_time(broker_id)
+        if t is None:
+            return self.streams
+        out = {
+            n: s for n, s in self.streams.items() if s.created_at <= t or broker_id in s.leaders()
+        }
+        for d in self.deleted_streams:
+            if d.name not in out and d.created_at <= t < d.deleted_at:
+                out[d.name] = d
+        return out
+
+    def partition_view(self, broker_id: str, stream: str, partition: int) -> Partition | None:
+        s = self.stream_view(broker_id, stream)
+        return None if s is None else s.partitions.get(partition)
+
+    def group_view(self, broker_id: str, group_id: str) -> GroupSnapshot | None:
+        """Consumer group ``group_id`` as broker ``broker_id`` knows it."""
+        t = self.view_time(broker_id)
+        hist = self.group_history.get(group_id)
+        if t is None or not hist:
+            g = self.groups.get(group_id)
+            return None if g is None else g.snapshot()
+        for ts, snap in reversed(hist):
+            if ts <= t:
+                return snap
+        return None
+
+    def _next_index(self) -> int:
+        self.raft_index += 1
+        return self.raft_index
+
+    def _lagging(self) -> float | None:
+        """Start recording a change for lagging brokers: returns now, or None when
+        nothing lags; ``fresh`` history (older than the lag) may be dropped."""
+        if self.metadata_delay <= 0:
+            return None
+        return time.monotonic()
+
+    def _extend(self, now: float) -> None:
+        self.quiet_at = max(self.quiet_at, now + self.metadata_delay)
+
+    def _record_flags(self, p: Partition, paused: bool, readonly: bool) -> None:
+        """Record a flag change of ``p`` (its flags before were ``paused``, ``readonly``)."""
+        now = self._lagging()
+        if now is None:
+            return
+        history = p.flag_history
+        if now >= self.quiet_at:
+            history.clear()  # every broker had the previous state
+        if not history:
+            history.append((_NEVER, paused, readonly))
+        history.append((now, p.paused, p.readonly))
+        self._extend(now)
+        _later(self.metadata_delay, p.wake)  # readers on lagging brokers look again
+
+    def record_group(self, group_id: str) -> None:
+        now = self._lagging()
+        if now is None:
+            return
+        hist = self.group_history.setdefault(group_id, [])
+        if now >= self.quiet_at and hist:
+            hist[:] = [(_NEVER, hist[-1][1])]
+        g = self.groups.get(group_id)
+        hist.append((now, None if g is None else g.snapshot()))
+        self._extend(now)
+
+    # -- replication -----------------------------------------------------------
+
+    def _on_replicated_append(self, p: Partition) -> None:
+        """After an append to a replicated partition: schedule the followers' fetch.
+
+        A caught-up follower waits ``replica_max_idle_wait`` between fetches; the
+        leader wakes it when new data comes, but (Liftbridge v1.9.0) not for the
+        first message of a new partition, which so waits for the idle fetch."""
+        timer = p.fetch_timer
+        if timer is not None:
+            if not (p.fetch_idle and p.notify_armed):
+                return  # a fetch is coming
+            timer.cancel()  # the leader wakes the idle followers
+            p.fetch_timer = None
+        if len(p.isr) <= 1:
+            p.commit(len(p.entries))
+            return
+        loop = asyncio.get_running_loop()
+        p.fetch_idle = False
+        if p.notify_armed:
+            p.fetch_timer = loop.call_soon(self._fetch_round, p)
+            return
+        wait = self.replica_max_idle_wait
+        now = loop.time()
+        due = p.last_fetch + wait
+        if due < now:
+            due = p.last_fetch + wait * math.ceil((now - p.last_fetch) / wait)
+        p.fetch_timer = loop.call_later(due - now, self._fetch_round, p)
+
+    def _fetch_round(self, p: Partition) -> None:
+        """Every live ISR follower fetches from the leader once: the leader learns
+        what they have (and commits it), they get the rest and the high watermark
+        as it was before (the leader commits asynchronously: measured on v1.9.0, a
+        follower learns a new high watermark on its next fetch, up to an idle wait
+        later)."""
+        p.fetch_timer = None
+        p.fetch_idle = False
+        if p.deleted:
+            return
+        end = len(p.entries)
+        followers = [f for f in p.isr if f != p.leader and f in self.live]
+        hw = p.committed - 1
+        if followers:
+            p.commit(min(end, min(p.follower_end.get(f, 0) for f in followers)))
+        else:
+            p.commit(end)
+        got = False
+        for f in followers:
+            if p.follower_end.get(f, 0) < end:
+                p.follower_end[f] = end
+                got = True
+            p.follower_hw[f] = hw
+        loop = asyncio.get_running_loop()
+        p.last_fetch = loop.time()
+        if got:
+            # A follower that got data fetches again at once (which commits it).
+            p.fetch_timer = loop.call_soon(self._fetch_round, p)
+        else:
+            if end > 0:
+                p.notify_armed = True
+            if hw < p.committed - 1:
+                # Caught up, but behind on the high watermark until the idle fetch.
+                p.fetch_timer = loop.call_later(self.replica_max_idle_wait, self._fetch_round, p)
+                p.fetch_idle = True
+        p.wake()  # readers on followers see their new high watermark
+
+    def _settle_replicas(self, p: Partition) -> None:
+        """Leadership or the ISR changed: the emulator's logs are shared, so every
+        replica has everything; commit it."""
+        end = len(p.entries)
+        for f in p.replicas:
+            if f != p.leader:
+                p.follower_end[f] = end
+                p.follower_hw[f] = end - 1
+        p.commit(end)
 
     # -- streams -----------------------------------------------------------
 
@@ -301,13 +624,20 @@ class ClusterState:
                 "INVALID_ARGUMENT", f"Invalid replicationFactor {rf}, cluster size {len(live)}"
             )
         stream = Stream(req)
+        replicated = rf > 1 and self.replica_max_idle_wait > 0
         for pid in range(req.partitions or 1):
             # Spread leaders over the live brokers in turn, as a balanced cluster would.
             start = self._placement % len(live)
             self._placement += 1
             replicas = [live[(start + i) % len(live)] for i in range(rf)]
-            stream.partitions[pid] = Partition(stream, pid, replicas)
+            p = stream.partitions[pid] = Partition(stream, pid, replicas)
+            if replicated:
+                p.on_append = self._on_replicated_append
         self.streams[stream.name] = stream
+        self._next_index()
+        now = self._lagging()
+        if now is not None:
+            self._extend(now)
         return stream
 
     def delete_stream(self, name: str) -> Stream:
@@ -316,9 +646,21 @@ class ClusterState:
         stream = self.streams.pop(name, None)
         if stream is None:
             raise RpcError("NOT_FOUND", "stream does not exist")
+        self._next_index()
+        now = self._lagging()
+        if now is not None:
+            if now >= self.quiet_at:
+                self.deleted_streams.clear()
+            stream.deleted_at = now
+            self.deleted_streams.append(stream)
+            self._extend(now)
         for partition in stream.partitions.values():
             partition.deleted = True
+            partition.deleted_at = stream.deleted_at
+            partition.pending_acks.clear()
             partition.wake()
+            if now is not None:
+                _later(self.metadata_delay, partition.wake)
         for group in self.groups.values():
             if any(name in streams for streams in group.members.values()):
                 self.rebalance(group)
@@ -346,13 +688,20 @@ class ClusterState:
     def pause(self, name: str, ids: list[int], resume_all: bool) -> list[Partition]:
         partitions = self.partitions_for(name, ids)
         ts = now_ns()
+        self._next_index()
         for p in partitions:
             if not p.paused:
-                p.paused = True
-                p.pause_timestamps.update(ts)
-                p.wake()
+                self._pause(p, ts)
         self.streams[name].resume_all = resume_all
         return partitions
+
+    def _pause(self, p: Partition, ts: int) -> None:
+        p.paused = True
+        p.pause_timestamps.update(ts)
+        if p.first_paused_at is None:
+            p.first_paused_at = time.monotonic()
+        self._record_flags(p, False, p.readonly)
+        p.wake()
 
     def resume(self, partition: Partition) -> list[Partition]:
         """Resume ``partition`` (or every paused one when the stream asked for resume-all)."""
@@ -363,10 +712,15 @@ class ClusterState:
         else:
             targets = [partition] if partition.paused else []
         ts = now_ns()
+        if targets:
+            self._next_index()
         for p in targets:
             p.paused = False
             p.pause_timestamps.update(ts)
             p.last_activity = ts
+            # At once on every broker (a simplification: the publish or subscribe
+            # that resumes must find the partition open where it goes next).
+            p.flag_history.clear()
             p.wake()
         return targets
 
@@ -386,18 +740,18 @@ class ClusterState:
                     continue
                 if spare_if_subscribed and p.subscriber_count > 0:
                     continue
-                p.paused = True
-                p.pause_timestamps.update(now)
-                p.wake()
+                self._pause(p, now)
                 paused.append(p)
         return paused
 
     def set_readonly(self, name: str, ids: list[int], readonly: bool) -> None:
         ts = now_ns()
+        self._next_index()
         for p in self.partitions_for(name, ids):
             if p.readonly != readonly:
                 p.readonly = readonly
                 p.readonly_timestamps.update(ts)
+                self._record_flags(p, p.paused, not readonly)
                 p.wake()
 
     # -- brokers -----------------------------------------------------------
@@ -429,12 +783,16 @@ class ClusterState:
                     p.isr.remove(broker_id)
                 moved.append(p)
                 p.wake()
+            for p in stream.partitions.values():
+                if p.on_append is not None:
+                    self._settle_replicas(p)
         for group in self.groups.values():
             if group.coordinator == broker_id:
                 live = [b for b in self.broker_ids if b in self.live]
                 if live:
                     group.coordinator = live[0]
-                    group.epoch += 1
+                    group.epoch = self._next_index()
+                    self.record_group(group.group_id)
         return moved
 
     def broker_up(self, broker_id: str) -> list[Partition]:
@@ -453,6 +811,8 @@ class ClusterState:
                     p.wake()
                 elif broker_id in p.replicas and broker_id not in p.isr:
                     p.isr.append(broker_id)
+                if p.on_append is not None:
+                    self._settle_replicas(p)
         return led
 
     def leader_counts(self) -> tuple[dict[str, int], dict[str, int]]:
@@ -492,10 +852,16 @@ class ClusterState:
                 self.rebalance(group)
             else:
                 del self.groups[group_id]
+                self.record_group(group_id)
 
-    def rebalance(self, group: ConsumerGroup) -> None:
-        """Assign every partition of the members' streams round-robin; bump the epoch."""
-        group.epoch += 1
+    def rebalance(self, group: ConsumerGroup, *, epoch: int | None = None) -> None:
+        """Assign every partition of the members' streams round-robin; the new epoch is
+        ``epoch`` or the index of this change in the (Raft) log, as on the server."""
+        group.epoch = self._next_index() if epoch is None else epoch
+        self._assign(group)
+        self.record_group(group.group_id)
+
+    def _assign(self, group: ConsumerGroup) -> None:
         group.assignments = {member: {} for member in group.members}
         members = sorted(group.members)
         wanted: dict[str, list[str]] = {}
@@ -510,3 +876,12 @@ class ClusterState:
             for i, pid in enumerate(sorted(stream.partitions)):
                 member = subscribers[i % len(subscribers)]
                 group.assignments[member].setdefault(s, []).append(pid)
+
+
+def _later(delay: float, fn: Callable[[], Any]) -> None:
+    """Call ``fn`` in ``delay`` seconds on the running loop (not at all without one)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    loop.call_later(delay, fn)

@@ -10,9 +10,31 @@ read-only (and auto-pause), consumer groups and optional TLS.
 :meth:`LiftbridgeCluster.stop_broker` closes a broker's port (its subscriptions
 end with UNAVAILABLE) and moves leadership of its partitions to a live broker;
 the logs are shared in process, so nothing is lost. What it does not emulate:
-retention, compaction, encryption at rest, authorization and replication lag
-(every replica is always in sync). Behaviours taken from the Liftbridge server
-source are listed in ``_liftbridge_broker``'s docstring.
+retention, compaction, encryption at rest, authorization, and a replica falling
+out of sync. Behaviours taken from the Liftbridge server source are listed in
+``_liftbridge_broker``'s docstring.
+
+Like a real cluster (measured against Liftbridge v1.9.0), it lags where a
+client must cope with lag:
+
+* metadata reaches the brokers other than the metadata leader (the first live
+  broker) ``metadata_delay`` seconds late, and each broker answers from its own
+  view: right after ``CreateStream`` another broker may answer NOT_FOUND, right
+  after ``DeleteStream`` or a pause it may still show the old state, and a
+  group's coordinator may not know a member (or the group) that just joined;
+  the partition leader applies delete / pause / read-only late as well (a
+  publish during a read-only flip can be dropped without an ack);
+* the high watermark of a replicated partition moves only when the followers
+  fetch, and the first message of a new partition waits for their idle fetch,
+  ``replica_max_idle_wait`` seconds after the partition was created (AckPolicy.ALL
+  acks and readers wait for it too);
+* offsets in FetchMetadata are the answering broker's own (-1 on a broker that
+  holds no replica); ``paused`` stays true once a partition was paused (a
+  Liftbridge v1.9.0 bug); group epochs are log indexes (0 for a new group).
+
+With ``metadata_delay=0`` and ``replica_max_idle_wait=0`` (the defaults for
+now) every broker sees every change at once and replicated partitions commit
+at once; the rest above holds always.
 
 Not thread-safe: use it from one event loop.
 
@@ -32,16 +54,30 @@ from types import TracebackType
 
 import grpc
 
-from aioclients._core import check_int
+from aioclients._core import check_float, check_int
 from aioclients.testing._liftbridge_broker import Broker, Ingester
 from aioclients.testing._liftbridge_state import ClusterState
 from aioclients.testing.nats_server import NatsServer
 
-__all__ = ("LiftbridgeCluster",)
+__all__ = (
+    "REALISTIC_METADATA_DELAY",
+    "REALISTIC_REPLICA_MAX_IDLE_WAIT",
+    "LiftbridgeCluster",
+)
 
 log = logging.getLogger("aioclients.testing.liftbridge")
 
 _AUTO_PAUSE_CHECK = 0.05  # seconds between idle checks for auto-pause
+#: a ``metadata_delay`` like a real cluster's Raft apply lag (a few ms on loopback,
+#: made longer so that a test meets it every time)
+REALISTIC_METADATA_DELAY = 0.05
+#: a ``replica_max_idle_wait`` that keeps tests fast (the server's default is 10 s)
+REALISTIC_REPLICA_MAX_IDLE_WAIT = 0.2
+# For now the lag is opt-in (pass the REALISTIC_* values, or set
+# AIOCLIENTS_TEST_LIFTBRIDGE_LAG=1 for the pytest fixture): the client tests that
+# publish right after create_stream still need the client's retries (issue 12).
+DEFAULT_METADATA_DELAY = 0.0
+DEFAULT_REPLICA_MAX_IDLE_WAIT = 0.0
 
 
 class LiftbridgeCluster:
@@ -59,6 +95,13 @@ class LiftbridgeCluster:
             cursors, as on a server without ``cursors.stream.partitions``).
         server_credentials: serve TLS with these credentials (e.g.
             ``grpc.ssl_server_credentials([(key, chain)])``) instead of plaintext.
+        metadata_delay: seconds after which brokers other than the metadata leader
+            apply a metadata change (Raft apply lag). 0 (the default for now): at
+            once; ``REALISTIC_METADATA_DELAY`` (0.05 s) behaves like a real cluster.
+        replica_max_idle_wait: seconds a caught-up follower waits between fetches
+            (Liftbridge's ``clustering.replica.max.idle.wait``, 10 s by default on
+            the server). 0 (the default for now): replicated partitions commit at
+            once; ``REALISTIC_REPLICA_MAX_IDLE_WAIT`` (0.2 s) keeps tests fast.
     """
 
     def __init__(
@@ -69,14 +112,25 @@ class LiftbridgeCluster:
         host: str = "127.0.0.1",
         cursor_partitions: int = 1,
         server_credentials: grpc.ServerCredentials | None = None,
+        metadata_delay: float = DEFAULT_METADATA_DELAY,
+        replica_max_idle_wait: float = DEFAULT_REPLICA_MAX_IDLE_WAIT,
     ) -> None:
         check_int("brokers", brokers, minimum=1)
         check_int("cursor_partitions", cursor_partitions, minimum=0)
+        metadata_delay = check_float("metadata_delay", metadata_delay, inclusive=True)
+        replica_max_idle_wait = check_float(
+            "replica_max_idle_wait", replica_max_idle_wait, inclusive=True
+        )
         self._nats_url = nats_url
         self._own_nats: NatsServer | None = None
         self._host = host
         ids = [f"broker-{i}" for i in range(brokers)]
-        self._state = ClusterState(ids, cursor_partitions=cursor_partitions)
+        self._state = ClusterState(
+            ids,
+            cursor_partitions=cursor_partitions,
+            metadata_delay=metadata_delay,
+            replica_max_idle_wait=replica_max_idle_wait,
+        )
         self._brokers = [Broker(i, self._state, "", host, self) for i in ids]
         for b in self._brokers:
             b.credentials = server_credentials
@@ -84,6 +138,8 @@ class LiftbridgeCluster:
         self._lock = asyncio.Lock()
         self._started = False
         self._auto_pause_task: asyncio.Task[None] | None = None
+        self._resync: asyncio.TimerHandle | None = None  # once lagging brokers caught up
+        self._resync_tasks: set[asyncio.Task[None]] = set()
 
     # -- public API ----------------------------------------------------------
 
@@ -136,6 +192,13 @@ class LiftbridgeCluster:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._resync is not None:
+            self._resync.cancel()
+            self._resync = None
+        for t in list(self._resync_tasks):
+            t.cancel()
+            with contextlib.suppress(BaseException):
+                await t
         for b in self._brokers:
             await b.stop()
         await self._ingester.stop()
@@ -225,6 +288,24 @@ class LiftbridgeCluster:
 
     async def _sync_all(self) -> None:
         await self._ingester.sync()
+        state = self._state
+        if state.metadata_delay > 0 and self._started:
+            # The partition leaders apply deletes and pauses late: subscribe
+            # again (unsubscribe) once they have.
+            loop = asyncio.get_running_loop()
+            due = state.quiet_at - time.monotonic()
+            if due > 0:
+                if self._resync is not None:
+                    self._resync.cancel()
+                self._resync = loop.call_later(due + 0.001, self._resync_now)
+
+    def _resync_now(self) -> None:
+        self._resync = None
+        if not self._started:
+            return
+        task = asyncio.get_running_loop().create_task(self._ingester.sync())
+        self._resync_tasks.add(task)
+        task.add_done_callback(self._resync_tasks.discard)
 
     async def _auto_pause_loop(self) -> None:
         # Streams created with autoPauseTime pause when idle, like on the server.

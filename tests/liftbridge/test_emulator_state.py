@@ -106,12 +106,13 @@ def test_rebalance_round_robin_and_expiry() -> None:
     group.members = {"c1": ["a", "b"], "c2": ["a"]}
     group.last_seen = {"c1": 0.0, "c2": 10.0}
     s.rebalance(group)
-    assert group.epoch == 1
+    first = group.epoch  # an index in the metadata log, as on the server (not 1, 2, ...)
+    assert first > 0
     assert group.assignments == {"c1": {"a": [0, 2], "b": [0]}, "c2": {"a": [1]}}
     s.expire_members(now=12.0, timeout=5.0)
     assert list(group.members) == ["c2"]
     assert group.assignments == {"c2": {"a": [0, 1, 2]}}
-    assert group.epoch == 2
+    assert group.epoch > first
     s.expire_members(now=100.0, timeout=5.0)
     assert "g" not in s.groups
 
