@@ -6,8 +6,8 @@ returns an :class:`ExternalLiftbridge` naming those brokers and the NATS server
 of ``AIOCLIENTS_TEST_NATS_URL``; its ``stop_broker`` / ``start_broker`` skip the
 test. Otherwise it starts a :class:`LiftbridgeCluster` of 3 brokers (or
 ``request.param`` brokers when parametrized indirectly) on the session's
-``nats_server``, and stops it after the test. With ``AIOCLIENTS_TEST_LIFTBRIDGE_LAG=1``
-the emulator lags like a real cluster (``REALISTIC_METADATA_DELAY``,
+``nats_server``, and stops it after the test. The emulator lags like a real cluster
+(``REALISTIC_METADATA_DELAY``,
 ``REALISTIC_REPLICA_MAX_IDLE_WAIT``).
 """
 
@@ -36,7 +36,8 @@ else:
 __all__ = ("LAG_ENV", "LIFTBRIDGE_ENV", "ExternalLiftbridge", "liftbridge_cluster")
 
 LIFTBRIDGE_ENV = "AIOCLIENTS_TEST_LIFTBRIDGE"
-LAG_ENV = "AIOCLIENTS_TEST_LIFTBRIDGE_LAG"  # "1": the emulator lags like a real cluster
+#: "0": the fixture's emulator does not lag (by default it lags like a real cluster)
+LAG_ENV = "AIOCLIENTS_TEST_LIFTBRIDGE_LAG"
 _NATS_URL_ENV = "AIOCLIENTS_TEST_NATS_URL"
 _DEFAULT_BROKERS = 3
 
@@ -80,7 +81,7 @@ async def liftbridge_cluster(
         return
     brokers = getattr(request, "param", _DEFAULT_BROKERS)
     nats = request.getfixturevalue("nats_server")
-    lag = os.environ.get(LAG_ENV, "") not in ("", "0")
+    lag = os.environ.get(LAG_ENV, "1") not in ("", "0")
     async with LiftbridgeCluster(
         brokers,
         nats_url=nats.url,

@@ -32,9 +32,11 @@ client must cope with lag:
   holds no replica); ``paused`` stays true once a partition was paused (a
   Liftbridge v1.9.0 bug); group epochs are log indexes (0 for a new group).
 
-With ``metadata_delay=0`` and ``replica_max_idle_wait=0`` (the defaults for
-now) every broker sees every change at once and replicated partitions commit
-at once; the rest above holds always.
+Both lags are on by default (``REALISTIC_METADATA_DELAY``,
+``REALISTIC_REPLICA_MAX_IDLE_WAIT``), so that what passes here also holds on a
+real cluster. With ``metadata_delay=0`` and ``replica_max_idle_wait=0`` every
+broker sees every change at once and replicated partitions commit at once; the
+rest above holds always.
 
 Not thread-safe: use it from one event loop.
 
@@ -73,11 +75,10 @@ _AUTO_PAUSE_CHECK = 0.05  # seconds between idle checks for auto-pause
 REALISTIC_METADATA_DELAY = 0.05
 #: a ``replica_max_idle_wait`` that keeps tests fast (the server's default is 10 s)
 REALISTIC_REPLICA_MAX_IDLE_WAIT = 0.2
-# For now the lag is opt-in (pass the REALISTIC_* values, or set
-# AIOCLIENTS_TEST_LIFTBRIDGE_LAG=1 for the pytest fixture): the client tests that
-# publish right after create_stream still need the client's retries (issue 12).
-DEFAULT_METADATA_DELAY = 0.0
-DEFAULT_REPLICA_MAX_IDLE_WAIT = 0.0
+# The lag is on by default: the client copes with it (create_stream and friends wait
+# for every broker, publish retries NOT_FOUND), and tests must too.
+DEFAULT_METADATA_DELAY = REALISTIC_METADATA_DELAY
+DEFAULT_REPLICA_MAX_IDLE_WAIT = REALISTIC_REPLICA_MAX_IDLE_WAIT
 
 
 class LiftbridgeCluster:
