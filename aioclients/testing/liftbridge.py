@@ -9,9 +9,11 @@ NOT_FOUND / ALREADY_EXISTS, ack policies and ack inboxes, cursors, pause /
 read-only (and auto-pause), consumer groups and optional TLS.
 :meth:`LiftbridgeCluster.stop_broker` closes a broker's port (its subscriptions
 end with UNAVAILABLE) and moves leadership of its partitions to a live broker;
-the logs are shared in process, so nothing is lost. What it does not emulate:
-retention, compaction, encryption at rest, authorization, and a replica falling
-out of sync. Behaviours taken from the Liftbridge server source are listed in
+the logs are shared in process, so nothing is lost. Retention is emulated for
+``retention_max_messages`` only, message by message (the real server drops whole
+segments when its cleaner runs). What it does not emulate: other retention
+limits, compaction, encryption at rest, authorization, and a replica falling out
+of sync. Behaviours taken from the Liftbridge server source are listed in
 ``_liftbridge_broker``'s docstring.
 
 Like a real cluster (measured against Liftbridge v1.9.0), it lags where a
@@ -97,12 +99,12 @@ class LiftbridgeCluster:
         server_credentials: serve TLS with these credentials (e.g.
             ``grpc.ssl_server_credentials([(key, chain)])``) instead of plaintext.
         metadata_delay: seconds after which brokers other than the metadata leader
-            apply a metadata change (Raft apply lag). 0 (the default for now): at
-            once; ``REALISTIC_METADATA_DELAY`` (0.05 s) behaves like a real cluster.
+            apply a metadata change (Raft apply lag); the default,
+            ``REALISTIC_METADATA_DELAY`` (0.05 s), behaves like a real cluster; 0: at once.
         replica_max_idle_wait: seconds a caught-up follower waits between fetches
             (Liftbridge's ``clustering.replica.max.idle.wait``, 10 s by default on
-            the server). 0 (the default for now): replicated partitions commit at
-            once; ``REALISTIC_REPLICA_MAX_IDLE_WAIT`` (0.2 s) keeps tests fast.
+            the server); the default, ``REALISTIC_REPLICA_MAX_IDLE_WAIT`` (0.2 s), keeps
+            tests fast; 0: replicated partitions commit at once.
     """
 
     def __init__(
