@@ -90,6 +90,17 @@ def test_the_version_lives_in_one_place() -> None:
     assert not stated, f"the version is also written in {stated}"
 
 
+def test_the_changelog_has_a_release_section_for_this_version() -> None:
+    """Keep a Changelog: an ``Unreleased`` section, then the releases, newest first; the
+    newest is the version the package says it is."""
+    headings = re.findall(
+        r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$", (ROOT / "CHANGELOG.md").read_text(), re.M
+    )
+    assert headings[0] == ("Unreleased", "")
+    assert headings[1][0] == aioclients.__version__, headings[:3]
+    assert headings[1][1], "a release section carries its date"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_wheel_installs_into_a_fresh_venv_and_imports(tmp_path: Path) -> None:
