@@ -145,7 +145,8 @@ def main() -> None:
             ):
                 job = functools.partial(run_worker, "liftbridge_publish.py", *worker_args)
                 best(results, key, with_emulator_cpu(n, job))
-    print(f"emulated cluster, 100-byte payloads, best of {args.rounds} rounds")
+    where = f"brokers {args.addresses}" if args.addresses else "emulated cluster"
+    print(f"{where}, 100-byte payloads, best of {args.rounds} rounds")
     report(
         [
             ("publish (sequential, acked)", results["ours sync"], results.get("gufo sync")),

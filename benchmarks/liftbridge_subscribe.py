@@ -118,7 +118,8 @@ def main() -> None:
                         args.count, lambda: run_worker("liftbridge_subscribe.py", *worker_args)
                     ),
                 )
-    print(f"emulated cluster, {args.count} 100-byte messages, best of {args.rounds} rounds")
+    where = f"brokers {args.addresses}" if args.addresses else "emulated cluster"
+    print(f"{where}, {args.count} 100-byte messages, best of {args.rounds} rounds")
     report([("subscribe (EARLIEST, read all)", results["ours"], results.get("gufo"))])
     if "gufo" in results:
         print(f"goal: >= 1.5x gufo-liftbridge; got {results['ours'][0] / results['gufo'][0]:.2f}x")
