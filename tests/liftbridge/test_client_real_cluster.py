@@ -17,53 +17,14 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
+from scripted_brokers import RpcError, make_client, publish_ok, script
 
 import aioclients.liftbridge as lb
 from aioclients.liftbridge._client import Client
-from aioclients.liftbridge._io._grpc import ChannelFactory
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._protocol._resubscribe import Resubscriber
 
 WAIT = 5.0
-
-
-class _RpcError(grpc.aio.AioRpcError):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
-
-
-class Brokers:
-    """Every broker's stub: a call takes the next scripted outcome (an error or a
-    response) from one shared list; with the list empty it answers ``defaults``."""
-
-    def __init__(self, outcomes: list[Any], defaults: dict[str, Any] | None = None) -> None:
-        self.outcomes = outcomes
-        self.defaults = defaults or {}
-        self.log: list[tuple[str, str]] = []
-        self.calls = asyncio.Event()
-
-    def stub(self, name: str) -> Any:
-        brokers = self
-
-        class Stub:
-            def __getattr__(self, method: str) -> Any:
-                async def call(request: Any, *, timeout: float | None = None) -> Any:
-                    brokers.log.append((name, method))
-                    brokers.calls.set()
-                    if brokers.outcomes:
-                        outcome = brokers.outcomes.pop(0)
-                    else:
-                        outcome = brokers.defaults[method]
-                    if isinstance(outcome, BaseException):
-                        raise outcome
-                    return outcome
-
-                return call
-
-        return Stub()
-
-    def methods(self) -> list[str]:
-        return [m for _, m in self.log]
 
 
 def metadata(
@@ -82,37 +43,15 @@ def metadata(
     return resp
 
 
-def not_found(details: str) -> _RpcError:
-    return _RpcError(grpc.StatusCode.NOT_FOUND, details)
-
-
-def publish_ok(offset: int) -> pb.PublishResponse:
-    return pb.PublishResponse(ack=pb.Ack(stream="s", partitionSubject="s", offset=offset))
+def not_found(details: str) -> RpcError:
+    return RpcError(grpc.StatusCode.NOT_FOUND, details)
 
 
 @pytest.fixture
 async def client() -> AsyncIterator[Client]:
-    c = Client(
-        ["a:1", "b:2"],
-        factory=ChannelFactory(None),
-        resubscribe_wait_time=1.0,
-        ack_wait_time=1.0,
-        max_conns_per_broker=1,
-        keepalive_time=1.0,
-        max_rpc_attempts=4,
-        rng=random.Random(3),
-    )
-    c._jitter = lambda: 0.001  # type: ignore[method-assign]
+    c = make_client(jitter=0.001)
     yield c
     await c.close()
-
-
-def script(client: Client, outcomes: list[Any], defaults: dict[str, Any] | None = None) -> Brokers:
-    brokers = Brokers(outcomes, defaults)
-    stubs = {a: brokers.stub(a) for a in ("a:1", "b:2")}
-    client._channel = lambda address: address  # type: ignore[assignment, method-assign, return-value]
-    client._stub_for = lambda channel: stubs[channel]  # type: ignore[method-assign, index]
-    return brokers
 
 
 # -- publish right after create_stream (P5) ---------------------------------------------
@@ -138,14 +77,14 @@ async def test_a_publish_to_a_stream_nobody_lists_fails_at_once(client: Client) 
 
 
 async def test_a_publish_is_still_not_repeated_after_it_broke_in_flight(client: Client) -> None:
-    brokers = script(client, [_RpcError(grpc.StatusCode.CANCELLED, "Cancelled"), publish_ok(1)])
+    brokers = script(client, [RpcError(grpc.StatusCode.CANCELLED, "Cancelled"), publish_ok(1)])
     with pytest.raises(lb.LiftbridgeConnectError):
         await asyncio.wait_for(client.publish("s", b"v", partition=0), WAIT)
     assert brokers.methods() == ["Publish"]
 
 
 async def test_an_all_ack_timeout_says_to_raise_ack_wait_time(client: Client) -> None:
-    script(client, [_RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")])
+    script(client, [RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")])
     with pytest.raises(lb.LiftbridgeTimeoutError, match=r"replica\.max\.idle\.wait"):
         await client.publish("s", b"v", partition=0, ack_policy=lb.AckPolicy.ALL)
 
@@ -206,7 +145,7 @@ async def test_pause_stream_returns_once_every_broker_shows_it(client: Client) -
 
 
 async def test_a_broker_that_does_not_answer_is_not_waited_for(client: Client) -> None:
-    down = _RpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+    down = RpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
     brokers = script(client, [pb.CreateStreamResponse(), down, metadata()])
     await asyncio.wait_for(client.create_stream("s", "s"), WAIT)
     assert brokers.outcomes == []
@@ -215,7 +154,7 @@ async def test_a_broker_that_does_not_answer_is_not_waited_for(client: Client) -
 async def test_a_call_with_no_metadata_leader_yet_is_asked_again(client: Client) -> None:
     # A fresh cluster (or one electing a new metadata leader) has nobody to
     # forward CreateStream to: "nats: no responders available for request".
-    no_leader = _RpcError(grpc.StatusCode.INTERNAL, "nats: no responders available for request")
+    no_leader = RpcError(grpc.StatusCode.INTERNAL, "nats: no responders available for request")
     brokers = script(client, [no_leader, pb.CreateStreamResponse(), metadata(), metadata()])
     await asyncio.wait_for(client.create_stream("s", "s"), WAIT)
     assert brokers.methods()[:2] == ["CreateStream", "CreateStream"]
@@ -244,7 +183,7 @@ def assignments(epoch: int) -> pb.FetchConsumerGroupAssignmentsResponse:
 
 
 async def test_a_join_that_lost_the_race_to_create_the_group_joins_it(client: Client) -> None:
-    lost = _RpcError(grpc.StatusCode.FAILED_PRECONDITION, "consumer group already exists")
+    lost = RpcError(grpc.StatusCode.FAILED_PRECONDITION, "consumer group already exists")
     brokers = script(client, [lost, joined(245)])
     join = await asyncio.wait_for(client.join_consumer_group("g", "m2", ["s"]), WAIT)
     assert join.epoch == 245
@@ -279,7 +218,7 @@ async def test_a_new_epoch_is_read_from_the_metadata_without_rejoining_or_report
     client: Client,
 ) -> None:
     client._metadata.update(metadata(), now=0.0)
-    epoch_differs = _RpcError(
+    epoch_differs = RpcError(
         grpc.StatusCode.FAILED_PRECONDITION,
         "client-provided group epoch differs from broker group epoch",
     )
@@ -306,7 +245,7 @@ async def test_the_coordinator_is_reported_only_after_coordinator_timeout_withou
     client: Client,
 ) -> None:
     client._metadata.update(metadata(), now=0.0)
-    down = _RpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+    down = RpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
     brokers = script(
         client,
         [joined(0, coordinator_timeout=0.3), assignments(0)],
@@ -379,14 +318,14 @@ def script_subscribe(client: Client, calls: list[FakeCall]) -> None:
 async def test_subscribing_to_a_paused_partition_says_to_resume(
     client: Client, code: grpc.StatusCode, details: str
 ) -> None:
-    script_subscribe(client, [FakeCall([_RpcError(code, details)])])
+    script_subscribe(client, [FakeCall([RpcError(code, details)])])
     sub = client.subscribe("s")
     with pytest.raises(lb.PartitionPausedError, match=r"resume=True"):
         await asyncio.wait_for(sub.open(), WAIT)
 
 
 async def test_not_leader_on_subscribe_is_still_retried(client: Client) -> None:
-    not_leader = _RpcError(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
+    not_leader = RpcError(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
     second = FakeCall([pb.Message(), pb.Message(offset=0, value=b"x")])
     script_subscribe(client, [FakeCall([not_leader]), second])
     client._refresh_metadata = lambda: asyncio.sleep(0)  # type: ignore[method-assign, assignment, return-value]
