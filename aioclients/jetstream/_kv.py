@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from aioclients._errors import InvalidArgumentError
+from aioclients._errors import InvalidArgumentError, RemoteProtocolError
 from aioclients.jetstream._errors import (
     BucketNotFoundError,
     DirectGetUnavailableError,
@@ -36,6 +36,7 @@ from aioclients.jetstream._errors import (
 from aioclients.jetstream._models import StoredMessage, StreamInfo
 from aioclients.jetstream._ordered import _check_on_event
 from aioclients.jetstream._protocol._direct import ReplyKind, classify_reply
+from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._kv import (
     DEL,
     KV_OPERATION,
@@ -44,6 +45,7 @@ from aioclients.jetstream._protocol._kv import (
     ROLLUP,
     KeyValueEntry,
     bucket_stream_config,
+    direct_entry_fields,
     key_filter_subjects,
     operation_of,
     operation_of_header_block,
@@ -52,6 +54,7 @@ from aioclients.jetstream._protocol._kv import (
     validate_key,
 )
 from aioclients.jetstream._protocol._ordered import ack_sequences
+from aioclients.jetstream._protocol._time import parse_server_time
 
 if TYPE_CHECKING:
     from aioclients.jetstream._context import JetStream
@@ -146,10 +149,19 @@ class KeyValue:
             return self._from_stored(key, await self._stored(key, seq=None))
         js = self._js
         js._check_open()
-        msg = await js._requests.request(
-            self._get_prefix + key, b"", js.timeout, f"get of {key!r} in {self.bucket!r}"
+        header, payload = await js._requests.request_raw(
+            self._get_prefix + key, js.timeout, f"get of {key!r} in {self.bucket!r}"
         )
-        reply = classify_reply(msg.headers)
+        fields = direct_entry_fields(header)
+        if fields is not None:
+            seq, stamp, operation = fields
+            return KeyValueEntry(
+                self.bucket, key, payload, seq, parse_server_time(stamp), 0, operation
+            )
+        # A status, or headers the fast reading does not take: decode them in full.
+        if header is None:
+            raise RemoteProtocolError("Direct Get reply without headers")
+        reply = classify_reply(decode_headers(header, strict=False))
         if reply.kind is not ReplyKind.MESSAGE:
             if reply.kind is ReplyKind.NOT_FOUND:
                 raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}", code=404)
@@ -161,7 +173,7 @@ class KeyValue:
         return KeyValueEntry(
             self.bucket,
             key,
-            msg.data,
+            payload,
             reply.seq,
             reply.time,
             0,

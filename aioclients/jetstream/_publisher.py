@@ -38,7 +38,7 @@ from aioclients.jetstream._errors import (
 )
 from aioclients.jetstream._models import PubAck
 from aioclients.jetstream._protocol._names import validate_publish_subject
-from aioclients.jetstream._transport import NatsTransport, SendTimeoutError
+from aioclients.jetstream._transport import NatsTransport, RawSubscription, SendTimeoutError
 
 __all__ = ("AckMux", "ReplyMux", "json_answer", "parse_pub_ack")
 
@@ -107,6 +107,11 @@ class ReplyMux(Generic[T]):
         self._prefix = ""
         self._prefix_len = 0
         self._sub: Subscription | None = None
+        # Replies taken raw (header block and payload, straight from the read loop):
+        # a second wildcard inbox, sharing the counter and the table of outstanding requests.
+        self._raw_prefix = ""
+        self._raw_prefix_len = 0
+        self._raw_sub: RawSubscription | None = None
         self._open_lock = asyncio.Lock()
         self._counter = 0
         # token -> (future, what, deadline)
@@ -135,6 +140,15 @@ class ReplyMux(Generic[T]):
             self._prefix = inbox + "."
             self._prefix_len = len(self._prefix)
 
+    async def _ensure_raw_open(self) -> None:
+        async with self._open_lock:
+            if self._raw_sub is not None:
+                return
+            inbox = self._transport.new_inbox()
+            self._raw_sub = await self._transport.subscribe_raw(inbox + ".*", self._on_raw_reply)
+            self._raw_prefix = inbox + "."
+            self._raw_prefix_len = len(self._raw_prefix)
+
     def _convert(self, msg: NatsMsg, what: str) -> T:
         """Turn a reply into the future's result (or raise the error it carries)."""
         return msg  # type: ignore[return-value]
@@ -159,6 +173,19 @@ class ReplyMux(Generic[T]):
                 future.set_result(self._convert(msg, what))
             except Exception as exc:
                 future.set_exception(exc)
+        self._settled()
+
+    def _on_raw_reply(self, subject: str, reply: str, payload: bytes, header: bytes | None) -> None:
+        try:
+            token = int(subject[self._raw_prefix_len :])
+        except ValueError:
+            return
+        entry = self._pending.pop(token, None)
+        if entry is None:
+            return  # timed out or abandoned earlier
+        future = entry[0]
+        if not future.done():
+            future.set_result((header, payload))  # type: ignore[arg-type]
         self._settled()
 
     def _next_token(self) -> tuple[int, str]:
@@ -203,6 +230,28 @@ class ReplyMux(Generic[T]):
         future = await self._send(token, frame, what, timeout, immediate=True)
         try:
             return await future
+        finally:
+            # A caller that stops waiting (cancelled) takes its entry with it.
+            if self._pending.pop(token, None) is not None:
+                self._settled()
+
+    async def request_raw(
+        self, subject: str, timeout: float, what: str
+    ) -> tuple[bytes | None, bytes]:
+        """Send a request without payload; return its reply's header block and payload.
+
+        The reply skips nats-py's ``Msg`` and header parsing: the caller reads the
+        raw ``NATS/1.0`` block (e.g. a Direct Get reply, whose few headers are
+        found without decoding them all).
+        """
+        self._check_open()
+        if self._raw_sub is None:
+            await self._ensure_raw_open()
+        self._counter = token = self._counter + 1
+        frame = self._transport.frame(subject, b"", self._raw_prefix + str(token), None)
+        future = await self._send(token, frame, what, timeout, immediate=True)
+        try:
+            return await future  # type: ignore[return-value]
         finally:
             # A caller that stops waiting (cancelled) takes its entry with it.
             if self._pending.pop(token, None) is not None:
@@ -254,6 +303,9 @@ class ReplyMux(Generic[T]):
         sub, self._sub = self._sub, None
         if sub is not None:
             self._transport.unsubscribe_nowait(sub)
+        raw, self._raw_sub = self._raw_sub, None
+        if raw is not None:
+            raw.unsubscribe_nowait()
 
 
 class AckMux(ReplyMux[PubAck]):

@@ -31,6 +31,7 @@ __all__ = (
     "ROLLUP",
     "KeyValueEntry",
     "bucket_stream_config",
+    "direct_entry_fields",
     "key_filter_subjects",
     "key_subject",
     "operation_of",
@@ -183,6 +184,51 @@ def operation_of_header_block(block: bytes | None) -> str:
     if value == b"PURGE":
         return PURGE
     return PUT
+
+
+def _last_header(block: bytes, name: bytes) -> bytes | None:
+    """The value of the last ``name:`` line of a header block (``name`` with the colon
+    and the CRLF before it), stripped; ``None`` when there is no such line."""
+    at = block.rfind(name)
+    if at < 0:
+        return None
+    start = at + len(name)
+    end = block.find(b"\r\n", start)
+    return block[start : end if end >= 0 else len(block)].strip()
+
+
+def direct_entry_fields(block: bytes | None) -> tuple[int, str, str] | None:
+    """``(revision, Nats-Time-Stamp text, operation)`` of a Direct Get reply that
+    carries a stored message, read straight from its ``NATS/1.0`` header block.
+
+    The hot path of ``KeyValue.get``: a handful of ``rfind`` calls instead of
+    decoding every header into a dict. The last line of a name wins, as in the
+    decoded form (the server appends its ``Nats-*`` headers after the stored
+    message's own). Returns ``None`` for anything else (a status reply, or a block
+    that lacks or mangles these headers): the caller then decodes the block in
+    full, which classifies it or raises the right error.
+    """
+    if not block or not block.startswith(b"NATS/1.0\r\n"):
+        return None  # no headers, or a status line ("NATS/1.0 404 ...")
+    seq = _last_header(block, b"\r\nNats-Sequence:")
+    stamp = _last_header(block, b"\r\nNats-Time-Stamp:")
+    if not seq or not stamp or not seq.isdigit() or not _last_header(block, b"\r\nNats-Subject:"):
+        return None
+    operation = PUT
+    value = _last_header(block, b"\r\nKV-Operation:")
+    if value is not None:
+        if value == b"DEL":
+            operation = DEL
+        elif value == b"PURGE":
+            operation = PURGE
+    elif b"\r\nNats-Marker-Reason:" in block:
+        reason = _last_header(block, b"\r\nNats-Marker-Reason:") or b""
+        operation = _MARKER_OPERATIONS.get(reason.decode("utf-8", "replace"), PUT)
+    try:
+        text = stamp.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return int(seq), text, operation
 
 
 @dataclass(frozen=True, slots=True)
