@@ -192,11 +192,8 @@ class ReplyMux(Generic[T]):
         self._counter += 1
         return self._counter, self._prefix + str(self._counter)
 
-    async def _send(
-        self, token: int, frame: bytes, what: str, timeout: float, *, immediate: bool = False
-    ) -> asyncio.Future[T]:
-        """Register ``token`` with a deadline, then send ``frame`` (``immediate``: see
-        :meth:`NatsTransport.send`)."""
+    def _register(self, token: int, what: str, timeout: float) -> tuple[asyncio.Future[T], float]:
+        """Enter ``token`` in the table of outstanding requests, with its deadline."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         deadline = loop.time() + timeout
@@ -205,18 +202,34 @@ class ReplyMux(Generic[T]):
         # read), and the call's timeout bounds that wait too.
         if deadline < self._timer_at:
             self._arm(loop, deadline)
+        return future, deadline
+
+    def _unregister(self, token: int, future: asyncio.Future[T]) -> None:
+        """Take back a request whose frame could not be sent."""
+        if self._pending.pop(token, None) is not None:
+            self._settled()
+        if future.done() and not future.cancelled():
+            future.exception()  # the sweep failed it meanwhile; nobody will look
+        else:
+            future.cancel()
+
+    async def _queue(self, frame: bytes, deadline: float, what: str) -> None:
         try:
-            try:
-                await self._transport.send(frame, deadline, immediate=immediate)
-            except SendTimeoutError as exc:
-                raise SendTimeoutError(self._describe(what), exc.unsent) from None
+            await self._transport.send(frame, deadline)
+        except SendTimeoutError as exc:
+            raise SendTimeoutError(self._describe(what), exc.unsent) from None
+
+    async def _send(
+        self, token: int, frame: bytes, what: str, timeout: float, *, immediate: bool = False
+    ) -> asyncio.Future[T]:
+        """Register ``token`` with a deadline, then send ``frame`` (``immediate``: see
+        :meth:`NatsTransport.send`)."""
+        future, deadline = self._register(token, what, timeout)
+        try:
+            if not (immediate and self._transport.write_now(frame)):
+                await self._queue(frame, deadline, what)
         except BaseException:
-            if self._pending.pop(token, None) is not None:
-                self._settled()
-            if future.done() and not future.cancelled():
-                future.exception()  # the sweep failed it meanwhile; nobody will look
-            else:
-                future.cancel()
+            self._unregister(token, future)
             raise
         return future
 
@@ -248,8 +261,15 @@ class ReplyMux(Generic[T]):
         if self._raw_sub is None:
             await self._ensure_raw_open()
         self._counter = token = self._counter + 1
-        frame = self._transport.frame(subject, b"", self._raw_prefix + str(token), None)
-        future = await self._send(token, frame, what, timeout, immediate=True)
+        # No payload: nothing for frame() to check against max_payload.
+        frame = f"PUB {subject} {self._raw_prefix}{token} 0\r\n\r\n".encode()
+        future, deadline = self._register(token, what, timeout)
+        try:
+            if not self._transport.write_now(frame):
+                await self._queue(frame, deadline, what)
+        except BaseException:
+            self._unregister(token, future)
+            raise
         try:
             return await future  # type: ignore[return-value]
         finally:
