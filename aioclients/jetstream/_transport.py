@@ -324,12 +324,23 @@ class FastParser:
         waiter = reader._waiter  # type: ignore[attr-defined]
         if waiter is None or waiter.done():
             return False  # the read loop is not idle, waiting for these bytes
+        # A look at the first frame's line first: chunks for nats-py subscriptions
+        # (publish acks, API replies) go on without being scanned twice.
+        eol = data.find(b"\r\n")
+        if eol < 0 or data[0] not in b"HM":
+            return False
+        args = data[:eol].split()
+        handlers = self.nc._raw_handlers
+        try:
+            if int(args[2]) not in handlers:
+                return False
+        except (IndexError, ValueError):
+            return False  # the read loop reports it
         buffer = bytes(data)
         try:
             frames, used, need = scan(buffer)
         except RemoteProtocolError:
             return False  # the read loop reports it
-        handlers = self.nc._raw_handlers
         if not frames:
             return False
         for frame in frames:

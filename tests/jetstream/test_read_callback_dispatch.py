@@ -120,6 +120,16 @@ async def test_a_chunk_with_anything_else_goes_to_the_read_loop_in_order(wired: 
     assert nc.seen == [("raw/loop", b"v1"), ("ping", None), ("msg", b"v2"), ("raw/loop", b"v3")]
 
 
+async def test_a_chunk_starting_with_another_subscription_s_message_goes_to_the_read_loop(
+    wired: Any,
+) -> None:
+    nc, reader, loop = wired
+    reader.feed_data(hmsg(OTHER_SID, 1) + hmsg(RAW_SID, 2))
+    assert nc.seen == []
+    await loop.idle()
+    assert nc.seen == [("msg", b"v1"), ("raw/loop", b"v2")]
+
+
 async def test_messages_cut_across_chunks_are_each_seen_once_in_order(wired: Any) -> None:
     nc, reader, loop = wired
     second = hmsg(RAW_SID, 2)
