@@ -224,10 +224,20 @@ class ReplyMux(Generic[T]):
     ) -> asyncio.Future[T]:
         """Register ``token`` with a deadline, then send ``frame`` (``immediate``: see
         :meth:`NatsTransport.send`)."""
-        future, deadline = self._register(token, what, timeout)
+        # Inline rather than through _register/_queue: publish_async's path, per message.
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        deadline = loop.time() + timeout
+        self._pending[token] = (future, what, deadline)
+        # Armed before sending: the send itself may wait (a server that does not
+        # read), and the call's timeout bounds that wait too.
+        if deadline < self._timer_at:
+            self._arm(loop, deadline)
         try:
-            if not (immediate and self._transport.write_now(frame)):
-                await self._queue(frame, deadline, what)
+            try:
+                await self._transport.send(frame, deadline, immediate=immediate)
+            except SendTimeoutError as exc:
+                raise SendTimeoutError(self._describe(what), exc.unsent) from None
         except BaseException:
             self._unregister(token, future)
             raise
