@@ -48,7 +48,16 @@ from aioclients.jetstream._protocol._headers import (
     decode_headers,
     encode_headers,
 )
-from aioclients.jetstream._protocol._wire import ERR, INFO, MSG, PING, PONG, Frame, scan
+from aioclients.jetstream._protocol._wire import (
+    ERR,
+    INFO,
+    MSG,
+    PING,
+    PONG,
+    Frame,
+    scan,
+    single_message,
+)
 
 __all__ = (
     "REQUIRED_INTERNALS",
@@ -324,19 +333,35 @@ class FastParser:
         waiter = reader._waiter  # type: ignore[attr-defined]
         if waiter is None or waiter.done():
             return False  # the read loop is not idle, waiting for these bytes
+        if type(data) is not bytes:
+            data = bytes(data)  # payloads handed on are bytes
+        handlers = self.nc._raw_handlers
+        one = single_message(data)  # the usual reply: one whole message, alone
+        if one is not None:
+            handler = handlers.get(one[2])
+            if handler is None:
+                return False
+            _, subject, _, reply, header, payload = one
+            stats = self.nc.stats
+            stats["in_msgs"] += 1
+            stats["in_bytes"] += len(payload)
+            try:
+                handler(subject.decode(), reply.decode(), payload, header)
+            except Exception:
+                log.exception("message handler for %r failed", subject)
+            return True
         # A look at the first frame's line first: chunks for nats-py subscriptions
         # (publish acks, API replies) go on without being scanned twice.
         eol = data.find(b"\r\n")
         if eol < 0 or data[0] not in b"HM":
             return False
         args = data[:eol].split()
-        handlers = self.nc._raw_handlers
         try:
             if int(args[2]) not in handlers:
                 return False
         except (IndexError, ValueError):
             return False  # the read loop reports it
-        buffer = bytes(data)
+        buffer = data
         try:
             frames, used, need = scan(buffer)
         except RemoteProtocolError:

@@ -104,10 +104,11 @@ async def wired() -> Any:
 
 async def test_whole_raw_messages_are_dispatched_as_they_arrive(wired: Any) -> None:
     nc, reader, loop = wired
+    reader.feed_data(hmsg(RAW_SID, 0))  # one alone (the usual reply)
     reader.feed_data(hmsg(RAW_SID, 1) + hmsg(RAW_SID, 2))
     # no await in between: dispatched from the feed itself, not by the read loop
-    assert nc.seen == [("raw", b"v1"), ("raw", b"v2")]
-    assert nc.stats["in_msgs"] == 2
+    assert nc.seen == [("raw", b"v0"), ("raw", b"v1"), ("raw", b"v2")]
+    assert nc.stats["in_msgs"] == 3
     assert not reader._buffer
     await loop.idle()
 
@@ -127,7 +128,10 @@ async def test_a_chunk_starting_with_another_subscription_s_message_goes_to_the_
     reader.feed_data(hmsg(OTHER_SID, 1) + hmsg(RAW_SID, 2))
     assert nc.seen == []
     await loop.idle()
+    reader.feed_data(hmsg(OTHER_SID, 3))  # alone, too
     assert nc.seen == [("msg", b"v1"), ("raw/loop", b"v2")]
+    await loop.idle()
+    assert nc.seen == [("msg", b"v1"), ("raw/loop", b"v2"), ("msg", b"v3")]
 
 
 async def test_messages_cut_across_chunks_are_each_seen_once_in_order(wired: Any) -> None:

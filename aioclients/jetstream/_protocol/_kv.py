@@ -208,15 +208,25 @@ def direct_entry_fields(block: bytes | None) -> tuple[int, str, str] | None:
     that lacks or mangles these headers): the caller then decodes the block in
     full, which classifies it or raises the right error.
     """
-    if not block or not block.startswith(b"NATS/1.0\r\n"):
-        return None  # no headers, or a status line ("NATS/1.0 404 ...")
-    seq = _last_header(block, b"\r\nNats-Sequence:")
-    stamp = _last_header(block, b"\r\nNats-Time-Stamp:")
-    if not seq or not stamp or not seq.isdigit() or not _last_header(block, b"\r\nNats-Subject:"):
+    if not block or not block.startswith(b"NATS/1.0\r\n") or not block.endswith(b"\r\n"):
+        return None  # no headers, or a status line ("NATS/1.0 404 ..."); every line ends in CRLF
+    # Inline rather than through _last_header: this runs once per get.
+    find = block.find
+    at = block.rfind(b"\r\nNats-Sequence:")
+    if at < 0:
+        return None
+    seq = block[at + 16 : find(b"\r\n", at + 16)].strip()
+    at = block.rfind(b"\r\nNats-Time-Stamp:")
+    if at < 0 or not seq.isdigit():
+        return None
+    stamp = block[at + 18 : find(b"\r\n", at + 18)].strip()
+    at = block.rfind(b"\r\nNats-Subject:")
+    if at < 0 or not stamp or not block[at + 15 : find(b"\r\n", at + 15)].strip():
         return None
     operation = PUT
-    value = _last_header(block, b"\r\nKV-Operation:")
-    if value is not None:
+    at = block.rfind(b"\r\nKV-Operation:")
+    if at >= 0:
+        value = block[at + 15 : find(b"\r\n", at + 15)].strip()
         if value == b"DEL":
             operation = DEL
         elif value == b"PURGE":
