@@ -130,9 +130,19 @@ class KeyValue:
             validate_key(key)
             js = self._js
             js._check_open()
-            header, payload = await js._requests.request_raw(
-                self._get_prefix + key, js.timeout, f"get of {key!r} in {self.bucket!r}"
-            )
+            requests = js._requests
+            subject = self._get_prefix + key
+            what = f"get of {key!r} in {self.bucket!r}"
+            started = requests.start_raw(subject, js.timeout, what)
+            if started is None:
+                header, payload = await requests.request_raw(subject, js.timeout, what)
+            else:
+                token, reply = started
+                try:
+                    header, payload = await reply
+                finally:
+                    # A caller that stops waiting (cancelled) takes its entry with it.
+                    requests.forget(token)
             fields = direct_entry_fields(header)
             if fields is None:
                 entry = await self._decoded_entry(key, header, payload)

@@ -287,6 +287,40 @@ class ReplyMux(Generic[T]):
             if self._pending.pop(token, None) is not None:
                 self._settled()
 
+    def start_raw(
+        self, subject: str, timeout: float, what: str
+    ) -> tuple[int, asyncio.Future[tuple[bytes | None, bytes]]] | None:
+        """:meth:`request_raw` without a coroutine of its own, when that is possible
+        at once: the raw inbox is open and the request went to the socket. Returns
+        the token and the future of the reply; the caller awaits the future and
+        then calls :meth:`forget` with the token (in ``finally``). ``None``: nothing
+        happened, use :meth:`request_raw`.
+
+        Raises:
+            JetStreamClosedError: the context or the connection is closed.
+        """
+        self._check_open()
+        if self._raw_sub is None:
+            return None
+        token = self._counter + 1
+        frame = f"PUB {subject} {self._raw_prefix}{token} 0\r\n\r\n".encode()
+        future, _ = self._register(token, what, timeout)
+        try:
+            written = self._transport.write_now(frame)
+        except BaseException:
+            self._unregister(token, future)
+            raise
+        if not written:
+            self._unregister(token, future)
+            return None
+        self._counter = token
+        return token, future  # type: ignore[return-value]
+
+    def forget(self, token: int) -> None:
+        """Drop ``token`` from the outstanding requests, if it is still there."""
+        if self._pending.pop(token, None) is not None:
+            self._settled()
+
     def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
