@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from nats.aio.msg import Msg as NatsMsg
-from nats.aio.subscription import Subscription
 
 from aioclients._errors import RemoteProtocolError
 from aioclients.jetstream._errors import (
@@ -37,6 +36,7 @@ from aioclients.jetstream._errors import (
     api_error,
 )
 from aioclients.jetstream._models import PubAck
+from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._names import validate_publish_subject
 from aioclients.jetstream._transport import NatsTransport, RawSubscription, SendTimeoutError
 
@@ -98,6 +98,17 @@ def parse_pub_ack(msg: NatsMsg, subject: str) -> PubAck:
     return PubAck(stream, seq, data.get("duplicate") is True, domain or None)
 
 
+def _msg_headers(block: bytes | None) -> dict[str, Any] | None:
+    """A reply's headers as nats-py's ``Msg.headers`` has them (our parsing of them)."""
+    if not block:
+        return None
+    try:
+        return decode_headers(block, strict=False) or None
+    except RemoteProtocolError as exc:  # not even NATS/1.0: keep the message, not them
+        log.warning("ignoring malformed message headers: %s", exc)
+        return None
+
+
 class ReplyMux(Generic[T]):
     """Outstanding requests of one JetStream context, correlated by a counter token."""
 
@@ -106,7 +117,7 @@ class ReplyMux(Generic[T]):
         self._kind = kind
         self._prefix = ""
         self._prefix_len = 0
-        self._sub: Subscription | None = None
+        self._sub: RawSubscription | None = None
         # Replies taken raw (header block and payload, straight from the read loop):
         # a second wildcard inbox, sharing the counter and the table of outstanding requests.
         self._raw_prefix = ""
@@ -136,7 +147,7 @@ class ReplyMux(Generic[T]):
             if self._sub is not None:
                 return
             inbox = self._transport.new_inbox()
-            self._sub = await self._transport.subscribe(inbox + ".*", self._on_reply)
+            self._sub = await self._transport.subscribe_raw(inbox + ".*", self._on_raw_msg)
             self._prefix = inbox + "."
             self._prefix_len = len(self._prefix)
 
@@ -158,6 +169,20 @@ class ReplyMux(Generic[T]):
 
     def _describe(self, what: str) -> str:
         return what
+
+    def _on_raw_msg(self, subject: str, reply: str, payload: bytes, header: bytes | None) -> None:
+        # A raw subscription: on our own client the reply skips nats-py's message
+        # processing, and one that arrives alone reaches the waiter from the socket's
+        # read callback. The NatsMsg is what nats-py would have built.
+        self._on_reply(
+            NatsMsg(
+                _client=self._transport.nc,
+                subject=subject,
+                reply=reply,
+                data=payload,
+                headers=_msg_headers(header),
+            )
+        )
 
     def _on_reply(self, msg: NatsMsg) -> None:
         try:
@@ -366,7 +391,7 @@ class ReplyMux(Generic[T]):
         self._fail_all()
         sub, self._sub = self._sub, None
         if sub is not None:
-            self._transport.unsubscribe_nowait(sub)
+            sub.unsubscribe_nowait()
         raw, self._raw_sub = self._raw_sub, None
         if raw is not None:
             raw.unsubscribe_nowait()
