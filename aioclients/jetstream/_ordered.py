@@ -476,8 +476,9 @@ class OrderedMessageStream:
         await self._fill()
         return ready.popleft()
 
-    async def _fill(self) -> None:
-        """Wait until ``_ready`` holds something.
+    async def _fill(self, *, any_batch: bool = False) -> None:
+        """Wait until ``_ready`` holds something (with ``any_batch``, also return
+        once messages came that were all left out by ``make``).
 
         Raises:
             StopAsyncIteration: stopped (or drained and all handed out).
@@ -494,6 +495,9 @@ class OrderedMessageStream:
                 continue
             try:
                 await inner.next_batch()
+                if any_batch:
+                    self._take_incoming()
+                    return
             except StopAsyncIteration:
                 if self._take_incoming():
                     return

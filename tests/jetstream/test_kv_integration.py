@@ -155,6 +155,22 @@ async def test_keys_of_a_bucket_beyond_one_multi_last_answer(kv: KeyValue, js: J
     assert "k7" not in keys
 
 
+async def test_keys_beyond_one_multi_last_answer_when_the_last_messages_are_markers(
+    kv: KeyValue, js: JetStream
+) -> None:
+    """The consumer-read listing ends on the last key present at the start even
+    when that one (and the whole last batch) is a delete or purge marker."""
+    futures = [await js.publish_async(f"$KV.{kv.bucket}.k{i}", b"v") for i in range(1200)]
+    await asyncio.gather(*futures)
+    await kv.purge("k3")
+    await kv.delete("k1199")
+    keys = await asyncio.wait_for(_collect(kv.keys()), 10)
+    assert len(keys) == 1198
+    assert "k3" not in keys
+    assert "k1199" not in keys
+    assert len(set(keys)) == 1198
+
+
 async def test_status(kv: KeyValue) -> None:
     await kv.put("a", b"1")
     await kv.put("a", b"2")
