@@ -239,3 +239,16 @@ async def test_a_fetch_that_meets_a_gap_ends_early_and_the_next_one_resumes(
     async with oc.fetch(10, expires=1) as batch:
         assert [m.metadata.sequence.stream async for m in batch] == list(range(4, 11))
     await oc.close()
+
+
+async def test_last_stream_seq_counts_what_was_handed_out_not_what_is_buffered(
+    js: JetStream, unique_name: str
+) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    await publish_many(js, f"{unique_name}.a", 20)
+    oc = await stream.ordered_consumer()
+    async with oc.consume(max_messages=50) as messages:
+        assert await _read(messages, 3) == [1, 2, 3]
+        assert oc.last_stream_seq == 3
+    async with oc.consume() as messages:
+        assert await _read(messages, 2) == [4, 5]
