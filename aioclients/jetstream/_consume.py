@@ -566,6 +566,7 @@ class BatchStream(MessageStream):
         if options.group is not None:
             raise InvalidArgumentError("a batch stream does not take a priority group")
         self._sink = sink
+        self._by_bytes = options.max_bytes is not None
         # received, not yet told to the core
         self._count = 0
         self._bytes = 0
@@ -574,15 +575,17 @@ class BatchStream(MessageStream):
         self._held_bytes = 0
 
     def _on_raw(self, subject: str, reply: str, data: bytes, header: bytes | None) -> None:
-        if header is None:
+        if header is not None:
+            if header[8:9] == b" ":
+                assert self._loop is not None
+                self._flush_received()
+                self._on_status(header, self._loop.time())
+                return
+            if self._by_bytes:
+                self._bytes += len(header)
+        if self._by_bytes:
+            # Sizes matter only to pulls by max_bytes (the buffer here is transient).
             self._bytes += len(subject) + len(reply) + len(data)
-        elif header[8:9] == b" ":
-            assert self._loop is not None
-            self._flush_received()
-            self._on_status(header, self._loop.time())
-            return
-        else:
-            self._bytes += len(subject) + len(reply) + len(header) + len(data)
         self._count += 1
         self._sink(subject, reply, data, header)
         waiters = self._waiters

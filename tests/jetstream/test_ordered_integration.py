@@ -252,3 +252,18 @@ async def test_last_stream_seq_counts_what_was_handed_out_not_what_is_buffered(
         assert oc.last_stream_seq == 3
     async with oc.consume() as messages:
         assert await _read(messages, 2) == [4, 5]
+
+
+async def test_consume_by_bytes_pulls_more_as_the_bytes_are_taken(
+    js: JetStream, unique_name: str
+) -> None:
+    """max_bytes smaller than the stream: the buffer must count the bytes it took
+    for the next pulls to come."""
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    await publish_many(js, f"{unique_name}.a", 60)
+    oc = await stream.ordered_consumer()
+    async with oc.consume(max_bytes=2000) as messages:
+        assert await _read(messages, 60) == list(range(1, 61))
+        stats = messages.statistics()
+        assert stats is not None
+        assert stats.pulls > 1
