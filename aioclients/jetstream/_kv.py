@@ -92,6 +92,46 @@ def _created(ts_ns: int) -> datetime:
     return _EPOCH + timedelta(0, ts_ns // 1_000_000_000, (ts_ns // 1000) % 1_000_000)
 
 
+def _fast_entry_constructor() -> Callable[
+    [str, str, bytes, int, datetime, int, str], KeyValueEntry
+]:
+    """``KeyValueEntry(...)`` at a quarter of the cost, for watch()'s per-entry path.
+
+    A frozen dataclass sets each field through ``object.__setattr__``; with
+    slots, the slot descriptors set them directly (same object, same equality).
+    """
+    fields = ("bucket", "key", "value", "revision", "created", "delta", "operation")
+    slots = [KeyValueEntry.__dict__.get(name) for name in fields]
+    if not all(type(slot).__name__ == "member_descriptor" for slot in slots):
+        return KeyValueEntry  # not a slots class any more: the plain constructor
+    sb, sk, sv, sr, sc, sd, so = (slot.__set__ for slot in slots)  # type: ignore[union-attr]
+    new = object.__new__
+
+    def entry(
+        bucket: str,
+        key: str,
+        value: bytes,
+        revision: int,
+        created: datetime,
+        delta: int,
+        operation: str,
+    ) -> KeyValueEntry:
+        e = new(KeyValueEntry)
+        sb(e, bucket)
+        sk(e, key)
+        sv(e, value)
+        sr(e, revision)
+        sc(e, created)
+        sd(e, delta)
+        so(e, operation)
+        return e
+
+    return entry
+
+
+_new_entry = _fast_entry_constructor()
+
+
 class KeyValue:
     """A Key-Value bucket. Obtain one from ``js.create_key_value`` or ``js.key_value``."""
 
@@ -597,6 +637,7 @@ class KeyWatcher:
         bucket = kv.bucket
         cut = len(kv._prefix)
         meta_only = self._meta_only
+        new_entry = _new_entry
 
         def entry_of(
             subject: str,
@@ -608,7 +649,7 @@ class KeyWatcher:
             ts: int,
         ) -> KeyValueEntry:
             # Built in the read loop as the message arrives (no Msg in between).
-            return KeyValueEntry(
+            return new_entry(
                 bucket,
                 subject[cut:],
                 b"" if meta_only else data,
