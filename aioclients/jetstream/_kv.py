@@ -6,6 +6,10 @@ bucket's subjects, ``history`` one batched read of the key's subject. Writes
 are publishes with the ADR-8 headers. ``watch`` (and ``keys`` on buckets too
 large for one ``multi_last`` answer) runs an ordered consumer, so it survives
 reconnects and server restarts. Behaviour follows nats.go ``jetstream/kv.go``.
+
+Their per-message work happens in the read loop (see ``OrderedMessageStream``'s
+``make``): ``keys`` turns each headers-only message straight into its key (or
+nothing, for a marker), ``watch`` into its entry; no :class:`Msg` in between.
 """
 
 from __future__ import annotations

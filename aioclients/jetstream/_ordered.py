@@ -2,15 +2,17 @@
 
 An :class:`OrderedConsumer` owns one :class:`~aioclients.jetstream._protocol._ordered.OrderedCursor`
 and, at any time, at most one ephemeral consumer on the server. Its ``consume()``
-and ``fetch()`` run our ordinary pull machinery (``MessageStream`` /
+and ``fetch()`` run our ordinary pull machinery (``BatchStream`` /
 ``FetchResult``) on that consumer and put every delivered message through the
 cursor: in order, it is yielded; a gap, a missed heartbeat, a reconnect or the
 consumer's deletion make the driver drop the consumer (deleting it on the
 server in the background), create a fresh one at the last stream sequence + 1
 and report :class:`ConsumerReset` through ``on_event``.
 
-Hot path: one ``str.split`` of the ack subject and one cursor call per message
-on top of ``MessageStream.__anext__``.
+Hot path (``consume()``): in the connection's read loop, one ``str.split`` of the
+ack subject, one cursor call and one append per message (a :class:`Msg`, or
+what KV's ``watch``/``keys`` make of it); the iterator pops from a deque and
+tells the pull core of the messages taken once per batch, not per message.
 """
 
 from __future__ import annotations
