@@ -10,7 +10,7 @@ import pytest
 from consume_support import publish_many
 from support import Server, WaitFor
 
-from aioclients._errors import InvalidArgumentError
+from aioclients._errors import InvalidArgumentError, RemoteProtocolError
 from aioclients.jetstream import (
     ConsumerReset,
     JetStream,
@@ -267,3 +267,22 @@ async def test_consume_by_bytes_pulls_more_as_the_bytes_are_taken(
         stats = messages.statistics()
         assert stats is not None
         assert stats.pulls > 1
+
+
+async def test_a_delivery_without_an_ack_subject_fails_the_iteration(
+    js: JetStream, unique_name: str
+) -> None:
+    """The order check needs the ack subject: a message without one is a protocol
+    error raised to the reader, not silently skipped."""
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    await publish_many(js, f"{unique_name}.a", 5)
+    oc = await stream.ordered_consumer()
+    async with oc.consume(max_messages=10) as messages:
+        assert await _read(messages, 5) == [1, 2, 3, 4, 5]
+        inner = messages._inner
+        assert inner is not None
+        assert inner._sub is not None
+        handler = js.nc._raw_handlers[inner._sub._sub._id]  # type: ignore[attr-defined]
+        handler(f"{unique_name}.a", "not.an.ack.subject", b"x", None)
+        with pytest.raises(RemoteProtocolError, match="not a JetStream ack subject"):
+            await asyncio.wait_for(messages.__anext__(), 5)
