@@ -660,7 +660,7 @@ class KeyWatcher:
                 sseq,
                 _created(ts),
                 pending,
-                operation_of_header_block(header),
+                PUT if header is None else operation_of_header_block(header),
             )
 
         options = oc.consume(max_messages=_SCAN_BUFFER)._options
