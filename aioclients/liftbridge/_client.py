@@ -56,6 +56,20 @@ from aioclients.liftbridge._io._grpc import (
 )
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._pb import api_pb2_grpc as pb_grpc
+from aioclients.liftbridge._protocol._args import (
+    INT32_MAX,
+    INT64_MAX,
+    STREAM_OPTIONS,
+    build_subscribe_request,
+    check_ack_policy,
+    check_bytes,
+    check_headers,
+    check_name,
+    check_partition,
+    check_partitions,
+    check_seconds,
+    check_subject,
+)
 from aioclients.liftbridge._protocol._metadata import (
     Metadata,
     MetadataCache,
@@ -71,15 +85,13 @@ from aioclients.liftbridge._protocol._pool import SubscribePool
 from aioclients.liftbridge._protocol._resubscribe import MAX_WAIT, MIN_WAIT
 from aioclients.liftbridge._protocol._types import Ack, AckPolicy, StartPosition, StopPosition
 from aioclients.liftbridge._publisher import AsyncPublisher, async_error
-from aioclients.liftbridge._subscription import Subscription, build_subscribe_request
+from aioclients.liftbridge._subscription import Subscription
 
 __all__ = ("Client", "ConsumerGroupJoin", "connect")
 
 log = logging.getLogger("aioclients.liftbridge.client")
 
 CURSORS_STREAM = "__cursors"
-_INT32_MAX = 2**31 - 1
-_INT64_MAX = 2**63 - 1
 _PARTITION_BY_KEY = PartitionByKey()
 # How long create/delete/pause/readonly wait for every broker to show the change,
 # and how long a publish answered NOT_FOUND for a stream the metadata lists is
@@ -98,24 +110,6 @@ _ALL_ACK_HINT = (
     "raise timeout/ack_wait_time (e.g. 15 s)"
 )
 
-# CreateStream options: keyword -> (request field, kind). Durations are float
-# seconds here and milliseconds on the wire (as the Go client sends them).
-_STREAM_OPTIONS: dict[str, tuple[str, str]] = {
-    "retention_max_bytes": ("retentionMaxBytes", "int64"),
-    "retention_max_messages": ("retentionMaxMessages", "int64"),
-    "retention_max_age": ("retentionMaxAge", "duration"),
-    "cleaner_interval": ("cleanerInterval", "duration"),
-    "segment_max_bytes": ("segmentMaxBytes", "int64"),
-    "segment_max_age": ("segmentMaxAge", "duration"),
-    "compact_max_goroutines": ("compactMaxGoroutines", "int32"),
-    "compact_enabled": ("compactEnabled", "bool"),
-    "auto_pause_time": ("autoPauseTime", "duration"),
-    "auto_pause_disable_if_subscribers": ("autoPauseDisableIfSubscribers", "bool"),
-    "min_isr": ("minIsr", "int32"),
-    "optimistic_concurrency_control": ("optimisticConcurrencyControl", "bool"),
-    "encryption": ("encryption", "bool"),
-}
-
 _CONNECT_OPTIONS = frozenset(
     {
         "stream_transport",
@@ -132,68 +126,6 @@ _CONNECT_OPTIONS = frozenset(
         "grpc_options",
     }
 )
-
-
-def _name(what: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidArgumentError(f"{what} must be a non-empty str, got {value!r}")
-    return value
-
-
-def _subject(what: str, value: object) -> str:
-    subject = _name(what, value)
-    if any(c in subject for c in " \t\r\n") or any(not t for t in subject.split(".")):
-        raise InvalidArgumentError(
-            f"{what} {subject!r} is not a valid NATS subject (dot-separated, non-empty tokens, "
-            "no whitespace)"
-        )
-    return subject
-
-
-def _partition(value: object, what: str = "partition") -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _INT32_MAX:
-        raise InvalidArgumentError(
-            f"{what} must be an int between 0 and {_INT32_MAX}, got {value!r}"
-        )
-    return value
-
-
-def _headers(headers: Mapping[str, bytes] | None) -> dict[str, bytes]:
-    if headers is None:
-        return {}
-    if not isinstance(headers, Mapping):
-        raise InvalidArgumentError(
-            f"headers must be a dict[str, bytes], got {type(headers).__name__}"
-        )
-    out = {}
-    for k, v in headers.items():
-        if not isinstance(k, str) or not isinstance(v, (bytes, bytearray)):
-            raise InvalidArgumentError(
-                f"headers must map str to bytes, got {k!r}: {type(v).__name__}"
-            )
-        out[k] = bytes(v)
-    return out
-
-
-def _bytes(what: str, value: object, *, optional: bool = False) -> bytes:
-    if value is None and optional:
-        return b""
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise InvalidArgumentError(f"{what} must be bytes, got {type(value).__name__}")
-    return bytes(value)
-
-
-def _ack_policy(value: object) -> AckPolicy:
-    try:
-        return AckPolicy(value)  # type: ignore[arg-type]
-    except ValueError:
-        raise InvalidArgumentError(f"ack_policy must be an AckPolicy, got {value!r}") from None
-
-
-def _timeout(what: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise InvalidArgumentError(f"{what} must be a number of seconds > 0, got {value!r}")
-    return float(value)
 
 
 def _policy_is_all(req: Any) -> bool:
@@ -696,29 +628,31 @@ class Client:
             StreamExistsError: a stream of that name exists.
             InvalidArgumentError: a bad argument or an unknown option.
         """
-        req = pb.CreateStreamRequest(subject=_subject("subject", subject), name=_name("name", name))
+        req = pb.CreateStreamRequest(
+            subject=check_subject("subject", subject), name=check_name("name", name)
+        )
         if group is not None:
-            req.group = _name("group", group)
+            req.group = check_name("group", group)
         if max_replication:
             req.replicationFactor = -1
         else:
             if replication_factor != -1:
                 check_int("replication_factor", replication_factor, minimum=1)
-            if replication_factor > _INT32_MAX:
+            if replication_factor > INT32_MAX:
                 raise InvalidArgumentError(f"replication_factor {replication_factor} is too large")
             req.replicationFactor = replication_factor
         check_int("partitions", partitions, minimum=1)
-        if partitions > _INT32_MAX:
+        if partitions > INT32_MAX:
             raise InvalidArgumentError(f"partitions {partitions} is too large")
         req.partitions = partitions
         for key, value in stream_options.items():
-            if key not in _STREAM_OPTIONS:
+            if key not in STREAM_OPTIONS:
                 raise InvalidArgumentError(
-                    f"unknown stream option {key!r}; known: {', '.join(sorted(_STREAM_OPTIONS))}"
+                    f"unknown stream option {key!r}; known: {', '.join(sorted(STREAM_OPTIONS))}"
                 )
             if value is None:
                 continue
-            field, kind = _STREAM_OPTIONS[key]
+            field, kind = STREAM_OPTIONS[key]
             target = getattr(req, field)
             if kind == "bool":
                 if not isinstance(value, bool):
@@ -729,7 +663,7 @@ class Client:
                     raise InvalidArgumentError(f"{key} must be seconds >= 0, got {value!r}")
                 target.value = round(value * 1000)
             else:
-                limit = _INT32_MAX if kind == "int32" else _INT64_MAX
+                limit = INT32_MAX if kind == "int32" else INT64_MAX
                 check_int(key, value, minimum=0)
                 if value > limit:
                     raise InvalidArgumentError(f"{key} must be <= {limit}, got {value!r}")
@@ -745,16 +679,9 @@ class Client:
         Raises:
             NoSuchStreamError: there is no such stream.
         """
-        req = pb.DeleteStreamRequest(name=_name("name", name))
+        req = pb.DeleteStreamRequest(name=check_name("name", name))
         await self._rpc("DeleteStream", req, what=f"delete_stream {name!r}")
         await self._settle(f"delete_stream {name!r}", [name], _stream_gone(name))
-
-    def _partitions(self, partitions: Sequence[int] | None) -> list[int]:
-        if partitions is None:
-            return []
-        if isinstance(partitions, (str, bytes)) or not isinstance(partitions, Sequence):
-            raise InvalidArgumentError(f"partitions must be a list of ints, got {partitions!r}")
-        return [_partition(p, "each partition") for p in partitions]
 
     async def pause_stream(
         self, name: str, *, partitions: Sequence[int] | None = None, resume_all: bool = False
@@ -772,7 +699,9 @@ class Client:
             NoSuchPartitionError: no such stream or partition.
         """
         req = pb.PauseStreamRequest(
-            name=_name("name", name), partitions=self._partitions(partitions), resumeAll=resume_all
+            name=check_name("name", name),
+            partitions=check_partitions(partitions),
+            resumeAll=resume_all,
         )
         await self._rpc(
             "PauseStream", req, what=f"pause_stream {name!r}", not_found=NoSuchPartitionError
@@ -794,7 +723,9 @@ class Client:
             NoSuchPartitionError: no such stream or partition.
         """
         req = pb.SetStreamReadonlyRequest(
-            name=_name("name", name), partitions=self._partitions(partitions), readonly=readonly
+            name=check_name("name", name),
+            partitions=check_partitions(partitions),
+            readonly=readonly,
         )
         await self._rpc(
             "SetStreamReadonly",
@@ -827,7 +758,7 @@ class Client:
             NoSuchPartitionError: no such stream or partition.
         """
         req = pb.FetchPartitionMetadataRequest(
-            stream=_name("stream", stream), partition=_partition(partition)
+            stream=check_name("stream", stream), partition=check_partition(partition)
         )
         resp = await self._leader_rpc(
             stream, partition, "FetchPartitionMetadata", req, what="fetch_partition_metadata"
@@ -864,20 +795,20 @@ class Client:
         correlation_id: str | None,
     ) -> tuple[pb.PublishRequest, int]:
         self._check_open()
-        stream = _name("stream", stream)
-        value_b = _bytes("value", value)
-        key_b = _bytes("key", key, optional=True)
-        policy = _ack_policy(ack_policy)
+        stream = check_name("stream", stream)
+        value_b = check_bytes("value", value)
+        key_b = check_bytes("key", key, optional=True)
+        policy = check_ack_policy(ack_policy)
         chooser = self._resolve_partitioner(partitioner)
         if partition is not None:
-            target = _partition(partition)
+            target = check_partition(partition)
         elif chooser is not None:
             md = await self._metadata_with(stream)
             if md.get_stream(stream) is None:
                 raise NoSuchStreamError(
                     f"publish: no stream {stream!r}; create it first", code="NOT_FOUND"
                 )
-            target = _partition(
+            target = check_partition(
                 chooser.partition(stream, key, value_b, md), "the partitioner's result"
             )
         else:
@@ -886,7 +817,7 @@ class Client:
             if (
                 isinstance(expected_offset, bool)
                 or not isinstance(expected_offset, int)
-                or not (-1 <= expected_offset <= _INT64_MAX)
+                or not (-1 <= expected_offset <= INT64_MAX)
             ):
                 raise InvalidArgumentError(
                     f"expected_offset must be an int >= -1, got {expected_offset!r}"
@@ -898,7 +829,7 @@ class Client:
             partition=target,
             key=key_b,
             value=value_b,
-            headers=_headers(headers),
+            headers=check_headers(headers),
             ackPolicy=int(policy),  # type: ignore[arg-type]
             correlationId=correlation_id or "",
             expectedOffset=-1 if expected_offset is None else expected_offset,
@@ -946,7 +877,7 @@ class Client:
                 the call broke with the request in flight: the message may or may not be
                 stored and is not sent again.
         """
-        wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
+        wait = self._ack_wait_time if timeout is None else check_seconds("timeout", timeout)
         req, target = await self._publish_request(
             stream,
             value,
@@ -1031,7 +962,7 @@ class Client:
             InvalidArgumentError: a bad argument, or a ``correlation_id`` that is
                 already awaiting its ack (also when found after waiting for the window).
         """
-        wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
+        wait = self._ack_wait_time if timeout is None else check_seconds("timeout", timeout)
         req, target = await self._publish_request(
             stream,
             value,
@@ -1069,15 +1000,15 @@ class Client:
             LiftbridgeTimeoutError: no ack in time (e.g. no stream on the subject).
         """
         self._check_open()
-        wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
+        wait = self._ack_wait_time if timeout is None else check_seconds("timeout", timeout)
         req = pb.PublishToSubjectRequest(
-            subject=_subject("subject", subject),
-            value=_bytes("value", value),
-            key=_bytes("key", key, optional=True),
-            headers=_headers(headers),
-            ackInbox=_subject("ack_inbox", ack_inbox) if ack_inbox is not None else "",
+            subject=check_subject("subject", subject),
+            value=check_bytes("value", value),
+            key=check_bytes("key", key, optional=True),
+            headers=check_headers(headers),
+            ackInbox=check_subject("ack_inbox", ack_inbox) if ack_inbox is not None else "",
             correlationId=correlation_id or "",
-            ackPolicy=int(_ack_policy(ack_policy)),  # type: ignore[arg-type]
+            ackPolicy=int(check_ack_policy(ack_policy)),  # type: ignore[arg-type]
         )
         resp = await self._rpc(
             "PublishToSubject",
@@ -1169,16 +1100,12 @@ class Client:
         Raises:
             NoSuchPartitionError: no such stream or partition.
         """
-        if (
-            isinstance(offset, bool)
-            or not isinstance(offset, int)
-            or not -1 <= offset <= _INT64_MAX
-        ):
+        if isinstance(offset, bool) or not isinstance(offset, int) or not -1 <= offset <= INT64_MAX:
             raise InvalidArgumentError(f"offset must be an int >= -1, got {offset!r}")
         req = pb.SetCursorRequest(
-            cursorId=_name("cursor_id", cursor_id),
-            stream=_name("stream", stream),
-            partition=_partition(partition),
+            cursorId=check_name("cursor_id", cursor_id),
+            stream=check_name("stream", stream),
+            partition=check_partition(partition),
             offset=offset,
         )
         await self._cursor_rpc("SetCursor", req, f"set_cursor {cursor_id!r}")
@@ -1190,9 +1117,9 @@ class Client:
             NoSuchPartitionError: no such stream or partition.
         """
         req = pb.FetchCursorRequest(
-            cursorId=_name("cursor_id", cursor_id),
-            stream=_name("stream", stream),
-            partition=_partition(partition),
+            cursorId=check_name("cursor_id", cursor_id),
+            stream=check_name("stream", stream),
+            partition=check_partition(partition),
         )
         resp = await self._cursor_rpc("FetchCursor", req, f"fetch_cursor {cursor_id!r}")
         return int(resp.offset)
@@ -1207,12 +1134,12 @@ class Client:
         Returns:
             The coordinator broker id, the epoch and the group's timeouts.
         """
-        names = [_name("each stream", s) for s in streams]
+        names = [check_name("each stream", s) for s in streams]
         if not names:
             raise InvalidArgumentError("streams must name at least one stream")
         req = pb.JoinConsumerGroupRequest(
-            groupId=_name("group_id", group_id),
-            consumerId=_name("consumer_id", consumer_id),
+            groupId=check_name("group_id", group_id),
+            consumerId=check_name("consumer_id", consumer_id),
             streams=names,
         )
         what = f"join_consumer_group {group_id!r}"
@@ -1275,12 +1202,12 @@ class Client:
         """
         check_int("epoch", epoch, minimum=0)
         req = pb.FetchConsumerGroupAssignmentsRequest(
-            groupId=_name("group_id", group_id),
-            consumerId=_name("consumer_id", consumer_id),
+            groupId=check_name("group_id", group_id),
+            consumerId=check_name("consumer_id", consumer_id),
             epoch=epoch,
         )
         resp = await self._coordinator_rpc(
-            _name("coordinator", coordinator),
+            check_name("coordinator", coordinator),
             "FetchConsumerGroupAssignments",
             req,
             f"fetch_consumer_group_assignments {group_id!r}",
@@ -1293,9 +1220,9 @@ class Client:
         """Tell the cluster the coordinator does not answer (a majority elects another)."""
         check_int("epoch", epoch, minimum=0)
         req = pb.ReportConsumerGroupCoordinatorRequest(
-            groupId=_name("group_id", group_id),
-            consumerId=_name("consumer_id", consumer_id),
-            coordinator=_name("coordinator", coordinator),
+            groupId=check_name("group_id", group_id),
+            consumerId=check_name("consumer_id", consumer_id),
+            coordinator=check_name("coordinator", coordinator),
             epoch=epoch,
         )
         await self._rpc(
@@ -1334,7 +1261,7 @@ class Client:
             A :class:`GroupConsumer`.
         """
         self._check_open()
-        names = [_name("each stream", s) for s in streams]
+        names = [check_name("each stream", s) for s in streams]
         if not names:
             raise InvalidArgumentError("streams must name at least one stream")
         if auto_offset not in (
@@ -1348,23 +1275,24 @@ class Client:
         member = consumer_id if consumer_id is not None else f"{self._rng.getrandbits(64):016x}"
         return GroupConsumer(
             self,
-            _name("group_id", group_id),
+            check_name("group_id", group_id),
             names,
-            consumer_id=_name("consumer_id", member),
+            consumer_id=check_name("consumer_id", member),
             auto_offset=auto_offset,
             checkpoint_interval=None
             if checkpoint_interval is None
-            else _timeout("checkpoint_interval", checkpoint_interval),
+            else check_seconds("checkpoint_interval", checkpoint_interval),
             fetch_interval=None
             if fetch_interval is None
-            else _timeout("fetch_interval", fetch_interval),
+            else check_seconds("fetch_interval", fetch_interval),
             buffer=check_int("buffer", buffer, minimum=1),
         )
 
     async def leave_consumer_group(self, group_id: str, consumer_id: str) -> None:
         """Leave a consumer group."""
         req = pb.LeaveConsumerGroupRequest(
-            groupId=_name("group_id", group_id), consumerId=_name("consumer_id", consumer_id)
+            groupId=check_name("group_id", group_id),
+            consumerId=check_name("consumer_id", consumer_id),
         )
         await self._rpc("LeaveConsumerGroup", req, what=f"leave_consumer_group {group_id!r}")
 
@@ -1432,10 +1360,10 @@ async def connect(
         raise InvalidArgumentError(
             f"unknown connect option(s) {sorted(unknown)}; known: {sorted(_CONNECT_OPTIONS)}"
         )
-    rpc_timeout = _timeout("rpc_timeout", options.get("rpc_timeout", 10.0))
+    rpc_timeout = check_seconds("rpc_timeout", options.get("rpc_timeout", 10.0))
     max_attempts = check_int("max_rpc_attempts", options.get("max_rpc_attempts", 10), minimum=1)
     window = check_int("publish_async_window", options.get("publish_async_window", 1024), minimum=1)
-    metadata_max_age = _timeout("metadata_max_age", options.get("metadata_max_age", 60.0))
+    metadata_max_age = check_seconds("metadata_max_age", options.get("metadata_max_age", 60.0))
     if (
         isinstance(resubscribe_wait_time, bool)
         or not isinstance(resubscribe_wait_time, (int, float))
@@ -1444,7 +1372,7 @@ async def connect(
         raise InvalidArgumentError(
             f"resubscribe_wait_time must be seconds >= 0, got {resubscribe_wait_time!r}"
         )
-    ack_wait = _timeout("ack_wait_time", ack_wait_time)
+    ack_wait = check_seconds("ack_wait_time", ack_wait_time)
     check_int("max_conns_per_broker", max_conns_per_broker, minimum=1)
     if (
         isinstance(keepalive_time, bool)

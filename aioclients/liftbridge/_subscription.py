@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
 
 from aioclients._core import redact_text, redact_url
-from aioclients._errors import InvalidArgumentError
 from aioclients.liftbridge._errors import (
     LiftbridgeClosedError,
     LiftbridgeConnectError,
@@ -43,157 +41,16 @@ from aioclients.liftbridge._errors import (
 )
 from aioclients.liftbridge._io._grpc import is_connection_failure, map_rpc_error
 from aioclients.liftbridge._pb import api_pb2 as pb
+from aioclients.liftbridge._protocol._args import build_subscribe_request, to_nanoseconds
 from aioclients.liftbridge._protocol._resubscribe import Resubscriber
-from aioclients.liftbridge._protocol._types import Message, StartPosition, StopPosition
+from aioclients.liftbridge._protocol._types import Message
 
 if TYPE_CHECKING:
     from aioclients.liftbridge._client import Client
 
-__all__ = ("Subscription", "to_nanoseconds")
+__all__ = ("Subscription", "build_subscribe_request", "to_nanoseconds")
 
 log = logging.getLogger("aioclients.liftbridge.subscription")
-
-_INT64_MAX = 2**63 - 1
-_INT32_MAX = 2**31 - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def to_nanoseconds(name: str, value: object) -> int:
-    """An aware ``datetime`` or integer nanoseconds since the epoch, as int ns."""
-    if isinstance(value, datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise InvalidArgumentError(
-                f"{name} must be a timezone-aware datetime (e.g. datetime.now(timezone.utc))"
-            )
-        # Exact integer arithmetic: no float rounding of the microseconds.
-        ns = (value - _EPOCH) // timedelta(microseconds=1) * 1000
-        if ns < 0:
-            raise InvalidArgumentError(f"{name} must not be before 1970, got {value!r}")
-        return int(ns)
-    if isinstance(value, int) and not isinstance(value, bool):
-        if not 0 <= value <= _INT64_MAX:
-            raise InvalidArgumentError(f"{name} must be >= 0 nanoseconds, got {value!r}")
-        return value
-    raise InvalidArgumentError(
-        f"{name} must be an aware datetime or int nanoseconds, got {type(value).__name__}"
-    )
-
-
-def _offset(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _INT64_MAX:
-        raise InvalidArgumentError(f"{name} must be an int offset >= 0, got {value!r}")
-    return value
-
-
-def build_subscribe_request(
-    stream: str,
-    *,
-    partition: int,
-    start_at: StartPosition,
-    start_offset: int | None,
-    start_time: object,
-    start_time_delta: object,
-    stop_at: StopPosition | None,
-    stop_offset: int | None,
-    stop_time: object,
-    read_isr_replica: bool,
-    resume: bool,
-    now_ns: int,
-) -> pb.SubscribeRequest:
-    """Validate the subscribe arguments and build the request (raises InvalidArgumentError)."""
-    if not isinstance(stream, str) or not stream:
-        raise InvalidArgumentError(f"stream must be a non-empty str, got {stream!r}")
-    if (
-        not isinstance(partition, int)
-        or isinstance(partition, bool)
-        or not 0 <= partition <= _INT32_MAX
-    ):
-        raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
-    try:
-        start = StartPosition(start_at)
-    except ValueError:
-        raise InvalidArgumentError(f"start_at must be a StartPosition, got {start_at!r}") from None
-    req = pb.SubscribeRequest(
-        stream=stream,
-        partition=partition,
-        readISRReplica=bool(read_isr_replica),
-        resume=bool(resume),
-    )
-    # The most specific argument picks the start position (an offset, a time,
-    # a delta); start_at alone names the others.
-    given = [
-        n
-        for n, v in (
-            ("start_offset", start_offset),
-            ("start_time", start_time),
-            ("start_time_delta", start_time_delta),
-        )
-        if v is not None
-    ]
-    if len(given) > 1:
-        raise InvalidArgumentError(
-            f"give at most one of start_offset, start_time, start_time_delta; got {given}"
-        )
-    if start_offset is not None:
-        if start not in (StartPosition.OFFSET, StartPosition.NEW_ONLY):
-            raise InvalidArgumentError(f"start_offset goes with start_at=OFFSET, not {start.name}")
-        req.startPosition = pb.OFFSET
-        req.startOffset = _offset("start_offset", start_offset)
-    elif start_time is not None or start_time_delta is not None:
-        if start not in (StartPosition.TIMESTAMP, StartPosition.NEW_ONLY):
-            raise InvalidArgumentError(f"start_time goes with start_at=TIMESTAMP, not {start.name}")
-        req.startPosition = pb.TIMESTAMP
-        if start_time is not None:
-            req.startTimestamp = to_nanoseconds("start_time", start_time)
-        else:
-            if isinstance(start_time_delta, timedelta):
-                delta_ns = start_time_delta // timedelta(microseconds=1) * 1000
-            elif isinstance(start_time_delta, (int, float)) and not isinstance(
-                start_time_delta, bool
-            ):
-                delta_ns = int(start_time_delta * 1e9)
-            else:
-                raise InvalidArgumentError(
-                    "start_time_delta must be a timedelta or float seconds, "
-                    f"got {start_time_delta!r}"
-                )
-            if delta_ns < 0:
-                raise InvalidArgumentError(
-                    f"start_time_delta must be >= 0, got {start_time_delta!r}"
-                )
-            req.startTimestamp = max(0, now_ns - delta_ns)
-    else:
-        if start is StartPosition.OFFSET:
-            raise InvalidArgumentError("start_at=OFFSET needs start_offset")
-        if start is StartPosition.TIMESTAMP:
-            raise InvalidArgumentError("start_at=TIMESTAMP needs start_time or start_time_delta")
-        req.startPosition = int(start)  # type: ignore[assignment]
-
-    stop: StopPosition | None = None
-    if stop_at is not None:
-        try:
-            stop = StopPosition(stop_at)
-        except ValueError:
-            raise InvalidArgumentError(f"stop_at must be a StopPosition, got {stop_at!r}") from None
-    if stop_offset is not None and stop_time is not None:
-        raise InvalidArgumentError("give at most one of stop_offset and stop_time")
-    if stop_offset is not None:
-        if stop not in (None, StopPosition.OFFSET):
-            raise InvalidArgumentError(f"stop_offset goes with stop_at=OFFSET, not {stop.name}")
-        stop = StopPosition.OFFSET
-        req.stopOffset = _offset("stop_offset", stop_offset)
-    elif stop_time is not None:
-        if stop not in (None, StopPosition.TIMESTAMP):
-            raise InvalidArgumentError(f"stop_time goes with stop_at=TIMESTAMP, not {stop.name}")
-        stop = StopPosition.TIMESTAMP
-        req.stopTimestamp = to_nanoseconds("stop_time", stop_time)
-    elif stop is StopPosition.OFFSET:
-        raise InvalidArgumentError("stop_at=OFFSET needs stop_offset")
-    elif stop is StopPosition.TIMESTAMP:
-        raise InvalidArgumentError("stop_at=TIMESTAMP needs stop_time")
-    if stop is not None:
-        req.stopPosition = int(stop)  # type: ignore[assignment]
-    return req
 
 
 def _task_cancelling() -> bool:
