@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 import grpc.aio
 
 from aioclients._core import redact_text, redact_url
+from aioclients.liftbridge._brokers import Brokers
 from aioclients.liftbridge._errors import (
     LiftbridgeClosedError,
     LiftbridgeConnectError,
@@ -44,9 +45,6 @@ from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._protocol._args import build_subscribe_request, to_nanoseconds
 from aioclients.liftbridge._protocol._resubscribe import Resubscriber
 from aioclients.liftbridge._protocol._types import Message
-
-if TYPE_CHECKING:
-    from aioclients.liftbridge._client import Client
 
 __all__ = ("Subscription", "build_subscribe_request", "to_nanoseconds")
 
@@ -88,14 +86,16 @@ class Subscription:
         last_offset: the offset of the last message delivered, or None.
     """
 
-    def __init__(self, client: Client, request: pb.SubscribeRequest) -> None:
-        self._client = client
+    def __init__(
+        self, brokers: Brokers, request: pb.SubscribeRequest, *, resubscribe_wait_time: float
+    ) -> None:
+        self._brokers = brokers
         self._request = request
         self.stream = request.stream
         self.partition = request.partition
         self._res = Resubscriber(
-            wait_time=client._resubscribe_wait_time,
-            rng=client._rng,
+            wait_time=resubscribe_wait_time,
+            rng=brokers.rng,
             start_offset=request.startOffset if request.startPosition == pb.OFFSET else None,
         )
         self._call: Any = None
@@ -137,13 +137,13 @@ class Subscription:
         """
         if self._opened:
             raise LiftbridgeError("the subscription is open already; create a new one")
-        self._client._check_open()
+        self._brokers.check_open()
         self._opened = True
-        self._client._subscriptions.add(self)
+        self._brokers.register(self)
         try:
             await self._subscribe_with_retries(None)
         except BaseException:
-            self._client._subscriptions.discard(self)
+            self._brokers.unregister(self)
             self._closed = True
             raise
 
@@ -151,10 +151,10 @@ class Subscription:
         """End the subscription and give its connection back to the pool (idempotent)."""
         self._closed = True
         self._res.close()
-        self._client._subscriptions.discard(self)
+        self._brokers.unregister(self)
         self._drop_call()
 
-    def _client_closed(self) -> None:
+    def client_closed(self) -> None:
         """The client is closing: end this subscription with a ClosedError."""
         if not self._closed:
             self._error = LiftbridgeClosedError("the client was closed")
@@ -167,7 +167,7 @@ class Subscription:
         if call is not None:
             call.cancel()
         if self._channel is not None and self._address is not None:
-            self._client._release_subscribe_channel(self._address, self._channel)
+            self._brokers.release_subscribe_channel(self._address, self._channel)
         self._channel = None
         self._address = None
 
@@ -184,7 +184,7 @@ class Subscription:
 
     async def _subscribe_with_retries(self, start_offset: int | None) -> None:
         """The first subscribe: a few quick retries while the leader is unknown or moving."""
-        client = self._client
+        brokers = self._brokers
         attempts = 5
         for attempt in range(attempts):
             try:
@@ -195,26 +195,26 @@ class Subscription:
                     raise LiftbridgeConnectError(
                         f"subscribe to {self.stream}/{self.partition}: {exc}; is the cluster up?"
                     ) from None
-                await asyncio.sleep(client._jitter())
+                await asyncio.sleep(brokers.jitter())
 
     async def _subscribe_once(self, start_offset: int | None, *, refresh: bool) -> None:
-        client = self._client
+        brokers = self._brokers
         if refresh:
             try:
-                await client._refresh_metadata()
+                await brokers.refresh_metadata()
             except LiftbridgeConnectError as exc:
                 raise _Retry(str(exc)) from None
-        address = client._subscribe_address(
+        address = brokers.subscribe_address(
             self.stream, self.partition, self._request.readISRReplica
         )
         if address is None:
             if not refresh:
-                await client._refresh_metadata()
-                address = client._subscribe_address(
+                await brokers.refresh_metadata()
+                address = brokers.subscribe_address(
                     self.stream, self.partition, self._request.readISRReplica
                 )
             if address is None:
-                md = client._metadata.get()
+                md = brokers.metadata.get()
                 if md.get_stream(self.stream) is None:
                     raise NoSuchPartitionError(
                         f"subscribe: no stream {self.stream!r} in the cluster; create it first",
@@ -226,14 +226,14 @@ class Subscription:
                         code="NOT_FOUND",
                     )
                 raise _Retry("the partition has no reachable leader")
-        channel = await client._acquire_subscribe_channel(address)
-        stub = client._stub_for(channel)
+        channel = await brokers.acquire_subscribe_channel(address)
+        stub = brokers.stub_for(channel)
         call = stub.Subscribe(self._request_from(start_offset))
         try:
-            first = await asyncio.wait_for(call.read(), client._rpc_timeout)
+            first = await asyncio.wait_for(call.read(), brokers.rpc_timeout)
         except grpc.aio.AioRpcError as exc:
             call.cancel()
-            client._release_subscribe_channel(address, channel)
+            brokers.release_subscribe_channel(address, channel)
             code = exc.code()
             if _paused_answer(code, exc.details() or ""):
                 raise PartitionPausedError(
@@ -246,26 +246,26 @@ class Subscription:
             raise map_rpc_error(
                 exc,
                 what=f"subscribe to {self.stream}/{self.partition}",
-                closed=client._closed,
+                closed=brokers.closed,
                 not_found=NoSuchPartitionError,
             ) from None
         except asyncio.TimeoutError:
             call.cancel()
-            client._release_subscribe_channel(address, channel)
+            brokers.release_subscribe_channel(address, channel)
             raise LiftbridgeTimeoutError(
                 f"subscribe to {self.stream}/{self.partition}: the broker did not confirm the "
-                f"subscription within {client._rpc_timeout}s"
+                f"subscription within {brokers.rpc_timeout}s"
             ) from None
         except BaseException:
             call.cancel()
-            client._release_subscribe_channel(address, channel)
+            brokers.release_subscribe_channel(address, channel)
             raise
         if first is grpc.aio.EOF:
-            client._release_subscribe_channel(address, channel)
+            brokers.release_subscribe_channel(address, channel)
             raise _Retry("the stream ended before confirming the subscription")
         if self._closed:
             call.cancel()
-            client._release_subscribe_channel(address, channel)
+            brokers.release_subscribe_channel(address, channel)
             raise LiftbridgeClosedError("the subscription was closed while opening")
         self._call = call
         self._address = address
@@ -300,7 +300,7 @@ class Subscription:
                 # any more; the next read resubscribes from last_offset + 1.
                 if not self._closed:
                     self._drop_call()
-                    res.connection_lost(self._client._clock())
+                    res.connection_lost(self._brokers.clock())
                 raise
             if msg is grpc.aio.EOF:
                 # The broker ended the stream cleanly: a stop position was reached.
@@ -315,7 +315,7 @@ class Subscription:
         if self._error is not None:
             raise self._error
         if self._closed or self._ended:
-            if self._client._closed and not self._ended:
+            if self._brokers.closed and not self._ended:
                 raise LiftbridgeClosedError("the client was closed")
             raise StopAsyncIteration
         if not self._opened:
@@ -325,7 +325,7 @@ class Subscription:
     async def _finish(self) -> None:
         self._ended = True
         self._drop_call()
-        self._client._subscriptions.discard(self)
+        self._brokers.unregister(self)
 
     async def _stream_failed(self, exc: grpc.aio.AioRpcError) -> None:
         code = exc.code()
@@ -340,7 +340,7 @@ class Subscription:
         leader_moved = code is grpc.StatusCode.INTERNAL and "commit log closed" in details
         if is_connection_failure(exc) or leader_moved:
             log.info("%s lost (%s); resubscribing", what, code.name)
-            self._res.connection_lost(self._client._clock())
+            self._res.connection_lost(self._brokers.clock())
             return
         err: LiftbridgeError
         if code is grpc.StatusCode.NOT_FOUND:
@@ -352,19 +352,19 @@ class Subscription:
         elif code is grpc.StatusCode.RESOURCE_EXHAUSTED:
             if self._has_stop:
                 self._ended = True
-                self._client._subscriptions.discard(self)
+                self._brokers.unregister(self)
                 return
             err = ReadonlyPartitionError(
                 f"{what}: the partition is readonly and every message was read", code=code.name
             )
         else:
-            err = map_rpc_error(exc, what=what, closed=self._client._closed)
+            err = map_rpc_error(exc, what=what, closed=self._brokers.closed)
         self._error = err
-        self._client._subscriptions.discard(self)
+        self._brokers.unregister(self)
 
     async def _resubscribe(self) -> None:
         res = self._res
-        clock = self._client._clock
+        clock = self._brokers.clock
         while True:
             if self._closed:
                 return
@@ -378,7 +378,7 @@ class Subscription:
                         f"{res.resume_offset() if res.last_offset is not None else 'the start'}",
                         last_offset=res.last_offset,
                     )
-                    self._client._subscriptions.discard(self)
+                    self._brokers.unregister(self)
                     raise self._error
                 return
             delay = due - clock()
@@ -395,7 +395,7 @@ class Subscription:
                 continue
             except LiftbridgeServerError as exc:
                 self._error = exc
-                self._client._subscriptions.discard(self)
+                self._brokers.unregister(self)
                 raise
             res.resubscribed()
             self._resubscribes += 1
