@@ -40,8 +40,8 @@ them. This module owns:
     ``Resubscriber``'s);
 
 * waiting until every broker shows a metadata change (:meth:`Brokers.settle`);
-* closing: :meth:`Brokers.close` tells every registered user (a subscription)
-  that the client closed, then closes every channel; afterwards
+* closing: :meth:`Brokers.close` calls what was registered (each open
+  subscription's end), then closes every channel; afterwards
   :meth:`Brokers.check_open` raises ``LiftbridgeClosedError``;
 * its statistics (:meth:`Brokers.pool_statistics`).
 
@@ -56,7 +56,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -77,7 +77,7 @@ from aioclients.liftbridge._protocol._metadata import Metadata, MetadataCache
 from aioclients.liftbridge._protocol._pool import SubscribePool
 from aioclients.liftbridge._protocol._resubscribe import MAX_WAIT, MIN_WAIT
 
-__all__ = ("Brokers", "ClosesWithClient")
+__all__ = ("Brokers",)
 
 log = logging.getLogger("aioclients.liftbridge.client")
 
@@ -86,12 +86,6 @@ _NO_RESPONDERS = "no responders available"
 SETTLE_TIME = 5.0
 _SETTLE_POLL = 0.05
 _LEADER_ATTEMPTS = 5
-
-
-class ClosesWithClient(Protocol):
-    """What :meth:`Brokers.close` ends (an open subscription)."""
-
-    def client_closed(self) -> None: ...
 
 
 class Brokers:
@@ -126,7 +120,7 @@ class Brokers:
         )
         self._pool_timer: asyncio.TimerHandle | None = None
         self._closing_channels: set[asyncio.Task[None]] = set()
-        self._users: set[ClosesWithClient] = set()
+        self._on_close: set[Callable[[], None]] = set()
         self._refresh_lock = asyncio.Lock()
         self.closed = False
 
@@ -136,21 +130,21 @@ class Brokers:
         if self.closed:
             raise LiftbridgeClosedError("the Liftbridge client is closed; connect() again")
 
-    def register(self, user: ClosesWithClient) -> None:
-        """``user.client_closed()`` is called when the client closes (until unregistered)."""
-        self._users.add(user)
+    def register(self, on_close: Callable[[], None]) -> None:
+        """Call ``on_close()`` when the client closes (unless unregistered first)."""
+        self._on_close.add(on_close)
 
-    def unregister(self, user: ClosesWithClient) -> None:
-        self._users.discard(user)
+    def unregister(self, on_close: Callable[[], None]) -> None:
+        self._on_close.discard(on_close)
 
     async def close(self) -> None:
-        """End the registered users, then close every channel (idempotent)."""
+        """Call what was registered, then close every channel (idempotent)."""
         if self.closed:
             return
         self.closed = True
-        for user in list(self._users):
-            user.client_closed()
-        self._users.clear()
+        for on_close in list(self._on_close):
+            on_close()
+        self._on_close.clear()
         if self._pool_timer is not None:
             self._pool_timer.cancel()
             self._pool_timer = None

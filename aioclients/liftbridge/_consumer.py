@@ -16,6 +16,11 @@ after ``coordinator_timeout`` without an answer from it. Each subscription is pu
 into one bounded queue, so a slow reader holds the pumps (and gRPC flow control)
 back. Delivered offsets are committed as cursors every ``checkpoint_interval``
 seconds, on :meth:`checkpoint` and on close; ``aclose()`` leaves the group.
+
+Owns the membership rules above (fetch interval, rejoin, when to report the
+coordinator, checkpoints). It takes the broker layer (``_brokers.Brokers``) and
+makes its calls through ``_groups`` and :class:`Subscription`; how a single call
+is retried is the broker layer's rule.
 """
 
 from __future__ import annotations

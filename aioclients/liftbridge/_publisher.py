@@ -17,7 +17,10 @@ On the client's own HTTP/2 streams a request is queued with ``write_nowait``
 (no lock, no suspension); writes go out together once per loop turn.
 
 If the stream breaks, every pending future fails (the messages may or may not
-be stored) and the next call opens a new stream.
+be stored) and the next call opens a new stream. The publisher takes the
+broker layer (``_brokers.Brokers``): the stream's broker, dropping a broker
+whose stream broke (``Brokers.broker_unavailable``), and the pause and the
+number of attempts before a write gives up are that layer's retry policy.
 ``close()`` stops writing, lets the stream run until every outstanding ack has
 arrived or timed out, then fails whatever remains with a ClosedError.
 """

@@ -15,6 +15,12 @@ no longer the leader, the pure :class:`Resubscriber` decides when to try again
 so the consumer sees each offset once, in order. Any other error ends the
 subscription with the mapped error; reaching the stop position ends it with
 ``StopAsyncIteration``.
+
+Owns: the Subscribe stream's life (open, confirm, read, end) and what each way
+it ends means. It takes the broker layer (``_brokers.Brokers``) for the pooled
+connection, the metadata and the pause between the first open's attempts
+(``Brokers.jitter``): which broker is asked and when one is dropped is the
+broker layer's rule; when a lost stream tries again is the ``Resubscriber``'s.
 """
 
 from __future__ import annotations
@@ -139,11 +145,11 @@ class Subscription:
             raise LiftbridgeError("the subscription is open already; create a new one")
         self._brokers.check_open()
         self._opened = True
-        self._brokers.register(self)
+        self._brokers.register(self._client_closed)
         try:
             await self._subscribe_with_retries(None)
         except BaseException:
-            self._brokers.unregister(self)
+            self._brokers.unregister(self._client_closed)
             self._closed = True
             raise
 
@@ -151,10 +157,10 @@ class Subscription:
         """End the subscription and give its connection back to the pool (idempotent)."""
         self._closed = True
         self._res.close()
-        self._brokers.unregister(self)
+        self._brokers.unregister(self._client_closed)
         self._drop_call()
 
-    def client_closed(self) -> None:
+    def _client_closed(self) -> None:
         """The client is closing: end this subscription with a ClosedError."""
         if not self._closed:
             self._error = LiftbridgeClosedError("the client was closed")
@@ -325,7 +331,7 @@ class Subscription:
     async def _finish(self) -> None:
         self._ended = True
         self._drop_call()
-        self._brokers.unregister(self)
+        self._brokers.unregister(self._client_closed)
 
     async def _stream_failed(self, exc: grpc.aio.AioRpcError) -> None:
         code = exc.code()
@@ -352,7 +358,7 @@ class Subscription:
         elif code is grpc.StatusCode.RESOURCE_EXHAUSTED:
             if self._has_stop:
                 self._ended = True
-                self._brokers.unregister(self)
+                self._brokers.unregister(self._client_closed)
                 return
             err = ReadonlyPartitionError(
                 f"{what}: the partition is readonly and every message was read", code=code.name
@@ -360,7 +366,7 @@ class Subscription:
         else:
             err = map_rpc_error(exc, what=what, closed=self._brokers.closed)
         self._error = err
-        self._brokers.unregister(self)
+        self._brokers.unregister(self._client_closed)
 
     async def _resubscribe(self) -> None:
         res = self._res
@@ -378,7 +384,7 @@ class Subscription:
                         f"{res.resume_offset() if res.last_offset is not None else 'the start'}",
                         last_offset=res.last_offset,
                     )
-                    self._brokers.unregister(self)
+                    self._brokers.unregister(self._client_closed)
                     raise self._error
                 return
             delay = due - clock()
@@ -395,7 +401,7 @@ class Subscription:
                 continue
             except LiftbridgeServerError as exc:
                 self._error = exc
-                self._brokers.unregister(self)
+                self._brokers.unregister(self._client_closed)
                 raise
             res.resubscribed()
             self._resubscribes += 1
