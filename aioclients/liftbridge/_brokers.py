@@ -323,7 +323,9 @@ class Brokers:
         what: str,
         transient: Callable[[LiftbridgeError], Awaitable[bool]],
         within: float,
-        **options: Any,
+        timeout: float | None = None,
+        not_found: type[LiftbridgeServerError] = NoSuchStreamError,
+        stores: bool = False,
     ) -> Any:
         """:meth:`rpc`, repeated after a pause while ``transient(error)`` says so.
 
@@ -333,7 +335,9 @@ class Brokers:
         give_up = self.clock() + within
         while True:
             try:
-                return await self.rpc(method, request, what=what, **options)
+                return await self.rpc(
+                    method, request, what=what, timeout=timeout, not_found=not_found, stores=stores
+                )
             except LiftbridgeError as exc:
                 if self.clock() >= give_up or not await transient(exc):
                     raise
