@@ -8,7 +8,8 @@ loop of ours publishing the same rows) in one run, for 1, 2 and 4 partitions:
   are started (``spark.python.worker.reuse``) and the first write does not pay
   for them;
 - the reference runs right before each measured write (same machine state);
-  each is repeated ``--rounds`` times and the best round is kept.
+  each is repeated ``--rounds`` times; every round is printed, then the best
+  of each side and their ratio.
 """
 
 from __future__ import annotations
@@ -72,19 +73,25 @@ def measure(
         write(df)  # warm-up: Python workers started, the plan compiled
         best_writer = best_reference = 0.0
         notes = ""
-        for _ in range(rounds):
+        for round_ in range(rounds):
             reset()
-            best_reference = max(best_reference, reference())
+            reference_rate = reference()
+            best_reference = max(best_reference, reference_rate)
             reset()
             elapsed = timed(lambda df=df: write(df))
             check()
             best_writer = max(best_writer, count / elapsed)
             if extra is not None:
                 notes = extra()
+            print(
+                f"  {parts:>10} {count / elapsed:>14,.0f} {reference_rate:>28,.0f} "
+                f"{count / elapsed / reference_rate:>6.2f}x  (round {round_ + 1})"
+                f"{'  ' + notes if notes else ''}",
+                flush=True,
+            )
         df.unpersist()
         ratio = best_writer / best_reference if best_reference else float("nan")
         print(
-            f"  {parts:>10} {best_writer:>14,.0f} {best_reference:>28,.0f} {ratio:>6.2f}x"
-            f"{'  ' + notes if notes else ''}",
+            f"  {parts:>10} {best_writer:>14,.0f} {best_reference:>28,.0f} {ratio:>6.2f}x  (best)",
             flush=True,
         )
