@@ -92,7 +92,6 @@ from aioclients.spark._lb_offsets import (
 from aioclients.spark._protocol._data_loss import OPTION as FAIL_ON_DATA_LOSS
 from aioclients.spark._protocol._data_loss import lost_range, report_data_loss
 from aioclients.spark._protocol._options import OptionReader
-from aioclients.spark._write_io import read_ahead
 
 __all__ = (
     "LIFTBRIDGE_ARROW_SCHEMA",
@@ -845,7 +844,7 @@ async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> Wr
     row = 0
     target: int | None = None
     try:
-        async for batch in read_ahead(batches):  # Spark's next batch comes meanwhile
+        for batch in batches:
             names = batch.schema.names
             count = batch.num_rows
             values = _bytes_column(batch.column("value"))

@@ -13,14 +13,6 @@ NSQ: :func:`mpub_commands` builds ``MPUB`` commands column-wise (sizes packed by
 Arrow, no bytes object per row), and :func:`nsq_publish` keeps a few of them in
 flight on one :class:`aioclients.nsq.Producer` (nsqd answers in order), so the
 next batch is on the wire while nsqd handles the one before.
-
-Read-ahead: a task's Arrow batches come from Spark over a socket, and taking the
-next one blocks until the JVM has produced it. Taken on the event loop, that
-stops the publishing meanwhile, and the JVM in turn waits for the worker to read
-(its writes fill the socket): the two take turns instead of overlapping, which
-halves a one-partition ``nsq`` write. :func:`read_ahead` takes them in a thread,
-a few batches ahead (memory stays bounded), so the JVM produces the next batch
-while the loop publishes this one.
 """
 
 from __future__ import annotations
@@ -28,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,12 +44,7 @@ from aioclients.spark._protocol._publish_frames import (
     publish_frames,
 )
 
-__all__ = ("JetStreamPublishConnection", "nsq_publish", "publish_record_batches", "read_ahead")
-
-T = TypeVar("T")
-
-#: Batches taken from Spark ahead of the one being published.
-READ_AHEAD = 2
+__all__ = ("JetStreamPublishConnection", "nsq_publish", "publish_record_batches")
 
 #: Rows per write: small enough to start the server early, large enough that a
 #: write's fixed cost vanishes.
@@ -254,59 +240,6 @@ def _check_payload(
         )
 
 
-# -- read-ahead -----------------------------------------------------------------------------
-
-_ITEM, _END, _ERROR = range(3)
-
-
-async def read_ahead(items: Iterator[T], depth: int = READ_AHEAD) -> AsyncIterator[T]:
-    """The items of ``items``, taken in a thread at most ``depth`` ahead of the consumer.
-
-    An exception raised by ``items`` is raised here, in order. When the consumer stops
-    early (an error, a cancellation), the thread stops taking items at its next one; it
-    is a daemon thread, so a worker that exits never waits for it. Waiting for the next
-    item is not bounded: it is Spark's input, which may take long to compute (Spark's
-    task kill ends the process), as iterating it synchronously would be.
-    """
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-    room = threading.Semaphore(depth)
-    stop = threading.Event()
-
-    def deliver(kind: int, value: Any) -> None:
-        try:
-            loop.call_soon_threadsafe(ready.put_nowait, (kind, value))
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            stop.set()
-
-    def take() -> None:
-        try:
-            for item in items:
-                while not room.acquire(timeout=0.2):
-                    if stop.is_set():
-                        return
-                if stop.is_set():
-                    return
-                deliver(_ITEM, item)
-            deliver(_END, None)
-        except BaseException as exc:  # handed to the consumer, raised there
-            deliver(_ERROR, exc)
-
-    thread = threading.Thread(target=take, name="aioclients-spark-read-ahead", daemon=True)
-    thread.start()
-    try:
-        while True:
-            kind, value = await ready.get()
-            if kind == _END:
-                return
-            if kind == _ERROR:
-                raise value
-            room.release()
-            yield value
-    finally:
-        stop.set()
-
-
 # -- NSQ ------------------------------------------------------------------------------------
 
 #: MPUB commands sent before the oldest one's OK: nsqd answers in order, so the next
@@ -345,17 +278,17 @@ async def nsq_publish(
         published += mpub.rows
         mpubs += 1
 
-    async def send(mpubs: Iterator[Mpub]) -> None:
-        for mpub in mpubs:
+    def commands() -> Iterator[Mpub]:
+        for batch in batches:
+            yield from builder.add(batch.column(column))
+        yield from builder.finish()
+
+    try:
+        for mpub in commands():
             while len(in_flight) >= MPUBS_IN_FLIGHT or (in_flight and in_flight[0][1].done()):
                 await settle_oldest()
             # The task runs its synchronous start (the write) before any answer is read.
             in_flight.append((mpub, asyncio.ensure_future(producer._send(mpub.command))))
-
-    try:
-        async for batch in read_ahead(batches):
-            await send(builder.add(batch.column(column)))
-        await send(builder.finish())
         while in_flight:
             await settle_oldest()
     finally:
