@@ -853,7 +853,7 @@ async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> Wr
             headers = batch.column("headers").to_pylist() if "headers" in names else None
             text_headers = "headers" in config.text_columns
             if lean and keys is None and parts is None and headers is None:
-                target = None
+                target = 0
                 for start in range(0, count, REAP_EVERY):
                     for value in values[start : start + REAP_EVERY]:
                         future = await send(
@@ -866,7 +866,7 @@ async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> Wr
                             partition=0,
                             timeout=wait,
                         )
-                        append((row, None, future))
+                        append((row, 0, future))
                         row += 1
                     acks.reap()
                     acks.check()  # fail fast: stop publishing once something failed

@@ -63,6 +63,6 @@ async def test_a_refused_value_fails_the_task_naming_its_row(
     # No such stream: the broker answers every publish with an asyncError.
     addresses = liftbridge_cluster.addresses  # type: ignore[attr-defined]
     with pytest.raises(
-        PublishFailedError, match=r"publish\(es\) to liftbridge stream .* first was row 0"
+        PublishFailedError, match=r"liftbridge stream .* first was row 0 to partition 0"
     ):
         await _publish(_config(addresses, f"{unique_name}-missing", window=16), _values(600, 600))
