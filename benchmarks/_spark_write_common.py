@@ -8,7 +8,11 @@ loop of ours publishing the same rows) in one run, for 1, 2 and 4 partitions:
   are started (``spark.python.worker.reuse``) and the first write does not pay
   for them;
 - the reference runs right before each measured write (same machine state);
-  each is repeated ``--rounds`` times and the best round is kept.
+  each is repeated ``--rounds`` times; every round is printed, then the best
+  of each side and their ratio;
+- the floor: the same DataFrame written to a Python data source whose writer
+  only iterates its Arrow batches (what any pyspark Python writer pays: the
+  job, the tasks, the JVM-to-Python transfer, the commit), best of ``rounds``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,26 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+
+def _null_source() -> type:
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class NullWriter(DataSourceArrowWriter):
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class NullSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "aioclients_bench_null"
+
+        def writer(self, schema: Any, overwrite: bool) -> NullWriter:
+            return NullWriter()
+
+    return NullSource
 
 
 def spark_session(master: str, app: str) -> Any:
@@ -37,7 +61,12 @@ def spark_session(master: str, app: str) -> Any:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register_data_sources(spark)
+    spark.dataSource.register(_null_source())
     return spark
+
+
+def null_write(df: Any) -> None:
+    df.write.format("aioclients_bench_null").mode("append").save()
 
 
 def timed(action: Callable[[], object]) -> float:
@@ -72,19 +101,28 @@ def measure(
         write(df)  # warm-up: Python workers started, the plan compiled
         best_writer = best_reference = 0.0
         notes = ""
-        for _ in range(rounds):
+        for round_ in range(rounds):
             reset()
-            best_reference = max(best_reference, reference())
+            reference_rate = reference()
+            best_reference = max(best_reference, reference_rate)
             reset()
             elapsed = timed(lambda df=df: write(df))
             check()
             best_writer = max(best_writer, count / elapsed)
             if extra is not None:
                 notes = extra()
+            print(
+                f"  {parts:>10} {count / elapsed:>14,.0f} {reference_rate:>28,.0f} "
+                f"{count / elapsed / reference_rate:>6.2f}x  (round {round_ + 1})"
+                f"{'  ' + notes if notes else ''}",
+                flush=True,
+            )
+        null_write(df)
+        floor = max(count / timed(lambda df=df: null_write(df)) for _ in range(rounds))
         df.unpersist()
         ratio = best_writer / best_reference if best_reference else float("nan")
         print(
-            f"  {parts:>10} {best_writer:>14,.0f} {best_reference:>28,.0f} {ratio:>6.2f}x"
-            f"{'  ' + notes if notes else ''}",
+            f"  {parts:>10} {best_writer:>14,.0f} {best_reference:>28,.0f} {ratio:>6.2f}x  (best)"
+            f"  floor: an empty Python writer {floor:,.0f} rows/s",
             flush=True,
         )

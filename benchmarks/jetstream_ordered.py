@@ -95,9 +95,16 @@ async def theirs(url: str, n: int) -> float:
 async def run(url: str, count: int, rounds: int) -> None:
     await fill(url, count)
     best_ours = best_theirs = 0.0
-    for _ in range(rounds):
-        best_theirs = max(best_theirs, await theirs(url, count))
-        best_ours = max(best_ours, await ours(url, count))
+    for r in range(rounds):
+        got_theirs = await theirs(url, count)
+        got_ours = await ours(url, count)
+        print(
+            f"  round {r + 1}: aioclients {got_ours:.0f}/s, nats-py {got_theirs:.0f}/s, "
+            f"{got_ours / got_theirs:.2f}x",
+            flush=True,
+        )
+        best_theirs = max(best_theirs, got_theirs)
+        best_ours = max(best_ours, got_ours)
     print(f"{'scenario':<30} {'messages':>9} {'aioclients':>13} {'nats-py':>13} {'ratio':>7}")
     print(
         f"{'ordered consumer, whole stream':<30} {count:>9} {best_ours:>11.0f}/s "

@@ -4,8 +4,12 @@ Writes ``--count`` rows of 100-byte ``data`` with ``df.write.format("nsq")``
 (MPUB batches of ``--batch`` rows, the writer's default 500) on ``--master``
 (default ``local[2]``), with 1, 2 and 4 partitions, after a warm-up write and
 with the input cached. The reference, measured right before each write on the
-same nsqd: one asyncio loop of ``await producer.mpublish(topic, bodies)`` with
-``--batch`` bodies each (every OK awaited). The nsqd is the emulator in a
+same nsqd: the faster of two asyncio loops on one Producer with ``--batch`` bodies
+per MPUB, every OK awaited: ``await producer.mpublish(topic, bodies)`` one at a
+time, and the same with ``--in-flight`` (default 4, as the writer) MPUBs pipelined
+(nsqd answers in order; awaiting each before the next leaves nsqd idle for a
+round trip per MPUB, so the pipelined loop is the fair reference when it wins).
+The nsqd is the emulator in a
 process of its own (see _nsq_common.py) unless --nsqd-tcp/--nsqd-http name a
 real one; the topic's message count is checked after every write.
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import time
 import urllib.request
@@ -36,6 +41,22 @@ async def mpublish_loop(tcp: str, topic: str, count: int, batch: int) -> float:
         return (count // batch) * batch / (time.perf_counter() - start)
 
 
+async def pipelined_mpublish_loop(
+    tcp: str, topic: str, count: int, batch: int, in_flight: int
+) -> float:
+    bodies = [PAYLOAD] * batch
+    async with Producer(tcp) as producer:
+        start = time.perf_counter()
+        sent: collections.deque[asyncio.Future[None]] = collections.deque()
+        for _ in range(count // batch):
+            if len(sent) >= in_flight:
+                await sent.popleft()
+            sent.append(asyncio.ensure_future(producer.mpublish(topic, bodies)))
+        while sent:
+            await sent.popleft()
+        return (count // batch) * batch / (time.perf_counter() - start)
+
+
 def message_count(http: str, topic: str) -> int:
     url = f"http://{http}/stats?format=json&topic={topic}"
     with urllib.request.urlopen(url, timeout=30) as reply:
@@ -53,6 +74,18 @@ def delete_topic(http: str, topic: str) -> None:
 def run(tcp: str, http: str, args: argparse.Namespace) -> None:
     spark = spark_session(args.master, "aioclients-spark-nsq-write-bench")
     topic = [""]
+    loops: dict[str, float] = {}
+
+    def reference() -> float:
+        # Both loops, each on a fresh topic (reset() deletes the one before).
+        loops["serial"] = asyncio.run(mpublish_loop(tcp, topic[0], args.count, args.batch))
+        check()
+        reset()
+        loops["pipelined"] = asyncio.run(
+            pipelined_mpublish_loop(tcp, topic[0], args.count, args.batch, args.in_flight)
+        )
+        check()
+        return max(loops.values())
 
     def reset() -> None:
         # Delete the last topic: the emulator keeps a topic's messages in memory (no
@@ -85,8 +118,12 @@ def run(tcp: str, http: str, args: argparse.Namespace) -> None:
                 .save()
             ),
             check=check,
-            reference=lambda: asyncio.run(mpublish_loop(tcp, topic[0], args.count, args.batch)),
+            reference=reference,
             reference_name="Producer.mpublish loop",
+            extra=lambda: (
+                f"loops msgs/s: one at a time {loops['serial']:,.0f}, "
+                f"{args.in_flight} in flight {loops['pipelined']:,.0f}"
+            ),
         )
     finally:
         if topic[0]:
@@ -100,6 +137,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500, help="rows per MPUB")
     parser.add_argument("--partitions", default="1,2,4", help="comma-separated counts")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--in-flight", type=int, default=4, help="MPUBs of the pipelined loop")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--nsqd-tcp", help="a real nsqd's TCP address (host:port)")
     parser.add_argument("--nsqd-http", help="that nsqd's HTTP address (host:port)")

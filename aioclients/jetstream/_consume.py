@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from aioclients.jetstream._transport import RawSubscription
 
 __all__ = (
+    "BatchStream",
     "ConsumeEvent",
     "ConsumeStatistics",
     "FetchResult",
@@ -539,6 +540,116 @@ class MessageStream(_Puller):
                 self._rearm()
             return msg
         return await self._next_message()
+
+
+#: ``sink(subject, reply, data, header)`` of a :class:`BatchStream`.
+RawSink = Callable[[str, str, bytes, "bytes | None"], None]
+
+
+class BatchStream(MessageStream):
+    """A ``consume()`` whose messages never become :class:`Msg` here: each one
+    goes to ``sink`` straight from the read loop (which keeps whatever it wants
+    of it), and the pull core is told of them in batches, by :meth:`next_batch`.
+
+    The base of ordered consumers (and through them of KV ``watch`` and
+    ``keys``): per message, only the sink's own work is done. No priority groups.
+    """
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        options: PullOptions,
+        sink: RawSink,
+        on_event: Callable[[ConsumeEvent], object] | None = None,
+    ) -> None:
+        super().__init__(consumer, options, on_event)
+        if options.group is not None:
+            raise InvalidArgumentError("a batch stream does not take a priority group")
+        self._sink = sink
+        self._by_bytes = options.max_bytes is not None
+        # received, not yet told to the core
+        self._count = 0
+        self._bytes = 0
+        # told to the core as received, not yet taken
+        self._held = 0
+        self._held_bytes = 0
+
+    def _on_raw(self, subject: str, reply: str, data: bytes, header: bytes | None) -> None:
+        if header is not None:
+            if header[8:9] == b" ":
+                assert self._loop is not None
+                self._flush_received()
+                self._on_status(header, self._loop.time())
+                return
+            if self._by_bytes:
+                self._bytes += len(header)
+        if self._by_bytes:
+            # Sizes matter only to pulls by max_bytes (the buffer here is transient).
+            self._bytes += len(subject) + len(reply) + len(data)
+        self._count += 1
+        self._sink(subject, reply, data, header)
+        waiters = self._waiters
+        if waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _flush_received(self) -> None:
+        count = self._count
+        if count:
+            assert self._loop is not None
+            size = self._bytes
+            self._count = self._bytes = 0
+            self._core.receive_batch(count, size, self._loop.time())
+            self._held += count
+            self._held_bytes += size
+
+    def _on_timer(self) -> None:
+        # The heartbeat check must see the messages that came meanwhile.
+        self._flush_received()
+        super()._on_timer()
+
+    def _statistics(self) -> ConsumeStatistics:
+        self._flush_received()
+        return super()._statistics()
+
+    async def next_batch(self) -> int:
+        """Wait until messages have come (given to the sink already); returns how
+        many, after telling the core (which may pull more).
+
+        Raises:
+            StopAsyncIteration: the stream ended (stopped, drained, or failed
+                without an error to raise).
+        """
+        while True:
+            if self._stopped:
+                raise StopAsyncIteration
+            if self._error is not None and not isinstance(self._error, NoHeartbeatError):
+                self._release()
+                raise self._error
+            self._flush_received()
+            count = self._held
+            if count:
+                size = self._held_bytes
+                self._held = self._held_bytes = 0
+                assert self._loop is not None
+                pull = self._core.take_batch(count, size, self._loop.time())
+                if pull is not None:
+                    self._send_pull(pull)
+                    self._rearm()
+                return count
+            if self._core.finished and not self._draining:
+                self._release()
+                if self._error is not None:
+                    raise self._error
+                raise StopAsyncIteration
+            if not self._started:
+                await self._start()
+                continue
+            await self._wait()
+
+    async def __anext__(self) -> Msg:
+        raise TypeError("a BatchStream is read with next_batch(), not iterated")
 
 
 class FetchResult(_Puller):

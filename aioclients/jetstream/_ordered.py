@@ -2,20 +2,23 @@
 
 An :class:`OrderedConsumer` owns one :class:`~aioclients.jetstream._protocol._ordered.OrderedCursor`
 and, at any time, at most one ephemeral consumer on the server. Its ``consume()``
-and ``fetch()`` run our ordinary pull machinery (``MessageStream`` /
+and ``fetch()`` run our ordinary pull machinery (``BatchStream`` /
 ``FetchResult``) on that consumer and put every delivered message through the
 cursor: in order, it is yielded; a gap, a missed heartbeat, a reconnect or the
 consumer's deletion make the driver drop the consumer (deleting it on the
 server in the background), create a fresh one at the last stream sequence + 1
 and report :class:`ConsumerReset` through ``on_event``.
 
-Hot path: one ``str.split`` of the ack subject and one cursor call per message
-on top of ``MessageStream.__anext__``.
+Hot path (``consume()``): in the connection's read loop, one ``str.split`` of the
+ack subject, one cursor call and one append per message (a :class:`Msg`, or
+what KV's ``watch``/``keys`` make of it); the iterator pops from a deque and
+tells the pull core of the messages taken once per batch, not per message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -23,12 +26,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from aioclients._core import redact_text
-from aioclients._errors import AioClientsError, InvalidArgumentError
+from aioclients._errors import AioClientsError, InvalidArgumentError, RemoteProtocolError
 from aioclients.jetstream._consume import (
+    BatchStream,
     ConsumeEvent,
     ConsumeStatistics,
     FetchResult,
-    MessageStream,
+    RawSink,
 )
 from aioclients.jetstream._errors import (
     ConsumerDeletedError,
@@ -107,6 +111,8 @@ class OrderedConsumer:
         self._consumer: Consumer | None = None
         self._on_event = on_event
         self._cleanup: set[asyncio.Task[None]] = set()
+        #: the consume() in progress (its buffer may hold messages not yielded yet)
+        self._active: OrderedMessageStream | None = None
 
     def __repr__(self) -> str:
         return f"<OrderedConsumer {self.stream_name} at {self._cursor.next_seq}>"
@@ -123,6 +129,11 @@ class OrderedConsumer:
     @property
     def last_stream_seq(self) -> int:
         """The stream sequence of the last message yielded (0 before any)."""
+        active = self._active
+        if active is not None:
+            first = active._first_unyielded()
+            if first is not None:
+                return first - 1
         return self._cursor.stream_seq
 
     # -- the server-side consumer --
@@ -306,36 +317,106 @@ class OrderedConsumer:
         return OrderedMessageStream(self, options, on_event or self._on_event)
 
 
+#: ``make(subject, reply, data, header, stream_seq, pending, timestamp_ns)``: the
+#: item an in-order message becomes (``None``: nothing to yield for it).
+ItemMaker = Callable[[str, str, bytes, "bytes | None", int, int, int], Any]
+
+
 class OrderedMessageStream:
-    """Messages of ``OrderedConsumer.consume()``: in stream order, none skipped."""
+    """Messages of ``OrderedConsumer.consume()``: in stream order, none skipped.
+
+    Deliveries are judged by the cursor in the connection's read loop, as they
+    arrive (see :class:`BatchStream`): an in-order one is kept (as a :class:`Msg`,
+    or as what ``make`` turns it into), the rest dropped, and a gap starts the
+    reset at once. Iteration hands out what was kept, in order.
+    """
 
     def __init__(
         self,
         oc: OrderedConsumer,
         options: PullOptions,
         on_event: Callable[[OrderedConsumeEvent], object] | None,
+        make: ItemMaker | None = None,
     ) -> None:
         self._oc = oc
         self._options = options
         self._on_event = on_event
-        self._inner: MessageStream | None = None
+        self._make = make
+        self._inner: BatchStream | None = None
         self._generation = 0
         self._stopped = False
         self._entered = False
         self._closed_statistics: ConsumeStatistics | None = None
+        #: kept by the read loop, not yet handed out (and their stream sequences)
+        self._incoming: list[Any] = []
+        self._incoming_seqs: list[int] = []
+        #: handed out next, in order (the stream sequences of the whole batch)
+        self._ready: collections.deque[Any] = collections.deque()
+        self._ready_seqs: list[int] = []
 
     def __repr__(self) -> str:
         return f"<OrderedMessageStream {self._oc.stream_name}>"
 
     async def _open(self) -> None:
         consumer, generation = await self._oc._ensure()
-        inner = MessageStream(consumer, self._options, self._inner_event)
+        self._oc._active = self
+        inner = BatchStream(consumer, self._options, self._sink(generation), self._inner_event)
         await inner.__aenter__()
         if self._stopped:
             inner.stop()
             return
         self._inner = inner
         self._generation = generation
+
+    def _sink(self, generation: int) -> RawSink:
+        """The read loop's per-message work for one generation of consumer."""
+        cursor = self._oc._cursor
+        js = self._oc._js
+        make = self._make
+        incoming = self._incoming
+        seqs = self._incoming_seqs
+        deliver = cursor.deliver
+        yield_ = Delivery.YIELD
+
+        def sink(subject: str, reply: str, data: bytes, header: bytes | None) -> None:
+            tokens = reply.split(".")
+            if len(tokens) == 9 and tokens[0] == "$JS":
+                sseq_text, cseq_text = tokens[5], tokens[6]
+            elif len(tokens) >= 11 and tokens[0] == "$JS":
+                sseq_text, cseq_text = tokens[7], tokens[8]
+            else:
+                self._fail(reply)
+                return
+            try:
+                sseq = int(sseq_text)
+                verdict = deliver(generation, int(cseq_text), sseq)
+            except ValueError:
+                self._fail(reply)
+                return
+            if verdict is yield_:
+                if make is None:
+                    incoming.append(Msg(js, subject, reply, data, header))
+                    seqs.append(sseq)
+                    return
+                if len(tokens) == 9:
+                    pending, ts = int(tokens[8]), int(tokens[7])
+                else:
+                    pending, ts = int(tokens[10]), int(tokens[9])
+                item = make(subject, reply, data, header, sseq, pending, ts)
+                if item is not None:
+                    incoming.append(item)
+                    seqs.append(sseq)
+            elif verdict is Delivery.RESET:
+                self._oc._report(cursor.gap_event(), self._on_event)
+                self._oc._drop_consumer()
+                self._stop_inner_soon()
+
+        return sink
+
+    def _fail(self, reply: str) -> None:
+        inner = self._inner
+        if inner is not None:
+            inner._fail(RemoteProtocolError(f"not a JetStream ack subject: {reply!r}"))
 
     def _inner_event(self, event: ConsumeEvent) -> None:
         """Events of the current pull stream (in the connection's read loop)."""
@@ -352,6 +433,9 @@ class OrderedMessageStream:
         event = self._oc._reset(reason)
         if event is not None:
             self._oc._report(event, self._on_event)
+        self._stop_inner_soon()
+
+    def _stop_inner_soon(self) -> None:
         inner = self._inner
         if inner is not None:
             # Not from inside the inner stream's event processing: on the next turn.
@@ -362,14 +446,49 @@ class OrderedMessageStream:
         if inner is not None:
             inner.stop()
 
+    def _take_incoming(self) -> bool:
+        incoming = self._incoming
+        if not incoming:
+            return False
+        self._ready.extend(incoming)
+        incoming.clear()
+        self._ready_seqs[:] = self._incoming_seqs
+        self._incoming_seqs.clear()
+        return True
+
+    def _first_unyielded(self) -> int | None:
+        """The stream sequence of the first message kept but not handed out yet."""
+        ready = self._ready
+        if ready:
+            seqs = self._ready_seqs
+            return seqs[len(seqs) - len(ready)]
+        if self._incoming_seqs:
+            return self._incoming_seqs[0]
+        return None
+
     def __aiter__(self) -> AsyncIterator[Msg]:
         # Inside ``async with`` the context manager cleans up; a bare ``async for``
         # gets a generator that stops the stream when the loop is left.
         return self if self._entered else _owned(self)
 
-    async def __anext__(self) -> Msg:
+    async def __anext__(self) -> Any:
+        ready = self._ready
+        if ready:
+            return ready.popleft()
+        await self._fill()
+        return ready.popleft()
+
+    async def _fill(self, *, any_batch: bool = False) -> None:
+        """Wait until ``_ready`` holds something (with ``any_batch``, also return
+        once messages came that were all left out by ``make``).
+
+        Raises:
+            StopAsyncIteration: stopped (or drained and all handed out).
+        """
         cursor = self._oc._cursor
         while True:
+            if self._take_incoming():
+                return
             inner = self._inner
             if inner is None:
                 if self._stopped:
@@ -377,8 +496,13 @@ class OrderedMessageStream:
                 await self._open()
                 continue
             try:
-                msg = await inner.__anext__()
+                await inner.next_batch()
+                if any_batch:
+                    self._take_incoming()
+                    return
             except StopAsyncIteration:
+                if self._take_incoming():
+                    return
                 if self._stopped:
                     self._inner = None
                     raise
@@ -391,14 +515,6 @@ class OrderedMessageStream:
                 self._drop_inner()
                 self._request_reset("deleted")
                 continue
-            sseq, cseq, _, _ = ack_sequences(msg.reply)
-            verdict = cursor.deliver(self._generation, cseq, sseq)
-            if verdict is Delivery.YIELD:
-                return msg
-            if verdict is Delivery.RESET:
-                self._oc._report(cursor.gap_event(), self._on_event)
-                self._oc._drop_consumer()
-                self._drop_inner()
 
     def stop(self) -> None:
         """End the iteration at once and delete the consumer (in the background)."""
@@ -407,7 +523,16 @@ class OrderedMessageStream:
         if inner is not None:
             self._closed_statistics = inner.statistics()
         self._drop_inner()
+        first = self._first_unyielded()
+        self._incoming.clear()
+        self._incoming_seqs.clear()
+        self._ready.clear()
         self._oc._release()
+        if first is not None:
+            # Kept but never handed out: the next consumer starts at them.
+            self._oc._cursor.rewind(first - 1)
+        if self._oc._active is self:
+            self._oc._active = None
 
     async def drain(self) -> None:
         """No new pulls; buffered messages are still delivered, then iteration ends."""
@@ -423,7 +548,11 @@ class OrderedMessageStream:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def statistics(self) -> ConsumeStatistics | None:
-        """The current pull stream's statistics (``None`` before the first)."""
+        """The current pull stream's statistics (``None`` before the first).
+
+        ``delivered`` counts the messages taken from the pull stream, which
+        include those still waiting in this stream's own buffer.
+        """
         if self._inner is not None:
             return self._inner.statistics()
         return self._closed_statistics

@@ -1,120 +1,94 @@
-"""The Liftbridge client: resilient RPCs, metadata, publishing, subscriptions.
+"""The Liftbridge client: the public API (streams, publishing, subscriptions, cursors, groups).
 
-Theory of operation (liftbridge client guide, "Client Implementation"):
+The package reads top-down; each layer imports only from the ones below it
+(``tests/liftbridge/test_import_layers.py`` checks it):
 
-* Ordinary RPCs (CreateStream, Publish, FetchMetadata ...) may go to any
-  broker. They use one dedicated channel; on UNAVAILABLE the client moves to
-  the next known broker, in random order, at most ``max_rpc_attempts`` times
-  (a resilient RPC), then raises ``LiftbridgeConnectError``.
-* RPCs that must reach a partition leader (cursors, partition metadata) ask the
-  :class:`MetadataCache` for the leader; on FAILED_PRECONDITION (not the leader
-  any more) or UNAVAILABLE they refresh the metadata, wait a random 10-500 ms
-  and try again, a bounded number of times.
-* Subscribe streams use a per-broker pool of connections (``max_conns_per_broker``,
-  idle ones closed after ``keepalive_time``); a subscription gives its
-  connection back when it ends. The pool's expiry is one ``loop.call_at``
-  re-armed from the pure :class:`SubscribePool`'s ``get_timer()``.
-* ``close()`` is idempotent: it ends subscriptions (readers get
-  ``LiftbridgeClosedError``), lets PublishAsync deliver outstanding acks, and
-  closes every channel. Every public method raises ``LiftbridgeClosedError``
-  afterwards.
+* ``_client`` (this module): :class:`Client` and :func:`connect`. Checks the
+  arguments (``_protocol._args``), builds the requests and hands them to the
+  broker layer; owns what each public call means (e.g. that create/delete/
+  pause/readonly return once the brokers show the change, the partitioner
+  choice, the AckPolicy.ALL timeout hint).
+* ``_consumer`` (:class:`GroupConsumer`), then ``_subscription``
+  (:class:`Subscription`), ``_publisher`` (:class:`AsyncPublisher`) and
+  ``_groups`` (group and cursor calls): each takes the broker layer.
+* ``_brokers`` (:class:`Brokers`): channels, the Subscribe pool, metadata,
+  the resilient and leader-routed calls and THE retry policy.
+* ``_io._grpc``: channels, TLS, gRPC error mapping; the package's one door
+  to the HTTP/2 gRPC transport :mod:`aioclients._grpc_h2`.
+* ``_protocol`` (pure: no I/O, no clock) and ``_errors``, ``_pb``.
+
+``close()`` is idempotent: it lets PublishAsync deliver outstanding acks, ends
+subscriptions (readers get ``LiftbridgeClosedError``) and closes every channel.
+Every public method raises ``LiftbridgeClosedError`` afterwards.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import time
-import zlib
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import grpc
-import grpc.aio
 
-from aioclients._core import check_int, redact_text, redact_url
+from aioclients._core import check_int, redact_url
 from aioclients._errors import InvalidArgumentError
+from aioclients.liftbridge import _groups
+from aioclients.liftbridge._brokers import Brokers
 from aioclients.liftbridge._consumer import GroupConsumer
 from aioclients.liftbridge._errors import (
     IncorrectOffsetError,
-    LiftbridgeClosedError,
-    LiftbridgeConnectError,
     LiftbridgeError,
     LiftbridgeServerError,
     LiftbridgeTimeoutError,
     NoSuchPartitionError,
     NoSuchStreamError,
 )
+from aioclients.liftbridge._groups import ConsumerGroupJoin
 from aioclients.liftbridge._io._grpc import (
     ChannelFactory,
     channel_credentials,
-    is_connection_failure,
-    map_rpc_error,
     stream_ssl_context,
 )
 from aioclients.liftbridge._pb import api_pb2 as pb
-from aioclients.liftbridge._pb import api_pb2_grpc as pb_grpc
-from aioclients.liftbridge._protocol._metadata import (
-    Metadata,
-    MetadataCache,
-    PartitionInfo,
-    partition_from_pb,
+from aioclients.liftbridge._protocol._args import (
+    INT32_MAX,
+    INT64_MAX,
+    STREAM_OPTIONS,
+    build_subscribe_request,
+    check_ack_policy,
+    check_bytes,
+    check_headers,
+    check_name,
+    check_partition,
+    check_partitions,
+    check_seconds,
+    check_subject,
 )
+from aioclients.liftbridge._protocol._metadata import Metadata, PartitionInfo, partition_from_pb
 from aioclients.liftbridge._protocol._partition import (
     PartitionByKey,
     PartitionByRoundRobin,
     Partitioner,
 )
-from aioclients.liftbridge._protocol._pool import SubscribePool
-from aioclients.liftbridge._protocol._resubscribe import MAX_WAIT, MIN_WAIT
 from aioclients.liftbridge._protocol._types import Ack, AckPolicy, StartPosition, StopPosition
 from aioclients.liftbridge._publisher import AsyncPublisher, async_error
-from aioclients.liftbridge._subscription import Subscription, build_subscribe_request
+from aioclients.liftbridge._subscription import Subscription
 
 __all__ = ("Client", "ConsumerGroupJoin", "connect")
 
-log = logging.getLogger("aioclients.liftbridge.client")
-
-CURSORS_STREAM = "__cursors"
-_INT32_MAX = 2**31 - 1
-_INT64_MAX = 2**63 - 1
 _PARTITION_BY_KEY = PartitionByKey()
-# How long create/delete/pause/readonly wait for every broker to show the change,
-# and how long a publish answered NOT_FOUND for a stream the metadata lists is
+# How long a publish answered NOT_FOUND for a stream the metadata lists is
 # repeated (a real cluster applies metadata changes through Raft, broker by
 # broker, some ms apart).
-_NO_RESPONDERS = "no responders available"
-_SETTLE_TIME = 5.0
-_SETTLE_POLL = 0.05
 _NOT_FOUND_RETRY_TIME = 3.0
-# join_consumer_group: how long to repeat "consumer group already exists" (two
-# members created the group at once; the loser joins the winner's group).
-_JOIN_RETRY_TIME = 5.0
 _ALL_ACK_HINT = (
     "; with AckPolicy.ALL the first message of a new replicated partition waits for "
     "the followers' first fetch (up to ~10 s on a real cluster, replica.max.idle.wait): "
     "raise timeout/ack_wait_time (e.g. 15 s)"
 )
-
-# CreateStream options: keyword -> (request field, kind). Durations are float
-# seconds here and milliseconds on the wire (as the Go client sends them).
-_STREAM_OPTIONS: dict[str, tuple[str, str]] = {
-    "retention_max_bytes": ("retentionMaxBytes", "int64"),
-    "retention_max_messages": ("retentionMaxMessages", "int64"),
-    "retention_max_age": ("retentionMaxAge", "duration"),
-    "cleaner_interval": ("cleanerInterval", "duration"),
-    "segment_max_bytes": ("segmentMaxBytes", "int64"),
-    "segment_max_age": ("segmentMaxAge", "duration"),
-    "compact_max_goroutines": ("compactMaxGoroutines", "int32"),
-    "compact_enabled": ("compactEnabled", "bool"),
-    "auto_pause_time": ("autoPauseTime", "duration"),
-    "auto_pause_disable_if_subscribers": ("autoPauseDisableIfSubscribers", "bool"),
-    "min_isr": ("minIsr", "int32"),
-    "optimistic_concurrency_control": ("optimisticConcurrencyControl", "bool"),
-    "encryption": ("encryption", "bool"),
-}
 
 _CONNECT_OPTIONS = frozenset(
     {
@@ -132,68 +106,6 @@ _CONNECT_OPTIONS = frozenset(
         "grpc_options",
     }
 )
-
-
-def _name(what: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidArgumentError(f"{what} must be a non-empty str, got {value!r}")
-    return value
-
-
-def _subject(what: str, value: object) -> str:
-    subject = _name(what, value)
-    if any(c in subject for c in " \t\r\n") or any(not t for t in subject.split(".")):
-        raise InvalidArgumentError(
-            f"{what} {subject!r} is not a valid NATS subject (dot-separated, non-empty tokens, "
-            "no whitespace)"
-        )
-    return subject
-
-
-def _partition(value: object, what: str = "partition") -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _INT32_MAX:
-        raise InvalidArgumentError(
-            f"{what} must be an int between 0 and {_INT32_MAX}, got {value!r}"
-        )
-    return value
-
-
-def _headers(headers: Mapping[str, bytes] | None) -> dict[str, bytes]:
-    if headers is None:
-        return {}
-    if not isinstance(headers, Mapping):
-        raise InvalidArgumentError(
-            f"headers must be a dict[str, bytes], got {type(headers).__name__}"
-        )
-    out = {}
-    for k, v in headers.items():
-        if not isinstance(k, str) or not isinstance(v, (bytes, bytearray)):
-            raise InvalidArgumentError(
-                f"headers must map str to bytes, got {k!r}: {type(v).__name__}"
-            )
-        out[k] = bytes(v)
-    return out
-
-
-def _bytes(what: str, value: object, *, optional: bool = False) -> bytes:
-    if value is None and optional:
-        return b""
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise InvalidArgumentError(f"{what} must be bytes, got {type(value).__name__}")
-    return bytes(value)
-
-
-def _ack_policy(value: object) -> AckPolicy:
-    try:
-        return AckPolicy(value)  # type: ignore[arg-type]
-    except ValueError:
-        raise InvalidArgumentError(f"ack_policy must be an AckPolicy, got {value!r}") from None
-
-
-def _timeout(what: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise InvalidArgumentError(f"{what} must be a number of seconds > 0, got {value!r}")
-    return float(value)
 
 
 def _policy_is_all(req: Any) -> bool:
@@ -234,32 +146,20 @@ def _partitions_show(
     return shows
 
 
-class ConsumerGroupJoin:
-    """What ``join_consumer_group`` returns: the coordinator and the group's epoch.
+class _BrokersAlias:
+    """A Client attribute that is its broker layer's (the old private names, which
+    tests read and replace): reading and assigning go to ``client._brokers``."""
 
-    Attributes:
-        coordinator: broker id that hands out the assignments.
-        epoch: the group epoch.
-        consumer_timeout: seconds without a fetch before the member is evicted.
-        coordinator_timeout: seconds after which to report an unresponsive coordinator.
-    """
+    def __init__(self, name: str) -> None:
+        self.name = name
 
-    __slots__ = ("consumer_timeout", "coordinator", "coordinator_timeout", "epoch")
+    def __get__(self, client: Client | None, owner: type | None = None) -> Any:
+        if client is None:
+            return self
+        return getattr(client._brokers, self.name)
 
-    def __init__(
-        self, coordinator: str, epoch: int, consumer_timeout: float, coordinator_timeout: float
-    ) -> None:
-        self.coordinator = coordinator
-        self.epoch = epoch
-        self.consumer_timeout = consumer_timeout
-        self.coordinator_timeout = coordinator_timeout
-
-    def __repr__(self) -> str:
-        return (
-            f"ConsumerGroupJoin(coordinator={self.coordinator!r}, epoch={self.epoch}, "
-            f"consumer_timeout={self.consumer_timeout}, "
-            f"coordinator_timeout={self.coordinator_timeout})"
-        )
+    def __set__(self, client: Client, value: Any) -> None:
+        setattr(client._brokers, self.name, value)
 
 
 class Client:
@@ -281,29 +181,32 @@ class Client:
         rng: random.Random | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._factory = factory
+        self._brokers = Brokers(
+            list(addresses),
+            factory=factory,
+            max_conns_per_broker=max_conns_per_broker,
+            keepalive_time=keepalive_time,
+            rpc_timeout=rpc_timeout,
+            max_rpc_attempts=max_rpc_attempts,
+            metadata_max_age=metadata_max_age,
+            rng=rng,
+            clock=clock,
+        )
         self._resubscribe_wait_time = resubscribe_wait_time
         self._ack_wait_time = ack_wait_time
-        self._rpc_timeout = rpc_timeout
-        self._max_rpc_attempts = max_rpc_attempts
-        self._rng = rng if rng is not None else random.Random()
-        self._clock = clock if clock is not None else self._loop.time
-        self._metadata = MetadataCache(addresses, max_age=metadata_max_age)
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stream_channels: dict[str, Any] = {}  # PublishAsync's, per broker
-        self._stubs: dict[grpc.aio.Channel, Any] = {}
-        self._current: str | None = None
-        self._pool: SubscribePool[grpc.aio.Channel] = SubscribePool(
-            max_conns_per_broker=max_conns_per_broker, keepalive_time=keepalive_time
-        )
-        self._pool_timer: asyncio.TimerHandle | None = None
-        self._closing_channels: set[asyncio.Task[None]] = set()
-        self._subscriptions: set[Subscription] = set()
-        self._publisher = AsyncPublisher(self, window=publish_async_window)
+        self._publisher = AsyncPublisher(self._brokers, window=publish_async_window)
         self._round_robin = PartitionByRoundRobin()
-        self._refresh_lock = asyncio.Lock()
-        self._closed = False
+
+    # The broker layer's state and calls under their old names on the client.
+    _metadata = _BrokersAlias("metadata")
+    _current = _BrokersAlias("current")
+    _stream_channels = _BrokersAlias("stream_channels")
+    _jitter = _BrokersAlias("jitter")
+    _channel = _BrokersAlias("channel")
+    _stub_for = _BrokersAlias("stub_for")
+    _refresh_metadata = _BrokersAlias("refresh_metadata")
+    _acquire_subscribe_channel = _BrokersAlias("acquire_subscribe_channel")
+    _release_subscribe_channel = _BrokersAlias("release_subscribe_channel")
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -315,11 +218,7 @@ class Client:
 
     @property
     def closed(self) -> bool:
-        return self._closed
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LiftbridgeClosedError("the Liftbridge client is closed; connect() again")
+        return self._brokers.closed
 
     async def close(self) -> None:
         """Close subscriptions, the PublishAsync stream and every connection (idempotent).
@@ -327,337 +226,14 @@ class Client:
         Outstanding ``publish_async`` acks are awaited (each until its own
         deadline); subscription readers get ``LiftbridgeClosedError``.
         """
-        if self._closed:
+        if self._brokers.closed:
             return
         await self._publisher.close()
-        self._closed = True
-        for sub in list(self._subscriptions):
-            sub._client_closed()
-        self._subscriptions.clear()
-        if self._pool_timer is not None:
-            self._pool_timer.cancel()
-            self._pool_timer = None
-        channels = (
-            set(self._channels.values())
-            | set(self._stream_channels.values())
-            | set(self._pool.close())
-        )
-        self._channels.clear()
-        self._stream_channels.clear()
-        self._stubs.clear()
-        await asyncio.gather(*(ch.close() for ch in channels), return_exceptions=True)
-        if self._closing_channels:
-            await asyncio.gather(*self._closing_channels, return_exceptions=True)
-
-    # -- channels ------------------------------------------------------------------
-
-    def _stub_for(self, channel: grpc.aio.Channel) -> Any:
-        stub = self._stubs.get(channel)
-        if stub is None:
-            stub = pb_grpc.APIStub(channel)
-            self._stubs[channel] = stub
-        return stub
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._factory.open(address)
-            self._channels[address] = channel
-        return channel
-
-    def _broker_unavailable(self, address: str) -> None:
-        """Forget the RPC and stream channels of a broker that answered UNAVAILABLE."""
-        if self._current == address:
-            self._current = None
-        for channels in (self._channels, self._stream_channels):
-            channel = channels.pop(address, None)
-            if channel is not None:
-                self._stubs.pop(channel, None)
-                self._close_later(channel)
-
-    def _close_later(self, channel: grpc.aio.Channel) -> None:
-        task = self._loop.create_task(channel.close())
-        self._closing_channels.add(task)
-        task.add_done_callback(self._closing_channels.discard)
-
-    def _address_order(self) -> list[str]:
-        """The dedicated broker first, then the others in random order."""
-        addresses = list(self._metadata.addresses())
-        self._rng.shuffle(addresses)
-        if self._current in addresses:
-            addresses.remove(self._current)
-            addresses.insert(0, self._current)
-        return addresses
-
-    def _current_address(self) -> str:
-        """The dedicated broker (one chosen at random if there is none yet)."""
-        self._check_open()
-        if self._current is None:
-            order = self._address_order()
-            if not order:
-                raise LiftbridgeConnectError(
-                    "no broker address is known; pass addresses to connect()"
-                )
-            self._current = order[0]
-        return self._current
-
-    async def _any_stub(self) -> tuple[str, Any]:
-        """The dedicated broker's address and the stub of its RPC channel."""
-        address = self._current_address()
-        return address, self._stub_for(self._channel(address))
-
-    async def _any_stream_stub(self) -> tuple[str, Any]:
-        """Like :meth:`_any_stub`, on the broker's channel for streaming calls."""
-        address = self._current_address()
-        channel = self._stream_channels.get(address)
-        if channel is None:
-            channel = self._factory.open_stream(address)
-            self._stream_channels[address] = channel
-        return address, self._stub_for(channel)
-
-    def _jitter(self) -> float:
-        return self._rng.uniform(MIN_WAIT, MAX_WAIT)
-
-    # -- resilient RPCs ----------------------------------------------------------------
-
-    async def _rpc(
-        self,
-        method: str,
-        request: Any,
-        *,
-        what: str,
-        timeout: float | None = None,
-        not_found: type[LiftbridgeServerError] = NoSuchStreamError,
-        stores: bool = False,
-    ) -> Any:
-        """Call ``method`` on any broker, moving to the next on UNAVAILABLE (bounded).
-
-        The client guide's resilient RPC "retries on gRPC Unavailable errors
-        while trying different servers", and warns: "It's important to be mindful
-        of which errors are retried for idempotency reasons." A call that
-        ``stores`` something (a publish) is repeated on UNAVAILABLE only: after
-        CANCELLED or a reset stream the broker may have stored it already, and a
-        second send would store a duplicate. Other calls are also repeated after
-        those (reading metadata twice is harmless).
-        """
-        self._check_open()
-        last: grpc.aio.AioRpcError | None = None
-        order: list[str] = []
-        for attempt in range(self._max_rpc_attempts):
-            if not order:
-                order = self._address_order()
-                if not order:
-                    break
-                if attempt:
-                    # Every known broker failed once: refresh the list's order
-                    # after a short pause instead of spinning.
-                    await asyncio.sleep(self._jitter())
-            address = order.pop(0)
-            self._current = address
-            stub = self._stub_for(self._channel(address))
-            try:
-                return await getattr(stub, method)(
-                    request, timeout=timeout if timeout is not None else self._rpc_timeout
-                )
-            except grpc.aio.AioRpcError as exc:
-                code = exc.code()
-                # CANCELLED here means another call closed this broker's channel
-                # (it found the broker gone): as good as UNAVAILABLE.
-                lost = is_connection_failure(exc) or code is grpc.StatusCode.CANCELLED
-                if lost and stores and code is not grpc.StatusCode.UNAVAILABLE:
-                    if not self._closed:
-                        self._broker_unavailable(address)
-                        raise LiftbridgeConnectError(
-                            f"{what}: the call to {redact_url(address)} broke while the "
-                            f"request was in flight ({code.name}: "
-                            f"{redact_text(exc.details() or 'no details')}); the "
-                            "message may or may not have been stored, so it is not sent "
-                            "again (that could store it twice); publish it again if a "
-                            "duplicate is acceptable"
-                        ) from None
-                if (
-                    code is grpc.StatusCode.INTERNAL
-                    and _NO_RESPONDERS in (exc.details() or "")
-                    and not self._closed
-                    and attempt < self._max_rpc_attempts - 1
-                ):
-                    # The broker forwards some calls to the metadata leader over
-                    # NATS; none listened (a leader is being elected): nothing
-                    # was delivered, so asking again is safe.
-                    log.info("%s: no metadata leader yet, trying again", what)
-                    await asyncio.sleep(self._jitter())
-                    continue
-                if lost and not self._closed:
-                    log.info("%s: broker %s unavailable, trying another", what, redact_url(address))
-                    self._broker_unavailable(address)
-                    last = exc
-                    continue
-                raise map_rpc_error(
-                    exc, what=what, closed=self._closed, not_found=not_found
-                ) from None
-        detail = f" (last error: {redact_text(last.details() or '')})" if last is not None else ""
-        shown = [redact_url(a) for a in self._metadata.addresses()]
-        raise LiftbridgeConnectError(
-            f"{what}: no broker reachable after {self._max_rpc_attempts} attempts over "
-            f"{shown}{detail}; "
-            "check the addresses and that the cluster is up"
-        )
-
-    async def _leader_rpc(
-        self,
-        stream: str,
-        partition: int,
-        method: str,
-        request: Any,
-        *,
-        what: str,
-        not_found: type[LiftbridgeServerError] = NoSuchPartitionError,
-    ) -> Any:
-        """Call ``method`` on the partition leader; refresh and retry while it moves."""
-        self._check_open()
-        attempts = 5
-        for attempt in range(attempts):
-            address = self._metadata.leader_address(stream, partition)
-            if address is None:
-                await self._refresh_metadata()
-                address = self._metadata.leader_address(stream, partition)
-                if address is None:
-                    md = self._metadata.get()
-                    info = md.get_stream(stream)
-                    if info is None:
-                        raise NoSuchStreamError(f"{what}: no stream {stream!r}", code="NOT_FOUND")
-                    if partition not in info.partitions:
-                        raise NoSuchPartitionError(
-                            f"{what}: stream {stream!r} has no partition {partition}",
-                            code="NOT_FOUND",
-                        )
-                    await asyncio.sleep(self._jitter())
-                    continue
-            stub = self._stub_for(self._channel(address))
-            try:
-                return await getattr(stub, method)(request, timeout=self._rpc_timeout)
-            except grpc.aio.AioRpcError as exc:
-                code = exc.code()
-                retry = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION)
-                if not retry or self._closed or attempt == attempts - 1:
-                    raise map_rpc_error(
-                        exc, what=what, closed=self._closed, not_found=not_found
-                    ) from None
-                if code is grpc.StatusCode.UNAVAILABLE:
-                    self._broker_unavailable(address)
-                await asyncio.sleep(self._jitter())
-                await self._refresh_metadata()
-        raise LiftbridgeConnectError(f"{what}: the leader of {stream}/{partition} is not reachable")
-
-    async def _refresh_metadata(self) -> Metadata:
-        """Fetch metadata (one fetch at a time; a caller that waited reuses the result)."""
-        generation = self._metadata.generation
-        async with self._refresh_lock:
-            if self._metadata.generation != generation:
-                return self._metadata.get()
-            resp = await self._rpc(
-                "FetchMetadata", pb.FetchMetadataRequest(), what="fetch_metadata"
-            )
-            return self._metadata.update(resp, now=self._clock(), wall=datetime.now(timezone.utc))
-
-    async def _partition_listed(self, stream: str, partition: int) -> bool:
-        """Whether freshly fetched metadata lists ``stream``/``partition``."""
-        md = await self._refresh_metadata()
-        info = md.get_stream(stream)
-        return info is not None and partition in info.partitions
-
-    async def _metadata_with(self, stream: str) -> Metadata:
-        md = self._metadata.get()
-        if md.get_stream(stream) is None or self._metadata.is_stale(self._clock()):
-            md = await self._refresh_metadata()
-        return md
-
-    async def _settle(self, what: str, streams: list[str], shows: Callable[[Any], bool]) -> bool:
-        """Wait (bounded, best effort) until every broker's metadata ``shows`` a change.
-
-        CreateStream, DeleteStream, PauseStream and SetStreamReadonly return once
-        the metadata leader applied the change; the other brokers, the partition
-        leader among them, apply it through Raft a little later, and until then
-        answer from their old state (a publish right after create_stream gets
-        NOT_FOUND, one right after set_stream_readonly(readonly=False) can be
-        dropped). So the call returns once each reachable broker's FetchMetadata
-        shows the change, or after ``_SETTLE_TIME`` seconds (logged; not an error:
-        the change itself was made). A broker that does not answer is skipped.
-        """
-        pending = list(self._metadata.addresses())
-        deadline = self._clock() + _SETTLE_TIME
-        req = pb.FetchMetadataRequest(streams=streams)
-        while True:
-            for address in list(pending):
-                remaining = deadline - self._clock()
-                stub = self._stub_for(self._channel(address))
-                try:
-                    resp = await stub.FetchMetadata(
-                        req, timeout=max(0.05, min(self._rpc_timeout, remaining))
-                    )
-                except grpc.aio.AioRpcError:
-                    self._check_open()
-                    pending.remove(address)  # unreachable or failing: nothing to wait for
-                    continue
-                if shows(resp):
-                    pending.remove(address)
-            if not pending:
-                return True
-            if self._clock() >= deadline:
-                log.info(
-                    "%s: brokers %s did not show the change within %ss",
-                    what,
-                    [redact_url(a) for a in pending],
-                    _SETTLE_TIME,
-                )
-                return False
-            await asyncio.sleep(_SETTLE_POLL)
-
-    # -- subscribe pool -----------------------------------------------------------------
-
-    def _subscribe_address(self, stream: str, partition: int, read_isr_replica: bool) -> str | None:
-        md = self._metadata.get()
-        if read_isr_replica:
-            isr = md.isr_addresses(stream, partition)
-            if isr:
-                return self._rng.choice(isr)
-        return md.leader_address(stream, partition)
-
-    async def _acquire_subscribe_channel(self, address: str) -> grpc.aio.Channel:
-        self._check_open()
-        now = self._clock()
-        channel = self._pool.acquire(address, now)
-        if channel is None:
-            channel = self._factory.open_stream(address)
-            self._pool.add(address, channel, now)
-        self._arm_pool_timer()
-        return channel
-
-    def _release_subscribe_channel(self, address: str, channel: grpc.aio.Channel) -> None:
-        if self._closed:
-            return
-        self._pool.release(address, channel, self._clock())
-        self._arm_pool_timer()
-
-    def _arm_pool_timer(self) -> None:
-        if self._pool_timer is not None:
-            self._pool_timer.cancel()
-            self._pool_timer = None
-        due = self._pool.get_timer()
-        if due is not None and not self._closed:
-            self._pool_timer = self._loop.call_at(due, self._on_pool_timer)
-
-    def _on_pool_timer(self) -> None:
-        self._pool_timer = None
-        for channel in self._pool.handle_timer(self._clock()):
-            self._stubs.pop(channel, None)
-            self._close_later(channel)
-        self._arm_pool_timer()
+        await self._brokers.close()
 
     def pool_statistics(self) -> dict[str, int]:
         """Open Subscribe connections per broker address."""
-        md = self._metadata.get()
-        return {a: n for a in md.addresses() if (n := self._pool.connections(a))}
+        return self._brokers.pool_statistics()
 
     # -- streams ---------------------------------------------------------------------
 
@@ -696,29 +272,31 @@ class Client:
             StreamExistsError: a stream of that name exists.
             InvalidArgumentError: a bad argument or an unknown option.
         """
-        req = pb.CreateStreamRequest(subject=_subject("subject", subject), name=_name("name", name))
+        req = pb.CreateStreamRequest(
+            subject=check_subject("subject", subject), name=check_name("name", name)
+        )
         if group is not None:
-            req.group = _name("group", group)
+            req.group = check_name("group", group)
         if max_replication:
             req.replicationFactor = -1
         else:
             if replication_factor != -1:
                 check_int("replication_factor", replication_factor, minimum=1)
-            if replication_factor > _INT32_MAX:
+            if replication_factor > INT32_MAX:
                 raise InvalidArgumentError(f"replication_factor {replication_factor} is too large")
             req.replicationFactor = replication_factor
         check_int("partitions", partitions, minimum=1)
-        if partitions > _INT32_MAX:
+        if partitions > INT32_MAX:
             raise InvalidArgumentError(f"partitions {partitions} is too large")
         req.partitions = partitions
         for key, value in stream_options.items():
-            if key not in _STREAM_OPTIONS:
+            if key not in STREAM_OPTIONS:
                 raise InvalidArgumentError(
-                    f"unknown stream option {key!r}; known: {', '.join(sorted(_STREAM_OPTIONS))}"
+                    f"unknown stream option {key!r}; known: {', '.join(sorted(STREAM_OPTIONS))}"
                 )
             if value is None:
                 continue
-            field, kind = _STREAM_OPTIONS[key]
+            field, kind = STREAM_OPTIONS[key]
             target = getattr(req, field)
             if kind == "bool":
                 if not isinstance(value, bool):
@@ -729,13 +307,13 @@ class Client:
                     raise InvalidArgumentError(f"{key} must be seconds >= 0, got {value!r}")
                 target.value = round(value * 1000)
             else:
-                limit = _INT32_MAX if kind == "int32" else _INT64_MAX
+                limit = INT32_MAX if kind == "int32" else INT64_MAX
                 check_int(key, value, minimum=0)
                 if value > limit:
                     raise InvalidArgumentError(f"{key} must be <= {limit}, got {value!r}")
                 target.value = value
-        await self._rpc("CreateStream", req, what=f"create_stream {name!r}")
-        await self._settle(f"create_stream {name!r}", [name], _stream_ready(name))
+        await self._brokers.rpc("CreateStream", req, what=f"create_stream {name!r}")
+        await self._brokers.settle(f"create_stream {name!r}", [name], _stream_ready(name))
 
     async def delete_stream(self, name: str) -> None:
         """Delete a stream and all its partitions.
@@ -745,16 +323,9 @@ class Client:
         Raises:
             NoSuchStreamError: there is no such stream.
         """
-        req = pb.DeleteStreamRequest(name=_name("name", name))
-        await self._rpc("DeleteStream", req, what=f"delete_stream {name!r}")
-        await self._settle(f"delete_stream {name!r}", [name], _stream_gone(name))
-
-    def _partitions(self, partitions: Sequence[int] | None) -> list[int]:
-        if partitions is None:
-            return []
-        if isinstance(partitions, (str, bytes)) or not isinstance(partitions, Sequence):
-            raise InvalidArgumentError(f"partitions must be a list of ints, got {partitions!r}")
-        return [_partition(p, "each partition") for p in partitions]
+        req = pb.DeleteStreamRequest(name=check_name("name", name))
+        await self._brokers.rpc("DeleteStream", req, what=f"delete_stream {name!r}")
+        await self._brokers.settle(f"delete_stream {name!r}", [name], _stream_gone(name))
 
     async def pause_stream(
         self, name: str, *, partitions: Sequence[int] | None = None, resume_all: bool = False
@@ -772,12 +343,14 @@ class Client:
             NoSuchPartitionError: no such stream or partition.
         """
         req = pb.PauseStreamRequest(
-            name=_name("name", name), partitions=self._partitions(partitions), resumeAll=resume_all
+            name=check_name("name", name),
+            partitions=check_partitions(partitions),
+            resumeAll=resume_all,
         )
-        await self._rpc(
+        await self._brokers.rpc(
             "PauseStream", req, what=f"pause_stream {name!r}", not_found=NoSuchPartitionError
         )
-        await self._settle(
+        await self._brokers.settle(
             f"pause_stream {name!r}",
             [name],
             _partitions_show(name, list(req.partitions), "paused", True),
@@ -794,15 +367,17 @@ class Client:
             NoSuchPartitionError: no such stream or partition.
         """
         req = pb.SetStreamReadonlyRequest(
-            name=_name("name", name), partitions=self._partitions(partitions), readonly=readonly
+            name=check_name("name", name),
+            partitions=check_partitions(partitions),
+            readonly=readonly,
         )
-        await self._rpc(
+        await self._brokers.rpc(
             "SetStreamReadonly",
             req,
             what=f"set_stream_readonly {name!r}",
             not_found=NoSuchPartitionError,
         )
-        await self._settle(
+        await self._brokers.settle(
             f"set_stream_readonly {name!r}",
             [name],
             _partitions_show(name, list(req.partitions), "readonly", readonly),
@@ -816,9 +391,7 @@ class Client:
         Returns:
             An immutable :class:`Metadata` snapshot.
         """
-        self._check_open()
-        resp = await self._rpc("FetchMetadata", pb.FetchMetadataRequest(), what="fetch_metadata")
-        return self._metadata.update(resp, now=self._clock(), wall=datetime.now(timezone.utc))
+        return await self._brokers.fetch_metadata()
 
     async def fetch_partition_metadata(self, stream: str, partition: int) -> PartitionInfo:
         """Fetch one partition's metadata from its leader.
@@ -827,9 +400,9 @@ class Client:
             NoSuchPartitionError: no such stream or partition.
         """
         req = pb.FetchPartitionMetadataRequest(
-            stream=_name("stream", stream), partition=_partition(partition)
+            stream=check_name("stream", stream), partition=check_partition(partition)
         )
-        resp = await self._leader_rpc(
+        resp = await self._brokers.leader_rpc(
             stream, partition, "FetchPartitionMetadata", req, what="fetch_partition_metadata"
         )
         return partition_from_pb(resp.metadata)
@@ -863,21 +436,21 @@ class Client:
         expected_offset: int | None,
         correlation_id: str | None,
     ) -> tuple[pb.PublishRequest, int]:
-        self._check_open()
-        stream = _name("stream", stream)
-        value_b = _bytes("value", value)
-        key_b = _bytes("key", key, optional=True)
-        policy = _ack_policy(ack_policy)
+        self._brokers.check_open()
+        stream = check_name("stream", stream)
+        value_b = check_bytes("value", value)
+        key_b = check_bytes("key", key, optional=True)
+        policy = check_ack_policy(ack_policy)
         chooser = self._resolve_partitioner(partitioner)
         if partition is not None:
-            target = _partition(partition)
+            target = check_partition(partition)
         elif chooser is not None:
-            md = await self._metadata_with(stream)
+            md = await self._brokers.metadata_with(stream)
             if md.get_stream(stream) is None:
                 raise NoSuchStreamError(
                     f"publish: no stream {stream!r}; create it first", code="NOT_FOUND"
                 )
-            target = _partition(
+            target = check_partition(
                 chooser.partition(stream, key, value_b, md), "the partitioner's result"
             )
         else:
@@ -886,7 +459,7 @@ class Client:
             if (
                 isinstance(expected_offset, bool)
                 or not isinstance(expected_offset, int)
-                or not (-1 <= expected_offset <= _INT64_MAX)
+                or not (-1 <= expected_offset <= INT64_MAX)
             ):
                 raise InvalidArgumentError(
                     f"expected_offset must be an int >= -1, got {expected_offset!r}"
@@ -898,7 +471,7 @@ class Client:
             partition=target,
             key=key_b,
             value=value_b,
-            headers=_headers(headers),
+            headers=check_headers(headers),
             ackPolicy=int(policy),  # type: ignore[arg-type]
             correlationId=correlation_id or "",
             expectedOffset=-1 if expected_offset is None else expected_offset,
@@ -946,7 +519,7 @@ class Client:
                 the call broke with the request in flight: the message may or may not be
                 stored and is not sent again.
         """
-        wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
+        wait = self._ack_wait_time if timeout is None else check_seconds("timeout", timeout)
         req, target = await self._publish_request(
             stream,
             value,
@@ -959,30 +532,31 @@ class Client:
             correlation_id=correlation_id,
         )
         what = f"publish to {stream}/{target}"
-        give_up = self._clock() + _NOT_FOUND_RETRY_TIME
-        while True:
-            try:
-                resp = await self._rpc(
-                    "Publish",
-                    req,
-                    what=what,
-                    timeout=wait,
-                    not_found=NoSuchStreamError,
-                    stores=True,
-                )
-                break
-            except (NoSuchStreamError, NoSuchPartitionError):
-                # NOT_FOUND: the broker did not store the message, so sending it
-                # again cannot duplicate it. Right after a create_stream (by any
-                # client) a broker may not have applied it yet: repeat while the
-                # metadata lists the partition, for a bounded time.
-                if self._clock() >= give_up or not await self._partition_listed(stream, target):
-                    raise
-                await asyncio.sleep(self._jitter())
-            except LiftbridgeTimeoutError as exc:
-                if _policy_is_all(req):
-                    raise LiftbridgeTimeoutError(str(exc) + _ALL_ACK_HINT) from None
-                raise
+
+        async def not_applied_yet(exc: LiftbridgeError) -> bool:
+            # NOT_FOUND: the broker did not store the message, so sending it
+            # again cannot duplicate it. Right after a create_stream (by any
+            # client) a broker may not have applied it yet: repeat while the
+            # metadata lists the partition, for a bounded time.
+            return isinstance(
+                exc, (NoSuchStreamError, NoSuchPartitionError)
+            ) and await self._brokers.partition_listed(stream, target)
+
+        try:
+            resp = await self._brokers.rpc_repeated(
+                "Publish",
+                req,
+                what=what,
+                transient=not_applied_yet,
+                within=_NOT_FOUND_RETRY_TIME,
+                timeout=wait,
+                not_found=NoSuchStreamError,
+                stores=True,
+            )
+        except LiftbridgeTimeoutError as exc:
+            if _policy_is_all(req):
+                raise LiftbridgeTimeoutError(str(exc) + _ALL_ACK_HINT) from None
+            raise
         if resp.HasField("asyncError"):
             raise async_error(resp.asyncError, f"publish to {stream}/{target}")
         if not resp.HasField("ack"):
@@ -1031,7 +605,7 @@ class Client:
             InvalidArgumentError: a bad argument, or a ``correlation_id`` that is
                 already awaiting its ack (also when found after waiting for the window).
         """
-        wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
+        wait = self._ack_wait_time if timeout is None else check_seconds("timeout", timeout)
         req, target = await self._publish_request(
             stream,
             value,
@@ -1068,18 +642,18 @@ class Client:
         Raises:
             LiftbridgeTimeoutError: no ack in time (e.g. no stream on the subject).
         """
-        self._check_open()
-        wait = self._ack_wait_time if timeout is None else _timeout("timeout", timeout)
+        self._brokers.check_open()
+        wait = self._ack_wait_time if timeout is None else check_seconds("timeout", timeout)
         req = pb.PublishToSubjectRequest(
-            subject=_subject("subject", subject),
-            value=_bytes("value", value),
-            key=_bytes("key", key, optional=True),
-            headers=_headers(headers),
-            ackInbox=_subject("ack_inbox", ack_inbox) if ack_inbox is not None else "",
+            subject=check_subject("subject", subject),
+            value=check_bytes("value", value),
+            key=check_bytes("key", key, optional=True),
+            headers=check_headers(headers),
+            ackInbox=check_subject("ack_inbox", ack_inbox) if ack_inbox is not None else "",
             correlationId=correlation_id or "",
-            ackPolicy=int(_ack_policy(ack_policy)),  # type: ignore[arg-type]
+            ackPolicy=int(check_ack_policy(ack_policy)),  # type: ignore[arg-type]
         )
-        resp = await self._rpc(
+        resp = await self._brokers.rpc(
             "PublishToSubject",
             req,
             what=f"publish_to_subject {subject!r}",
@@ -1134,7 +708,7 @@ class Client:
             InvalidArgumentError: inconsistent or bad arguments.
             LiftbridgeClosedError: the client is closed.
         """
-        self._check_open()
+        self._brokers.check_open()
         req = build_subscribe_request(
             stream,
             partition=partition,
@@ -1149,19 +723,9 @@ class Client:
             resume=resume,
             now_ns=time.time_ns(),
         )
-        return Subscription(self, req)
+        return Subscription(self._brokers, req, resubscribe_wait_time=self._resubscribe_wait_time)
 
     # -- cursors ------------------------------------------------------------------------
-
-    async def _cursor_rpc(self, method: str, request: Any, what: str) -> Any:
-        key = f"{request.cursorId},{request.stream},{request.partition}".encode()
-        md = await self._metadata_with(CURSORS_STREAM)
-        info = md.get_stream(CURSORS_STREAM)
-        if info is None or not info.partitions:
-            # No cursors stream in the metadata: any broker forwards the call.
-            return await self._rpc(method, request, what=what, not_found=NoSuchPartitionError)
-        cursor_partition = zlib.crc32(key) % len(info.partitions)
-        return await self._leader_rpc(CURSORS_STREAM, cursor_partition, method, request, what=what)
 
     async def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
         """Store a cursor: ``offset`` is the last offset processed by ``cursor_id``.
@@ -1169,19 +733,15 @@ class Client:
         Raises:
             NoSuchPartitionError: no such stream or partition.
         """
-        if (
-            isinstance(offset, bool)
-            or not isinstance(offset, int)
-            or not -1 <= offset <= _INT64_MAX
-        ):
+        if isinstance(offset, bool) or not isinstance(offset, int) or not -1 <= offset <= INT64_MAX:
             raise InvalidArgumentError(f"offset must be an int >= -1, got {offset!r}")
-        req = pb.SetCursorRequest(
-            cursorId=_name("cursor_id", cursor_id),
-            stream=_name("stream", stream),
-            partition=_partition(partition),
-            offset=offset,
+        await _groups.set_cursor(
+            self._brokers,
+            check_name("cursor_id", cursor_id),
+            check_name("stream", stream),
+            check_partition(partition),
+            offset,
         )
-        await self._cursor_rpc("SetCursor", req, f"set_cursor {cursor_id!r}")
 
     async def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
         """The stored cursor offset, or -1 when there is none.
@@ -1189,13 +749,12 @@ class Client:
         Raises:
             NoSuchPartitionError: no such stream or partition.
         """
-        req = pb.FetchCursorRequest(
-            cursorId=_name("cursor_id", cursor_id),
-            stream=_name("stream", stream),
-            partition=_partition(partition),
+        return await _groups.fetch_cursor(
+            self._brokers,
+            check_name("cursor_id", cursor_id),
+            check_name("stream", stream),
+            check_partition(partition),
         )
-        resp = await self._cursor_rpc("FetchCursor", req, f"fetch_cursor {cursor_id!r}")
-        return int(resp.offset)
 
     # -- consumer groups ----------------------------------------------------------------
 
@@ -1207,63 +766,15 @@ class Client:
         Returns:
             The coordinator broker id, the epoch and the group's timeouts.
         """
-        names = [_name("each stream", s) for s in streams]
+        names = [check_name("each stream", s) for s in streams]
         if not names:
             raise InvalidArgumentError("streams must name at least one stream")
-        req = pb.JoinConsumerGroupRequest(
-            groupId=_name("group_id", group_id),
-            consumerId=_name("consumer_id", consumer_id),
-            streams=names,
+        return await _groups.join_group(
+            self._brokers,
+            check_name("group_id", group_id),
+            check_name("consumer_id", consumer_id),
+            names,
         )
-        what = f"join_consumer_group {group_id!r}"
-        give_up = self._clock() + _JOIN_RETRY_TIME
-        while True:
-            try:
-                resp = await self._rpc("JoinConsumerGroup", req, what=what)
-                break
-            except LiftbridgeServerError as exc:
-                # Two members creating a new group at once: the loser is told
-                # "consumer group already exists" (FAILED_PRECONDITION); a new
-                # attempt joins the group the winner created.
-                lost_race = exc.code == "FAILED_PRECONDITION" and "already exists" in str(exc)
-                if not lost_race or self._clock() >= give_up:
-                    raise
-                log.info("%s: the group was created concurrently; joining it", what)
-                await asyncio.sleep(self._jitter())
-        return ConsumerGroupJoin(
-            resp.coordinator,
-            int(resp.epoch),
-            resp.consumerTimeout / 1e9,
-            resp.coordinatorTimeout / 1e9,
-        )
-
-    async def _group_metadata(self, group_id: str) -> tuple[str, int] | None:
-        """The group's coordinator and epoch from the metadata (None: unknown group)."""
-        resp = await self._rpc(
-            "FetchMetadata",
-            pb.FetchMetadataRequest(groups=[group_id]),
-            what=f"fetch_metadata for group {group_id!r}",
-        )
-        for group in resp.groupMetadata:
-            if group.groupId == group_id and group.error == pb.ConsumerGroupMetadata.OK:
-                return group.coordinator, int(group.epoch)
-        return None
-
-    async def _coordinator_rpc(self, coordinator: str, method: str, req: Any, what: str) -> Any:
-        md = self._metadata.get()
-        broker = md.broker(coordinator)
-        if broker is None:
-            md = await self._refresh_metadata()
-            broker = md.broker(coordinator)
-        if broker is None:
-            raise LiftbridgeError(
-                f"{what}: coordinator broker {coordinator!r} is not in the metadata"
-            )
-        stub = self._stub_for(self._channel(broker.address))
-        try:
-            return await getattr(stub, method)(req, timeout=self._rpc_timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise map_rpc_error(exc, what=what, closed=self._closed) from None
 
     async def fetch_consumer_group_assignments(
         self, group_id: str, consumer_id: str, epoch: int, *, coordinator: str
@@ -1274,34 +785,25 @@ class Client:
             ``(epoch, {stream: [partition, ...]})``.
         """
         check_int("epoch", epoch, minimum=0)
-        req = pb.FetchConsumerGroupAssignmentsRequest(
-            groupId=_name("group_id", group_id),
-            consumerId=_name("consumer_id", consumer_id),
-            epoch=epoch,
+        return await _groups.fetch_assignments(
+            self._brokers,
+            check_name("group_id", group_id),
+            check_name("consumer_id", consumer_id),
+            epoch,
+            check_name("coordinator", coordinator),
         )
-        resp = await self._coordinator_rpc(
-            _name("coordinator", coordinator),
-            "FetchConsumerGroupAssignments",
-            req,
-            f"fetch_consumer_group_assignments {group_id!r}",
-        )
-        return int(resp.epoch), {a.stream: list(a.partitions) for a in resp.assignments}
 
     async def report_consumer_group_coordinator(
         self, group_id: str, consumer_id: str, coordinator: str, epoch: int
     ) -> None:
         """Tell the cluster the coordinator does not answer (a majority elects another)."""
         check_int("epoch", epoch, minimum=0)
-        req = pb.ReportConsumerGroupCoordinatorRequest(
-            groupId=_name("group_id", group_id),
-            consumerId=_name("consumer_id", consumer_id),
-            coordinator=_name("coordinator", coordinator),
-            epoch=epoch,
-        )
-        await self._rpc(
-            "ReportConsumerGroupCoordinator",
-            req,
-            what=f"report_consumer_group_coordinator {group_id!r}",
+        await _groups.report_coordinator(
+            self._brokers,
+            check_name("group_id", group_id),
+            check_name("consumer_id", consumer_id),
+            check_name("coordinator", coordinator),
+            epoch,
         )
 
     def consumer(
@@ -1333,8 +835,8 @@ class Client:
         Returns:
             A :class:`GroupConsumer`.
         """
-        self._check_open()
-        names = [_name("each stream", s) for s in streams]
+        self._brokers.check_open()
+        names = [check_name("each stream", s) for s in streams]
         if not names:
             raise InvalidArgumentError("streams must name at least one stream")
         if auto_offset not in (
@@ -1345,28 +847,30 @@ class Client:
             raise InvalidArgumentError(
                 f"auto_offset must be NEW_ONLY, EARLIEST or LATEST, got {auto_offset!r}"
             )
-        member = consumer_id if consumer_id is not None else f"{self._rng.getrandbits(64):016x}"
+        member = (
+            consumer_id if consumer_id is not None else f"{self._brokers.rng.getrandbits(64):016x}"
+        )
         return GroupConsumer(
-            self,
-            _name("group_id", group_id),
+            self._brokers,
+            check_name("group_id", group_id),
             names,
-            consumer_id=_name("consumer_id", member),
+            consumer_id=check_name("consumer_id", member),
             auto_offset=auto_offset,
             checkpoint_interval=None
             if checkpoint_interval is None
-            else _timeout("checkpoint_interval", checkpoint_interval),
+            else check_seconds("checkpoint_interval", checkpoint_interval),
             fetch_interval=None
             if fetch_interval is None
-            else _timeout("fetch_interval", fetch_interval),
+            else check_seconds("fetch_interval", fetch_interval),
             buffer=check_int("buffer", buffer, minimum=1),
+            resubscribe_wait_time=self._resubscribe_wait_time,
         )
 
     async def leave_consumer_group(self, group_id: str, consumer_id: str) -> None:
         """Leave a consumer group."""
-        req = pb.LeaveConsumerGroupRequest(
-            groupId=_name("group_id", group_id), consumerId=_name("consumer_id", consumer_id)
+        await _groups.leave_group(
+            self._brokers, check_name("group_id", group_id), check_name("consumer_id", consumer_id)
         )
-        await self._rpc("LeaveConsumerGroup", req, what=f"leave_consumer_group {group_id!r}")
 
 
 async def connect(
@@ -1432,10 +936,10 @@ async def connect(
         raise InvalidArgumentError(
             f"unknown connect option(s) {sorted(unknown)}; known: {sorted(_CONNECT_OPTIONS)}"
         )
-    rpc_timeout = _timeout("rpc_timeout", options.get("rpc_timeout", 10.0))
+    rpc_timeout = check_seconds("rpc_timeout", options.get("rpc_timeout", 10.0))
     max_attempts = check_int("max_rpc_attempts", options.get("max_rpc_attempts", 10), minimum=1)
     window = check_int("publish_async_window", options.get("publish_async_window", 1024), minimum=1)
-    metadata_max_age = _timeout("metadata_max_age", options.get("metadata_max_age", 60.0))
+    metadata_max_age = check_seconds("metadata_max_age", options.get("metadata_max_age", 60.0))
     if (
         isinstance(resubscribe_wait_time, bool)
         or not isinstance(resubscribe_wait_time, (int, float))
@@ -1444,7 +948,7 @@ async def connect(
         raise InvalidArgumentError(
             f"resubscribe_wait_time must be seconds >= 0, got {resubscribe_wait_time!r}"
         )
-    ack_wait = _timeout("ack_wait_time", ack_wait_time)
+    ack_wait = check_seconds("ack_wait_time", ack_wait_time)
     check_int("max_conns_per_broker", max_conns_per_broker, minimum=1)
     if (
         isinstance(keepalive_time, bool)
@@ -1500,7 +1004,7 @@ async def connect(
         clock=options.get("clock"),
     )
     try:
-        await client._refresh_metadata()
+        await client._brokers.refresh_metadata()
     except BaseException:
         await client.close()
         raise

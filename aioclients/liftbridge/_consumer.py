@@ -16,6 +16,11 @@ after ``coordinator_timeout`` without an answer from it. Each subscription is pu
 into one bounded queue, so a slow reader holds the pumps (and gRPC flow control)
 back. Delivered offsets are committed as cursors every ``checkpoint_interval``
 seconds, on :meth:`checkpoint` and on close; ``aclose()`` leaves the group.
+
+Owns the membership rules above (fetch interval, rejoin, when to report the
+coordinator, checkpoints). It takes the broker layer (``_brokers.Brokers``) and
+makes its calls through ``_groups`` and :class:`Subscription`; how a single call
+is retried is the broker layer's rule.
 """
 
 from __future__ import annotations
@@ -23,19 +28,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
+from aioclients.liftbridge import _groups
+from aioclients.liftbridge._brokers import Brokers
 from aioclients.liftbridge._errors import (
     LiftbridgeClosedError,
     LiftbridgeError,
     LiftbridgeServerError,
 )
 from aioclients.liftbridge._pb import api_pb2 as pb
+from aioclients.liftbridge._protocol._args import build_subscribe_request
 from aioclients.liftbridge._protocol._types import Message, StartPosition
-from aioclients.liftbridge._subscription import Subscription, build_subscribe_request
-
-if TYPE_CHECKING:
-    from aioclients.liftbridge._client import Client
+from aioclients.liftbridge._subscription import Subscription
 
 __all__ = ("GroupConsumer",)
 
@@ -61,7 +65,7 @@ class GroupConsumer:
 
     def __init__(
         self,
-        client: Client,
+        brokers: Brokers,
         group_id: str,
         streams: list[str],
         *,
@@ -70,8 +74,10 @@ class GroupConsumer:
         checkpoint_interval: float | None,
         fetch_interval: float | None,
         buffer: int,
+        resubscribe_wait_time: float,
     ) -> None:
-        self._client = client
+        self._brokers = brokers
+        self._resubscribe_wait_time = resubscribe_wait_time
         self.group_id = group_id
         self.consumer_id = consumer_id
         self.streams = streams
@@ -116,7 +122,9 @@ class GroupConsumer:
         await self.aclose()
 
     async def _join(self) -> None:
-        join = await self._client.join_consumer_group(self.group_id, self.consumer_id, self.streams)
+        join = await _groups.join_group(
+            self._brokers, self.group_id, self.consumer_id, self.streams
+        )
         self.coordinator = join.coordinator
         self.epoch = join.epoch
         if join.coordinator_timeout > 0:
@@ -146,7 +154,7 @@ class GroupConsumer:
                     raise
                 log.debug("consumer group %s: first fetch failed: %s", self.group_id, exc)
                 await self._recover(exc)
-                await asyncio.sleep(self._client._jitter())
+                await asyncio.sleep(self._brokers.jitter())
 
     async def _recover(self, exc: LiftbridgeError) -> None:
         """After a failed fetch: rejoin if evicted, else re-read coordinator and epoch."""
@@ -154,7 +162,7 @@ class GroupConsumer:
             if _NOT_MEMBER in str(exc):
                 await self._join()
                 return
-            group = await self._client._group_metadata(self.group_id)
+            group = await _groups.group_metadata(self._brokers, self.group_id)
             if group is not None:
                 self.coordinator, self.epoch = group
         except LiftbridgeClosedError:
@@ -163,8 +171,8 @@ class GroupConsumer:
             log.debug("consumer group %s: re-reading the group failed: %s", self.group_id, again)
 
     async def _reconcile(self) -> None:
-        epoch, assignments = await self._client.fetch_consumer_group_assignments(
-            self.group_id, self.consumer_id, self.epoch, coordinator=self.coordinator
+        epoch, assignments = await _groups.fetch_assignments(
+            self._brokers, self.group_id, self.consumer_id, self.epoch, self.coordinator
         )
         self.epoch = epoch
         wanted = {(s, p) for s, parts in assignments.items() for p in parts}
@@ -175,8 +183,7 @@ class GroupConsumer:
             await self._start(*key)
 
     async def _start(self, stream: str, partition: int) -> None:
-        client = self._client
-        cursor = await client.fetch_cursor(self.cursor_id, stream, partition)
+        cursor = await _groups.fetch_cursor(self._brokers, self.cursor_id, stream, partition)
         start_kw: dict[str, object] = (
             {"start_offset": cursor + 1} if cursor >= 0 else {"start_at": self._auto_offset}
         )
@@ -197,7 +204,7 @@ class GroupConsumer:
         req.consumer.CopyFrom(
             pb.Consumer(groupId=self.group_id, groupEpoch=self.epoch, consumerId=self.consumer_id)
         )
-        sub = Subscription(client, req)
+        sub = Subscription(self._brokers, req, resubscribe_wait_time=self._resubscribe_wait_time)
         await sub.open()
         task = asyncio.get_running_loop().create_task(self._pump(sub))
         self._subs[(stream, partition)] = (sub, task)
@@ -250,8 +257,8 @@ class GroupConsumer:
                 )
                 last_contact = loop.time()
                 try:
-                    await self._client.report_consumer_group_coordinator(
-                        self.group_id, self.consumer_id, self.coordinator, self.epoch
+                    await _groups.report_coordinator(
+                        self._brokers, self.group_id, self.consumer_id, self.coordinator, self.epoch
                     )
                 except LiftbridgeClosedError:
                     return
@@ -280,7 +287,7 @@ class GroupConsumer:
         """
         for key, offset in list(self._delivered.items()):
             if self._committed.get(key) != offset:
-                await self._client.set_cursor(self.cursor_id, key[0], key[1], offset)
+                await _groups.set_cursor(self._brokers, self.cursor_id, key[0], key[1], offset)
                 self._committed[key] = offset
 
     def __aiter__(self) -> GroupConsumer:
@@ -312,8 +319,8 @@ class GroupConsumer:
             await self._stop(key)
         with contextlib.suppress(asyncio.QueueFull):
             self._queue.put_nowait(_END)
-        if not self._client.closed:
+        if not self._brokers.closed:
             with contextlib.suppress(LiftbridgeError):
                 await self.checkpoint()
             with contextlib.suppress(LiftbridgeError):
-                await self._client.leave_consumer_group(self.group_id, self.consumer_id)
+                await _groups.leave_group(self._brokers, self.group_id, self.consumer_id)

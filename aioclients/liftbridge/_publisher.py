@@ -17,7 +17,10 @@ On the client's own HTTP/2 streams a request is queued with ``write_nowait``
 (no lock, no suspension); writes go out together once per loop turn.
 
 If the stream breaks, every pending future fails (the messages may or may not
-be stored) and the next call opens a new stream.
+be stored) and the next call opens a new stream. The publisher takes the
+broker layer (``_brokers.Brokers``): the stream's broker, dropping a broker
+whose stream broke (``Brokers.broker_unavailable``), and the pause and the
+number of attempts before a write gives up are that layer's retry policy.
 ``close()`` stops writing, lets the stream run until every outstanding ack has
 arrived or timed out, then fails whatever remains with a ClosedError.
 """
@@ -28,13 +31,14 @@ import asyncio
 import heapq
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 import grpc.aio
 
 from aioclients._core import redact_url
 from aioclients._errors import InvalidArgumentError
+from aioclients.liftbridge._brokers import Brokers
 from aioclients.liftbridge._errors import (
     IncorrectOffsetError,
     LiftbridgeClosedError,
@@ -49,9 +53,6 @@ from aioclients.liftbridge._errors import (
 from aioclients.liftbridge._io._grpc import is_connection_failure, map_rpc_error
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._protocol._types import Ack
-
-if TYPE_CHECKING:
-    from aioclients.liftbridge._client import Client
 
 __all__ = ("AsyncPublisher", "async_error")
 
@@ -90,8 +91,8 @@ class _Pending:
 class AsyncPublisher:
     """The PublishAsync stream of one client (created on first use)."""
 
-    def __init__(self, client: Client, *, window: int) -> None:
-        self._client = client
+    def __init__(self, brokers: Brokers, *, window: int) -> None:
+        self._brokers = brokers
         self._window = asyncio.Semaphore(window)
         self._pending: dict[str, _Pending] = {}
         self._call: Any = None
@@ -104,7 +105,7 @@ class AsyncPublisher:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due = 0.0
         self._counter = 0
-        self._prefix = f"{client._rng.getrandbits(48):012x}"
+        self._prefix = f"{brokers.rng.getrandbits(48):012x}"
         self._closed = False
 
     @property
@@ -122,8 +123,8 @@ class AsyncPublisher:
         async with self._open_lock:
             if self._call is not None:
                 return self._call, self._address
-            client = self._client
-            address, stub = await client._any_stream_stub()
+            brokers = self._brokers
+            address, stub = await brokers.any_stream_stub()
             call = stub.PublishAsync()
             self._call = call
             self._address = address
@@ -140,12 +141,12 @@ class AsyncPublisher:
         reading backs the socket up) ends after ``timeout`` with nothing sent. A
         ``grpc.aio`` write cannot be bounded so: cancelling it cancels the stream.
         """
-        client = self._client
+        brokers = self._brokers
         deadline = asyncio.get_running_loop().time() + timeout
-        for attempt in range(client._max_rpc_attempts):
+        for attempt in range(brokers.max_rpc_attempts):
             if attempt:
-                await asyncio.sleep(client._jitter())
-            if self._closed or client._closed:
+                await asyncio.sleep(brokers.jitter())
+            if self._closed or brokers.closed:
                 raise LiftbridgeClosedError("publish_async: the client is closed")
             call, address = await self._ensure_call()
             try:
@@ -160,19 +161,19 @@ class AsyncPublisher:
                     await self._write_within(call, request, deadline, timeout)
                 return
             except grpc.aio.AioRpcError as exc:
-                if not is_connection_failure(exc) or client._closed:
-                    raise map_rpc_error(exc, what="publish_async", closed=client._closed) from None
+                if not is_connection_failure(exc) or brokers.closed:
+                    raise map_rpc_error(exc, what="publish_async", closed=brokers.closed) from None
             except (asyncio.InvalidStateError, grpc.aio.UsageError):
                 # The stream finished under us: the broker is gone, or we are closing.
-                if self._closed or client._closed:
+                if self._closed or brokers.closed:
                     raise LiftbridgeClosedError("publish_async: the client is closed") from None
             log.info("publish_async: the stream to %s broke; opening another", redact_url(address))
             if self._call is call:
                 self._call = None
-            client._broker_unavailable(address)
+            brokers.broker_unavailable(address)
         raise LiftbridgeConnectError(
             f"publish_async: no broker took the PublishAsync stream after "
-            f"{client._max_rpc_attempts} attempts; is the cluster up?"
+            f"{brokers.max_rpc_attempts} attempts; is the cluster up?"
         )
 
     async def _locked_write(self, call: Any, request: pb.PublishRequest) -> None:
@@ -308,8 +309,8 @@ class AsyncPublisher:
                 self._on_response(resp)
         except grpc.aio.AioRpcError as exc:
             if is_connection_failure(exc):
-                self._client._broker_unavailable(address)
-            error = map_rpc_error(exc, what="publish_async", closed=self._client._closed)
+                self._brokers.broker_unavailable(address)
+            error = map_rpc_error(exc, what="publish_async", closed=self._brokers.closed)
         except asyncio.CancelledError:
             error = LiftbridgeClosedError("publish_async: the client was closed")
         finally:

@@ -15,20 +15,25 @@ no longer the leader, the pure :class:`Resubscriber` decides when to try again
 so the consumer sees each offset once, in order. Any other error ends the
 subscription with the mapped error; reaching the stop position ends it with
 ``StopAsyncIteration``.
+
+Owns: the Subscribe stream's life (open, confirm, read, end) and what each way
+it ends means. It takes the broker layer (``_brokers.Brokers``) for the pooled
+connection, the metadata and the pause between the first open's attempts
+(``Brokers.jitter``): which broker is asked and when one is dropped is the
+broker layer's rule; when a lost stream tries again is the ``Resubscriber``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 import grpc.aio
 
 from aioclients._core import redact_text, redact_url
-from aioclients._errors import InvalidArgumentError
+from aioclients.liftbridge._brokers import Brokers
 from aioclients.liftbridge._errors import (
     LiftbridgeClosedError,
     LiftbridgeConnectError,
@@ -43,157 +48,13 @@ from aioclients.liftbridge._errors import (
 )
 from aioclients.liftbridge._io._grpc import is_connection_failure, map_rpc_error
 from aioclients.liftbridge._pb import api_pb2 as pb
+from aioclients.liftbridge._protocol._args import build_subscribe_request, to_nanoseconds
 from aioclients.liftbridge._protocol._resubscribe import Resubscriber
-from aioclients.liftbridge._protocol._types import Message, StartPosition, StopPosition
+from aioclients.liftbridge._protocol._types import Message
 
-if TYPE_CHECKING:
-    from aioclients.liftbridge._client import Client
-
-__all__ = ("Subscription", "to_nanoseconds")
+__all__ = ("Subscription", "build_subscribe_request", "to_nanoseconds")
 
 log = logging.getLogger("aioclients.liftbridge.subscription")
-
-_INT64_MAX = 2**63 - 1
-_INT32_MAX = 2**31 - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def to_nanoseconds(name: str, value: object) -> int:
-    """An aware ``datetime`` or integer nanoseconds since the epoch, as int ns."""
-    if isinstance(value, datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise InvalidArgumentError(
-                f"{name} must be a timezone-aware datetime (e.g. datetime.now(timezone.utc))"
-            )
-        # Exact integer arithmetic: no float rounding of the microseconds.
-        ns = (value - _EPOCH) // timedelta(microseconds=1) * 1000
-        if ns < 0:
-            raise InvalidArgumentError(f"{name} must not be before 1970, got {value!r}")
-        return int(ns)
-    if isinstance(value, int) and not isinstance(value, bool):
-        if not 0 <= value <= _INT64_MAX:
-            raise InvalidArgumentError(f"{name} must be >= 0 nanoseconds, got {value!r}")
-        return value
-    raise InvalidArgumentError(
-        f"{name} must be an aware datetime or int nanoseconds, got {type(value).__name__}"
-    )
-
-
-def _offset(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _INT64_MAX:
-        raise InvalidArgumentError(f"{name} must be an int offset >= 0, got {value!r}")
-    return value
-
-
-def build_subscribe_request(
-    stream: str,
-    *,
-    partition: int,
-    start_at: StartPosition,
-    start_offset: int | None,
-    start_time: object,
-    start_time_delta: object,
-    stop_at: StopPosition | None,
-    stop_offset: int | None,
-    stop_time: object,
-    read_isr_replica: bool,
-    resume: bool,
-    now_ns: int,
-) -> pb.SubscribeRequest:
-    """Validate the subscribe arguments and build the request (raises InvalidArgumentError)."""
-    if not isinstance(stream, str) or not stream:
-        raise InvalidArgumentError(f"stream must be a non-empty str, got {stream!r}")
-    if (
-        not isinstance(partition, int)
-        or isinstance(partition, bool)
-        or not 0 <= partition <= _INT32_MAX
-    ):
-        raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
-    try:
-        start = StartPosition(start_at)
-    except ValueError:
-        raise InvalidArgumentError(f"start_at must be a StartPosition, got {start_at!r}") from None
-    req = pb.SubscribeRequest(
-        stream=stream,
-        partition=partition,
-        readISRReplica=bool(read_isr_replica),
-        resume=bool(resume),
-    )
-    # The most specific argument picks the start position (an offset, a time,
-    # a delta); start_at alone names the others.
-    given = [
-        n
-        for n, v in (
-            ("start_offset", start_offset),
-            ("start_time", start_time),
-            ("start_time_delta", start_time_delta),
-        )
-        if v is not None
-    ]
-    if len(given) > 1:
-        raise InvalidArgumentError(
-            f"give at most one of start_offset, start_time, start_time_delta; got {given}"
-        )
-    if start_offset is not None:
-        if start not in (StartPosition.OFFSET, StartPosition.NEW_ONLY):
-            raise InvalidArgumentError(f"start_offset goes with start_at=OFFSET, not {start.name}")
-        req.startPosition = pb.OFFSET
-        req.startOffset = _offset("start_offset", start_offset)
-    elif start_time is not None or start_time_delta is not None:
-        if start not in (StartPosition.TIMESTAMP, StartPosition.NEW_ONLY):
-            raise InvalidArgumentError(f"start_time goes with start_at=TIMESTAMP, not {start.name}")
-        req.startPosition = pb.TIMESTAMP
-        if start_time is not None:
-            req.startTimestamp = to_nanoseconds("start_time", start_time)
-        else:
-            if isinstance(start_time_delta, timedelta):
-                delta_ns = start_time_delta // timedelta(microseconds=1) * 1000
-            elif isinstance(start_time_delta, (int, float)) and not isinstance(
-                start_time_delta, bool
-            ):
-                delta_ns = int(start_time_delta * 1e9)
-            else:
-                raise InvalidArgumentError(
-                    "start_time_delta must be a timedelta or float seconds, "
-                    f"got {start_time_delta!r}"
-                )
-            if delta_ns < 0:
-                raise InvalidArgumentError(
-                    f"start_time_delta must be >= 0, got {start_time_delta!r}"
-                )
-            req.startTimestamp = max(0, now_ns - delta_ns)
-    else:
-        if start is StartPosition.OFFSET:
-            raise InvalidArgumentError("start_at=OFFSET needs start_offset")
-        if start is StartPosition.TIMESTAMP:
-            raise InvalidArgumentError("start_at=TIMESTAMP needs start_time or start_time_delta")
-        req.startPosition = int(start)  # type: ignore[assignment]
-
-    stop: StopPosition | None = None
-    if stop_at is not None:
-        try:
-            stop = StopPosition(stop_at)
-        except ValueError:
-            raise InvalidArgumentError(f"stop_at must be a StopPosition, got {stop_at!r}") from None
-    if stop_offset is not None and stop_time is not None:
-        raise InvalidArgumentError("give at most one of stop_offset and stop_time")
-    if stop_offset is not None:
-        if stop not in (None, StopPosition.OFFSET):
-            raise InvalidArgumentError(f"stop_offset goes with stop_at=OFFSET, not {stop.name}")
-        stop = StopPosition.OFFSET
-        req.stopOffset = _offset("stop_offset", stop_offset)
-    elif stop_time is not None:
-        if stop not in (None, StopPosition.TIMESTAMP):
-            raise InvalidArgumentError(f"stop_time goes with stop_at=TIMESTAMP, not {stop.name}")
-        stop = StopPosition.TIMESTAMP
-        req.stopTimestamp = to_nanoseconds("stop_time", stop_time)
-    elif stop is StopPosition.OFFSET:
-        raise InvalidArgumentError("stop_at=OFFSET needs stop_offset")
-    elif stop is StopPosition.TIMESTAMP:
-        raise InvalidArgumentError("stop_at=TIMESTAMP needs stop_time")
-    if stop is not None:
-        req.stopPosition = int(stop)  # type: ignore[assignment]
-    return req
 
 
 def _task_cancelling() -> bool:
@@ -231,14 +92,16 @@ class Subscription:
         last_offset: the offset of the last message delivered, or None.
     """
 
-    def __init__(self, client: Client, request: pb.SubscribeRequest) -> None:
-        self._client = client
+    def __init__(
+        self, brokers: Brokers, request: pb.SubscribeRequest, *, resubscribe_wait_time: float
+    ) -> None:
+        self._brokers = brokers
         self._request = request
         self.stream = request.stream
         self.partition = request.partition
         self._res = Resubscriber(
-            wait_time=client._resubscribe_wait_time,
-            rng=client._rng,
+            wait_time=resubscribe_wait_time,
+            rng=brokers.rng,
             start_offset=request.startOffset if request.startPosition == pb.OFFSET else None,
         )
         self._call: Any = None
@@ -280,13 +143,13 @@ class Subscription:
         """
         if self._opened:
             raise LiftbridgeError("the subscription is open already; create a new one")
-        self._client._check_open()
+        self._brokers.check_open()
         self._opened = True
-        self._client._subscriptions.add(self)
+        self._brokers.register(self._client_closed)
         try:
             await self._subscribe_with_retries(None)
         except BaseException:
-            self._client._subscriptions.discard(self)
+            self._brokers.unregister(self._client_closed)
             self._closed = True
             raise
 
@@ -294,7 +157,7 @@ class Subscription:
         """End the subscription and give its connection back to the pool (idempotent)."""
         self._closed = True
         self._res.close()
-        self._client._subscriptions.discard(self)
+        self._brokers.unregister(self._client_closed)
         self._drop_call()
 
     def _client_closed(self) -> None:
@@ -310,7 +173,7 @@ class Subscription:
         if call is not None:
             call.cancel()
         if self._channel is not None and self._address is not None:
-            self._client._release_subscribe_channel(self._address, self._channel)
+            self._brokers.release_subscribe_channel(self._address, self._channel)
         self._channel = None
         self._address = None
 
@@ -327,7 +190,7 @@ class Subscription:
 
     async def _subscribe_with_retries(self, start_offset: int | None) -> None:
         """The first subscribe: a few quick retries while the leader is unknown or moving."""
-        client = self._client
+        brokers = self._brokers
         attempts = 5
         for attempt in range(attempts):
             try:
@@ -338,26 +201,26 @@ class Subscription:
                     raise LiftbridgeConnectError(
                         f"subscribe to {self.stream}/{self.partition}: {exc}; is the cluster up?"
                     ) from None
-                await asyncio.sleep(client._jitter())
+                await asyncio.sleep(brokers.jitter())
 
     async def _subscribe_once(self, start_offset: int | None, *, refresh: bool) -> None:
-        client = self._client
+        brokers = self._brokers
         if refresh:
             try:
-                await client._refresh_metadata()
+                await brokers.refresh_metadata()
             except LiftbridgeConnectError as exc:
                 raise _Retry(str(exc)) from None
-        address = client._subscribe_address(
+        address = brokers.subscribe_address(
             self.stream, self.partition, self._request.readISRReplica
         )
         if address is None:
             if not refresh:
-                await client._refresh_metadata()
-                address = client._subscribe_address(
+                await brokers.refresh_metadata()
+                address = brokers.subscribe_address(
                     self.stream, self.partition, self._request.readISRReplica
                 )
             if address is None:
-                md = client._metadata.get()
+                md = brokers.metadata.get()
                 if md.get_stream(self.stream) is None:
                     raise NoSuchPartitionError(
                         f"subscribe: no stream {self.stream!r} in the cluster; create it first",
@@ -369,14 +232,14 @@ class Subscription:
                         code="NOT_FOUND",
                     )
                 raise _Retry("the partition has no reachable leader")
-        channel = await client._acquire_subscribe_channel(address)
-        stub = client._stub_for(channel)
+        channel = await brokers.acquire_subscribe_channel(address)
+        stub = brokers.stub_for(channel)
         call = stub.Subscribe(self._request_from(start_offset))
         try:
-            first = await asyncio.wait_for(call.read(), client._rpc_timeout)
+            first = await asyncio.wait_for(call.read(), brokers.rpc_timeout)
         except grpc.aio.AioRpcError as exc:
             call.cancel()
-            client._release_subscribe_channel(address, channel)
+            brokers.release_subscribe_channel(address, channel)
             code = exc.code()
             if _paused_answer(code, exc.details() or ""):
                 raise PartitionPausedError(
@@ -389,26 +252,26 @@ class Subscription:
             raise map_rpc_error(
                 exc,
                 what=f"subscribe to {self.stream}/{self.partition}",
-                closed=client._closed,
+                closed=brokers.closed,
                 not_found=NoSuchPartitionError,
             ) from None
         except asyncio.TimeoutError:
             call.cancel()
-            client._release_subscribe_channel(address, channel)
+            brokers.release_subscribe_channel(address, channel)
             raise LiftbridgeTimeoutError(
                 f"subscribe to {self.stream}/{self.partition}: the broker did not confirm the "
-                f"subscription within {client._rpc_timeout}s"
+                f"subscription within {brokers.rpc_timeout}s"
             ) from None
         except BaseException:
             call.cancel()
-            client._release_subscribe_channel(address, channel)
+            brokers.release_subscribe_channel(address, channel)
             raise
         if first is grpc.aio.EOF:
-            client._release_subscribe_channel(address, channel)
+            brokers.release_subscribe_channel(address, channel)
             raise _Retry("the stream ended before confirming the subscription")
         if self._closed:
             call.cancel()
-            client._release_subscribe_channel(address, channel)
+            brokers.release_subscribe_channel(address, channel)
             raise LiftbridgeClosedError("the subscription was closed while opening")
         self._call = call
         self._address = address
@@ -443,7 +306,7 @@ class Subscription:
                 # any more; the next read resubscribes from last_offset + 1.
                 if not self._closed:
                     self._drop_call()
-                    res.connection_lost(self._client._clock())
+                    res.connection_lost(self._brokers.clock())
                 raise
             if msg is grpc.aio.EOF:
                 # The broker ended the stream cleanly: a stop position was reached.
@@ -458,7 +321,7 @@ class Subscription:
         if self._error is not None:
             raise self._error
         if self._closed or self._ended:
-            if self._client._closed and not self._ended:
+            if self._brokers.closed and not self._ended:
                 raise LiftbridgeClosedError("the client was closed")
             raise StopAsyncIteration
         if not self._opened:
@@ -468,7 +331,7 @@ class Subscription:
     async def _finish(self) -> None:
         self._ended = True
         self._drop_call()
-        self._client._subscriptions.discard(self)
+        self._brokers.unregister(self._client_closed)
 
     async def _stream_failed(self, exc: grpc.aio.AioRpcError) -> None:
         code = exc.code()
@@ -483,7 +346,7 @@ class Subscription:
         leader_moved = code is grpc.StatusCode.INTERNAL and "commit log closed" in details
         if is_connection_failure(exc) or leader_moved:
             log.info("%s lost (%s); resubscribing", what, code.name)
-            self._res.connection_lost(self._client._clock())
+            self._res.connection_lost(self._brokers.clock())
             return
         err: LiftbridgeError
         if code is grpc.StatusCode.NOT_FOUND:
@@ -495,19 +358,19 @@ class Subscription:
         elif code is grpc.StatusCode.RESOURCE_EXHAUSTED:
             if self._has_stop:
                 self._ended = True
-                self._client._subscriptions.discard(self)
+                self._brokers.unregister(self._client_closed)
                 return
             err = ReadonlyPartitionError(
                 f"{what}: the partition is readonly and every message was read", code=code.name
             )
         else:
-            err = map_rpc_error(exc, what=what, closed=self._client._closed)
+            err = map_rpc_error(exc, what=what, closed=self._brokers.closed)
         self._error = err
-        self._client._subscriptions.discard(self)
+        self._brokers.unregister(self._client_closed)
 
     async def _resubscribe(self) -> None:
         res = self._res
-        clock = self._client._clock
+        clock = self._brokers.clock
         while True:
             if self._closed:
                 return
@@ -521,7 +384,7 @@ class Subscription:
                         f"{res.resume_offset() if res.last_offset is not None else 'the start'}",
                         last_offset=res.last_offset,
                     )
-                    self._client._subscriptions.discard(self)
+                    self._brokers.unregister(self._client_closed)
                     raise self._error
                 return
             delay = due - clock()
@@ -538,7 +401,7 @@ class Subscription:
                 continue
             except LiftbridgeServerError as exc:
                 self._error = exc
-                self._client._subscriptions.discard(self)
+                self._brokers.unregister(self._client_closed)
                 raise
             res.resubscribed()
             self._resubscribes += 1

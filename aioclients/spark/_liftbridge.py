@@ -37,7 +37,7 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
 from __future__ import annotations
 
 import asyncio
-import functools
+import collections
 import logging
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
@@ -74,6 +74,7 @@ from pyspark.sql.types import (
 )
 
 from aioclients import liftbridge
+from aioclients._errors import AioClientsError
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.spark._errors import DataSourceOptionError, PublishFailedError
 from aioclients.spark._lb_offsets import (
@@ -714,28 +715,29 @@ def _task_partition() -> int | None:
 
 
 class _Acks:
-    """Counts acks as they settle; remembers the first failure and its row."""
+    """The publishes of one task in order: their futures are looked at once settled.
+
+    No callback per row: the futures sit in a queue, and the settled ones at its
+    front are counted (``reap``) every few hundred rows, so an ack costs the event
+    loop nothing beyond resolving its future. The first failure and its row are
+    kept for the error.
+    """
 
     def __init__(self, stream: str) -> None:
         self.stream = stream
         self.acked = 0
         self.failed = 0
         self.first: tuple[int, int | None, BaseException] | None = None
-        self._all: asyncio.Future[None] | None = None
-        self._expected = 0
+        self.queue: collections.deque[tuple[int, int | None, asyncio.Future[Any]]] = (
+            collections.deque()
+        )
 
-    async def wait_all(self, expected: int, timeout: float) -> None:
-        """Wait until ``expected`` publishes have settled (or ``timeout`` passed)."""
-        if self.acked + self.failed >= expected:
-            return
-        self._expected = expected
-        self._all = asyncio.get_running_loop().create_future()
-        try:
-            await asyncio.wait_for(self._all, timeout)
-        except asyncio.TimeoutError:
-            pass  # the caller reports what is missing
-        finally:
-            self._all = None
+    def reap(self) -> None:
+        """Count the settled publishes at the front of the queue."""
+        queue = self.queue
+        while queue and queue[0][2].done():
+            row, target, future = queue.popleft()
+            self.settle(row, target, future)
 
     def settle(self, row: int, target: int | None, future: asyncio.Future[Any]) -> None:
         if future.cancelled():
@@ -748,9 +750,28 @@ class _Acks:
             self.failed += 1
             if self.first is None:
                 self.first = (row, target, error)
-        done = self._all
-        if done is not None and self.acked + self.failed >= self._expected and not done.done():
-            done.set_result(None)
+
+    async def wait_front(self, timeout: float) -> None:
+        """Wait (at most ``timeout``) for the oldest publish to settle, then reap."""
+        if self.queue and not self.queue[0][2].done():
+            await asyncio.wait([self.queue[0][2]], timeout=timeout)
+        self.reap()
+
+    async def wait_all(self, timeout: float) -> None:
+        """Wait until every queued publish has settled (or ``timeout`` passed)."""
+        rest = [future for _, _, future in self.queue if not future.done()]
+        if rest:
+            await asyncio.wait(rest, timeout=timeout)
+        self.reap()
+
+    def forget(self) -> None:
+        """Mark what is left as seen (no "exception never retrieved" once the client closes)."""
+        for _, _, future in self.queue:
+            if future.done() and not future.cancelled():
+                future.exception()
+            else:
+                future.add_done_callback(_retrieve)
+        self.queue.clear()
 
     def check(self) -> None:
         if self.first is None:
@@ -764,6 +785,11 @@ class _Acks:
             f"first was row {row}{task_text}{where}: {error}; the task fails so that "
             "nothing is dropped (a retry publishes its rows again)"
         ) from error
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _encode(value: Any, text: bool) -> bytes:
@@ -791,6 +817,10 @@ def _partitions(batch: pa.RecordBatch, first_row: int) -> list[int | None] | Non
     return column.to_pylist()  # type: ignore[no-any-return]
 
 
+#: Rows between two looks at the settled acks (and the fail-fast check).
+REAP_EVERY = 512
+
+
 async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
     acks = _Acks(config.stream)
     client = await _connect(config.brokers, config.timeout, publish_async_window=config.max_pending)
@@ -798,15 +828,21 @@ async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> Wr
     # in C and handed to the client's PublishAsync stream: publish_async's per-call
     # argument checks are done once for the whole task (options and schema checked
     # on the driver, partitions above). With a partitioner, publish_async picks.
+    # Fields left at their proto3 default (partition 0, empty key, AckPolicy.LEADER)
+    # are not set: the request encodes the same.
     lean = config.partitioner is None
     send = client._publisher.send
     next_id = client._publisher.next_correlation_id
-    leader = int(liftbridge.AckPolicy.LEADER)
     request = pb.PublishRequest
     stream = config.stream
     wait = config.timeout
-    settle = acks.settle
+    queue = acks.queue
+    append = queue.append
+    # The queue holds at most the window (unsettled) plus what settled behind a slow
+    # front; past this, wait for the front rather than grow.
+    most_queued = 4 * config.max_pending + REAP_EVERY
     row = 0
+    target: int | None = None
     try:
         for batch in batches:
             names = batch.schema.names
@@ -816,54 +852,98 @@ async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> Wr
             parts = _partitions(batch, row)
             headers = batch.column("headers").to_pylist() if "headers" in names else None
             text_headers = "headers" in config.text_columns
+            if lean and keys is None and parts is None and headers is None:
+                target = 0
+                for start in range(0, count, REAP_EVERY):
+                    for value in values[start : start + REAP_EVERY]:
+                        future = await send(
+                            request(
+                                stream=stream,
+                                value=value,
+                                correlationId=next_id(),
+                                expectedOffset=-1,
+                            ),
+                            partition=0,
+                            timeout=wait,
+                        )
+                        append((row, 0, future))
+                        row += 1
+                    acks.reap()
+                    acks.check()  # fail fast: stop publishing once something failed
+                    while len(queue) > most_queued:
+                        await _wait_front(acks, wait)
+                continue
             for i in range(count):
                 target = parts[i] if parts is not None else None
                 hdrs = None
                 if headers is not None and headers[i]:
                     hdrs = {k: _encode(v, text_headers) for k, v in headers[i]}
-                try:
-                    if lean:
-                        target = target or 0
-                        req = request(
-                            stream=stream,
-                            partition=target,
-                            key=keys[i] if keys is not None else b"",
-                            value=values[i],
-                            ackPolicy=leader,  # type: ignore[arg-type]
-                            correlationId=next_id(),
-                            expectedOffset=-1,
-                        )
-                        if hdrs:
-                            req.headers.update(hdrs)
-                        future = await send(req, partition=target, timeout=wait)
-                    else:
-                        future = await client.publish_async(
-                            stream,
-                            values[i],
-                            key=keys[i] if keys is not None else None,
-                            headers=hdrs,
-                            partition=target,
-                            partitioner=None if target is not None else config.partitioner,
-                            ack_policy=liftbridge.AckPolicy.LEADER,
-                        )
-                except Exception as exc:  # refused before sending (bad partition...)
-                    settle(row, target, _failed(exc))
-                    acks.check()
-                    raise  # pragma: no cover - check() raised
-                future.add_done_callback(functools.partial(settle, row, target))
+                if lean:
+                    target = target or 0
+                    req = request(
+                        stream=stream,
+                        partition=target,
+                        key=keys[i] if keys is not None else b"",
+                        value=values[i],
+                        correlationId=next_id(),
+                        expectedOffset=-1,
+                    )
+                    if hdrs:
+                        req.headers.update(hdrs)
+                    future = await send(req, partition=target, timeout=wait)
+                else:
+                    future = await client.publish_async(
+                        stream,
+                        values[i],
+                        key=keys[i] if keys is not None else None,
+                        headers=hdrs,
+                        partition=target,
+                        partitioner=None if target is not None else config.partitioner,
+                        ack_policy=liftbridge.AckPolicy.LEADER,
+                    )
+                append((row, target, future))
                 row += 1
+                if row % REAP_EVERY == 0:
+                    acks.reap()
+                    acks.check()
+                    while len(queue) > most_queued:
+                        await _wait_front(acks, wait)
+            acks.reap()
             acks.check()  # fail fast: stop publishing once something failed
         # Every future has its own ack deadline (``wait``); this bound is a safety net.
-        await acks.wait_all(row, config.timeout + 5.0)
+        await acks.wait_all(config.timeout + 5.0)
         acks.check()
         if acks.acked < row:
             raise PublishFailedError(
                 f"{row - acks.acked} publish(es) to liftbridge stream {config.stream!r} got no "
                 "ack or error in time; the task fails so that nothing is dropped"
             )
+    except PublishFailedError:
+        raise
+    except (AioClientsError, TimeoutError) as exc:
+        # Refused before sending (bad partition, broker gone...): that row fails the task.
+        acks.reap()
+        acks.settle(row, target, _failed(exc))
+        acks.check()
+        raise  # pragma: no cover - check() raised
     finally:
-        await client.close()
+        try:
+            await client.close()
+        finally:
+            acks.forget()
     return WriteResult(published=acks.acked)
+
+
+async def _wait_front(acks: _Acks, wait: float) -> None:
+    """The oldest publish has not settled while many behind it have: wait for it."""
+    front = acks.queue[0]
+    await acks.wait_front(wait + 5.0)
+    if acks.queue and acks.queue[0] is front:
+        raise PublishFailedError(
+            f"row {front[0]} to liftbridge stream {acks.stream!r} got no ack or error in "
+            "time; the task fails so that nothing is dropped"
+        )
+    acks.check()
 
 
 def _failed(exc: BaseException) -> asyncio.Future[Any]:

@@ -18,8 +18,10 @@ message before Spark has made the micro-batch holding it durable:
   an idle query would otherwise stay in flight).
 - Memory is bounded by ``maxInFlight``: nsqd sends no more than that many
   unfinished messages (RDY).
-- A failed or stopped query re-queues what it holds (REQ, no delay) and closes;
-  a killed one leaves its messages to time out. Either way nsqd delivers them
+- A stopped query re-queues what it holds (REQ, no delay) and closes; a killed
+  one leaves its messages to time out after ``msgTimeout``, and so, mostly, does a
+  failed one (Spark ends the source's process right after asking it to stop, often
+  before the REQs are out). Either way nsqd delivers them
   again, to the restarted query or another consumer of the channel. A batch
   replayed from the checkpoint after a restart is not held by the new process:
   it is empty, and its messages arrive again in later batches. Hence at least

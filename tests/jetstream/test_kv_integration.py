@@ -155,6 +155,25 @@ async def test_keys_of_a_bucket_beyond_one_multi_last_answer(kv: KeyValue, js: J
     assert "k7" not in keys
 
 
+async def test_keys_beyond_one_multi_last_answer_when_the_last_messages_are_markers(
+    kv: KeyValue, js: JetStream
+) -> None:
+    """The consumer-read listing ends on the last key present at the start even
+    when that one (and whole reads' worth of messages before it) are delete or
+    purge markers, which yield no key."""
+    futures = [await js.publish_async(f"$KV.{kv.bucket}.k{i}", b"v") for i in range(1200)]
+    await asyncio.gather(*futures)
+    await kv.purge("k3")
+    for i in range(600, 1200):  # ~90 kB of markers at the end: more than one read
+        await kv.delete(f"k{i}")
+    keys = await asyncio.wait_for(_collect(kv.keys()), 10)
+    assert len(keys) == 599
+    assert "k3" not in keys
+    assert "k600" not in keys
+    assert "k1199" not in keys
+    assert len(set(keys)) == 599
+
+
 async def test_status(kv: KeyValue) -> None:
     await kv.put("a", b"1")
     await kv.put("a", b"2")

@@ -267,3 +267,33 @@ def test_direct_get_reply_fields_agree_with_the_decoded_form_for_any_user_header
     assert fields is not None
     seq, stamp, operation = fields
     assert (seq, format_rfc3339(parse_server_time(stamp)), operation) == _decoded_fields(block)
+
+
+def test_the_fast_entry_constructor_builds_the_same_frozen_entry() -> None:
+    import dataclasses
+    from datetime import datetime, timezone
+
+    from aioclients.jetstream._kv import _new_entry
+    from aioclients.jetstream._protocol._kv import KeyValueEntry
+
+    assert _new_entry is not KeyValueEntry  # the fast path is on
+    created = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
+    args = ("B", "a.b", b"v", 7, created, 3, "DEL")
+    fast = _new_entry(*args)
+    plain = KeyValueEntry(*args)
+    assert type(fast) is KeyValueEntry
+    assert fast == plain
+    assert hash(fast) == hash(plain)
+    assert repr(fast) == repr(plain)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.key = "other"  # type: ignore[misc]
+
+
+def test_watch_entry_times_are_exact_to_the_microsecond() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from aioclients.jetstream._kv import _created
+
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    for ns in (0, 999, 1_000, 1_764_037_000_123_456_789, 4_102_444_800_999_999_999):
+        assert _created(ns) == epoch + timedelta(microseconds=ns // 1000)

@@ -10,7 +10,7 @@ import pytest
 from consume_support import publish_many
 from support import Server, WaitFor
 
-from aioclients._errors import InvalidArgumentError
+from aioclients._errors import InvalidArgumentError, RemoteProtocolError
 from aioclients.jetstream import (
     ConsumerReset,
     JetStream,
@@ -239,3 +239,50 @@ async def test_a_fetch_that_meets_a_gap_ends_early_and_the_next_one_resumes(
     async with oc.fetch(10, expires=1) as batch:
         assert [m.metadata.sequence.stream async for m in batch] == list(range(4, 11))
     await oc.close()
+
+
+async def test_last_stream_seq_counts_what_was_handed_out_not_what_is_buffered(
+    js: JetStream, unique_name: str
+) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    await publish_many(js, f"{unique_name}.a", 20)
+    oc = await stream.ordered_consumer()
+    async with oc.consume(max_messages=50) as messages:
+        assert await _read(messages, 3) == [1, 2, 3]
+        assert oc.last_stream_seq == 3
+    async with oc.consume() as messages:
+        assert await _read(messages, 2) == [4, 5]
+
+
+async def test_consume_by_bytes_pulls_more_as_the_bytes_are_taken(
+    js: JetStream, unique_name: str
+) -> None:
+    """max_bytes smaller than the stream: the buffer must count the bytes it took
+    for the next pulls to come."""
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    await publish_many(js, f"{unique_name}.a", 60)
+    oc = await stream.ordered_consumer()
+    async with oc.consume(max_bytes=2000) as messages:
+        assert await _read(messages, 60) == list(range(1, 61))
+        stats = messages.statistics()
+        assert stats is not None
+        assert stats.pulls > 1
+
+
+async def test_a_delivery_without_an_ack_subject_fails_the_iteration(
+    js: JetStream, unique_name: str
+) -> None:
+    """The order check needs the ack subject: a message without one is a protocol
+    error raised to the reader, not silently skipped."""
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    await publish_many(js, f"{unique_name}.a", 5)
+    oc = await stream.ordered_consumer()
+    async with oc.consume(max_messages=10) as messages:
+        assert await _read(messages, 5) == [1, 2, 3, 4, 5]
+        inner = messages._inner
+        assert inner is not None
+        assert inner._sub is not None
+        handler = js.nc._raw_handlers[inner._sub._sub._id]  # type: ignore[attr-defined]
+        handler(f"{unique_name}.a", "not.an.ack.subject", b"x", None)
+        with pytest.raises(RemoteProtocolError, match="not a JetStream ack subject"):
+            await asyncio.wait_for(messages.__anext__(), 5)

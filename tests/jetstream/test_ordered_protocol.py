@@ -284,3 +284,22 @@ def test_ack_sequences_reads_both_ack_subject_layouts() -> None:
     for bad in ("", "_INBOX.x", "$JS.ACK.S.C.1.x.7.1.3", "$JS.ACK.S.C.1.2.3"):
         with pytest.raises(RemoteProtocolError):
             ack_sequences(bad)
+
+
+def test_rewind_goes_back_to_the_last_message_handed_out() -> None:
+    """A stopped stream dropped messages the cursor had judged in order: the next
+    consumer starts right after the last one the user got."""
+    c = cursor()
+    gen = c.created()
+    for seq in range(1, 11):
+        assert c.deliver(gen, seq, seq) is Delivery.YIELD
+    with pytest.raises(LocalProtocolError):
+        c.rewind(4)  # not while the consumer runs
+    c.release()
+    c.rewind(4)
+    assert c.stream_seq == 4
+    assert c.consumer_config()["opt_start_seq"] == 5
+    c.rewind(7)  # never forward
+    assert c.stream_seq == 4
+    c.rewind(0)  # nothing handed out: the user's own start again
+    assert c.consumer_config()["deliver_policy"] == "all"

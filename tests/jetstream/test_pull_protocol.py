@@ -744,3 +744,49 @@ def test_infinite_durations_are_rejected() -> None:
         consume_options(expires=float("inf"))
     with pytest.raises(InvalidArgumentError, match="expires"):
         fetch_options(expires=float("inf"))
+
+
+# -- batch accounting (the ordered consumers' BatchStream) ------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    max_messages=st.integers(min_value=1, max_value=50),
+    batches=st.lists(st.integers(min_value=1, max_value=30), min_size=1, max_size=20),
+)
+def test_batch_accounting_keeps_the_pull_window(max_messages: int, batches: list[int]) -> None:
+    """receive_batch/take_batch of n messages count as n calls of
+    receive_message/take do, and the pull then due refills the window exactly:
+    never more than max_messages outstanding, never idle at or below the threshold."""
+    one = started(max_messages=max_messages)
+    many = started(max_messages=max_messages)
+    threshold = many.options.threshold_messages
+    for n in batches:
+        n = min(n, one.pending_messages, many.pending_messages)
+        if n == 0:
+            break
+        for _ in range(n):
+            one.receive_message(10, 1.0)
+            one.take(10, 1.0)
+        many.receive_batch(n, 10 * n, 1.0)
+        pull = many.take_batch(n, 10 * n, 1.0)
+        for name in ("received", "received_bytes", "buffered_messages", "delivered"):
+            assert getattr(one, name) == getattr(many, name), name
+        outstanding = many.pending_messages + many.buffered_messages
+        assert outstanding <= max_messages
+        if pull is not None:
+            assert outstanding == max_messages
+        else:
+            assert outstanding > threshold or outstanding >= max_messages
+
+
+def test_batch_accounting_refuses_what_it_cannot_account() -> None:
+    buf = started(max_messages=10)
+    with pytest.raises(LocalProtocolError):
+        buf.take_batch(1, 10, 1.0)  # nothing buffered
+    fetch = started(Mode.FETCH, max_messages=10, expires=5)
+    with pytest.raises(LocalProtocolError):
+        fetch.receive_batch(1, 10, 1.0)  # fetches count each message (they end on it)
+    grouped = started(max_messages=10, group="g")
+    with pytest.raises(LocalProtocolError):
+        grouped.receive_batch(1, 10, 1.0)  # pins come per message

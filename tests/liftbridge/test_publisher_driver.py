@@ -60,19 +60,21 @@ class FakeStub:
 
 
 class FakeClient:
+    """Stands in for the broker layer (``_brokers.Brokers``) the publisher takes."""
+
     def __init__(self) -> None:
-        self._rng = random.Random(7)
-        self._max_rpc_attempts = 3
-        self._closed = False
+        self.rng = random.Random(7)
+        self.max_rpc_attempts = 3
+        self.closed = False
         self.stub = FakeStub()
 
-    def _jitter(self) -> float:
+    def jitter(self) -> float:
         return 0.0
 
-    async def _any_stream_stub(self) -> tuple[str, FakeStub]:
+    async def any_stream_stub(self) -> tuple[str, FakeStub]:
         return "b:1", self.stub
 
-    def _broker_unavailable(self, address: str) -> None:
+    def broker_unavailable(self, address: str) -> None:
         pass
 
 

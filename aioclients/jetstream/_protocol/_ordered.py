@@ -252,6 +252,15 @@ class OrderedCursor:
         if self.state is CursorState.RUNNING:
             self.state = CursorState.RESETTING
 
+    def rewind(self, stream_seq: int) -> None:
+        """Messages after ``stream_seq`` were judged in order but never reached the
+        user (dropped with a stopped stream's buffer): the next consumer starts
+        right after ``stream_seq``. Only while no consumer is running."""
+        if self.state is CursorState.RUNNING:
+            raise LocalProtocolError("rewind() while a consumer is running")
+        if 0 <= stream_seq < self.stream_seq:
+            self.stream_seq = stream_seq
+
     def gap_event(self) -> ConsumerReset:
         """The ``ConsumerReset`` to report after ``deliver`` answered RESET."""
         return ConsumerReset(self.next_seq, "gap")

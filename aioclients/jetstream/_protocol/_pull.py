@@ -529,6 +529,34 @@ class PullBuffer:
             ):
                 self._end_fetch("complete")
 
+    def receive_batch(self, count: int, size: int, now: float) -> None:
+        """``count`` user messages of ``size`` bytes in all arrived (consume mode,
+        no priority group): :meth:`receive_message` for many at once."""
+        if self.mode is not Mode.CONSUME or self.options.group is not None:
+            raise LocalProtocolError("receive_batch() is for consume without a priority group")
+        self._last_activity = now
+        pending = self.pending_messages - count
+        self.pending_messages = pending if pending > 0 else 0
+        if self.options.max_bytes is not None:
+            left = self.pending_bytes - size
+            self.pending_bytes = left if left > 0 else 0
+        self.buffered_messages += count
+        self.buffered_bytes += size
+        self.received += count
+        self.received_bytes += size
+
+    def take_batch(self, count: int, size: int, now: float) -> PullRequest | None:
+        """The user took ``count`` buffered messages of ``size`` bytes in all
+        (:meth:`take` for many at once); returns a pull to send, if one is due."""
+        if count > self.buffered_messages or count < 0:
+            raise LocalProtocolError("take_batch() of more than is buffered")
+        self.buffered_messages -= count
+        self.buffered_bytes -= size
+        self.delivered += count
+        if self.mode is Mode.CONSUME:
+            return self._pull_if_needed(now)
+        return None
+
     def take(self, size: int, now: float) -> PullRequest | None:
         """The user took one buffered message; returns a pull to send, if one is due."""
         if self.buffered_messages <= 0:

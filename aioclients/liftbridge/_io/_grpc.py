@@ -1,8 +1,17 @@
 """Channels, TLS credentials and the one place gRPC errors become ours.
 
+The Liftbridge package's transport layer and its only door to the general
+HTTP/2 gRPC transport :mod:`aioclients._grpc_h2` (no other module of the
+package imports it): :class:`ChannelFactory` opens ``grpc.aio`` channels for
+ordinary RPCs and ``_grpc_h2`` channels (Liftbridge's user agent and logger)
+for the Subscribe and PublishAsync streams.
+
 Every call into ``grpc.aio`` made by the client goes through code that catches
 ``grpc.aio.AioRpcError`` and passes it to :func:`map_rpc_error`; nothing of
-grpc's escapes the package (the httpcore ``map_exceptions`` rule).
+grpc's escapes the package (the httpcore ``map_exceptions`` rule). This module
+owns the rule "which failure means the connection broke"
+(:func:`is_connection_failure`); what is done about it (drop the broker, retry
+elsewhere) is the broker layer's rule, in ``_brokers``.
 
 TLS: gRPC cannot use an ``ssl.SSLContext`` (it has its own TLS stack). Given
 one, :func:`channel_credentials` copies the CA certificates loaded into it
@@ -24,8 +33,10 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from aioclients import _grpc_h2
 from aioclients._core import redact_text
 from aioclients._errors import InvalidArgumentError
+from aioclients._grpc_h2 import check_roots, load_client_pair, read_pem, stream_ssl_context
 from aioclients.liftbridge._errors import (
     IncorrectOffsetError,
     LiftbridgeClosedError,
@@ -40,7 +51,9 @@ from aioclients.liftbridge._errors import (
 )
 
 __all__ = (
+    "USER_AGENT",
     "ChannelFactory",
+    "Http2Channel",
     "channel_credentials",
     "is_connection_failure",
     "map_rpc_error",
@@ -48,6 +61,10 @@ __all__ = (
 )
 
 log = logging.getLogger("aioclients.liftbridge.grpc")
+_h2_log = logging.getLogger("aioclients.liftbridge.h2")
+
+#: the user agent of the client's own HTTP/2 connections
+USER_AGENT = "aioclients-liftbridge"
 
 StatusCode = grpc.StatusCode
 
@@ -70,68 +87,6 @@ _DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
 )
 
 
-def _read_pem(what: str, path: str | Path | None) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise InvalidArgumentError(f"{what}: cannot read {str(path)!r}: {exc.strerror}") from None
-
-
-def _check_roots(path: str | Path, roots: bytes) -> str:
-    """The CA certificates of ``tls_root_certificates`` as text, checked to load."""
-    problem = ""
-    try:
-        text = roots.decode("ascii")
-        if "-----BEGIN CERTIFICATE-----" not in text:
-            problem = "it holds no '-----BEGIN CERTIFICATE-----' block"
-        else:
-            ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=text)
-            return text
-    except UnicodeDecodeError:
-        problem = "it is not text (a DER or other binary file?)"
-    except (ssl.SSLError, ValueError) as exc:
-        problem = f"its certificates do not load ({exc})"
-    raise InvalidArgumentError(
-        f"tls_root_certificates: {str(path)!r} is not a file of PEM CA certificates: {problem}; "
-        "give the path of the CA certificate(s) in PEM form (convert DER with "
-        "'openssl x509 -inform der -in ca.der -out ca.pem')"
-    )
-
-
-def _refuse_password() -> bytes:
-    raise InvalidArgumentError(
-        "tls_client_key is encrypted with a passphrase; give an unencrypted PEM key "
-        "(or pass tls=grpc.ssl_channel_credentials(...))"
-    )
-
-
-def _load_client_pair(ctx: ssl.SSLContext, cert: str | Path, key: str | Path) -> None:
-    """Load ``tls_client_cert``/``tls_client_key`` into ``ctx``; errors name both options."""
-    try:
-        ctx.load_cert_chain(str(cert), str(key), password=_refuse_password)
-    except InvalidArgumentError:
-        raise
-    except OSError as exc:
-        if isinstance(exc, ssl.SSLError):
-            reason = exc.reason or str(exc)
-            hint = (
-                "the key does not belong to the certificate"
-                if "MISMATCH" in str(reason).upper()
-                else "one of them is not PEM, or they are swapped"
-            )
-            raise InvalidArgumentError(
-                f"tls_client_cert {str(cert)!r} / tls_client_key {str(key)!r}: cannot load the "
-                f"client certificate and its key ({reason}: {hint}); give the PEM certificate "
-                "chain as tls_client_cert and its unencrypted PEM private key as tls_client_key"
-            ) from None
-        raise InvalidArgumentError(
-            f"tls_client_cert {str(cert)!r} / tls_client_key {str(key)!r}: cannot read them: "
-            f"{exc.strerror or exc}; give the paths of PEM files"
-        ) from None
-
-
 def channel_credentials(
     tls: object,
     *,
@@ -142,15 +97,15 @@ def channel_credentials(
     """Turn the ``tls`` argument of ``connect`` into gRPC channel credentials."""
     if (client_cert is None) != (client_key is None):
         raise InvalidArgumentError("tls_client_cert and tls_client_key go together; give both")
-    roots = _read_pem("tls_root_certificates", root_certificates)
-    chain = _read_pem("tls_client_cert", client_cert)
-    key = _read_pem("tls_client_key", client_key)
+    roots = read_pem("tls_root_certificates", root_certificates)
+    chain = read_pem("tls_client_cert", client_cert)
+    key = read_pem("tls_client_key", client_key)
     # gRPC checks none of these until it connects, and then only logs why the
     # handshake failed: check them here, naming the option to fix.
     if roots is not None and root_certificates is not None:
-        _check_roots(root_certificates, roots)
+        check_roots(root_certificates, roots)
     if client_cert is not None and client_key is not None:
-        _load_client_pair(ssl.create_default_context(), client_cert, client_key)
+        load_client_pair(ssl.create_default_context(), client_cert, client_key)
     if tls is None:
         if roots is None and chain is None:
             return None
@@ -174,39 +129,13 @@ def channel_credentials(
     )
 
 
-def stream_ssl_context(
-    tls: object,
-    *,
-    root_certificates: str | Path | None = None,
-    client_cert: str | Path | None = None,
-    client_key: str | Path | None = None,
-) -> ssl.SSLContext | None:
-    """The TLS context of our own HTTP/2 streams (None: plaintext).
+class Http2Channel(_grpc_h2.Http2Channel):
+    """The general HTTP/2 gRPC channel with Liftbridge's user agent and logger."""
 
-    Built anew, never the caller's context changed: it trusts the CA
-    certificates of ``tls`` (an ``SSLContext``) or ``root_certificates``, or the
-    system's when there are none (as gRPC uses its bundled roots), presents
-    ``client_cert``/``client_key`` when given, and offers ALPN ``h2``, which
-    gRPC servers require. Call it after :func:`channel_credentials` has
-    validated the arguments; ``grpc.ChannelCredentials`` cannot be turned into a
-    context (the caller keeps those streams on ``grpc.aio``).
-    """
-    roots = _read_pem("tls_root_certificates", root_certificates)
-    if tls is None and roots is None and client_cert is None:
-        return None
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-    if roots is not None and root_certificates is not None:
-        cadata = _check_roots(root_certificates, roots)
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=cadata)
-    elif isinstance(tls, ssl.SSLContext):
-        ders = tls.get_ca_certs(binary_form=True)
-        if ders:
-            pems = "".join(ssl.DER_cert_to_PEM_cert(der) for der in ders)
-            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=pems)
-    if client_cert is not None and client_key is not None:
-        _load_client_pair(ctx, client_cert, client_key)
-    ctx.set_alpn_protocols(["h2"])
-    return ctx
+    def __init__(self, address: str, **kwargs: Any) -> None:
+        kwargs.setdefault("user_agent", USER_AGENT)
+        kwargs.setdefault("logger", _h2_log)
+        super().__init__(address, **kwargs)
 
 
 class ChannelFactory:
@@ -214,7 +143,7 @@ class ChannelFactory:
 
     :meth:`open` gives a ``grpc.aio`` channel (ordinary RPCs); :meth:`open_stream`
     gives a channel for the Subscribe and PublishAsync streams: our own HTTP/2
-    (``_h2.Http2Channel``) unless ``http2_streams`` is False.
+    (:class:`Http2Channel`) unless ``http2_streams`` is False.
     """
 
     def __init__(
@@ -246,8 +175,6 @@ class ChannelFactory:
         """A channel for the streaming calls (same stub surface as ``grpc.aio``)."""
         if not self.http2_streams:
             return self.open(address)
-        from aioclients.liftbridge._io._h2 import Http2Channel
-
         opts = dict(self.options)
         return Http2Channel(
             address,

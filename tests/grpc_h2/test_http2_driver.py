@@ -19,10 +19,10 @@ import hpack
 import pytest
 import trustme
 
+from aioclients._grpc_h2 import Http2Channel, stream_ssl_context
+from aioclients._grpc_h2._protocol._http2 import PingAcked
 from aioclients.liftbridge._errors import LiftbridgeConnectError
-from aioclients.liftbridge._io._grpc import map_rpc_error, stream_ssl_context
-from aioclients.liftbridge._io._h2 import Http2Channel
-from aioclients.liftbridge._protocol._http2 import PingAcked
+from aioclients.liftbridge._io._grpc import map_rpc_error
 
 MiB = 1024 * 1024
 

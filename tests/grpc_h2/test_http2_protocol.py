@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioclients import AioClientsError, LocalProtocolError, RemoteProtocolError
-from aioclients.liftbridge._protocol._http2 import (
+from aioclients._grpc_h2._protocol._http2 import (
     CONNECTION_PREFACE,
     ConnectionTerminated,
     H2Connection,
@@ -232,7 +232,7 @@ def test_request_headers_golden() -> None:
         (":authority", "broker:9292"),
         ("content-type", "application/grpc"),
         ("te", "trailers"),
-        ("user-agent", "aioclients-liftbridge"),
+        ("user-agent", "aioclients-grpc-h2"),
         ("grpc-timeout", "1500000u"),
         ("x-trace", "abc"),
         ("k", "v"),

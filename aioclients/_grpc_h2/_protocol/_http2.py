@@ -2,13 +2,13 @@
 
 Theory of operation. ``grpc.aio`` costs well over 100 us of CPU for every
 message it reads from a stream: each read is a separate operation handed
-between gRPC's core and the event loop. A Liftbridge subscriber or a pipelined
-publisher moves small messages by the thousand, so the client speaks gRPC's
-HTTP/2 mapping itself on its hot streams: one socket read is decoded into every
+between gRPC's core and the event loop. A subscriber or a pipelined publisher
+moves small messages by the thousand, so a client speaks gRPC's HTTP/2 mapping
+itself on its hot streams: one socket read is decoded into every
 complete frame and every complete gRPC message it holds, in one pass.
 
 This module is the pure part: bytes in, events and bytes out, no sockets and
-no clock. The driver (``aioclients.liftbridge._io._h2``) feeds what the socket
+no clock. The driver (``aioclients._grpc_h2._io._h2``) feeds what the socket
 reads to :meth:`H2Connection.receive`, writes :meth:`H2Connection.data_to_send`
 and turns the events into call results.
 
@@ -310,7 +310,7 @@ class H2Connection:
         stream_window: int = 4 * 1024 * 1024,
         connection_window: int = 64 * 1024 * 1024,
         max_message_size: int = 64 * 1024 * 1024,
-        user_agent: str = "aioclients-liftbridge",
+        user_agent: str = "aioclients-grpc-h2",
     ) -> None:
         if not 1 <= stream_window <= _MAX_WINDOW or not 1 <= connection_window <= _MAX_WINDOW:
             raise ValueError("HTTP/2 windows must be between 1 and 2**31 - 1 bytes")

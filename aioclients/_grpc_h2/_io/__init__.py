@@ -1,0 +1,1 @@
+"""The asyncio driver of the HTTP/2 gRPC transport."""

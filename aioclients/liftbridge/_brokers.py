@@ -1,0 +1,527 @@
+"""The broker layer: connections to the cluster and the one retry policy of its calls.
+
+Everything above it (``Client``, ``Subscription``, ``AsyncPublisher``,
+``GroupConsumer``) takes a :class:`Brokers` and calls it; it imports none of
+them. This module owns:
+
+* the channels: one ``grpc.aio`` channel per broker for ordinary RPCs, one
+  channel per broker for the PublishAsync stream, and the pool of Subscribe
+  connections (``max_conns_per_broker``; idle ones closed after
+  ``keepalive_time`` by one ``loop.call_at`` re-armed from the pure
+  :class:`SubscribePool`'s ``get_timer()``);
+* the address order: the dedicated broker first, then the other known ones in
+  random order;
+* the metadata cache and its refresh (one fetch at a time; a caller that
+  waited reuses the result; stale after ``metadata_max_age``);
+* THE RETRY POLICY (liftbridge client guide, "Client Implementation"), here
+  and nowhere else:
+
+  - a resilient call (:meth:`Brokers.rpc`) goes to any broker; on UNAVAILABLE,
+    a reset stream or CANCELLED (another call closed that channel) the broker
+    is dropped (:meth:`Brokers.broker_unavailable`: its RPC and stream
+    channels are closed, it stops being the dedicated one) and the next one
+    is asked, at most ``max_rpc_attempts`` times, with a random 10-500 ms pause
+    (:meth:`Brokers.jitter`) once every known broker failed; a call that
+    ``stores`` something (a publish) is repeated after UNAVAILABLE only, never
+    after a break with the request in flight (that could store it twice);
+    INTERNAL "no responders available" (no metadata leader yet) is asked again
+    after a pause;
+  - a leader-routed call (:meth:`Brokers.leader_rpc`) asks the metadata for
+    the partition leader; on UNAVAILABLE (the broker is dropped) or
+    FAILED_PRECONDITION (not the leader any more) it pauses, refreshes the
+    metadata and tries again, 5 attempts in all;
+  - an operation-level repeat (:meth:`Brokers.rpc_repeated`): a call whose
+    error its caller knows to be transient (a publish answered NOT_FOUND while
+    the metadata lists the partition; "consumer group already exists") is
+    repeated after a pause for a bounded time;
+  - a broken PublishAsync stream or Subscribe stream drops its broker through
+    :meth:`Brokers.broker_unavailable` too, and waits :meth:`Brokers.jitter`
+    before the next attempt (the subscription's resubscribe timing is the pure
+    ``Resubscriber``'s);
+
+* waiting until every broker shows a metadata change (:meth:`Brokers.settle`);
+* closing: :meth:`Brokers.close` calls what was registered (each open
+  subscription's end), then closes every channel; afterwards
+  :meth:`Brokers.check_open` raises ``LiftbridgeClosedError``;
+* its statistics (:meth:`Brokers.pool_statistics`).
+
+Which failure means "the connection broke" and how a gRPC error becomes ours is
+``_io._grpc``'s rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from aioclients._core import redact_text, redact_url
+from aioclients.liftbridge._errors import (
+    LiftbridgeClosedError,
+    LiftbridgeConnectError,
+    LiftbridgeError,
+    LiftbridgeServerError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+)
+from aioclients.liftbridge._io._grpc import ChannelFactory, is_connection_failure, map_rpc_error
+from aioclients.liftbridge._pb import api_pb2 as pb
+from aioclients.liftbridge._pb import api_pb2_grpc as pb_grpc
+from aioclients.liftbridge._protocol._metadata import Metadata, MetadataCache
+from aioclients.liftbridge._protocol._pool import SubscribePool
+from aioclients.liftbridge._protocol._resubscribe import MAX_WAIT, MIN_WAIT
+
+__all__ = ("Brokers",)
+
+log = logging.getLogger("aioclients.liftbridge.client")
+
+_NO_RESPONDERS = "no responders available"
+# How long settle() waits for every broker to show a change, and how often it asks.
+SETTLE_TIME = 5.0
+_SETTLE_POLL = 0.05
+_LEADER_ATTEMPTS = 5
+
+
+class Brokers:
+    """The client's connections to the cluster (see the module doc)."""
+
+    def __init__(
+        self,
+        addresses: list[str],
+        *,
+        factory: ChannelFactory,
+        max_conns_per_broker: int,
+        keepalive_time: float,
+        rpc_timeout: float,
+        max_rpc_attempts: int,
+        metadata_max_age: float,
+        rng: random.Random | None,
+        clock: Callable[[], float] | None,
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.factory = factory
+        self.rpc_timeout = rpc_timeout
+        self.max_rpc_attempts = max_rpc_attempts
+        self.rng = rng if rng is not None else random.Random()
+        self.clock = clock if clock is not None else self.loop.time
+        self.metadata = MetadataCache(addresses, max_age=metadata_max_age)
+        self.channels: dict[str, grpc.aio.Channel] = {}
+        self.stream_channels: dict[str, Any] = {}  # PublishAsync's, per broker
+        self._stubs: dict[grpc.aio.Channel, Any] = {}
+        self.current: str | None = None
+        self._pool: SubscribePool[grpc.aio.Channel] = SubscribePool(
+            max_conns_per_broker=max_conns_per_broker, keepalive_time=keepalive_time
+        )
+        self._pool_timer: asyncio.TimerHandle | None = None
+        self._closing_channels: set[asyncio.Task[None]] = set()
+        self._on_close: set[Callable[[], None]] = set()
+        self._refresh_lock = asyncio.Lock()
+        self.closed = False
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise LiftbridgeClosedError("the Liftbridge client is closed; connect() again")
+
+    def register(self, on_close: Callable[[], None]) -> None:
+        """Call ``on_close()`` when the client closes (unless unregistered first)."""
+        self._on_close.add(on_close)
+
+    def unregister(self, on_close: Callable[[], None]) -> None:
+        self._on_close.discard(on_close)
+
+    async def close(self) -> None:
+        """Call what was registered, then close every channel (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        for on_close in list(self._on_close):
+            on_close()
+        self._on_close.clear()
+        if self._pool_timer is not None:
+            self._pool_timer.cancel()
+            self._pool_timer = None
+        channels = (
+            set(self.channels.values())
+            | set(self.stream_channels.values())
+            | set(self._pool.close())
+        )
+        self.channels.clear()
+        self.stream_channels.clear()
+        self._stubs.clear()
+        await asyncio.gather(*(ch.close() for ch in channels), return_exceptions=True)
+        if self._closing_channels:
+            await asyncio.gather(*self._closing_channels, return_exceptions=True)
+
+    # -- channels ------------------------------------------------------------------
+
+    def stub_for(self, channel: grpc.aio.Channel) -> Any:
+        stub = self._stubs.get(channel)
+        if stub is None:
+            stub = pb_grpc.APIStub(channel)
+            self._stubs[channel] = stub
+        return stub
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        channel = self.channels.get(address)
+        if channel is None:
+            channel = self.factory.open(address)
+            self.channels[address] = channel
+        return channel
+
+    def broker_unavailable(self, address: str) -> None:
+        """Forget the RPC and stream channels of a broker that answered UNAVAILABLE."""
+        if self.current == address:
+            self.current = None
+        for channels in (self.channels, self.stream_channels):
+            channel = channels.pop(address, None)
+            if channel is not None:
+                self._stubs.pop(channel, None)
+                self._close_later(channel)
+
+    def _close_later(self, channel: grpc.aio.Channel) -> None:
+        task = self.loop.create_task(channel.close())
+        self._closing_channels.add(task)
+        task.add_done_callback(self._closing_channels.discard)
+
+    def address_order(self) -> list[str]:
+        """The dedicated broker first, then the others in random order."""
+        addresses = list(self.metadata.addresses())
+        self.rng.shuffle(addresses)
+        if self.current in addresses:
+            addresses.remove(self.current)
+            addresses.insert(0, self.current)
+        return addresses
+
+    def current_address(self) -> str:
+        """The dedicated broker (one chosen at random if there is none yet)."""
+        self.check_open()
+        if self.current is None:
+            order = self.address_order()
+            if not order:
+                raise LiftbridgeConnectError(
+                    "no broker address is known; pass addresses to connect()"
+                )
+            self.current = order[0]
+        return self.current
+
+    async def any_stub(self) -> tuple[str, Any]:
+        """The dedicated broker's address and the stub of its RPC channel."""
+        address = self.current_address()
+        return address, self.stub_for(self.channel(address))
+
+    async def any_stream_stub(self) -> tuple[str, Any]:
+        """Like :meth:`any_stub`, on the broker's channel for streaming calls."""
+        address = self.current_address()
+        channel = self.stream_channels.get(address)
+        if channel is None:
+            channel = self.factory.open_stream(address)
+            self.stream_channels[address] = channel
+        return address, self.stub_for(channel)
+
+    def jitter(self) -> float:
+        """The pause before a call is tried again (random, 10-500 ms)."""
+        return self.rng.uniform(MIN_WAIT, MAX_WAIT)
+
+    # -- resilient RPCs ----------------------------------------------------------------
+
+    async def rpc(
+        self,
+        method: str,
+        request: Any,
+        *,
+        what: str,
+        timeout: float | None = None,
+        not_found: type[LiftbridgeServerError] = NoSuchStreamError,
+        stores: bool = False,
+    ) -> Any:
+        """Call ``method`` on any broker, moving to the next on UNAVAILABLE (bounded).
+
+        The client guide's resilient RPC "retries on gRPC Unavailable errors
+        while trying different servers", and warns: "It's important to be mindful
+        of which errors are retried for idempotency reasons." A call that
+        ``stores`` something (a publish) is repeated on UNAVAILABLE only: after
+        CANCELLED or a reset stream the broker may have stored it already, and a
+        second send would store a duplicate. Other calls are also repeated after
+        those (reading metadata twice is harmless).
+        """
+        self.check_open()
+        last: grpc.aio.AioRpcError | None = None
+        order: list[str] = []
+        for attempt in range(self.max_rpc_attempts):
+            if not order:
+                order = self.address_order()
+                if not order:
+                    break
+                if attempt:
+                    # Every known broker failed once: refresh the list's order
+                    # after a short pause instead of spinning.
+                    await asyncio.sleep(self.jitter())
+            address = order.pop(0)
+            self.current = address
+            stub = self.stub_for(self.channel(address))
+            try:
+                return await getattr(stub, method)(
+                    request, timeout=timeout if timeout is not None else self.rpc_timeout
+                )
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                # CANCELLED here means another call closed this broker's channel
+                # (it found the broker gone): as good as UNAVAILABLE.
+                lost = is_connection_failure(exc) or code is grpc.StatusCode.CANCELLED
+                if lost and stores and code is not grpc.StatusCode.UNAVAILABLE:
+                    if not self.closed:
+                        self.broker_unavailable(address)
+                        raise LiftbridgeConnectError(
+                            f"{what}: the call to {redact_url(address)} broke while the "
+                            f"request was in flight ({code.name}: "
+                            f"{redact_text(exc.details() or 'no details')}); the "
+                            "message may or may not have been stored, so it is not sent "
+                            "again (that could store it twice); publish it again if a "
+                            "duplicate is acceptable"
+                        ) from None
+                if (
+                    code is grpc.StatusCode.INTERNAL
+                    and _NO_RESPONDERS in (exc.details() or "")
+                    and not self.closed
+                    and attempt < self.max_rpc_attempts - 1
+                ):
+                    # The broker forwards some calls to the metadata leader over
+                    # NATS; none listened (a leader is being elected): nothing
+                    # was delivered, so asking again is safe.
+                    log.info("%s: no metadata leader yet, trying again", what)
+                    await asyncio.sleep(self.jitter())
+                    continue
+                if lost and not self.closed:
+                    log.info("%s: broker %s unavailable, trying another", what, redact_url(address))
+                    self.broker_unavailable(address)
+                    last = exc
+                    continue
+                raise map_rpc_error(
+                    exc, what=what, closed=self.closed, not_found=not_found
+                ) from None
+        detail = f" (last error: {redact_text(last.details() or '')})" if last is not None else ""
+        shown = [redact_url(a) for a in self.metadata.addresses()]
+        raise LiftbridgeConnectError(
+            f"{what}: no broker reachable after {self.max_rpc_attempts} attempts over "
+            f"{shown}{detail}; "
+            "check the addresses and that the cluster is up"
+        )
+
+    async def rpc_repeated(
+        self,
+        method: str,
+        request: Any,
+        *,
+        what: str,
+        transient: Callable[[LiftbridgeError], Awaitable[bool]],
+        within: float,
+        timeout: float | None = None,
+        not_found: type[LiftbridgeServerError] = NoSuchStreamError,
+        stores: bool = False,
+    ) -> Any:
+        """:meth:`rpc`, repeated after a pause while ``transient(error)`` says so.
+
+        For errors the caller knows a moment fixes (the broker did not store
+        anything): at most ``within`` seconds after the first attempt.
+        """
+        give_up = self.clock() + within
+        while True:
+            try:
+                return await self.rpc(
+                    method, request, what=what, timeout=timeout, not_found=not_found, stores=stores
+                )
+            except LiftbridgeError as exc:
+                if self.clock() >= give_up or not await transient(exc):
+                    raise
+            await asyncio.sleep(self.jitter())
+
+    async def leader_rpc(
+        self,
+        stream: str,
+        partition: int,
+        method: str,
+        request: Any,
+        *,
+        what: str,
+        not_found: type[LiftbridgeServerError] = NoSuchPartitionError,
+    ) -> Any:
+        """Call ``method`` on the partition leader; refresh and retry while it moves."""
+        self.check_open()
+        attempts = _LEADER_ATTEMPTS
+        for attempt in range(attempts):
+            address = self.metadata.leader_address(stream, partition)
+            if address is None:
+                await self.refresh_metadata()
+                address = self.metadata.leader_address(stream, partition)
+                if address is None:
+                    md = self.metadata.get()
+                    info = md.get_stream(stream)
+                    if info is None:
+                        raise NoSuchStreamError(f"{what}: no stream {stream!r}", code="NOT_FOUND")
+                    if partition not in info.partitions:
+                        raise NoSuchPartitionError(
+                            f"{what}: stream {stream!r} has no partition {partition}",
+                            code="NOT_FOUND",
+                        )
+                    await asyncio.sleep(self.jitter())
+                    continue
+            stub = self.stub_for(self.channel(address))
+            try:
+                return await getattr(stub, method)(request, timeout=self.rpc_timeout)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                retry = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION)
+                if not retry or self.closed or attempt == attempts - 1:
+                    raise map_rpc_error(
+                        exc, what=what, closed=self.closed, not_found=not_found
+                    ) from None
+                if code is grpc.StatusCode.UNAVAILABLE:
+                    self.broker_unavailable(address)
+                await asyncio.sleep(self.jitter())
+                await self.refresh_metadata()
+        raise LiftbridgeConnectError(f"{what}: the leader of {stream}/{partition} is not reachable")
+
+    async def coordinator_rpc(self, coordinator: str, method: str, req: Any, what: str) -> Any:
+        """Call ``method`` on the broker with id ``coordinator`` (once: no retry)."""
+        md = self.metadata.get()
+        broker = md.broker(coordinator)
+        if broker is None:
+            md = await self.refresh_metadata()
+            broker = md.broker(coordinator)
+        if broker is None:
+            raise LiftbridgeError(
+                f"{what}: coordinator broker {coordinator!r} is not in the metadata"
+            )
+        stub = self.stub_for(self.channel(broker.address))
+        try:
+            return await getattr(stub, method)(req, timeout=self.rpc_timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise map_rpc_error(exc, what=what, closed=self.closed) from None
+
+    # -- metadata ---------------------------------------------------------------------
+
+    async def fetch_metadata(self) -> Metadata:
+        """A fresh fetch, stored in the cache."""
+        self.check_open()
+        resp = await self.rpc("FetchMetadata", pb.FetchMetadataRequest(), what="fetch_metadata")
+        return self.metadata.update(resp, now=self.clock(), wall=datetime.now(timezone.utc))
+
+    async def refresh_metadata(self) -> Metadata:
+        """Fetch metadata (one fetch at a time; a caller that waited reuses the result)."""
+        generation = self.metadata.generation
+        async with self._refresh_lock:
+            if self.metadata.generation != generation:
+                return self.metadata.get()
+            resp = await self.rpc("FetchMetadata", pb.FetchMetadataRequest(), what="fetch_metadata")
+            return self.metadata.update(resp, now=self.clock(), wall=datetime.now(timezone.utc))
+
+    async def partition_listed(self, stream: str, partition: int) -> bool:
+        """Whether freshly fetched metadata lists ``stream``/``partition``."""
+        md = await self.refresh_metadata()
+        info = md.get_stream(stream)
+        return info is not None and partition in info.partitions
+
+    async def metadata_with(self, stream: str) -> Metadata:
+        """The cached metadata, refreshed when it lacks ``stream`` or is stale."""
+        md = self.metadata.get()
+        if md.get_stream(stream) is None or self.metadata.is_stale(self.clock()):
+            md = await self.refresh_metadata()
+        return md
+
+    async def settle(self, what: str, streams: list[str], shows: Callable[[Any], bool]) -> bool:
+        """Wait (bounded, best effort) until every broker's metadata ``shows`` a change.
+
+        CreateStream, DeleteStream, PauseStream and SetStreamReadonly return once
+        the metadata leader applied the change; the other brokers, the partition
+        leader among them, apply it through Raft a little later, and until then
+        answer from their old state (a publish right after create_stream gets
+        NOT_FOUND, one right after set_stream_readonly(readonly=False) can be
+        dropped). So the call returns once each reachable broker's FetchMetadata
+        shows the change, or after ``SETTLE_TIME`` seconds (logged; not an error:
+        the change itself was made). A broker that does not answer is skipped.
+        """
+        pending = list(self.metadata.addresses())
+        deadline = self.clock() + SETTLE_TIME
+        req = pb.FetchMetadataRequest(streams=streams)
+        while True:
+            for address in list(pending):
+                remaining = deadline - self.clock()
+                stub = self.stub_for(self.channel(address))
+                try:
+                    resp = await stub.FetchMetadata(
+                        req, timeout=max(0.05, min(self.rpc_timeout, remaining))
+                    )
+                except grpc.aio.AioRpcError:
+                    self.check_open()
+                    pending.remove(address)  # unreachable or failing: nothing to wait for
+                    continue
+                if shows(resp):
+                    pending.remove(address)
+            if not pending:
+                return True
+            if self.clock() >= deadline:
+                log.info(
+                    "%s: brokers %s did not show the change within %ss",
+                    what,
+                    [redact_url(a) for a in pending],
+                    SETTLE_TIME,
+                )
+                return False
+            await asyncio.sleep(_SETTLE_POLL)
+
+    # -- subscribe pool -----------------------------------------------------------------
+
+    def subscribe_address(self, stream: str, partition: int, read_isr_replica: bool) -> str | None:
+        """Where to subscribe: the leader, or a random in-sync replica when allowed."""
+        md = self.metadata.get()
+        if read_isr_replica:
+            isr = md.isr_addresses(stream, partition)
+            if isr:
+                return self.rng.choice(isr)
+        return md.leader_address(stream, partition)
+
+    async def acquire_subscribe_channel(self, address: str) -> grpc.aio.Channel:
+        self.check_open()
+        now = self.clock()
+        channel = self._pool.acquire(address, now)
+        if channel is None:
+            channel = self.factory.open_stream(address)
+            self._pool.add(address, channel, now)
+        self._arm_pool_timer()
+        return channel
+
+    def release_subscribe_channel(self, address: str, channel: grpc.aio.Channel) -> None:
+        if self.closed:
+            return
+        self._pool.release(address, channel, self.clock())
+        self._arm_pool_timer()
+
+    def _arm_pool_timer(self) -> None:
+        if self._pool_timer is not None:
+            self._pool_timer.cancel()
+            self._pool_timer = None
+        due = self._pool.get_timer()
+        if due is not None and not self.closed:
+            self._pool_timer = self.loop.call_at(due, self._on_pool_timer)
+
+    def _on_pool_timer(self) -> None:
+        self._pool_timer = None
+        for channel in self._pool.handle_timer(self.clock()):
+            self._stubs.pop(channel, None)
+            self._close_later(channel)
+        self._arm_pool_timer()
+
+    # -- statistics ---------------------------------------------------------------------
+
+    def pool_statistics(self) -> dict[str, int]:
+        """Open Subscribe connections per broker address."""
+        md = self.metadata.get()
+        return {a: n for a in md.addresses() if (n := self._pool.connections(a))}

@@ -1,0 +1,218 @@
+"""The Liftbridge package and the HTTP/2 gRPC transport read top-down.
+
+Every import between the modules of ``aioclients/liftbridge`` and
+``aioclients/_grpc_h2`` is read with ``ast`` (``if TYPE_CHECKING:`` imports and
+imports inside functions count: they are arrows too) and checked against the
+layers below, top first. An import may only point to a lower layer (modules of
+the pure layer may import each other); the graph has no cycle; the Liftbridge
+package reaches the transport through one module; no module imports another's
+private name (a name with a leading underscore that is not a module).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import aioclients
+
+ROOT = Path(aioclients.__file__).parent
+PACKAGES = ("liftbridge", "_grpc_h2")
+LB = "aioclients.liftbridge"
+H2 = "aioclients._grpc_h2"
+DOOR = f"{LB}._io._grpc"
+
+# Module (or package prefix, ending in ".") -> layer; higher imports lower.
+LAYERS: dict[str, int] = {
+    LB: 90,  # the public names
+    f"{LB}._client": 80,  # Client, connect
+    f"{LB}._consumer": 70,  # GroupConsumer
+    f"{LB}._subscription": 60,
+    f"{LB}._publisher": 60,
+    f"{LB}._groups": 60,
+    f"{LB}._brokers": 50,  # channels, pool, metadata, the retry policy
+    f"{LB}._io._h2": 45,  # the old import path of the HTTP/2 channel
+    f"{LB}._io._grpc": 40,  # channels, TLS, error mapping; the door to _grpc_h2
+    f"{LB}._io": 40,
+    H2: 39,  # the transport package
+    f"{H2}._io._h2": 35,
+    f"{H2}._io": 35,
+    f"{H2}._tls": 35,
+    f"{H2}._protocol.": 30,  # pure
+    f"{H2}._protocol": 30,
+    f"{LB}._protocol.": 20,  # pure
+    f"{LB}._protocol": 20,
+    f"{LB}._pb.api_pb2_grpc": 11,  # generated
+    f"{LB}._errors": 10,
+    f"{LB}._pb.": 10,
+    f"{LB}._pb": 10,
+}
+PURE_LAYERS = {20, 30}
+
+
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    return {
+        _module_name(p, root): p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))
+    }
+
+
+def _is_module(name: str, known: dict[str, Path]) -> bool:
+    return name in known
+
+
+def _imports(path: Path, known: dict[str, Path], root: Path = ROOT) -> list[tuple[str, str]]:
+    """``(imported module, private name or "")`` for every import in the file."""
+    out: list[tuple[str, str]] = []
+    this = _module_name(path, root)
+    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, "") for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if _is_module(sub, known):
+                    out.append((sub, ""))
+                else:
+                    private = alias.name if alias.name.startswith("_") else ""
+                    out.append((base, private))
+    return out
+
+
+def _graph(root: Path) -> dict[str, set[str]]:
+    known = _modules(root)
+    return {
+        name: {m for m, _ in _imports(path, known, root) if m in known and m != name}
+        for name, path in known.items()
+    }
+
+
+def _layer(name: str) -> int | None:
+    if name in LAYERS:
+        return LAYERS[name]
+    for prefix, layer in LAYERS.items():
+        if prefix.endswith(".") and name.startswith(prefix):
+            return layer
+    return None
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle, or None."""
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+GRAPH = _graph(ROOT)
+
+
+def test_the_graph_is_read() -> None:
+    assert f"{LB}._client" in GRAPH
+    assert f"{LB}._subscription" in GRAPH[f"{LB}._client"]
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    # TYPE_CHECKING imports count: the Liftbridge package had one circle,
+    # _client -> _subscription/_publisher/_consumer -> _client.
+    assert _cycle(GRAPH) is None
+
+
+def test_every_import_points_down_the_layers() -> None:
+    unplaced = sorted(name for name in GRAPH if _layer(name) is None)
+    assert not unplaced, f"place these modules in LAYERS: {unplaced}"
+    upward = []
+    for name, targets in sorted(GRAPH.items()):
+        for target in sorted(targets):
+            here, there = _layer(name), _layer(target)
+            assert here is not None
+            assert there is not None
+            if not (there < here or (here == there and here in PURE_LAYERS)):
+                upward.append(f"{name} -> {target}")
+    assert upward == []
+
+
+def test_the_liftbridge_package_reaches_the_transport_through_one_module() -> None:
+    users = sorted(
+        name
+        for name, targets in GRAPH.items()
+        if name.startswith(LB) and any(t == H2 or t.startswith(H2 + ".") for t in targets)
+    )
+    assert users == [DOOR]
+    assert not any(
+        t.startswith(LB) for name, targets in GRAPH.items() if name.startswith(H2) for t in targets
+    )
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    known = _modules(ROOT)
+    found = [
+        f"{name} imports {private} from {module}"
+        for name, path in sorted(known.items())
+        for module, private in _imports(path, known)
+        if private and module.startswith(("aioclients.",)) and module != name
+    ]
+    assert found == []
+
+
+def test_the_checks_catch_a_cycle_an_upward_import_and_a_private_name(tmp_path: Path) -> None:
+    pkg = tmp_path / "aioclients" / "liftbridge"
+    (pkg / "_protocol").mkdir(parents=True)
+    (tmp_path / "aioclients" / "_grpc_h2").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_brokers.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from aioclients.liftbridge._client import Client\n"
+    )
+    (pkg / "_client.py").write_text(
+        "from aioclients.liftbridge._brokers import Brokers\n"
+        "from aioclients.liftbridge._errors import _secret\n"
+    )
+    (pkg / "_errors.py").write_text("_secret = 1\n")
+    graph = _graph(tmp_path / "aioclients")
+    assert _cycle(graph) in (
+        [f"{LB}._brokers", f"{LB}._client", f"{LB}._brokers"],
+        [f"{LB}._client", f"{LB}._brokers", f"{LB}._client"],
+    )
+    assert _layer(f"{LB}._client") > _layer(f"{LB}._brokers")  # type: ignore[operator]
+    known = _modules(tmp_path / "aioclients")
+    imports = _imports(pkg / "_client.py", known, tmp_path / "aioclients")
+    assert (f"{LB}._errors", "_secret") in imports
+
+
+@pytest.mark.parametrize("name", sorted(n for n in GRAPH if n.startswith(f"{LB}._protocol.")))
+def test_argument_checks_and_cores_are_pure(name: str) -> None:
+    # (tests/test_structure.py checks the stdlib side; here: no package module above.)
+    assert all(_layer(t) in (10, 20) for t in GRAPH[name])
