@@ -1,9 +1,10 @@
 """Raw replies dispatched from the socket's read callback (``FastParser.attach``).
 
-A chunk holding only whole messages for raw handlers is handed to them as it
-arrives, while nats-py's read loop waits for data; anything else (a PING, a
-message for a nats-py subscription, a frame cut short, a busy read loop) goes
-to the read loop, and every message is still seen once, in order.
+A chunk holding exactly one whole message for a raw handler (a reply, as a
+rule) is handed to it as it arrives, while nats-py's read loop waits for data;
+anything else (several messages, a PING, a message for a nats-py subscription,
+a frame cut short, a busy read loop) goes to the read loop, and every message
+is still seen once, in order.
 """
 
 from __future__ import annotations
@@ -102,15 +103,23 @@ async def wired() -> Any:
     await loop.stop()
 
 
-async def test_whole_raw_messages_are_dispatched_as_they_arrive(wired: Any) -> None:
+async def test_a_raw_message_arriving_alone_is_dispatched_as_it_arrives(wired: Any) -> None:
     nc, reader, loop = wired
-    reader.feed_data(hmsg(RAW_SID, 0))  # one alone (the usual reply)
-    reader.feed_data(hmsg(RAW_SID, 1) + hmsg(RAW_SID, 2))
+    reader.feed_data(hmsg(RAW_SID, 0))
+    reader.feed_data(hmsg(RAW_SID, 1))
     # no await in between: dispatched from the feed itself, not by the read loop
-    assert nc.seen == [("raw", b"v0"), ("raw", b"v1"), ("raw", b"v2")]
-    assert nc.stats["in_msgs"] == 3
+    assert nc.seen == [("raw", b"v0"), ("raw", b"v1")]
+    assert nc.stats["in_msgs"] == 2
     assert not reader._buffer
     await loop.idle()
+
+
+async def test_several_messages_in_one_chunk_go_to_the_read_loop(wired: Any) -> None:
+    nc, reader, loop = wired
+    reader.feed_data(hmsg(RAW_SID, 1) + hmsg(RAW_SID, 2))  # a burst of deliveries
+    assert nc.seen == []
+    await loop.idle()
+    assert nc.seen == [("raw/loop", b"v1"), ("raw/loop", b"v2")]
 
 
 async def test_a_chunk_with_anything_else_goes_to_the_read_loop_in_order(wired: Any) -> None:
@@ -137,12 +146,12 @@ async def test_a_chunk_starting_with_another_subscription_s_message_goes_to_the_
 async def test_messages_cut_across_chunks_are_each_seen_once_in_order(wired: Any) -> None:
     nc, reader, loop = wired
     second = hmsg(RAW_SID, 2)
-    reader.feed_data(hmsg(RAW_SID, 1) + second[:10])
-    assert nc.seen == [("raw", b"v1")]  # the whole one at once; the start of the next is kept
-    reader.feed_data(second[10:] + hmsg(RAW_SID, 3))  # completes a held frame: the read loop's
+    reader.feed_data(second[:10])  # a frame cut short: the read loop's, which keeps it
     await loop.idle()
-    reader.feed_data(hmsg(RAW_SID, 4))  # and with nothing held, straight again
-    assert nc.seen == [("raw", b"v1"), ("raw/loop", b"v2"), ("raw/loop", b"v3"), ("raw", b"v4")]
+    reader.feed_data(second[10:])  # completes the held frame: the read loop's too
+    await loop.idle()
+    reader.feed_data(hmsg(RAW_SID, 3))  # with nothing held, straight again
+    assert nc.seen == [("raw/loop", b"v2"), ("raw", b"v3")]
     await loop.idle()
 
 
@@ -176,7 +185,8 @@ async def test_a_handler_that_raises_does_not_stop_the_others(
             raise RuntimeError("handler bug")
 
     nc._raw_handlers[RAW_SID] = flaky
-    reader.feed_data(hmsg(RAW_SID, 1) + hmsg(RAW_SID, 2))
+    reader.feed_data(hmsg(RAW_SID, 1))
+    reader.feed_data(hmsg(RAW_SID, 2))
     assert calls == [b"v1", b"v2"]
     assert "handler bug" in caplog.text
     await loop.idle()
