@@ -147,7 +147,9 @@ class ReplyMux(Generic[T]):
             if self._sub is not None:
                 return
             inbox = self._transport.new_inbox()
-            self._sub = await self._transport.subscribe_raw(inbox + ".*", self._on_raw_msg)
+            self._sub = await self._transport.subscribe_raw(
+                inbox + ".*", self._on_raw_msg, replies=True
+            )
             self._prefix = inbox + "."
             self._prefix_len = len(self._prefix)
 
@@ -156,7 +158,9 @@ class ReplyMux(Generic[T]):
             if self._raw_sub is not None:
                 return
             inbox = self._transport.new_inbox()
-            self._raw_sub = await self._transport.subscribe_raw(inbox + ".*", self._on_raw_reply)
+            self._raw_sub = await self._transport.subscribe_raw(
+                inbox + ".*", self._on_raw_reply, replies=True
+            )
             self._raw_prefix = inbox + "."
             self._raw_prefix_len = len(self._raw_prefix)
 

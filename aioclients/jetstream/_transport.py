@@ -166,6 +166,9 @@ class NatsClient(NATS):
         super().__init__()
         #: sid -> handler taking raw messages straight from the read loop
         self._raw_handlers: dict[int, RawHandler] = {}
+        #: those of them that take replies to requests: a reply that arrives alone
+        #: is handed to them from the socket's read callback (see FastParser)
+        self._reply_handlers: dict[int, RawHandler] = {}
         if callable(getattr(getattr(self, "_ps", None), "parse", None)):
             self._ps = FastParser(self)  # type: ignore[assignment]
         else:
@@ -339,9 +342,9 @@ class FastParser:
             # Anything else (bursts of deliveries, frames cut short) is the read
             # loop's: taking bursts here measured slower for consume (~10-20%).
             return False
-        handler = self.nc._raw_handlers.get(one[2])
+        handler = self.nc._reply_handlers.get(one[2])
         if handler is None:
-            return False
+            return False  # not a reply (e.g. a pull delivery): the read loop's, as ever
         _, subject, _, reply, header, payload = one
         stats = self.nc.stats
         stats["in_msgs"] += 1
@@ -583,12 +586,17 @@ class NatsTransport:
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
             raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
 
-    async def subscribe_raw(self, subject: str, handler: RawHandler) -> RawSubscription:
+    async def subscribe_raw(
+        self, subject: str, handler: RawHandler, *, replies: bool = False
+    ) -> RawSubscription:
         """Subscribe with a handler of raw messages, called from the read loop.
 
         On our own :class:`NatsClient` messages skip nats-py's ``Msg`` and header
         parsing entirely; on another client they come through :meth:`subscribe`
-        with the parsed headers turned back into a block.
+        with the parsed headers turned back into a block. With ``replies`` (an
+        inbox of replies to requests), a message that arrives alone is handed to
+        ``handler`` straight from the socket's read callback, one event-loop turn
+        sooner.
         """
         self.check_open()
         nc = self.nc
@@ -597,6 +605,9 @@ class NatsTransport:
             if isinstance(raw, dict):
                 sub = await nc.subscribe(subject, pending_bytes_limit=0)
                 raw[sub._id] = handler
+                reply_handlers = getattr(nc, "_reply_handlers", None)
+                if replies and isinstance(reply_handlers, dict):
+                    reply_handlers[sub._id] = handler
                 return RawSubscription(self, sub)
 
             report_fast_path_off(
@@ -675,9 +686,10 @@ class RawSubscription:
         self.closed = True
         nc = self._transport.nc
         sid = self._sub._id
-        handlers = getattr(nc, "_raw_handlers", None)
-        if isinstance(handlers, dict):
-            handlers.pop(sid, None)
+        for name in ("_reply_handlers", "_raw_handlers"):
+            handlers = getattr(nc, name, None)
+            if isinstance(handlers, dict):
+                handlers.pop(sid, None)
         if nc.is_closed:
             return
         nc._remove_sub(sid)

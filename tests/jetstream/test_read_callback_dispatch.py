@@ -18,8 +18,9 @@ from aioclients.jetstream._transport import FastParser
 
 pytestmark = pytest.mark.timeout(10)
 
-RAW_SID = 1
-OTHER_SID = 2
+RAW_SID = 1  # a reply inbox
+OTHER_SID = 2  # a nats-py subscription
+PULL_SID = 3  # a raw inbox that is not for replies (pull deliveries)
 
 
 def hmsg(sid: int, n: int) -> bytes:
@@ -41,7 +42,8 @@ class FakeClient:
     def __init__(self) -> None:
         self.seen: list[tuple[str, Any]] = []
         self.in_read_loop = False
-        self._raw_handlers = {RAW_SID: self.raw}
+        self._raw_handlers = {RAW_SID: self.raw, PULL_SID: self.raw}
+        self._reply_handlers = {RAW_SID: self.raw}
         self.stats = {"in_msgs": 0, "in_bytes": 0}
         self.is_connected = True
 
@@ -114,6 +116,14 @@ async def test_a_raw_message_arriving_alone_is_dispatched_as_it_arrives(wired: A
     await loop.idle()
 
 
+async def test_a_pull_delivery_arriving_alone_goes_to_the_read_loop(wired: Any) -> None:
+    nc, reader, loop = wired
+    reader.feed_data(hmsg(PULL_SID, 1))
+    assert nc.seen == []
+    await loop.idle()
+    assert nc.seen == [("raw/loop", b"v1")]
+
+
 async def test_several_messages_in_one_chunk_go_to_the_read_loop(wired: Any) -> None:
     nc, reader, loop = wired
     reader.feed_data(hmsg(RAW_SID, 1) + hmsg(RAW_SID, 2))  # a burst of deliveries
@@ -184,7 +194,7 @@ async def test_a_handler_that_raises_does_not_stop_the_others(
         if payload == b"v1":
             raise RuntimeError("handler bug")
 
-    nc._raw_handlers[RAW_SID] = flaky
+    nc._raw_handlers[RAW_SID] = nc._reply_handlers[RAW_SID] = flaky
     reader.feed_data(hmsg(RAW_SID, 1))
     reader.feed_data(hmsg(RAW_SID, 2))
     assert calls == [b"v1", b"v2"]
