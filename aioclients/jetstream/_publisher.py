@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from nats.aio.msg import Msg as NatsMsg
-from nats.aio.subscription import Subscription
 
 from aioclients._errors import RemoteProtocolError
 from aioclients.jetstream._errors import (
@@ -37,8 +36,9 @@ from aioclients.jetstream._errors import (
     api_error,
 )
 from aioclients.jetstream._models import PubAck
+from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._names import validate_publish_subject
-from aioclients.jetstream._transport import NatsTransport, SendTimeoutError
+from aioclients.jetstream._transport import NatsTransport, RawSubscription, SendTimeoutError
 
 __all__ = ("AckMux", "ReplyMux", "json_answer", "parse_pub_ack")
 
@@ -98,6 +98,17 @@ def parse_pub_ack(msg: NatsMsg, subject: str) -> PubAck:
     return PubAck(stream, seq, data.get("duplicate") is True, domain or None)
 
 
+def _msg_headers(block: bytes | None) -> dict[str, Any] | None:
+    """A reply's headers as nats-py's ``Msg.headers`` has them (our parsing of them)."""
+    if not block:
+        return None
+    try:
+        return decode_headers(block, strict=False) or None
+    except RemoteProtocolError as exc:  # not even NATS/1.0: keep the message, not them
+        log.warning("ignoring malformed message headers: %s", exc)
+        return None
+
+
 class ReplyMux(Generic[T]):
     """Outstanding requests of one JetStream context, correlated by a counter token."""
 
@@ -106,7 +117,12 @@ class ReplyMux(Generic[T]):
         self._kind = kind
         self._prefix = ""
         self._prefix_len = 0
-        self._sub: Subscription | None = None
+        self._sub: RawSubscription | None = None
+        # Replies taken raw (header block and payload, straight from the read loop):
+        # a second wildcard inbox, sharing the counter and the table of outstanding requests.
+        self._raw_prefix = ""
+        self._raw_prefix_len = 0
+        self._raw_sub: RawSubscription | None = None
         self._open_lock = asyncio.Lock()
         self._counter = 0
         # token -> (future, what, deadline)
@@ -131,9 +147,22 @@ class ReplyMux(Generic[T]):
             if self._sub is not None:
                 return
             inbox = self._transport.new_inbox()
-            self._sub = await self._transport.subscribe(inbox + ".*", self._on_reply)
+            self._sub = await self._transport.subscribe_raw(
+                inbox + ".*", self._on_raw_msg, replies=True
+            )
             self._prefix = inbox + "."
             self._prefix_len = len(self._prefix)
+
+    async def _ensure_raw_open(self) -> None:
+        async with self._open_lock:
+            if self._raw_sub is not None:
+                return
+            inbox = self._transport.new_inbox()
+            self._raw_sub = await self._transport.subscribe_raw(
+                inbox + ".*", self._on_raw_reply, replies=True
+            )
+            self._raw_prefix = inbox + "."
+            self._raw_prefix_len = len(self._raw_prefix)
 
     def _convert(self, msg: NatsMsg, what: str) -> T:
         """Turn a reply into the future's result (or raise the error it carries)."""
@@ -144,6 +173,20 @@ class ReplyMux(Generic[T]):
 
     def _describe(self, what: str) -> str:
         return what
+
+    def _on_raw_msg(self, subject: str, reply: str, payload: bytes, header: bytes | None) -> None:
+        # A raw subscription: on our own client the reply skips nats-py's message
+        # processing, and one that arrives alone reaches the waiter from the socket's
+        # read callback. The NatsMsg is what nats-py would have built.
+        self._on_reply(
+            NatsMsg(
+                _client=self._transport.nc,
+                subject=subject,
+                reply=reply,
+                data=payload,
+                headers=_msg_headers(header),
+            )
+        )
 
     def _on_reply(self, msg: NatsMsg) -> None:
         try:
@@ -161,15 +204,56 @@ class ReplyMux(Generic[T]):
                 future.set_exception(exc)
         self._settled()
 
+    def _on_raw_reply(self, subject: str, reply: str, payload: bytes, header: bytes | None) -> None:
+        try:
+            token = int(subject[self._raw_prefix_len :])
+        except ValueError:
+            return
+        entry = self._pending.pop(token, None)
+        if entry is None:
+            return  # timed out or abandoned earlier
+        future = entry[0]
+        if not future.done():
+            future.set_result((header, payload))  # type: ignore[arg-type]
+        self._settled()
+
     def _next_token(self) -> tuple[int, str]:
         self._counter += 1
         return self._counter, self._prefix + str(self._counter)
+
+    def _register(self, token: int, what: str, timeout: float) -> tuple[asyncio.Future[T], float]:
+        """Enter ``token`` in the table of outstanding requests, with its deadline."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        deadline = loop.time() + timeout
+        self._pending[token] = (future, what, deadline)
+        # Armed before sending: the send itself may wait (a server that does not
+        # read), and the call's timeout bounds that wait too.
+        if deadline < self._timer_at:
+            self._arm(loop, deadline)
+        return future, deadline
+
+    def _unregister(self, token: int, future: asyncio.Future[T]) -> None:
+        """Take back a request whose frame could not be sent."""
+        if self._pending.pop(token, None) is not None:
+            self._settled()
+        if future.done() and not future.cancelled():
+            future.exception()  # the sweep failed it meanwhile; nobody will look
+        else:
+            future.cancel()
+
+    async def _queue(self, frame: bytes, deadline: float, what: str) -> None:
+        try:
+            await self._transport.send(frame, deadline)
+        except SendTimeoutError as exc:
+            raise SendTimeoutError(self._describe(what), exc.unsent) from None
 
     async def _send(
         self, token: int, frame: bytes, what: str, timeout: float, *, immediate: bool = False
     ) -> asyncio.Future[T]:
         """Register ``token`` with a deadline, then send ``frame`` (``immediate``: see
         :meth:`NatsTransport.send`)."""
+        # Inline rather than through _register/_queue: publish_async's path, per message.
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         deadline = loop.time() + timeout
@@ -184,12 +268,7 @@ class ReplyMux(Generic[T]):
             except SendTimeoutError as exc:
                 raise SendTimeoutError(self._describe(what), exc.unsent) from None
         except BaseException:
-            if self._pending.pop(token, None) is not None:
-                self._settled()
-            if future.done() and not future.cancelled():
-                future.exception()  # the sweep failed it meanwhile; nobody will look
-            else:
-                future.cancel()
+            self._unregister(token, future)
             raise
         return future
 
@@ -207,6 +286,69 @@ class ReplyMux(Generic[T]):
             # A caller that stops waiting (cancelled) takes its entry with it.
             if self._pending.pop(token, None) is not None:
                 self._settled()
+
+    async def request_raw(
+        self, subject: str, timeout: float, what: str
+    ) -> tuple[bytes | None, bytes]:
+        """Send a request without payload; return its reply's header block and payload.
+
+        The reply skips nats-py's ``Msg`` and header parsing: the caller reads the
+        raw ``NATS/1.0`` block (e.g. a Direct Get reply, whose few headers are
+        found without decoding them all).
+        """
+        self._check_open()
+        if self._raw_sub is None:
+            await self._ensure_raw_open()
+        self._counter = token = self._counter + 1
+        # No payload: nothing for frame() to check against max_payload.
+        frame = f"PUB {subject} {self._raw_prefix}{token} 0\r\n\r\n".encode()
+        future, deadline = self._register(token, what, timeout)
+        try:
+            if not self._transport.write_now(frame):
+                await self._queue(frame, deadline, what)
+        except BaseException:
+            self._unregister(token, future)
+            raise
+        try:
+            return await future  # type: ignore[return-value]
+        finally:
+            # A caller that stops waiting (cancelled) takes its entry with it.
+            if self._pending.pop(token, None) is not None:
+                self._settled()
+
+    def start_raw(
+        self, subject: str, timeout: float, what: str
+    ) -> tuple[int, asyncio.Future[tuple[bytes | None, bytes]]] | None:
+        """:meth:`request_raw` without a coroutine of its own, when that is possible
+        at once: the raw inbox is open and the request went to the socket. Returns
+        the token and the future of the reply; the caller awaits the future and
+        then calls :meth:`forget` with the token (in ``finally``). ``None``: nothing
+        happened, use :meth:`request_raw`.
+
+        Raises:
+            JetStreamClosedError: the context or the connection is closed.
+        """
+        self._check_open()
+        if self._raw_sub is None:
+            return None
+        token = self._counter + 1
+        frame = f"PUB {subject} {self._raw_prefix}{token} 0\r\n\r\n".encode()
+        future, _ = self._register(token, what, timeout)
+        try:
+            written = self._transport.write_now(frame)
+        except BaseException:
+            self._unregister(token, future)
+            raise
+        if not written:
+            self._unregister(token, future)
+            return None
+        self._counter = token
+        return token, future  # type: ignore[return-value]
+
+    def forget(self, token: int) -> None:
+        """Drop ``token`` from the outstanding requests, if it is still there."""
+        if self._pending.pop(token, None) is not None:
+            self._settled()
 
     def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
         if self._timer is not None:
@@ -253,7 +395,10 @@ class ReplyMux(Generic[T]):
         self._fail_all()
         sub, self._sub = self._sub, None
         if sub is not None:
-            self._transport.unsubscribe_nowait(sub)
+            sub.unsubscribe_nowait()
+        raw, self._raw_sub = self._raw_sub, None
+        if raw is not None:
+            raw.unsubscribe_nowait()
 
 
 class AckMux(ReplyMux[PubAck]):

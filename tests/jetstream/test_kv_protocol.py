@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._protocol._config import config_to_wire
+from aioclients.jetstream._protocol._direct import ReplyKind, classify_reply
 from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._kv import (
     DEL,
     PURGE,
     PUT,
     bucket_stream_config,
+    direct_entry_fields,
     key_filter_subjects,
     key_subject,
     operation_of,
@@ -22,6 +26,7 @@ from aioclients.jetstream._protocol._kv import (
     validate_key,
     validate_key_filter,
 )
+from aioclients.jetstream._protocol._time import format_rfc3339, parse_server_time
 
 
 @pytest.mark.parametrize("key", ["a", "a.b", "A-Z_0=9/x", "config.db.url", "=", "-", "__x"])
@@ -175,6 +180,93 @@ def test_bucket_settings_are_checked(option: str, value: object) -> None:
     settings[option] = value
     with pytest.raises(InvalidArgumentError, match=option):
         bucket_stream_config("b", **settings)  # type: ignore[arg-type]
+
+
+def _direct_reply(*user: tuple[str, str], seq: str = "42", op: str | None = None) -> bytes:
+    lines = [f"{k}: {v}" for k, v in user]
+    if op is not None:
+        lines.append(f"KV-Operation: {op}")
+    lines += [
+        "Nats-Stream: KV_b",
+        "Nats-Subject: $KV.b.k",
+        f"Nats-Sequence: {seq}",
+        "Nats-Time-Stamp: 2024-01-02T03:04:05.123456789Z",
+    ]
+    return ("NATS/1.0\r\n" + "".join(line + "\r\n" for line in lines) + "\r\n").encode()
+
+
+def _decoded_fields(block: bytes) -> tuple[int, str, str] | None:
+    reply = classify_reply(decode_headers(block, strict=False))
+    if reply.kind is not ReplyKind.MESSAGE:
+        return None
+    assert reply.seq is not None
+    assert reply.time is not None
+    return reply.seq, format_rfc3339(reply.time), operation_of(reply.headers)
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        (_direct_reply(), (42, PUT)),
+        (_direct_reply(op="DEL"), (42, DEL)),
+        (_direct_reply(("Nats-Rollup", "sub"), op="PURGE"), (42, PURGE)),
+        (_direct_reply(("KV-Operation", "DEL"), op="PUT"), (42, PUT)),  # the last one counts
+        (_direct_reply(("Nats-Marker-Reason", "MaxAge")), (42, PURGE)),
+        (_direct_reply(("Nats-Marker-Reason", "Remove")), (42, DEL)),
+        # A stored message's own header of the same name comes before the server's.
+        (_direct_reply(("Nats-Sequence", "7")), (42, PUT)),
+        (_direct_reply(("X-Note", "Nats-Sequence: 9"), ("KV-Op", "DEL")), (42, PUT)),
+    ],
+)
+def test_direct_get_reply_fields_read_from_the_raw_block_agree_with_the_decoded_form(
+    block: bytes, expected: tuple[int, str]
+) -> None:
+    fields = direct_entry_fields(block)
+    assert fields is not None
+    seq, stamp, op = fields
+    assert (seq, op) == expected
+    assert parse_server_time(stamp) == datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=timezone.utc)
+    decoded = _decoded_fields(block)
+    assert decoded is not None
+    assert (seq, format_rfc3339(parse_server_time(stamp)), op) == decoded
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        None,
+        b"",
+        b"NATS/1.0 404 Message Not Found\r\n\r\n",
+        b"NATS/1.0 503\r\n\r\n",
+        b"NATS/1.0\r\nNats-Subject: $KV.b.k\r\nNats-Time-Stamp: x\r\n\r\n",  # no sequence
+        _direct_reply(seq="4x"),
+        _direct_reply().replace(b"Nats-Subject: $KV.b.k", b"Nats-Subject:"),
+    ],
+)
+def test_anything_but_a_plain_stored_message_is_left_to_the_full_decoding(
+    block: bytes | None,
+) -> None:
+    assert direct_entry_fields(block) is None
+
+
+_header_name = st.sampled_from(
+    ["KV-Operation", "Nats-Marker-Reason", "Nats-Sequence", "X-A", "kv-operation", "Status"]
+)
+_header_value = st.sampled_from(["DEL", "PURGE", "PUT", "MaxAge", "Remove", "12", "", " DEL "])
+
+
+@given(
+    st.lists(st.tuples(_header_name, _header_value), max_size=6),
+    st.sampled_from([None, "DEL", "PURGE", "PUT", "junk"]),
+)
+def test_direct_get_reply_fields_agree_with_the_decoded_form_for_any_user_headers(
+    user: list[tuple[str, str]], op: str | None
+) -> None:
+    block = _direct_reply(*user, op=op)
+    fields = direct_entry_fields(block)
+    assert fields is not None
+    seq, stamp, operation = fields
+    assert (seq, format_rfc3339(parse_server_time(stamp)), operation) == _decoded_fields(block)
 
 
 def test_the_fast_entry_constructor_builds_the_same_frozen_entry() -> None:

@@ -136,3 +136,23 @@ async def test_direct_get_last_by_wildcard_subject(nats_server: object, unique_n
         deepest = await stream.direct_get(last_by_subj=f"{unique_name}.>")
         assert (deepest.subject, deepest.seq) == (f"{unique_name}.a.x", 3)
         await js.delete_stream(unique_name)
+
+
+async def test_publish_acks_and_api_replies_come_raw_and_keep_nats_py_s_msg_shape(
+    nats_server: object, unique_name: str
+) -> None:
+    async with await jetstream.connect(nats_server.url) as js:  # type: ignore[attr-defined]
+        await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+        ack = await js.publish(f"{unique_name}.a", b"x")
+        assert ack.seq == 1
+        handlers = js.nc._raw_handlers
+        for mux in (js._requests, js._acks):
+            assert mux._sub is not None
+            assert mux._sub._sub._id in handlers  # taken raw, not through nats-py's Msg path
+        reply = await js._requests.request(f"$JS.API.STREAM.INFO.{unique_name}", b"", 5, "info")
+        assert isinstance(reply, nats.aio.msg.Msg)
+        assert reply.headers is None
+        assert b'"config"' in reply.data
+        with pytest.raises(jetstream.NoStreamResponseError):  # a 503 status reply, decoded
+            await js.publish(f"nowhere.{unique_name}", b"x", timeout=5)
+        await js.delete_stream(unique_name)

@@ -7,7 +7,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aioclients._errors import RemoteProtocolError
-from aioclients.jetstream._protocol._wire import ERR, INFO, MSG, OK, PING, PONG, scan
+from aioclients.jetstream._protocol._wire import (
+    ERR,
+    INFO,
+    MSG,
+    OK,
+    PING,
+    PONG,
+    scan,
+    single_message,
+)
 
 STREAM = (
     b'INFO {"server_id":"x","max_payload":1048576}\r\n'
@@ -95,3 +104,60 @@ def test_arbitrary_bytes_only_raise_remote_protocol_error(data: bytes) -> None:
         return
     assert 0 <= used <= len(data)
     assert need == 0 or need > len(data) - used
+
+
+def _frame_bytes() -> list[bytes]:
+    """Each frame of STREAM as its own buffer (cut where scan first sees it whole)."""
+    out, pos = [], 0
+    while pos < len(STREAM):
+        cut = next(c for c in range(pos + 1, len(STREAM) + 1) if scan(STREAM[pos:c])[0])
+        out.append(STREAM[pos:cut])
+        pos = cut
+    assert [scan(f)[0][0] for f in out] == EXPECTED
+    return out
+
+
+FRAMES = _frame_bytes()
+
+
+@pytest.mark.parametrize("data", FRAMES)
+def test_a_buffer_of_exactly_one_message_is_read_alone_as_scan_reads_it(data: bytes) -> None:
+    frames, used, _ = scan(data)
+    one = single_message(data)
+    if frames[0][0] == MSG and b"\t" not in data.split(b"\r\n", 1)[0]:
+        assert one == frames[0]
+        assert used == len(data)
+    else:
+        assert one is None  # not a message, or a control line single_message leaves to scan
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"MSG a 1 3\r\nabc",  # cut short
+        b"MSG a 1 3\r\nabc\r\nPING\r\n",  # more after it
+        b"MSG a 1 3\r\nabc\r\nMSG a 1 3\r\nabc\r\n",
+        b"MSG a b 3\r\nabc\r\n",
+        b"MSG a 1 -3\r\nabc\r\n",
+        b"HMSG a 1 5 3\r\nabcde\r\n",
+        b"MSG a 1 3\r\nabcXY",
+        b"MSGX a 1 3\r\nabc\r\n",
+        b"MSG  1 3\r\nabc\r\n",
+    ],
+)
+def test_anything_but_exactly_one_whole_message_is_left_to_scan(data: bytes) -> None:
+    assert single_message(data) is None
+
+
+@given(st.binary(max_size=120), st.sampled_from(FRAMES[1:5]), st.integers(0, 3))
+def test_whatever_single_message_reads_scan_reads_the_same(
+    noise: bytes, frame: bytes, where: int
+) -> None:
+    for data in (noise, frame[:where] + noise + frame[where:], frame + noise, noise + frame):
+        one = single_message(data)
+        if one is None:
+            continue
+        frames, used, _ = scan(data)
+        assert frames == [one]
+        assert used == len(data)

@@ -31,6 +31,7 @@ __all__ = (
     "ROLLUP",
     "KeyValueEntry",
     "bucket_stream_config",
+    "direct_entry_fields",
     "key_filter_subjects",
     "key_subject",
     "operation_of",
@@ -183,6 +184,61 @@ def operation_of_header_block(block: bytes | None) -> str:
     if value == b"PURGE":
         return PURGE
     return PUT
+
+
+def _last_header(block: bytes, name: bytes) -> bytes | None:
+    """The value of the last ``name:`` line of a header block (``name`` with the colon
+    and the CRLF before it), stripped; ``None`` when there is no such line."""
+    at = block.rfind(name)
+    if at < 0:
+        return None
+    start = at + len(name)
+    end = block.find(b"\r\n", start)
+    return block[start : end if end >= 0 else len(block)].strip()
+
+
+def direct_entry_fields(block: bytes | None) -> tuple[int, str, str] | None:
+    """``(revision, Nats-Time-Stamp text, operation)`` of a Direct Get reply that
+    carries a stored message, read straight from its ``NATS/1.0`` header block.
+
+    The hot path of ``KeyValue.get``: a handful of ``rfind`` calls instead of
+    decoding every header into a dict. The last line of a name wins, as in the
+    decoded form (the server appends its ``Nats-*`` headers after the stored
+    message's own). Returns ``None`` for anything else (a status reply, or a block
+    that lacks or mangles these headers): the caller then decodes the block in
+    full, which classifies it or raises the right error.
+    """
+    if not block or not block.startswith(b"NATS/1.0\r\n") or not block.endswith(b"\r\n"):
+        return None  # no headers, or a status line ("NATS/1.0 404 ..."); every line ends in CRLF
+    # Inline rather than through _last_header: this runs once per get.
+    find = block.find
+    at = block.rfind(b"\r\nNats-Sequence:")
+    if at < 0:
+        return None
+    seq = block[at + 16 : find(b"\r\n", at + 16)].strip()
+    at = block.rfind(b"\r\nNats-Time-Stamp:")
+    if at < 0 or not seq.isdigit():
+        return None
+    stamp = block[at + 18 : find(b"\r\n", at + 18)].strip()
+    at = block.rfind(b"\r\nNats-Subject:")
+    if at < 0 or not stamp or not block[at + 15 : find(b"\r\n", at + 15)].strip():
+        return None
+    operation = PUT
+    at = block.rfind(b"\r\nKV-Operation:")
+    if at >= 0:
+        value = block[at + 15 : find(b"\r\n", at + 15)].strip()
+        if value == b"DEL":
+            operation = DEL
+        elif value == b"PURGE":
+            operation = PURGE
+    elif b"\r\nNats-Marker-Reason:" in block:
+        reason = _last_header(block, b"\r\nNats-Marker-Reason:") or b""
+        operation = _MARKER_OPERATIONS.get(reason.decode("utf-8", "replace"), PUT)
+    try:
+        text = stamp.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return int(seq), text, operation
 
 
 @dataclass(frozen=True, slots=True)

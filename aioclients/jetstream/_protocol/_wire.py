@@ -30,6 +30,7 @@ __all__ = (
     "PONG",
     "Frame",
     "scan",
+    "single_message",
 )
 
 MSG, PING, PONG, OK, ERR, INFO = range(6)
@@ -138,3 +139,44 @@ def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int, int]:
             raise RemoteProtocolError(f"unknown NATS protocol line {line[:200]!r}", offset=pos)
         pos = eol + 2
     return frames, pos, need
+
+
+def single_message(buffer: bytes) -> Frame | None:
+    """The message ``buffer`` holds, when it holds exactly one whole ``MSG``/``HMSG``
+    and nothing else; ``None`` otherwise (use :func:`scan`).
+
+    A reply to a request usually arrives alone: this reads it with one split of
+    its control line, where ``scan`` sets up a loop. Whatever it returns, ``scan``
+    returns as the only frame of ``buffer``, ending at its end.
+    """
+    eol = buffer.find(_CRLF)
+    if eol < 0:
+        return None
+    args = buffer[:eol].split(b" ")
+    n = len(args)
+    try:
+        if n == 6 and args[0] == b"HMSG":
+            _, subject, sid_b, reply, hsize_b, total_b = args
+        elif n == 5 and args[0] == b"HMSG":
+            _, subject, sid_b, hsize_b, total_b = args
+            reply = b""
+        elif n == 5 and args[0] == b"MSG":
+            _, subject, sid_b, reply, total_b = args
+            hsize_b = b"0"
+        elif n == 4 and args[0] == b"MSG":
+            _, subject, sid_b, total_b = args
+            reply, hsize_b = b"", b"0"
+        else:
+            return None
+        if not (sid_b.isdigit() and hsize_b.isdigit() and total_b.isdigit()):
+            return None
+        sid, hsize, total = int(sid_b), int(hsize_b), int(total_b)
+    except ValueError:
+        return None
+    body = eol + 2
+    end = body + total
+    if not subject or hsize > total or end + 2 != len(buffer) or buffer[end:] != _CRLF:
+        return None
+    if hsize:
+        return (MSG, subject, sid, reply, buffer[body : body + hsize], buffer[body + hsize : end])
+    return (MSG, subject, sid, reply, None, buffer[body:end])

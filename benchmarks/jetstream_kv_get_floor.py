@@ -1,0 +1,180 @@
+"""What one KV ``get`` round trip costs in Python on this machine, side by side in one run.
+
+Fills a bucket (file storage, history 1) with --keys keys of 100-byte values, then
+gets random existing keys one after the other, each as a Direct Get in the
+subject-appended form (``$JS.API.DIRECT.GET.KV_<b>.$KV.<b>.<key>``) with:
+
+- ``floor``: a bare ``asyncio.Protocol`` on its own socket: one ``PUB`` per get,
+  the ``HMSG`` reply resolves a future straight from ``data_received`` (no
+  parsing beyond finding the frame's end). Nothing a client can do is cheaper.
+- ``nats-py request``: nats-py's ``nc.request`` on the same subject (no KV decoding).
+- ``aioclients kv.get`` and ``nats-py kv.get``: the full calls.
+
+Each runs --rounds times, interleaved; every round is printed, then the best.
+
+    python benchmarks/jetstream_kv_get_floor.py --keys 100000 --gets 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlparse
+
+import nats
+
+from aioclients import jetstream
+from aioclients.testing import NatsServer
+
+VALUE = b"v" * 100
+BUCKET = "BENCH"
+SUBJECT = f"$JS.API.DIRECT.GET.KV_{BUCKET}.$KV.{BUCKET}."
+
+
+async def fill(url: str, n: int) -> None:
+    async with await jetstream.connect(url, timeout=30) as js:
+        await js.create_key_value(BUCKET)
+        for i in range(n):
+            await js.publish_async(f"$KV.{BUCKET}.key.{i}", VALUE)
+        await js.publish_async_complete(timeout=120)
+
+
+def sample(keys: int, gets: int) -> list[str]:
+    rng = random.Random(7)
+    return [f"key.{rng.randrange(keys)}" for _ in range(gets)]
+
+
+class _FloorProtocol(asyncio.Protocol):
+    """Just enough NATS: CONNECT, SUB, and one outstanding request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.waiter: asyncio.Future[bytes] | None = None
+        self.connected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buffer + data if self.buffer else data
+        while True:
+            end = buf.find(b"\r\n")
+            if end < 0:
+                break
+            line = buf[:end]
+            if line.startswith(b"HMSG") or line.startswith(b"MSG"):
+                total = int(line.rsplit(b" ", 1)[1])
+                if len(buf) < end + 2 + total + 2:
+                    break
+                body = buf[end + 2 : end + 2 + total]
+                buf = buf[end + 2 + total + 2 :]
+                waiter = self.waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(body)
+                continue
+            buf = buf[end + 2 :]
+            if line.startswith(b"PING"):
+                assert self.transport is not None
+                self.transport.write(b"PONG\r\n")
+            elif line.startswith(b"PONG") and not self.connected.done():
+                self.connected.set_result(None)
+            elif line.startswith(b"-ERR"):
+                raise RuntimeError(line.decode())
+        self.buffer = buf
+
+
+async def floor_get(url: str, names: list[str]) -> float:
+    u = urlparse(url)
+    loop = asyncio.get_running_loop()
+    transport, proto = await loop.create_connection(_FloorProtocol, u.hostname, u.port)
+    connect = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True}
+    transport.write(b"CONNECT " + json.dumps(connect).encode() + b"\r\nSUB _FLOOR.* 1\r\nPING\r\n")
+    await proto.connected
+    subjects = [(SUBJECT + key).encode() for key in names]
+    start = time.perf_counter()
+    for i, subject in enumerate(subjects):
+        waiter = loop.create_future()
+        proto.waiter = waiter
+        transport.write(b"PUB %s _FLOOR.%d 0\r\n\r\n" % (subject, i))
+        body = await waiter
+        assert b"Nats-Sequence" in body, body[:100]
+    elapsed = time.perf_counter() - start
+    transport.close()
+    return len(names) / elapsed
+
+
+async def nats_py_request(url: str, names: list[str]) -> float:
+    nc = await nats.connect(url)
+    subjects = [SUBJECT + key for key in names]
+    start = time.perf_counter()
+    for subject in subjects:
+        await nc.request(subject, b"", timeout=5)
+    elapsed = time.perf_counter() - start
+    await nc.close()
+    return len(names) / elapsed
+
+
+async def ours_get(url: str, names: list[str]) -> float:
+    async with await jetstream.connect(url) as js:
+        kv = await js.key_value(BUCKET)
+        start = time.perf_counter()
+        for key in names:
+            await kv.get(key)
+        return len(names) / (time.perf_counter() - start)
+
+
+async def theirs_get(url: str, names: list[str]) -> float:
+    nc = await nats.connect(url)
+    kv = await nc.jetstream().key_value(BUCKET)
+    start = time.perf_counter()
+    for key in names:
+        await kv.get(key)
+    elapsed = time.perf_counter() - start
+    await nc.close()
+    return len(names) / elapsed
+
+
+async def run(url: str, keys: int, gets: int, rounds: int) -> None:
+    await fill(url, keys)
+    names = sample(keys, gets)
+    runs: list[tuple[str, Callable[[], Awaitable[float]]]] = [
+        ("floor (asyncio.Protocol)", lambda: floor_get(url, names)),
+        ("nats-py nc.request", lambda: nats_py_request(url, names)),
+        ("aioclients kv.get", lambda: ours_get(url, names)),
+        ("nats-py kv.get", lambda: theirs_get(url, names)),
+    ]
+    results: dict[str, list[float]] = {name: [] for name, _ in runs}
+    for _ in range(rounds):
+        for name, fn in runs:
+            results[name].append(await fn())
+    print(f"{'client':<26} {'best':>9} {'us/get':>7}   rounds")
+    for name, rates in results.items():
+        best = max(rates)
+        every = " ".join(f"{r:.0f}" for r in rates)
+        print(f"{name:<26} {best:>7.0f}/s {1e6 / best:>7.1f}   {every}")
+    ours, theirs = max(results["aioclients kv.get"]), max(results["nats-py kv.get"])
+    print(f"kv.get ratio aioclients/nats-py: {ours / theirs:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="an existing nats-server with JetStream")
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--gets", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if args.url:
+        asyncio.run(run(args.url, args.keys, args.gets, args.rounds))
+        return
+    with NatsServer() as server:
+        asyncio.run(run(server.url, args.keys, args.gets, args.rounds))
+
+
+if __name__ == "__main__":
+    main()

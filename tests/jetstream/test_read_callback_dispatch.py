@@ -1,0 +1,216 @@
+"""Raw replies dispatched from the socket's read callback (``FastParser.attach``).
+
+A chunk holding exactly one whole message for a raw handler (a reply, as a
+rule) is handed to it as it arrives, while nats-py's read loop waits for data;
+anything else (several messages, a PING, a message for a nats-py subscription,
+a frame cut short, a busy read loop) goes to the read loop, and every message
+is still seen once, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from aioclients.jetstream._transport import FastParser
+
+pytestmark = pytest.mark.timeout(10)
+
+RAW_SID = 1  # a reply inbox
+OTHER_SID = 2  # a nats-py subscription
+PULL_SID = 3  # a raw inbox that is not for replies (pull deliveries)
+
+
+def hmsg(sid: int, n: int) -> bytes:
+    header = b"NATS/1.0\r\nNats-Sequence: %d\r\n\r\n" % n
+    payload = b"v%d" % n
+    return b"HMSG _R.%d %d %d %d\r\n%s%s\r\n" % (
+        n,
+        sid,
+        len(header),
+        len(header) + len(payload),
+        header,
+        payload,
+    )
+
+
+class FakeClient:
+    """What FastParser uses of NatsClient, recording what reaches it and how."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Any]] = []
+        self.in_read_loop = False
+        self._raw_handlers = {RAW_SID: self.raw, PULL_SID: self.raw}
+        self._reply_handlers = {RAW_SID: self.raw}
+        self.stats = {"in_msgs": 0, "in_bytes": 0}
+        self.is_connected = True
+
+    def raw(self, subject: str, reply: str, payload: bytes, header: bytes | None) -> None:
+        self.seen.append(("raw" if not self.in_read_loop else "raw/loop", payload))
+
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+    ) -> None:
+        self.seen.append(("msg", data))
+
+    async def _process_ping(self) -> None:
+        self.seen.append(("ping", None))
+
+
+class ReadLoop:
+    """nats-py's read loop: read from the StreamReader, hand the bytes to the parser."""
+
+    def __init__(self, reader: asyncio.StreamReader, parser: FastParser, nc: FakeClient) -> None:
+        self.reader = reader
+        self.parser = parser
+        self.nc = nc
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            data = await self.reader.read(65536)
+            if not data:
+                return
+            self.nc.in_read_loop = True
+            try:
+                await self.parser.parse(data)
+            finally:
+                self.nc.in_read_loop = False
+
+    async def idle(self) -> None:
+        """Wait (bounded) until the loop waits for data with nothing buffered."""
+        for _ in range(1000):
+            waiter = self.reader._waiter  # type: ignore[attr-defined]
+            if waiter is not None and not waiter.done() and not self.reader._buffer:  # type: ignore[attr-defined]
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("the read loop never became idle")
+
+    async def stop(self) -> None:
+        self.reader.feed_eof()
+        await asyncio.wait_for(self.task, 5)
+
+
+@pytest.fixture
+async def wired() -> Any:
+    nc = FakeClient()
+    parser = FastParser(nc)  # type: ignore[arg-type]
+    reader = asyncio.StreamReader()
+    parser.attach(reader)
+    loop = ReadLoop(reader, parser, nc)
+    await loop.idle()
+    yield nc, reader, loop
+    await loop.stop()
+
+
+async def test_a_raw_message_arriving_alone_is_dispatched_as_it_arrives(wired: Any) -> None:
+    nc, reader, loop = wired
+    reader.feed_data(hmsg(RAW_SID, 0))
+    reader.feed_data(hmsg(RAW_SID, 1))
+    # no await in between: dispatched from the feed itself, not by the read loop
+    assert nc.seen == [("raw", b"v0"), ("raw", b"v1")]
+    assert nc.stats["in_msgs"] == 2
+    assert not reader._buffer
+    await loop.idle()
+
+
+async def test_a_pull_delivery_arriving_alone_goes_to_the_read_loop(wired: Any) -> None:
+    nc, reader, loop = wired
+    reader.feed_data(hmsg(PULL_SID, 1))
+    assert nc.seen == []
+    await loop.idle()
+    assert nc.seen == [("raw/loop", b"v1")]
+
+
+async def test_several_messages_in_one_chunk_go_to_the_read_loop(wired: Any) -> None:
+    nc, reader, loop = wired
+    reader.feed_data(hmsg(RAW_SID, 1) + hmsg(RAW_SID, 2))  # a burst of deliveries
+    assert nc.seen == []
+    await loop.idle()
+    assert nc.seen == [("raw/loop", b"v1"), ("raw/loop", b"v2")]
+
+
+async def test_a_chunk_with_anything_else_goes_to_the_read_loop_in_order(wired: Any) -> None:
+    nc, reader, loop = wired
+    reader.feed_data(hmsg(RAW_SID, 1) + b"PING\r\n" + hmsg(OTHER_SID, 2) + hmsg(RAW_SID, 3))
+    assert nc.seen == []  # nothing taken out of order
+    await loop.idle()
+    assert nc.seen == [("raw/loop", b"v1"), ("ping", None), ("msg", b"v2"), ("raw/loop", b"v3")]
+
+
+async def test_a_chunk_starting_with_another_subscription_s_message_goes_to_the_read_loop(
+    wired: Any,
+) -> None:
+    nc, reader, loop = wired
+    reader.feed_data(hmsg(OTHER_SID, 1) + hmsg(RAW_SID, 2))
+    assert nc.seen == []
+    await loop.idle()
+    reader.feed_data(hmsg(OTHER_SID, 3))  # alone, too
+    assert nc.seen == [("msg", b"v1"), ("raw/loop", b"v2")]
+    await loop.idle()
+    assert nc.seen == [("msg", b"v1"), ("raw/loop", b"v2"), ("msg", b"v3")]
+
+
+async def test_messages_cut_across_chunks_are_each_seen_once_in_order(wired: Any) -> None:
+    nc, reader, loop = wired
+    second = hmsg(RAW_SID, 2)
+    reader.feed_data(second[:10])  # a frame cut short: the read loop's, which keeps it
+    await loop.idle()
+    reader.feed_data(second[10:])  # completes the held frame: the read loop's too
+    await loop.idle()
+    reader.feed_data(hmsg(RAW_SID, 3))  # with nothing held, straight again
+    assert nc.seen == [("raw/loop", b"v2"), ("raw", b"v3")]
+    await loop.idle()
+
+
+async def test_nothing_is_taken_while_the_read_loop_has_bytes_to_parse(wired: Any) -> None:
+    nc, reader, loop = wired
+    reader.feed_data(b"PING\r\n")  # wakes the read loop, which has not run yet
+    reader.feed_data(hmsg(RAW_SID, 1))
+    assert nc.seen == []
+    await loop.idle()
+    assert nc.seen == [("ping", None), ("raw/loop", b"v1")]
+
+
+async def test_a_disconnected_client_leaves_everything_to_the_read_loop(wired: Any) -> None:
+    nc, reader, loop = wired
+    nc.is_connected = False
+    reader.feed_data(hmsg(RAW_SID, 1))
+    assert nc.seen == []
+    await loop.idle()
+    assert nc.seen == [("raw/loop", b"v1")]
+
+
+async def test_a_handler_that_raises_does_not_stop_the_others(
+    wired: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    nc, reader, loop = wired
+    calls: list[bytes] = []
+
+    def flaky(subject: str, reply: str, payload: bytes, header: bytes | None) -> None:
+        calls.append(payload)
+        if payload == b"v1":
+            raise RuntimeError("handler bug")
+
+    nc._raw_handlers[RAW_SID] = nc._reply_handlers[RAW_SID] = flaky
+    reader.feed_data(hmsg(RAW_SID, 1))
+    reader.feed_data(hmsg(RAW_SID, 2))
+    assert calls == [b"v1", b"v2"]
+    assert "handler bug" in caplog.text
+    await loop.idle()
+
+
+async def test_a_reader_without_the_expected_internals_is_left_alone() -> None:
+    nc = FakeClient()
+    parser = FastParser(nc)  # type: ignore[arg-type]
+
+    class OtherReader:
+        def feed_data(self, data: bytes) -> None:
+            raise AssertionError("not ours to wrap")
+
+    other = OtherReader()
+    parser.attach(other)
+    assert "feed_data" not in vars(other)
+    assert parser._reader is None
