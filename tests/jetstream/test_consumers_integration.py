@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -285,7 +286,13 @@ async def test_consumer_info_refreshes(js: JetStream, stream: Stream) -> None:
     assert consumer.cached_info.num_pending == 5
 
     await js.publish(f"{stream.name}.a", b"more")
+    # The server counts a consumer's pending messages a moment after the
+    # publish ack (it was seen at 5 once): ask again until it is there.
+    deadline = asyncio.get_running_loop().time() + 5
     info = await consumer.info()
+    while info.num_pending != 6 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+        info = await consumer.info()
 
     assert info.num_pending == 6
     assert consumer.cached_info is info
