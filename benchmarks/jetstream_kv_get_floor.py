@@ -20,32 +20,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import time
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlparse
 
 import nats
 
-from aioclients import jetstream
+# The bucket, its filling and the two kv.get loops are jetstream_kv.py's, so both
+# scripts measure the same gets.
+from jetstream_kv import BUCKET, fill, ours_get, sample, theirs_get
+
 from aioclients.testing import NatsServer
 
-VALUE = b"v" * 100
-BUCKET = "BENCH"
 SUBJECT = f"$JS.API.DIRECT.GET.KV_{BUCKET}.$KV.{BUCKET}."
-
-
-async def fill(url: str, n: int) -> None:
-    async with await jetstream.connect(url, timeout=30) as js:
-        await js.create_key_value(BUCKET)
-        for i in range(n):
-            await js.publish_async(f"$KV.{BUCKET}.key.{i}", VALUE)
-        await js.publish_async_complete(timeout=120)
-
-
-def sample(keys: int, gets: int) -> list[str]:
-    rng = random.Random(7)
-    return [f"key.{rng.randrange(keys)}" for _ in range(gets)]
 
 
 class _FloorProtocol(asyncio.Protocol):
@@ -115,26 +102,6 @@ async def nats_py_request(url: str, names: list[str]) -> float:
     start = time.perf_counter()
     for subject in subjects:
         await nc.request(subject, b"", timeout=5)
-    elapsed = time.perf_counter() - start
-    await nc.close()
-    return len(names) / elapsed
-
-
-async def ours_get(url: str, names: list[str]) -> float:
-    async with await jetstream.connect(url) as js:
-        kv = await js.key_value(BUCKET)
-        start = time.perf_counter()
-        for key in names:
-            await kv.get(key)
-        return len(names) / (time.perf_counter() - start)
-
-
-async def theirs_get(url: str, names: list[str]) -> float:
-    nc = await nats.connect(url)
-    kv = await nc.jetstream().key_value(BUCKET)
-    start = time.perf_counter()
-    for key in names:
-        await kv.get(key)
     elapsed = time.perf_counter() - start
     await nc.close()
     return len(names) / elapsed
