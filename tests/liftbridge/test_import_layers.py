@@ -11,9 +11,9 @@ private name (a name with a leading underscore that is not a module).
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
+import import_rules
 import pytest
 
 import aioclients
@@ -52,88 +52,26 @@ LAYERS: dict[str, int] = {
 PURE_LAYERS = {20, 30}
 
 
-def _module_name(path: Path, root: Path = ROOT) -> str:
-    parts = list(path.relative_to(root.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
 def _modules(root: Path) -> dict[str, Path]:
-    return {
-        _module_name(p, root): p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))
-    }
-
-
-def _is_module(name: str, known: dict[str, Path]) -> bool:
-    return name in known
+    return import_rules.modules(root, PACKAGES)
 
 
 def _imports(path: Path, known: dict[str, Path], root: Path = ROOT) -> list[tuple[str, str]]:
     """``(imported module, private name or "")`` for every import in the file."""
-    out: list[tuple[str, str]] = []
-    this = _module_name(path, root)
-    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            out.extend((alias.name, "") for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join([*up, base] if base else up)
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                if _is_module(sub, known):
-                    out.append((sub, ""))
-                else:
-                    private = alias.name if alias.name.startswith("_") else ""
-                    out.append((base, private))
-    return out
+    return [(i.module, i.private) for i in import_rules.imports(path, known, root)]
 
 
 def _graph(root: Path) -> dict[str, set[str]]:
-    known = _modules(root)
-    return {
-        name: {m for m, _ in _imports(path, known, root) if m in known and m != name}
-        for name, path in known.items()
-    }
+    return import_rules.graph(root, PACKAGES)
 
 
 def _layer(name: str) -> int | None:
-    if name in LAYERS:
-        return LAYERS[name]
-    for prefix, layer in LAYERS.items():
-        if prefix.endswith(".") and name.startswith(prefix):
-            return layer
-    return None
+    return import_rules.layer(name, LAYERS)
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import cycle, or None."""
-    state: dict[str, int] = {}  # 1: on the path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return [*path[path.index(nxt) :], nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found:
-                    return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
+    return import_rules.cycle(graph)
 
 
 GRAPH = _graph(ROOT)
