@@ -22,7 +22,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from aioclients._core._backoff import Backoff
 from aioclients._errors import AioClientsError, InvalidArgumentError
@@ -36,6 +36,7 @@ from aioclients.jetstream._errors import (
     StreamNotFoundError,
 )
 from aioclients.jetstream._message import Msg
+from aioclients.jetstream._models import ConsumerInfo
 from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._pull import (
     Disconnected,
@@ -54,7 +55,7 @@ from aioclients.jetstream._protocol._pull import (
 )
 
 if TYPE_CHECKING:
-    from aioclients.jetstream._consumer import Consumer
+    from aioclients.jetstream._api import JetStreamApi
     from aioclients.jetstream._transport import RawSubscription
 
 __all__ = (
@@ -63,11 +64,42 @@ __all__ = (
     "ConsumeStatistics",
     "FetchResult",
     "MessageStream",
+    "PullTarget",
+    "RawSink",
+    "check_on_event",
 )
 
 log = logging.getLogger("aioclients.jetstream.consume")
 
 ConsumeEvent = HeartbeatMissed | Pinned | Unpinned | StatusWarning | Disconnected | Reconnected
+
+
+class PullTarget(Protocol):
+    """The consumer a pull reads (a ``Consumer`` is one): its names, its cached
+    config (for the ADR-42 checks) and a fresh look at it (after a reconnect)."""
+
+    @property
+    def stream_name(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def cached_info(self) -> ConsumerInfo: ...
+    async def info(self) -> ConsumerInfo: ...
+
+
+def check_on_event(on_event: object) -> None:
+    """An ``on_event`` callback must be a plain callable (or ``None``).
+
+    Raises:
+        InvalidArgumentError: not callable, or a coroutine function.
+    """
+    if on_event is not None and not callable(on_event):
+        raise InvalidArgumentError("on_event must be a callable taking one event")
+    if on_event is not None and inspect.iscoroutinefunction(on_event):
+        raise InvalidArgumentError(
+            "on_event must be a plain function (it runs in the connection's read loop); "
+            "to do async work, hand the event to a queue or task from it"
+        )
 
 
 class ConsumeStatistics(NamedTuple):
@@ -94,28 +126,22 @@ class _Puller:
 
     def __init__(
         self,
-        consumer: Consumer,
+        api: JetStreamApi,
+        consumer: PullTarget,
         options: PullOptions,
         mode: Mode,
         on_event: Callable[[ConsumeEvent], object] | None = None,
     ) -> None:
-        if on_event is not None and not callable(on_event):
-            raise InvalidArgumentError("on_event must be a callable taking one event")
-        if on_event is not None and inspect.iscoroutinefunction(on_event):
-            raise InvalidArgumentError(
-                "on_event must be a plain function (it runs in the connection's read loop); "
-                "to do async work, hand the event to a queue or task from it"
-            )
+        check_on_event(on_event)
         _check_priority_options(consumer, options, mode)
-        js = consumer._js
         self._consumer = consumer
-        self._js = js
-        self._transport = js._transport
+        self._api = api
+        self._transport = api.transport
         self._core = PullBuffer(options, mode)
         self._on_event = on_event
         self._buffer: collections.deque[Msg] = collections.deque()
         self._sizes: collections.deque[int] = collections.deque()
-        self._subject = f"{js.api_prefix}.CONSUMER.MSG.NEXT.{consumer.stream_name}.{consumer.name}"
+        self._subject = api.subject(f"CONSUMER.MSG.NEXT.{consumer.stream_name}.{consumer.name}")
         self._sub: RawSubscription | None = None
         self._inbox = ""
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
@@ -138,12 +164,12 @@ class _Puller:
         if self._started:
             return
         self._started = True
-        js = self._js
-        js._check_open()
+        api = self._api
+        api.check_open()
         loop = self._loop = asyncio.get_running_loop()
         self._inbox = self._transport.new_inbox()
         self._sub = await self._transport.subscribe_raw(self._inbox, self._on_raw)
-        js._add_listener(self)
+        api.add_listener(self)
         self._core.start(loop.time())
         self._process_events()
 
@@ -153,7 +179,7 @@ class _Puller:
             return
         self._finished = True
         self._cancel_timer()
-        self._js._listeners.discard(self)
+        self._api.remove_listener(self)
         if self._sub is not None:
             try:
                 self._sub.unsubscribe_nowait()
@@ -178,7 +204,7 @@ class _Puller:
         if header is None:
             size = len(subject) + len(reply) + len(data)
             core.receive_message(size, loop.time())
-            self._buffer.append(Msg(self._js, subject, reply, data, None))
+            self._buffer.append(Msg(self._api, subject, reply, data, None))
             self._sizes.append(size)
         elif header[8:9] == b" ":
             self._on_status(header, loop.time())
@@ -190,7 +216,7 @@ class _Puller:
                 value = decode_headers(header).get("Nats-Pin-Id")
                 pin = value[0] if isinstance(value, list) else value
             core.receive_message(size, loop.time(), pin)
-            self._buffer.append(Msg(self._js, subject, reply, data, header))
+            self._buffer.append(Msg(self._api, subject, reply, data, header))
             self._sizes.append(size)
         if core._events:
             self._process_events()
@@ -304,10 +330,10 @@ class _Puller:
         self._core.handle_timer(self._loop.time())
         self._process_events()
 
-    # -- connection notifications (JetStream calls these) --
+    # -- connection notifications (the request layer calls these) --
 
     def connection_lost(self) -> None:
-        if self._js.closed:
+        if self._api.closed:
             self.context_closed()
             return
         self._core.disconnected()
@@ -462,11 +488,12 @@ class MessageStream(_Puller):
 
     def __init__(
         self,
-        consumer: Consumer,
+        api: JetStreamApi,
+        consumer: PullTarget,
         options: PullOptions,
         on_event: Callable[[ConsumeEvent], object] | None = None,
     ) -> None:
-        super().__init__(consumer, options, Mode.CONSUME, on_event)
+        super().__init__(api, consumer, options, Mode.CONSUME, on_event)
 
     def __repr__(self) -> str:
         return f"<MessageStream {self._consumer.stream_name}/{self._consumer.name}>"
@@ -499,7 +526,7 @@ class MessageStream(_Puller):
         self._draining = True
         try:
             if self._sub is not None:
-                await self._sub.drain(self._js.timeout)
+                await self._sub.drain(self._api.timeout)
         finally:
             self._draining = False
             self._wake()
@@ -557,12 +584,13 @@ class BatchStream(MessageStream):
 
     def __init__(
         self,
-        consumer: Consumer,
+        api: JetStreamApi,
+        consumer: PullTarget,
         options: PullOptions,
         sink: RawSink,
         on_event: Callable[[ConsumeEvent], object] | None = None,
     ) -> None:
-        super().__init__(consumer, options, on_event)
+        super().__init__(api, consumer, options, on_event)
         if options.group is not None:
             raise InvalidArgumentError("a batch stream does not take a priority group")
         self._sink = sink
@@ -657,8 +685,8 @@ class FetchResult(_Puller):
     context manager. Iteration ends when the batch (or the bytes) are delivered
     or the pull expires; terminal statuses raise."""
 
-    def __init__(self, consumer: Consumer, options: PullOptions) -> None:
-        super().__init__(consumer, options, Mode.FETCH)
+    def __init__(self, api: JetStreamApi, consumer: PullTarget, options: PullOptions) -> None:
+        super().__init__(api, consumer, options, Mode.FETCH)
 
     def __repr__(self) -> str:
         return f"<FetchResult {self._consumer.stream_name}/{self._consumer.name}>"
@@ -716,7 +744,9 @@ def _int_header(value: object) -> int | None:
     return None
 
 
-def _terminal_error(consumer: Consumer, event: Terminated, max_bytes: int | None) -> JetStreamError:
+def _terminal_error(
+    consumer: PullTarget, event: Terminated, max_bytes: int | None
+) -> JetStreamError:
     where = f"{consumer.stream_name}/{consumer.name}"
     if event.code == 409 and event.description.lower().startswith("consumer deleted"):
         return ConsumerDeletedError(f"consumer {where} was deleted", code=409)
@@ -750,7 +780,7 @@ def _terminal_error(consumer: Consumer, event: Terminated, max_bytes: int | None
     )
 
 
-def _check_priority_options(consumer: Consumer, options: PullOptions, mode: Mode) -> None:
+def _check_priority_options(consumer: PullTarget, options: PullOptions, mode: Mode) -> None:
     """ADR-42 checks against the consumer's (cached) configuration."""
     config = consumer.cached_info.config
     groups = config.get("priority_groups") or []

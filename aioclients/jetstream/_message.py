@@ -17,7 +17,7 @@ from aioclients.jetstream._protocol._headers import Headers, decode_headers
 from aioclients.jetstream._protocol._metadata import MsgMetadata, parse_ack_subject
 
 if TYPE_CHECKING:
-    from aioclients.jetstream._context import JetStream
+    from aioclients.jetstream._api import JetStreamApi
 
 __all__ = ("Msg",)
 
@@ -38,9 +38,9 @@ class Msg:
 
     __slots__ = (
         "_acked",
+        "_api",
         "_header_block",
         "_headers",
-        "_js",
         "_metadata",
         "data",
         "reply",
@@ -48,9 +48,9 @@ class Msg:
     )
 
     def __init__(
-        self, js: JetStream, subject: str, reply: str, data: bytes, header_block: bytes | None
+        self, api: JetStreamApi, subject: str, reply: str, data: bytes, header_block: bytes | None
     ) -> None:
-        self._js = js
+        self._api = api
         self.subject = subject
         self.reply = reply
         self.data = data
@@ -98,7 +98,7 @@ class Msg:
 
     def _send(self, body: bytes) -> None:
         reply = self.reply
-        self._js._transport.send_nowait(b"PUB %s %d\r\n%s\r\n" % (reply.encode(), len(body), body))
+        self._api.transport.send_nowait(b"PUB %s %d\r\n%s\r\n" % (reply.encode(), len(body), body))
 
     async def ack(self) -> None:
         """Acknowledge the message (fire and forget).
@@ -118,9 +118,9 @@ class Msg:
                 message can be retried with ``ack_sync`` again).
         """
         self._claim("ack")
-        js = self._js
+        api = self._api
         try:
-            await js._requests.request(self.reply, _ACK, timeout or js.timeout, "ack")
+            await api.requests.request(self.reply, _ACK, timeout or api.timeout, "ack")
         except BaseException:
             self._acked = False  # unconfirmed: let the caller try again
             raise

@@ -19,21 +19,24 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import inspect
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aioclients._core import redact_text
 from aioclients._errors import AioClientsError, InvalidArgumentError, RemoteProtocolError
+from aioclients.jetstream._api import JetStreamApi
 from aioclients.jetstream._consume import (
     BatchStream,
     ConsumeEvent,
     ConsumeStatistics,
     FetchResult,
     RawSink,
+    check_on_event,
 )
+from aioclients.jetstream._consumer import Consumer, upsert_consumer
 from aioclients.jetstream._errors import (
     ConsumerDeletedError,
     JetStreamClosedError,
@@ -43,12 +46,14 @@ from aioclients.jetstream._errors import (
     StreamNotFoundError,
 )
 from aioclients.jetstream._message import Msg
+from aioclients.jetstream._protocol._names import validate_filter_subject, validate_stream_name
 from aioclients.jetstream._protocol._ordered import (
     ConsumerReset,
     CursorState,
     Delivery,
     OrderedCursor,
     ack_sequences,
+    ordered_consumer_config,
 )
 from aioclients.jetstream._protocol._pull import (
     Disconnected,
@@ -59,11 +64,16 @@ from aioclients.jetstream._protocol._pull import (
     fetch_options,
 )
 
-if TYPE_CHECKING:
-    from aioclients.jetstream._consumer import Consumer
-    from aioclients.jetstream._context import JetStream
-
-__all__ = ("OrderedConsumeEvent", "OrderedConsumer", "OrderedFetch", "OrderedMessageStream")
+__all__ = (
+    "ORDERED_HEARTBEAT",
+    "ItemMaker",
+    "OrderedConsumeEvent",
+    "OrderedConsumer",
+    "OrderedFetch",
+    "OrderedMessageStream",
+    "initial_pending",
+    "open_ordered_consumer",
+)
 
 log = logging.getLogger("aioclients.jetstream.ordered")
 
@@ -72,16 +82,6 @@ OrderedConsumeEvent = ConsumeEvent | ConsumerReset
 ORDERED_HEARTBEAT = 5.0
 #: A stream that is not found during a reset may be a cluster electing a leader.
 _STREAM_NOT_FOUND_RETRIES = 10
-
-
-def _check_on_event(on_event: object) -> None:
-    if on_event is not None and not callable(on_event):
-        raise InvalidArgumentError("on_event must be a callable taking one event")
-    if on_event is not None and inspect.iscoroutinefunction(on_event):
-        raise InvalidArgumentError(
-            "on_event must be a plain function (it runs in the connection's read loop); "
-            "to do async work, hand the event to a queue or task from it"
-        )
 
 
 class OrderedConsumer:
@@ -98,14 +98,14 @@ class OrderedConsumer:
 
     def __init__(
         self,
-        js: JetStream,
+        api: JetStreamApi,
         stream_name: str,
         config: dict[str, Any],
         *,
         on_event: Callable[[OrderedConsumeEvent], object] | None = None,
     ) -> None:
-        _check_on_event(on_event)
-        self._js = js
+        check_on_event(on_event)
+        self._api = api
         self.stream_name = stream_name
         self._cursor = OrderedCursor(config)
         self._consumer: Consumer | None = None
@@ -146,10 +146,10 @@ class OrderedConsumer:
         loop = asyncio.get_running_loop()
         not_found = 0
         while True:
-            self._js._check_open()
+            self._api.check_open()
             try:
-                consumer = await self._js.create_consumer(
-                    self.stream_name, **cursor.consumer_config()
+                consumer = await upsert_consumer(
+                    self._api, self.stream_name, cursor.consumer_config(), "create"
                 )
             except (InvalidArgumentError, JetStreamClosedError):
                 raise
@@ -191,7 +191,7 @@ class OrderedConsumer:
 
     def _drop_consumer(self) -> None:
         old, self._consumer = self._consumer, None
-        if old is None or self._js.closed:
+        if old is None or self._api.closed:
             return
         try:
             loop = asyncio.get_running_loop()
@@ -203,9 +203,9 @@ class OrderedConsumer:
 
     async def _delete(self, consumer: Consumer) -> None:
         try:
-            await self._js._api(
+            await self._api.request(
                 f"CONSUMER.DELETE.{consumer.stream_name}.{consumer.name}",
-                timeout=min(2.0, self._js.timeout),
+                timeout=min(2.0, self._api.timeout),
             )
         except AioClientsError as exc:  # gone already, or the server is away: it expires
             log.debug("deleting replaced consumer %s: %s", consumer, redact_text(str(exc)))
@@ -313,7 +313,7 @@ class OrderedConsumer:
             threshold_messages=threshold_messages,
             threshold_bytes=threshold_bytes,
         )
-        _check_on_event(on_event)
+        check_on_event(on_event)
         return OrderedMessageStream(self, options, on_event or self._on_event)
 
 
@@ -360,7 +360,9 @@ class OrderedMessageStream:
     async def _open(self) -> None:
         consumer, generation = await self._oc._ensure()
         self._oc._active = self
-        inner = BatchStream(consumer, self._options, self._sink(generation), self._inner_event)
+        inner = BatchStream(
+            self._oc._api, consumer, self._options, self._sink(generation), self._inner_event
+        )
         await inner.__aenter__()
         if self._stopped:
             inner.stop()
@@ -371,7 +373,7 @@ class OrderedMessageStream:
     def _sink(self, generation: int) -> RawSink:
         """The read loop's per-message work for one generation of consumer."""
         cursor = self._oc._cursor
-        js = self._oc._js
+        api = self._oc._api
         make = self._make
         incoming = self._incoming
         seqs = self._incoming_seqs
@@ -395,7 +397,7 @@ class OrderedMessageStream:
                 return
             if verdict is yield_:
                 if make is None:
-                    incoming.append(Msg(js, subject, reply, data, header))
+                    incoming.append(Msg(api, subject, reply, data, header))
                     seqs.append(sseq)
                     return
                 if len(tokens) == 9:
@@ -601,7 +603,7 @@ class OrderedFetch:
 
     async def _open(self) -> None:
         consumer, generation = await self._oc._ensure()
-        inner = FetchResult(consumer, self._options)
+        inner = FetchResult(self._oc._api, consumer, self._options)
         await inner.__aenter__()
         self._inner = inner
         self._generation = generation
@@ -660,3 +662,43 @@ class OrderedFetch:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+async def open_ordered_consumer(
+    api: JetStreamApi,
+    stream: str,
+    *,
+    filter_subjects: list[str] | None = None,
+    deliver_policy: str = "all",
+    opt_start_seq: int | None = None,
+    opt_start_time: datetime | None = None,
+    headers_only: bool = False,
+    on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+) -> OrderedConsumer:
+    """An ordered consumer on ``stream`` with its first server-side consumer made
+    (see ``JetStream.ordered_consumer``).
+
+    Raises:
+        StreamNotFoundError: no such stream.
+        InvalidArgumentError: a bad start or filter.
+    """
+    validate_stream_name(stream)
+    config = ordered_consumer_config(
+        filter_subjects=filter_subjects,
+        deliver_policy=deliver_policy,
+        opt_start_seq=opt_start_seq,
+        opt_start_time=opt_start_time,
+        headers_only=headers_only,
+    )
+    for s in config.get("filter_subjects") or [config.get("filter_subject") or ">"]:
+        validate_filter_subject(s)
+    oc = OrderedConsumer(api, stream, config, on_event=on_event)
+    await oc._ensure()
+    return oc
+
+
+def initial_pending(oc: OrderedConsumer) -> int:
+    """How many messages the ordered consumer's current server-side consumer had
+    pending when it was created (0 without one)."""
+    consumer = oc._consumer
+    return consumer.cached_info.num_pending if consumer is not None else 0

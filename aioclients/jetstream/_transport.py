@@ -429,6 +429,14 @@ class NatsTransport:
         if self.nc.is_closed:
             raise JetStreamClosedError("the NATS connection is closed; open a new one")
 
+    def server_identity(self) -> tuple[str, str]:
+        """``(server_id, version)`` from the INFO of the server connected now
+        (empty strings where not known, e.g. before the first connect)."""
+        info = getattr(self.nc, "_server_info", None)
+        if not isinstance(info, dict):
+            return "", ""
+        return str(info.get("server_id") or ""), str(info.get("version") or "")
+
     def frame(
         self,
         subject: str,
