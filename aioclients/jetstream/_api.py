@@ -173,26 +173,18 @@ class JetStreamApi:
         self._listeners.discard(listener)
 
     def _install_hooks(self) -> None:
-        """Chain our handlers in front of the connection's disconnect/reconnect callbacks."""
-        nc = self.nc
+        """Hear of disconnects and reconnects first, before the connection's own callbacks."""
         listeners = self._listeners
-        previous_disconnected = nc._disconnected_cb
-        previous_reconnected = nc._reconnected_cb
 
-        async def disconnected() -> None:
+        def lost() -> None:
             for listener in list(listeners):
                 listener.connection_lost()
-            if previous_disconnected is not None:
-                await previous_disconnected()
 
-        async def reconnected() -> None:
+        def restored() -> None:
             for listener in list(listeners):
                 listener.connection_restored()
-            if previous_reconnected is not None:
-                await previous_reconnected()
 
-        nc._disconnected_cb = disconnected
-        nc._reconnected_cb = reconnected
+        self.transport.chain_connection_callbacks(lost, restored)
         self._hooks_installed = True
 
     async def open_inbox(self) -> ReplyInbox:

@@ -622,6 +622,11 @@ class BatchStream(MessageStream):
             if not waiter.done():
                 waiter.set_result(None)
 
+    def fail(self, error: BaseException) -> None:
+        """End the stream with ``error`` (raised by :meth:`next_batch`); for the sink,
+        which sees what the stream cannot (e.g. a delivery that is no JetStream one)."""
+        self._fail(error)
+
     def _flush_received(self) -> None:
         count = self._count
         if count:

@@ -39,15 +39,15 @@ from aioclients.jetstream._errors import (
     TooManySubjectsError,
     WrongLastSequenceError,
 )
-from aioclients.jetstream._message import Msg
+from aioclients.jetstream._message import Msg, header_block_of
 from aioclients.jetstream._models import StoredMessage, StreamInfo
 from aioclients.jetstream._ordered import (
-    ORDERED_HEARTBEAT,
     OrderedConsumeEvent,
     OrderedConsumer,
-    OrderedMessageStream,
+    OrderedItems,
     initial_pending,
     open_ordered_consumer,
+    ordered_consume_options,
 )
 from aioclients.jetstream._protocol._direct import ReplyKind, classify_reply
 from aioclients.jetstream._protocol._headers import decode_headers, publish_headers
@@ -68,7 +68,6 @@ from aioclients.jetstream._protocol._kv import (
     validate_key,
 )
 from aioclients.jetstream._protocol._ordered import ack_sequences
-from aioclients.jetstream._protocol._pull import consume_options
 from aioclients.jetstream._protocol._time import parse_server_time
 from aioclients.jetstream._stream import Stream
 
@@ -349,7 +348,7 @@ class KeyValue:
             sseq,
             _created(ts),
             pending,
-            operation_of_header_block(msg._header_block),
+            operation_of_header_block(header_block_of(msg)),
         )
 
     def keys(self, *filters: str) -> KeyLister:
@@ -609,23 +608,20 @@ class KeyLister:
                         return None
                 return subject[cut:]
 
-            messages = OrderedMessageStream(
+            messages = OrderedItems(
                 oc,
-                consume_options(
-                    max_messages=min(_KEYS_BUFFER, max(pending_at_start, 10)),
-                    expires=30.0,
-                    idle_heartbeat=ORDERED_HEARTBEAT,
+                ordered_consume_options(
+                    max_messages=min(_KEYS_BUFFER, max(pending_at_start, 10)), expires=30.0
                 ),
-                None,
                 key_of,
             )
             async with messages:
-                ready = messages._ready
+                ready = messages.ready
                 while True:
-                    await messages._fill(any_batch=True)
+                    await messages.fill(any_batch=True)
                     while ready:
                         yield ready.popleft()
-                    if done and not messages._incoming:
+                    if done and not messages.incoming:
                         return
         finally:
             await oc.close()
@@ -672,7 +668,7 @@ class KeyWatcher:
         self._updates_only = updates_only
         self.initial_done = asyncio.Event()
         self._oc: OrderedConsumer | None = None
-        self._messages: OrderedMessageStream | None = None
+        self._messages: OrderedItems | None = None
         self._stopped = False
         self._entered = False
 
@@ -721,8 +717,8 @@ class KeyWatcher:
                 PUT if header is None else operation_of_header_block(header),
             )
 
-        options = oc.consume(max_messages=_SCAN_BUFFER)._options
-        messages = OrderedMessageStream(oc, options, self._on_event or oc._on_event, entry_of)
+        options = ordered_consume_options(max_messages=_SCAN_BUFFER)
+        messages = OrderedItems(oc, options, entry_of, self._on_event)
         await messages.__aenter__()
         self._messages = messages
 
@@ -737,11 +733,11 @@ class KeyWatcher:
             await self._start()
         messages = self._messages
         assert messages is not None
-        ready = messages._ready
+        ready = messages.ready
         done = self.initial_done
         while True:
             if not ready:
-                await messages._fill()
+                await messages.fill()
             entry: KeyValueEntry = ready.popleft()
             if entry.delta == 0 and not done.is_set():
                 done.set()

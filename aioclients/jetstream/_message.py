@@ -19,7 +19,7 @@ from aioclients.jetstream._protocol._metadata import MsgMetadata, parse_ack_subj
 if TYPE_CHECKING:
     from aioclients.jetstream._api import JetStreamApi
 
-__all__ = ("Msg",)
+__all__ = ("Msg", "header_block_of")
 
 _ACK = b"+ACK"
 _NAK = b"-NAK"
@@ -164,3 +164,8 @@ class Msg:
             raise InvalidArgumentError("reason must be a str without CR or LF")
         self._claim("term")
         self._send(_TERM + (b" " + reason.encode() if reason else b""))
+
+
+def header_block_of(msg: Msg) -> bytes | None:
+    """The message's raw ``NATS/1.0`` header block, undecoded (``None``: no headers)."""
+    return msg._header_block

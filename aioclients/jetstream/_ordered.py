@@ -70,9 +70,11 @@ __all__ = (
     "OrderedConsumeEvent",
     "OrderedConsumer",
     "OrderedFetch",
+    "OrderedItems",
     "OrderedMessageStream",
     "initial_pending",
     "open_ordered_consumer",
+    "ordered_consume_options",
 )
 
 log = logging.getLogger("aioclients.jetstream.ordered")
@@ -301,11 +303,7 @@ class OrderedConsumer:
         ``idle_heartbeat`` defaults to 5 s (at most half of ``expires``): a
         consumer deleted under a waiting pull is noticed after two missed beats.
         """
-        if idle_heartbeat is None and isinstance(expires, (int, float)):
-            # A deleted consumer (or a lost message at the tail) shows only as
-            # silence: listen for it sooner than a plain consume does.
-            idle_heartbeat = min(ORDERED_HEARTBEAT, max(0.5, expires / 2))
-        options = consume_options(
+        options = ordered_consume_options(
             max_messages=max_messages,
             max_bytes=max_bytes,
             expires=expires,
@@ -315,6 +313,34 @@ class OrderedConsumer:
         )
         check_on_event(on_event)
         return OrderedMessageStream(self, options, on_event or self._on_event)
+
+
+def ordered_consume_options(
+    *,
+    max_messages: int | None = None,
+    max_bytes: int | None = None,
+    expires: float = 30.0,
+    idle_heartbeat: float | None = None,
+    threshold_messages: int | None = None,
+    threshold_bytes: int | None = None,
+) -> PullOptions:
+    """The pull options of an ordered consume (see ``OrderedConsumer.consume``).
+
+    Raises:
+        InvalidArgumentError: conflicting or out-of-range options.
+    """
+    if idle_heartbeat is None and isinstance(expires, (int, float)):
+        # A deleted consumer (or a lost message at the tail) shows only as
+        # silence: listen for it sooner than a plain consume does.
+        idle_heartbeat = min(ORDERED_HEARTBEAT, max(0.5, expires / 2))
+    return consume_options(
+        max_messages=max_messages,
+        max_bytes=max_bytes,
+        expires=expires,
+        idle_heartbeat=idle_heartbeat,
+        threshold_messages=threshold_messages,
+        threshold_bytes=threshold_bytes,
+    )
 
 
 #: ``make(subject, reply, data, header, stream_seq, pending, timestamp_ns)``: the
@@ -418,7 +444,7 @@ class OrderedMessageStream:
     def _fail(self, reply: str) -> None:
         inner = self._inner
         if inner is not None:
-            inner._fail(RemoteProtocolError(f"not a JetStream ack subject: {reply!r}"))
+            inner.fail(RemoteProtocolError(f"not a JetStream ack subject: {reply!r}"))
 
     def _inner_event(self, event: ConsumeEvent) -> None:
         """Events of the current pull stream (in the connection's read loop)."""
@@ -575,6 +601,35 @@ class OrderedMessageStream:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class OrderedItems(OrderedMessageStream):
+    """An ordered consume whose deliveries become items in the read loop (what
+    ``make`` returns), read a batch at a time: the base of KV's ``keys`` and
+    ``watch``.
+
+    Read it with ``await items.fill()`` (wait until ``ready`` holds something)
+    and ``ready.popleft()``; ``incoming`` holds what the read loop kept and
+    ``fill`` has not moved to ``ready`` yet. ``on_event`` defaults to the
+    ordered consumer's own.
+    """
+
+    def __init__(
+        self,
+        oc: OrderedConsumer,
+        options: PullOptions,
+        make: ItemMaker,
+        on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+    ) -> None:
+        super().__init__(oc, options, on_event or oc._on_event, make)
+        #: handed out next, in order (the same deque as the base class's)
+        self.ready = self._ready
+        #: kept by the read loop, not yet moved to ``ready``
+        self.incoming = self._incoming
+
+    #: wait until ``ready`` holds something (``any_batch=True``: or until messages
+    #: came that ``make`` all left out). Raises ``StopAsyncIteration`` at the end.
+    fill = OrderedMessageStream._fill
 
 
 async def _owned(stream: OrderedMessageStream) -> AsyncGenerator[Msg, None]:
