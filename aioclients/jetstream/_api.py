@@ -446,12 +446,10 @@ class JetStreamApi:
         validate_consumer_name(name)
         return ConsumerInfo.from_json(await self.request(f"CONSUMER.INFO.{stream}.{name}"))
 
-    async def delete_consumer(
-        self, stream: str, name: str, *, timeout: float | None = None
-    ) -> None:
+    async def delete_consumer(self, stream: str, name: str) -> None:
         validate_stream_name(stream)
         validate_consumer_name(name)
-        await self.request(f"CONSUMER.DELETE.{stream}.{name}", timeout=timeout)
+        await self.request(f"CONSUMER.DELETE.{stream}.{name}")
 
     async def list_consumers(self, stream: str) -> AsyncIterator[ConsumerInfo]:
         validate_stream_name(stream)

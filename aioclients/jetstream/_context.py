@@ -133,7 +133,7 @@ class JetStream:
     ) -> None:
         try:
             if exc_type is None and not self.closed:
-                await self._acks.wait_idle(self._jsapi.timeout)
+                await self._acks.wait_idle(self.timeout)
         finally:
             await self.close()
 
@@ -404,7 +404,7 @@ class JetStream:
             )
         if timeout is not None:
             check_timeout(timeout)
-        return await self._acks.publish(subject, payload, hdrs, timeout or self._jsapi.timeout)
+        return await self._acks.publish(subject, payload, hdrs, timeout or self.timeout)
 
     async def publish_async_complete(self, timeout: float | None = None) -> None:
         """Wait until every ``publish_async`` ack has arrived (or failed).

@@ -94,16 +94,25 @@ def test_only_the_package_imports_the_facade() -> None:
     assert importers == [JS]
 
 
-def test_handles_reach_the_connection_through_the_request_layer() -> None:
-    # Streams, consumers, KV and ordered consumers talk through _api: none of
-    # them imports the transport's module, or the facade, on its own.
-    handles = [
-        n for n in GRAPH if (layer := import_rules.layer(n, LAYERS)) is not None and layer in HANDLES
+def test_every_handle_talks_through_the_request_layer_not_the_facade() -> None:
+    # Streams, consumers, KV, ordered consumers, the pull driver and messages
+    # hold the JetStreamApi of _api; none of them imports the facade.
+    handles = sorted(
+        n
+        for n in GRAPH
+        if (layer := import_rules.layer(n, LAYERS)) is not None and layer in HANDLES
+    )
+    assert handles == [
+        f"{JS}._consume",
+        f"{JS}._consumer",
+        f"{JS}._kv",
+        f"{JS}._message",
+        f"{JS}._ordered",
+        f"{JS}._stream",
     ]
-    assert len(handles) == 6
-    assert f"{JS}._api" in GRAPH[f"{JS}._stream"]
-    direct = sorted(f"{n} -> {t}" for n in handles for t in GRAPH[n] if t == FACADE)
-    assert direct == []
+    for name in (f"{JS}._stream", f"{JS}._consumer", f"{JS}._kv", f"{JS}._ordered"):
+        assert f"{JS}._api" in GRAPH[name], name
+    assert [f"{n} -> {t}" for n in handles for t in GRAPH[n] if t == FACADE] == []
 
 
 def test_the_checks_catch_each_kind_of_fault(tmp_path: Path) -> None:
