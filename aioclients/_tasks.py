@@ -102,9 +102,7 @@ class TaskOwner:
         if exc is None:
             return
         if self._failure is not None or self._on_failure is None:
-            log.error(
-                "%s failed: %s: %s", task.get_name(), type(exc).__name__, exc, exc_info=exc
-            )
+            log.error("%s failed: %s: %s", task.get_name(), type(exc).__name__, exc, exc_info=exc)
             if self._failure is None:
                 self._failure = exc
             return

@@ -18,6 +18,11 @@ sends more is closed (a protocol error, then the usual reconnect), and the queue
 messages of a lost connection are dropped (nsqd re-delivers them), so the queue
 never holds more than the RDY given to live connections.
 
+Tasks: the reconnect loops, the nsqlookupd poll loop, connects to discovered
+nsqd and awaited ``on_give_up`` results belong to one :class:`TaskOwner`. One
+that fails with an error it cannot retry ends the iteration with that error
+(:meth:`Reader.__anext__` raises it); closing cancels and awaits them all.
+
 Closing: CLS on every connection, wait for CLOSE_WAIT, close. Messages received but
 not answered (still queued, or held by the application) are neither finished nor
 requeued: nsqd re-delivers them when their msg_timeout expires.
@@ -34,7 +39,7 @@ import random
 import socket
 import ssl
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -47,6 +52,7 @@ from aioclients._errors import (
     RemoteProtocolError,
     ServerError,
 )
+from aioclients._tasks import TaskOwner
 from aioclients._version import __version__
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
@@ -318,7 +324,7 @@ class Reader:
         self._dist: RdyDistributor | None = None
         self._conns: dict[str, NsqdConnection] = {}
         self._connecting: dict[str, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskOwner(f"Reader({topic}/{channel})", self._task_failed)
         self._queue: deque[Message] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -391,7 +397,7 @@ class Reader:
                     )
                 if self._failure is not None:  # e.g. a discovered nsqd refused our settings
                     raise self._failure
-                self._spawn(self._poll_loop())
+                self._spawn(self._poll_loop(), "poll nsqlookupd")
             elif errors and not self._conns:
                 raise NSQConnectError(
                     "could not connect to any nsqd: " + "; ".join(str(e) for e in errors)
@@ -409,12 +415,7 @@ class Reader:
         if self._closed:
             return
         self._closed = True
-        tasks = list(self._tasks) + list(self._connecting.values())
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        await self._tasks.aclose()
         self._cancel_timer()
         conns = list(self._conns.values())
         if conns:
@@ -692,7 +693,7 @@ class Reader:
             log.exception("on_give_up failed for %r", msg)
             return
         if inspect.isawaitable(result):
-            self._spawn(self._await_give_up(result, msg))
+            self._spawn(self._await_give_up(result, msg), "on_give_up")
 
     async def _await_give_up(self, result: Awaitable[object], msg: Message) -> None:
         try:
@@ -737,10 +738,11 @@ class Reader:
 
     # ---- connections and discovery ------------------------------------------------------
 
-    def _spawn(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None] | None:
+        if self._tasks.closed:
+            coro.close()  # closing: nothing starts any more
+            return None
+        return self._tasks.start(coro, name=name)
 
     async def _connect(self, address: str) -> None:
         core = ConnectionCore(
@@ -773,14 +775,13 @@ class Reader:
     def _forget_connecting(self, address: str, task: asyncio.Task[None]) -> None:
         if self._connecting.get(address) is task:
             del self._connecting[address]
-        exc = None if task.cancelled() else task.exception()
-        if exc is not None:
-            self._fail(exc, f"connecting to nsqd {address}")
 
     def _schedule_reconnect(self, address: str, backoff: Backoff) -> None:
         if self._closed or address in self._connecting:
             return
-        task = asyncio.ensure_future(self._reconnect_loop(address, backoff))
+        task = self._spawn(self._reconnect_loop(address, backoff), f"reconnect {address}")
+        if task is None:
+            return
         self._connecting[address] = task
         task.add_done_callback(functools.partial(self._forget_connecting, address))
 
@@ -829,7 +830,9 @@ class Reader:
         for address in producers:
             if address in self._conns or address in self._connecting or self._closed:
                 continue
-            task = asyncio.ensure_future(self._connect_discovered(address))
+            task = self._spawn(self._connect_discovered(address), f"connect {address}")
+            if task is None:
+                break
             self._connecting[address] = task
             task.add_done_callback(functools.partial(self._forget_connecting, address))
             new.append(task)
@@ -876,14 +879,9 @@ class Reader:
             self._failure = exc
         self._wake()
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        """Done callback of every background task: nothing may die unnoticed."""
-        self._tasks.discard(task)
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            self._fail(exc, "a background task")
+    def _task_failed(self, exc: BaseException) -> None:
+        """The first background task that failed: nothing may die unnoticed."""
+        self._fail(exc, "a background task")
 
     def __repr__(self) -> str:
         return (

@@ -59,6 +59,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
+from aioclients._tasks import TaskOwner
 from aioclients.testing._nsq_wire import (
     FRAME_ERROR,
     FRAME_MESSAGE,
@@ -761,11 +762,10 @@ class _NsqdConnection(asyncio.Protocol):
             # client sent before our answer are lost, as they are with nsqd.
             self._upgrading = True
             del self._buf[end:]
-            task = self.loop.create_task(
-                self._upgrade_tls(deflate_level=level if deflate else 0, snappy=snappy)
+            self.nsqd._tasks.start(
+                self._upgrade_tls(deflate_level=level if deflate else 0, snappy=snappy),
+                name=f"TLS with {self.remote_address}",
             )
-            self.nsqd._tasks.add(task)
-            task.add_done_callback(self.nsqd._tasks.discard)
         elif snappy:
             self._start_snappy(end)
         elif deflate:
@@ -1243,16 +1243,12 @@ class _LookupdPeer:
 
     def start(self) -> None:
         self.queue = asyncio.Queue()
-        self.task = self.nsqd._loop.create_task(self._run())
+        self.task = self.nsqd._tasks.start(self._run(), name=f"register with {self.address}")
 
     async def stop(self) -> None:
         task, self.task = self.task, None
         if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await self.nsqd._tasks.cancel(task)
 
     def send(self, command: bytes) -> None:
         if self.task is not None:
@@ -1415,7 +1411,8 @@ class NsqdEmulator:
         self._http_runner: Any = None
         self._connections: set[_NsqdConnection] = set()
         self._topics: dict[str, _Topic] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        # TLS upgrades, lookupd registrations; a new owner for each start()
+        self._tasks = TaskOwner("NsqdEmulator")
         self._lookupd_peers = [_LookupdPeer(self, a) for a in lookupd_tcp_addresses]
         self._start_time = int(time.time())
         self._failures: dict[str, int] = {}
@@ -1452,6 +1449,7 @@ class NsqdEmulator:
         if self._server is not None:
             return
         self._loop_ = asyncio.get_running_loop()
+        self._tasks = TaskOwner(f"NsqdEmulator({self.host}:{self.tcp_port or 'new'})")
         for topic in self._topics.values():  # topics kept from a run on another loop
             for channel in topic.channels.values():
                 channel.loop = self._loop_
@@ -1473,6 +1471,10 @@ class NsqdEmulator:
 
         In-flight and deferred messages go back to their channel's queue, as nsqd
         flushes them to disk on exit and reads them back when it starts again.
+
+        Raises:
+            Exception: the first error one of the emulator's tasks (a TLS upgrade,
+                a lookupd registration) failed with: a bug in the emulator.
         """
         server, self._server = self._server, None
         if server is None:
@@ -1493,11 +1495,10 @@ class NsqdEmulator:
                     self._delete_channel(channel)
                 else:
                     channel.flush_for_restart()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.aclose()
+        failure = self._tasks.failure
+        if failure is not None:
+            raise failure
 
     async def close(self) -> None:
         """Stop and forget every topic."""
