@@ -1,139 +1,91 @@
-"""Reading a package's imports with ``ast``, for the import-layer tests.
+"""Reading the imports of aioclients' packages from their syntax trees.
 
-Imported by basename (``import import_rules``) from the tests of each package
-whose layers are checked (``tests/liftbridge/test_import_layers.py``,
-``tests/jetstream/test_jetstream_import_layers.py``). Every import counts: at
-module level, under ``if TYPE_CHECKING:`` and inside function bodies (each is
-an arrow of the graph); where it stands is recorded, so a test can also forbid
-imports hidden in functions.
+Every ``import`` and ``from ... import`` counts, wherever it stands: at module
+level, under ``if TYPE_CHECKING:`` and inside functions (they are arrows of the
+import graph all the same). Used by ``tests/test_import_rules.py`` (no cycle, no
+sibling imported inside a function, no private name taken from another module)
+``tests/liftbridge/test_import_layers.py`` (the Liftbridge layers) and
+``tests/jetstream/test_jetstream_import_layers.py`` (the JetStream layers).
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+
+import aioclients
+
+ROOT = Path(aioclients.__file__).parent
 
 
-class Import(NamedTuple):
-    """One imported name (or module) of one file."""
+@dataclass(frozen=True, slots=True)
+class Import:
+    """One imported module, or one name taken from a module."""
 
-    #: the module imported, or the module a name is taken from
-    module: str
-    #: the name taken, when it is a ``_private`` name that is not a module; else ""
-    private: str
-    #: line of the import statement
+    module: str  # the imported module (for ``from m import name`` where name is not a module: m)
+    private: str  # the imported name if it starts with "_" (no dunder, no module), else ""
+    in_function: bool  # the import stands inside a function body
     line: int
-    #: the statement stands in a function (or lambda) body
-    in_function: bool
-    #: the statement stands under ``if TYPE_CHECKING:``
-    type_checking: bool
 
 
-def module_name(path: Path, root: Path) -> str:
-    """``aioclients.x._y`` for ``<root>/x/_y.py`` (``root`` is the ``aioclients`` folder)."""
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """``aioclients.nsq._reader`` for ``<root>/nsq/_reader.py``."""
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def modules(root: Path, packages: Iterable[str]) -> dict[str, Path]:
-    """Every module of ``packages`` (folders under ``root``), by dotted name."""
+def modules(packages: Iterable[str], root: Path = ROOT) -> dict[str, Path]:
+    """Every module of the given packages (names under ``aioclients``), by dotted name."""
     return {module_name(p, root): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))}
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    if isinstance(test, ast.Name):
-        return test.id == "TYPE_CHECKING"
-    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-
-
-class _Reader(ast.NodeVisitor):
-    def __init__(self, package: str, known: Mapping[str, Path]) -> None:
-        self.package = package
-        self.known = known
-        self.found: list[Import] = []
-        self._functions = 0
-        self._type_checking = 0
-
-    def _function(self, node: ast.AST) -> None:
-        self._functions += 1
-        self.generic_visit(node)
-        self._functions -= 1
-
-    visit_FunctionDef = _function
-    visit_AsyncFunctionDef = _function
-    visit_Lambda = _function
-
-    def visit_If(self, node: ast.If) -> None:
-        if _is_type_checking(node.test):
-            self._type_checking += 1
-            for child in node.body:
-                self.visit(child)
-            self._type_checking -= 1
-            for child in node.orelse:
-                self.visit(child)
-        else:
-            self.generic_visit(node)
-
-    def _add(self, module: str, private: str, node: ast.stmt) -> None:
-        self.found.append(
-            Import(module, private, node.lineno, self._functions > 0, self._type_checking > 0)
-        )
-
-    def visit_Import(self, node: ast.Import) -> None:
-        for alias in node.names:
-            self._add(alias.name, "", node)
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        base = node.module or ""
-        if node.level:
-            parts = self.package.split(".")
-            up = parts[: len(parts) - (node.level - 1)]
-            base = ".".join([*up, base] if base else up)
-        for alias in node.names:
-            sub = f"{base}.{alias.name}"
-            if sub in self.known:
-                self._add(sub, "", node)
-            else:
-                private = alias.name if alias.name.startswith("_") else ""
-                self._add(base, private, node)
-
-
-def imports(path: Path, known: Mapping[str, Path], root: Path) -> list[Import]:
-    """Every import in the file at ``path``, wherever it stands."""
+def imports(path: Path, known: dict[str, Path], root: Path = ROOT) -> list[Import]:
+    """Every import in the file; ``known`` tells which dotted names are modules."""
     this = module_name(path, root)
     package = this if path.name == "__init__.py" else this.rpartition(".")[0]
-    reader = _Reader(package, known)
-    reader.visit(ast.parse(path.read_text(), filename=str(path)))
-    return reader.found
+    out: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        if isinstance(node, ast.Import):
+            out.extend(Import(a.name, "", in_function, node.lineno) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                up = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in known:
+                    out.append(Import(sub, "", in_function, node.lineno))
+                else:
+                    name = alias.name
+                    dunder = name.startswith("__") and name.endswith("__")
+                    private = name if name.startswith("_") and not dunder else ""
+                    out.append(Import(base, private, in_function, node.lineno))
+        inside = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
+
+    visit(ast.parse(path.read_text(), filename=str(path)), False)
+    return out
 
 
-def graph(root: Path, packages: Iterable[str]) -> dict[str, set[str]]:
-    """Module -> the modules of ``packages`` it imports (itself left out)."""
-    known = modules(root, packages)
+def graph(packages: Iterable[str], root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the modules of the same packages it imports."""
+    known = modules(packages, root)
     return {
-        name: {
-            i.module for i in imports(path, known, root) if i.module in known and i.module != name
-        }
+        name: {i.module for i in imports(path, known, root) if i.module in known} - {name}
         for name, path in known.items()
     }
 
 
-def layer(name: str, layers: Mapping[str, int]) -> int | None:
-    """The layer of a module: its own entry, or that of a prefix ending in "."."""
-    if name in layers:
-        return layers[name]
-    for prefix, value in layers.items():
-        if prefix.endswith(".") and name.startswith(prefix):
-            return value
-    return None
-
-
-def cycle(edges: Mapping[str, set[str]]) -> list[str] | None:
-    """One import cycle (first module repeated at the end), or None."""
+def cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (``[a, b, ..., a]``), or None."""
     state: dict[str, int] = {}  # 1: on the path, 2: done
     path: list[str] = []
 
@@ -159,13 +111,46 @@ def cycle(edges: Mapping[str, set[str]]) -> list[str] | None:
     return None
 
 
-def upward(
-    edges: Mapping[str, set[str]], layers: Mapping[str, int], same_layer_ok: Iterable[int] = ()
-) -> list[str]:
-    """Every arrow that does not point to a lower layer (``importer -> imported``).
+def imports_in_functions(packages: Iterable[str], root: Path = ROOT) -> list[str]:
+    """``"module:line imports sibling"`` for each import of a module of the same
+    packages that stands inside a function."""
+    known = modules(packages, root)
+    return [
+        f"{name}:{i.line} imports {i.module}"
+        for name, path in sorted(known.items())
+        for i in imports(path, known, root)
+        if i.in_function and i.module in known
+    ]
 
-    Modules of a layer in ``same_layer_ok`` may import each other.
-    """
+
+def private_names_taken(packages: Iterable[str], root: Path = ROOT) -> list[str]:
+    """``"module imports _name from other"`` for each private name a module of the
+    packages takes from another aioclients module."""
+    known = modules(packages, root)
+    return [
+        f"{name} imports {i.private} from {i.module}"
+        for name, path in sorted(known.items())
+        for i in imports(path, known, root)
+        if i.private and i.module.startswith("aioclients.") and i.module != name
+    ]
+
+
+def layer(name: str, layers: Mapping[str, int]) -> int | None:
+    """The layer of a module: its own entry in ``layers``, or that of a package
+    prefix (an entry ending in ".") it starts with; None when it has neither."""
+    if name in layers:
+        return layers[name]
+    for prefix, value in layers.items():
+        if prefix.endswith(".") and name.startswith(prefix):
+            return value
+    return None
+
+
+def upward(
+    edges: dict[str, set[str]], layers: Mapping[str, int], same_layer_ok: Iterable[int] = ()
+) -> list[str]:
+    """``"importer -> imported"`` for each arrow that does not point to a lower
+    layer; modules of a layer in ``same_layer_ok`` may import each other."""
     allowed = set(same_layer_ok)
     out = []
     for name, targets in sorted(edges.items()):
@@ -177,25 +162,3 @@ def upward(
             elif not (there < here or (here == there and here in allowed)):
                 out.append(f"{name} -> {target}")
     return out
-
-
-def private_names_taken(root: Path, packages: Iterable[str], prefix: str) -> list[str]:
-    """Every ``_private`` name a module takes from another module under ``prefix``."""
-    known = modules(root, packages)
-    return [
-        f"{name} imports {i.private} from {i.module} (line {i.line})"
-        for name, path in sorted(known.items())
-        for i in imports(path, known, root)
-        if i.private and i.module.startswith(prefix) and i.module != name
-    ]
-
-
-def imports_in_functions(root: Path, packages: Iterable[str], prefix: str) -> list[str]:
-    """Every import of a module under ``prefix`` that stands inside a function body."""
-    known = modules(root, packages)
-    return [
-        f"{name} line {i.line}: {i.module}"
-        for name, path in sorted(known.items())
-        for i in imports(path, known, root)
-        if i.in_function and (i.module == prefix.rstrip(".") or i.module.startswith(prefix))
-    ]
