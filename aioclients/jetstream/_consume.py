@@ -10,6 +10,12 @@ Hot path: a user message becomes a :class:`Msg` and is appended to a deque;
 the iterator pops it without awaiting and, when the core says the threshold is
 crossed, writes the next pull into the connection's outgoing buffer. No task,
 timer or future per message.
+
+The one background task, the check after a reconnect that the consumer still
+exists, belongs to the stream's :class:`~aioclients._tasks.TaskOwner`: if it
+fails (a bug, never a JetStream error: those it handles), iteration ends with a
+``JetStreamError`` saying so, and ``aclose()`` (and ``async with``) cancels it
+and waits for it to end.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from aioclients._core._backoff import Backoff
 from aioclients._errors import AioClientsError, InvalidArgumentError
+from aioclients._tasks import TaskOwner
 from aioclients.jetstream._errors import (
     ConsumerDeletedError,
     ConsumerNotFoundError,
@@ -153,6 +160,7 @@ class _Puller:
         self._timer_when = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._recovery: asyncio.Task[None] | None = None
+        self._tasks = TaskOwner(f"pull {consumer.stream_name}/{consumer.name}", self._task_failed)
         self._reconnects = 0
         # drain(): the buffer may still grow until the UNSUB round trip is done.
         self._draining = False
@@ -194,6 +202,19 @@ class _Puller:
             self._error = error
         self._core.stop()
         self._release()
+
+    def _task_failed(self, exc: BaseException) -> None:
+        """The background task died of an error it does not handle: end the
+        iteration with it (as a ``JetStreamError``), raised where the user waits."""
+        if isinstance(exc, AioClientsError):
+            error: BaseException = exc
+        else:
+            error = JetStreamError(
+                f"pull on {self._consumer.stream_name}/{self._consumer.name}: a background "
+                f"task failed: {type(exc).__name__}: {exc}"
+            )
+            error.__cause__ = exc
+        self._fail(error)
 
     # -- receive path (called from the connection's read loop) --
 
@@ -350,10 +371,10 @@ class _Puller:
         self._start_recovery()
 
     def _start_recovery(self) -> None:
-        if self._finished or self._core.finished:
+        if self._finished or self._core.finished or self._tasks.closed:
             return
         if self._recovery is None or self._recovery.done():
-            self._recovery = asyncio.get_running_loop().create_task(self._recover())
+            self._recovery = self._tasks.start(self._recover(), name="check after reconnect")
 
     def context_closed(self) -> None:
         self._fail(JetStreamClosedError("the JetStream context or its connection was closed"))
@@ -532,8 +553,10 @@ class MessageStream(_Puller):
             self._wake()
 
     async def aclose(self) -> None:
-        """Stop and release the subscription (what ``async with`` does on exit)."""
+        """Stop and release the subscription (what ``async with`` does on exit);
+        a background check still running is cancelled and waited for."""
         self.stop()
+        await self._tasks.aclose()
 
     async def __aenter__(self) -> MessageStream:
         self._entered = True
@@ -546,7 +569,7 @@ class MessageStream(_Puller):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        await self.aclose()
 
     def __aiter__(self) -> AsyncIterator[Msg]:
         # Inside ``async with`` the context manager owns the cleanup; a bare
@@ -704,6 +727,7 @@ class FetchResult(_Puller):
         self._stopped = True
         self._core.stop()
         self._release()
+        await self._tasks.aclose()
 
     async def __aenter__(self) -> FetchResult:
         self._entered = True

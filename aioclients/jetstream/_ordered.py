@@ -9,6 +9,12 @@ consumer's deletion make the driver drop the consumer (deleting it on the
 server in the background), create a fresh one at the last stream sequence + 1
 and report :class:`ConsumerReset` through ``on_event``.
 
+The background deletions of replaced consumers belong to the ordered consumer's
+:class:`~aioclients._tasks.TaskOwner`; ``close()`` and a stream's ``aclose()``
+wait for them (each is bounded by its request's timeout), and a deletion that
+fails with anything but a JetStream error (which it logs: the server expires the
+consumer) ends the current iteration with a ``JetStreamError``.
+
 Hot path (``consume()``): in the connection's read loop, one ``str.split`` of the
 ack subject, one cursor call and one append per message (a :class:`Msg`, or
 what KV's ``watch``/``keys`` make of it); the iterator pops from a deque and
@@ -27,6 +33,7 @@ from typing import Any
 
 from aioclients._core import redact_text
 from aioclients._errors import AioClientsError, InvalidArgumentError, RemoteProtocolError
+from aioclients._tasks import TaskOwner
 from aioclients.jetstream._api import JetStreamApi
 from aioclients.jetstream._consume import (
     BatchStream,
@@ -112,7 +119,11 @@ class OrderedConsumer:
         self._cursor = OrderedCursor(config)
         self._consumer: Consumer | None = None
         self._on_event = on_event
-        self._cleanup: set[asyncio.Task[None]] = set()
+        # The deletions of replaced consumers (never closed: the ordered consumer
+        # is used again after close(); its deletions are waited for instead).
+        self._tasks = TaskOwner(f"ordered consumer on {stream_name}", self._task_failed)
+        #: what a failed background task left, raised by the current iteration
+        self._failure: JetStreamError | None = None
         #: the consume() in progress (its buffer may hold messages not yielded yet)
         self._active: OrderedMessageStream | None = None
 
@@ -196,12 +207,37 @@ class OrderedConsumer:
         if old is None or self._api.closed:
             return
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:  # no loop any more: the server expires it
             return
-        task = loop.create_task(self._delete(old))
-        self._cleanup.add(task)
-        task.add_done_callback(self._cleanup.discard)
+        self._tasks.start(self._delete(old), name=f"delete {old.name}")
+
+    def _task_failed(self, exc: BaseException) -> None:
+        """A deletion died of an error it does not handle: the iteration ends with it."""
+        error = JetStreamError(
+            f"ordered consumer on {self.stream_name}: a background task failed: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        error.__cause__ = exc
+        self._failure = error
+        active = self._active
+        if active is not None:
+            active._fail_with(error)
+
+    def _close_later(self, stream: BatchStream) -> None:
+        """Close a stopped pull stream (its background task, if one still runs) as
+        a task of ours, so that :meth:`_settle` waits for it too."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop any more: nothing runs
+            return
+        self._tasks.start(stream.aclose(), name="close a replaced pull")
+
+    async def _settle(self) -> None:
+        """Wait for the deletions in flight (each bounded by its request's timeout)."""
+        tasks = self._tasks.tasks
+        if tasks:
+            await asyncio.wait(tasks, timeout=self._tasks.close_timeout)
 
     async def _delete(self, consumer: Consumer) -> None:
         try:
@@ -231,9 +267,7 @@ class OrderedConsumer:
         """Delete the server-side consumer (the ordered consumer can be used again:
         the next read creates a fresh one where this one stopped)."""
         self._release()
-        tasks = list(self._cleanup)
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._settle()
 
     # -- reading --
 
@@ -446,6 +480,12 @@ class OrderedMessageStream:
         if inner is not None:
             inner.fail(RemoteProtocolError(f"not a JetStream ack subject: {reply!r}"))
 
+    def _fail_with(self, error: BaseException) -> None:
+        """End the iteration with ``error`` (the pull stream in use raises it)."""
+        inner = self._inner
+        if inner is not None:
+            inner.fail(error)
+
     def _inner_event(self, event: ConsumeEvent) -> None:
         """Events of the current pull stream (in the connection's read loop)."""
         self._oc._report(event, self._on_event)
@@ -473,6 +513,7 @@ class OrderedMessageStream:
         inner, self._inner = self._inner, None
         if inner is not None:
             inner.stop()
+            self._oc._close_later(inner)
 
     def _take_incoming(self) -> bool:
         incoming = self._incoming
@@ -517,6 +558,9 @@ class OrderedMessageStream:
         while True:
             if self._take_incoming():
                 return
+            if self._oc._failure is not None:
+                self._stopped = True
+                raise self._oc._failure
             inner = self._inner
             if inner is None:
                 if self._stopped:
@@ -569,11 +613,10 @@ class OrderedMessageStream:
             await self._inner.drain()
 
     async def aclose(self) -> None:
-        """Stop, and wait (bounded) for the server-side consumer's deletion."""
+        """Stop, and wait (bounded) for the server-side consumer's deletion and for
+        the pull stream's background task."""
         self.stop()
-        tasks = list(self._oc._cleanup)
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._oc._settle()
 
     def statistics(self) -> ConsumeStatistics | None:
         """The current pull stream's statistics (``None`` before the first).
@@ -657,6 +700,10 @@ class OrderedFetch:
         self.reset = False
 
     async def _open(self) -> None:
+        if self._oc._failure is not None:
+            # A deletion of an earlier fetch's consumer failed (a reset ends a fetch).
+            self._done = True
+            raise self._oc._failure
         consumer, generation = await self._oc._ensure()
         inner = FetchResult(self._oc._api, consumer, self._options)
         await inner.__aenter__()
