@@ -3,7 +3,7 @@
 Every ``import`` and ``from ... import`` counts, wherever it stands: at module
 level, under ``if TYPE_CHECKING:`` and inside functions (they are arrows of the
 import graph all the same). Used by ``tests/test_import_rules.py`` (no cycle, no
-sibling imported inside a function, no private name taken from another module)
+sibling imported inside a function, no private name taken from another module),
 ``tests/liftbridge/test_import_layers.py`` (the Liftbridge layers) and
 ``tests/jetstream/test_jetstream_import_layers.py`` (the JetStream layers).
 """
