@@ -79,11 +79,16 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="start only these, a comma list of nats, nsq and liftbridge (liftbridge "
         "without nats runs on a private nats-server); may be repeated",
     )
-    parser.add_argument("--nats-port", type=_port, default=4222, metavar="PORT")
-    parser.add_argument("--nsqd-tcp-port", type=_port, default=4150, metavar="PORT")
-    parser.add_argument("--nsqd-http-port", type=_port, default=4151, metavar="PORT")
-    parser.add_argument("--nsqlookupd-tcp-port", type=_port, default=4160, metavar="PORT")
-    parser.add_argument("--nsqlookupd-http-port", type=_port, default=4161, metavar="PORT")
+    for option, default, what in (
+        ("--nats-port", 4222, "nats-server's client port"),
+        ("--nsqd-tcp-port", 4150, "nsqd's TCP port"),
+        ("--nsqd-http-port", 4151, "nsqd's HTTP port"),
+        ("--nsqlookupd-tcp-port", 4160, "nsqlookupd's TCP port"),
+        ("--nsqlookupd-http-port", 4161, "nsqlookupd's HTTP port"),
+    ):
+        parser.add_argument(
+            option, type=_port, default=default, metavar="PORT", help=f"{what} (default {default})"
+        )
     parser.add_argument(
         "--liftbridge-ports",
         type=_ports,
