@@ -257,25 +257,22 @@ class Servers:
         """One line per server: what it is and where it listens."""
         lines = []
         if self.nats is not None:
-            lines.append(
-                f"nats-server  {self.nats.url}  (JetStream; the store is a temporary "
-                "folder, removed on exit)"
-            )
+            lines.append(f"nats-server  {self.nats.url}  (JetStream; its store is removed on exit)")
         if self.nsqd is not None:
             lines.append(
                 f"nsqd         {self.nsqd.tcp_address} (TCP)  {self.nsqd.http_address} "
-                "(HTTP)  emulator, registered with nsqlookupd"
+                "(HTTP)  emulator"
             )
         if self.nsqlookupd is not None:
             lines.append(
                 f"nsqlookupd   {self.nsqlookupd.tcp_address} (TCP)  "
-                f"{self.nsqlookupd.http_address} (HTTP)  emulator"
+                f"{self.nsqlookupd.http_address} (HTTP)  emulator, nsqd registered"
             )
         if self.liftbridge is not None:
             brokers = len(self.liftbridge.addresses)
-            on = self.liftbridge.nats_url
+            on = "that nats-server"
             if self.private_nats is not None:
-                on = f"a private nats-server at {on}"
+                on = f"a private nats-server ({self.private_nats.url})"
             lines.append(
                 f"liftbridge   {', '.join(self.liftbridge.addresses)}  emulator, "
                 f"{brokers} broker{'s' if brokers != 1 else ''} on {on}"
