@@ -7,7 +7,7 @@
           .option("servers", "nats://127.0.0.1:4222").option("stream", "ORDERS").load())
 
 Needs the ``spark`` extra (``pip install "aioclients[spark]"``: pyspark with
-pyarrow, pandas < 3). Formats and options: README "Spark" and API.md "Spark".
+pyarrow, pandas < 3). Formats and options: docs/spark.md.
 """
 
 from __future__ import annotations
