@@ -14,7 +14,8 @@ among them), from a checkout, each command in a terminal of its own:
     .venv/bin/aioclients-servers
     .venv/bin/python examples/spark_nsq_streaming.py
 
-With pip: `pip install "aioclients[servers,spark]"`, then the same without `.venv/bin/`.
+Spark prints its own start-up lines (the JVM's, log4j's) before the job's. With pip:
+`pip install "aioclients[servers,spark]"`, then the same without `.venv/bin/`.
 A real nsqd works too; NSQD_TCP and NSQD_HTTP (defaults 127.0.0.1:4150 and
 127.0.0.1:4151) name it.
 """

@@ -15,7 +15,8 @@ each command in a terminal of its own:
     .venv/bin/aioclients-servers
     .venv/bin/python examples/spark_streaming_pipeline.py
 
-With pip: `pip install "aioclients[servers,spark]"`, then the same without `.venv/bin/`.
+Spark prints its own start-up lines (the JVM's, log4j's) before the job's. With pip:
+`pip install "aioclients[servers,spark]"`, then the same without `.venv/bin/`.
 Any nats-server with JetStream works too; NATS_URL (default nats://127.0.0.1:4222)
 names it.
 """
