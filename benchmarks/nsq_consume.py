@@ -5,8 +5,13 @@ Each client consumes --count 100-byte messages (FIN each) with max_in_flight
 the emulator, in a process of its own, unless --nsqd-tcp/--nsqd-http name a real one.
 Each client runs --rounds times, interleaved; the best round is reported.
 
+``--otel`` adds "aioclients+otel": aioclients instrumented with OpenTelemetry (see
+``_otel_common.py``: a receive span per message, a settle span per FIN, and the
+metrics) in the same rounds, and prints what instrumentation costs per message.
+
     python benchmarks/nsq_consume.py --count 100000 --max-in-flight 200
     python benchmarks/nsq_consume.py --count 2000 --rounds 1      # quick check
+    python benchmarks/nsq_consume.py --count 100000 --rounds 3 --otel
 """
 
 from __future__ import annotations
@@ -106,9 +111,22 @@ def servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
 
 async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
     best: dict[str, float] = {}
+    clients = dict(CLIENTS)
+    telemetry = None
+    if args.otel:
+        from _otel_common import Telemetry
+
+        telemetry = Telemetry()
+
+        async def traced(tcp: str, topic: str, count: int, mif: int) -> float:
+            assert telemetry is not None
+            with telemetry.on():
+                return await ours(tcp, topic, count, mif)
+
+        clients = {"aioclients": ours, "aioclients+otel": traced, "pynsq": pynsq, "ansq": ansq}
     for _ in range(args.rounds):
-        for name, run in CLIENTS.items():
-            if name not in args.clients:
+        for name, run in clients.items():
+            if name.split("+")[0] not in args.clients:
                 continue
             topic = f"bench_{name}_{uuid.uuid4().hex[:8]}"
             await fill(http, topic, args.count)
@@ -122,6 +140,17 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
         f"consume {args.count} x {len(PAYLOAD)}-byte messages, max_in_flight {args.max_in_flight}",
         best,
     )
+    if telemetry is not None:
+        from _otel_common import per_message_us
+
+        telemetry.shutdown()
+        traced_rate = best["aioclients+otel"]
+        peer = best.get("pynsq")
+        print(
+            f"  instrumented: +{per_message_us(best['aioclients'], traced_rate):.1f} us per "
+            f"message; {traced_rate / peer if peer else float('nan'):.2f}x pynsq (uninstrumented); "
+            f"spans exported: {telemetry.spans}"
+        )
 
 
 if __name__ == "__main__":
@@ -132,6 +161,7 @@ if __name__ == "__main__":
     parser.add_argument("--clients", nargs="+", default=list(CLIENTS))
     parser.add_argument("--nsqd-tcp", help="a real nsqd's TCP address (host:port)")
     parser.add_argument("--nsqd-http", help="the same nsqd's HTTP address (host:port)")
+    parser.add_argument("--otel", action="store_true", help="also run aioclients instrumented")
     ns = parser.parse_args()
     with servers(ns) as (tcp_address, http_address):
         asyncio.run(main(ns, tcp_address, http_address))

@@ -17,7 +17,7 @@ from typing import Any
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.metrics import Meter
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.propagators.textmap import Getter, Setter
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
@@ -72,18 +72,52 @@ _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2
 _time_ns = time.time_ns
 
 
+class _Totals:
+    """Counts kept here and read by an asynchronous counter at each collection.
+
+    A synchronous ``Counter.add`` costs the SDK a copy, a clean and a hash of the
+    attributes on every call (some 10-20 us with seven attributes): on the
+    per-message paths that is more than the client's own work. Here a message
+    costs a dict lookup and an integer add; the SDK sees the same monotonic sums.
+    """
+
+    __slots__ = ("_counts",)
+
+    def __init__(self) -> None:
+        # frozenset(attributes.items()) -> [attributes, count]
+        self._counts: dict[frozenset[tuple[str, AttributeValue]], list[Any]] = {}
+
+    def add(self, amount: int, attributes: Attributes, key: Any = None) -> None:
+        if key is None:
+            key = frozenset(attributes.items())
+        entry = self._counts.get(key)
+        if entry is None:
+            self._counts[key] = [attributes, amount]
+        else:
+            entry[1] += amount
+
+    def observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        # list() of a dict's items runs in C: the event loop's thread cannot
+        # change the dict half-way through.
+        return [Observation(count, attributes) for attributes, count in list(self._counts.values())]
+
+
 class Instruments:
     """The tracer and the three instruments of one ``instrument()`` call."""
 
     def __init__(self, tracer: Tracer, meter: Meter) -> None:
         self.tracer = tracer
-        self.sent = meter.create_counter(
+        self.sent = _Totals()
+        self.consumed = _Totals()
+        meter.create_observable_counter(
             "messaging.client.sent.messages",
+            callbacks=[self.sent.observe],
             unit="{message}",
             description="Number of messages producer attempted to send to the broker.",
         )
-        self.consumed = meter.create_counter(
+        meter.create_observable_counter(
             "messaging.client.consumed.messages",
+            callbacks=[self.consumed.observe],
             unit="{message}",
             description="Number of messages that were delivered to the application.",
         )
@@ -119,9 +153,11 @@ class Instruments:
         *,
         sent: int = 0,
         consumed: int = 0,
+        key: Any = None,
     ) -> None:
         """End ``span`` (failed with ``error`` if given) and record the metrics:
-        the operation's duration, and the messages sent or consumed."""
+        the operation's duration, and the messages sent or consumed. ``key`` is
+        ``frozenset(metric_attributes.items())`` when the caller has it at hand."""
         end = _time_ns()
         if error is not None:
             error_type = type(error).__qualname__
@@ -129,12 +165,13 @@ class Instruments:
             span.set_status(Status(StatusCode.ERROR, str(error) or error_type))
             span.record_exception(error)
             metric_attributes = {**metric_attributes, ERROR_TYPE: error_type}
+            key = None
         span.end(end)
         self.duration.record((end - start_ns) / 1e9, metric_attributes)
         if sent:
-            self.sent.add(sent, metric_attributes)
+            self.sent.add(sent, metric_attributes, key)
         if consumed:
-            self.consumed.add(consumed, metric_attributes)
+            self.consumed.add(consumed, metric_attributes, key)
 
 
 # -- carriers ---------------------------------------------------------------------------

@@ -241,12 +241,17 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
 
     # -- receive, one span per message ---------------------------------------------
 
-    stream_attrs: weakref.WeakKeyDictionary[object, Attributes] = weakref.WeakKeyDictionary()
+    # per stream (or consumer): the receive attributes and their counter key
+    stream_attrs: weakref.WeakKeyDictionary[object, tuple[Attributes, Any]] = (
+        weakref.WeakKeyDictionary()
+    )
 
     def received(owner: object, msg: Msg, start: int, *, group: bool = True) -> None:
-        attrs = stream_attrs.get(owner)
-        if attrs is None:
-            attrs = stream_attrs[owner] = _receive_attributes(owner, msg, group=group)
+        cached = stream_attrs.get(owner)
+        if cached is None:
+            attrs = _receive_attributes(owner, msg, group=group)
+            cached = stream_attrs[owner] = (attrs, frozenset(attrs.items()))
+        attrs, key = cached
         span = tracer_start(
             "receive",
             attrs.get(DESTINATION),  # type: ignore[arg-type]
@@ -255,7 +260,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
             links=creation_link(msg.headers),
             start_ns=start,
         )
-        finish(span, attrs, start, consumed=1)
+        finish(span, attrs, start, consumed=1, key=key)
 
     def receive_failed(owner: object, start: int, error: BaseException) -> None:
         attrs = _receive_attributes(owner, None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -143,6 +144,28 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
 
     # -- receive -------------------------------------------------------------------
 
+    # per Reader and nsqd: the receive attributes and their counter key
+    readers: weakref.WeakKeyDictionary[Reader, dict[str, tuple[Attributes, Any]]] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def receive_attributes(reader: Reader, address: str) -> tuple[Attributes, Any]:
+        by_address = readers.get(reader)
+        if by_address is None:
+            by_address = readers[reader] = {}
+        cached = by_address.get(address)
+        if cached is None:
+            attrs: Attributes = {
+                SYSTEM: "nsq",
+                OPERATION_TYPE: "receive",
+                OPERATION_NAME: "receive",
+                DESTINATION: reader.topic,
+                CONSUMER_GROUP: reader.channel,
+                **server_of(address),
+            }
+            cached = by_address[address] = (attrs, frozenset(attrs.items()))
+        return cached
+
     def traced_anext(original: Any) -> Any:
         async def __anext__(self: Reader) -> Message:
             start = _time_ns()
@@ -161,14 +184,7 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 span = start_span("receive", self.topic, SpanKind.CLIENT, attrs, start_ns=start)
                 finish(span, attrs, start, exc)
                 raise
-            attrs = {
-                SYSTEM: "nsq",
-                OPERATION_TYPE: "receive",
-                OPERATION_NAME: "receive",
-                DESTINATION: self.topic,
-                CONSUMER_GROUP: self.channel,
-                **server_of(msg.nsqd_address),
-            }
+            attrs, key = receive_attributes(self, msg.nsqd_address)
             span = start_span(
                 "receive",
                 self.topic,
@@ -176,7 +192,7 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 {**attrs, MESSAGE_ID: msg.id.decode("ascii", "replace")},
                 start_ns=start,
             )
-            finish(span, attrs, start, consumed=1)
+            finish(span, attrs, start, consumed=1, key=key)
             return msg
 
         return __anext__
