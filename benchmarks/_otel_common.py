@@ -1,10 +1,11 @@
 """``--otel`` of the benchmarks: aioclients instrumented the way a service runs it.
 
 The OpenTelemetry SDK with a ``BatchSpanProcessor`` (a queue large enough that no
-span is dropped at it) and a ``MeterProvider`` with a periodic reader; both
-exporters count what they are given and drop it, so what is measured is the
-client-side cost of making the spans and metrics, not of sending them anywhere.
-Needs the ``otel`` and ``test`` extras (opentelemetry-sdk).
+span is dropped at it) and, with ``metrics=True``, a ``MeterProvider`` with a
+periodic reader (without it the meter is the API's no-op one); the exporters count
+what they are given and drop it, so what is measured is the client-side cost of
+making the spans and metrics, not of sending them anywhere. Needs the ``otel`` and
+``test`` extras (opentelemetry-sdk).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 class Telemetry:
     """Instrument for the length of a ``with`` block; counts spans exported."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, metrics: bool) -> None:
+        from opentelemetry.metrics import NoOpMeterProvider
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import (
             MetricExporter,
@@ -57,12 +59,16 @@ class Telemetry:
         self.tracer_provider.add_span_processor(
             BatchSpanProcessor(DroppingSpanExporter(), max_queue_size=1 << 16)
         )
-        self.meter_provider = MeterProvider(
-            metric_readers=[
-                PeriodicExportingMetricReader(
-                    DroppingMetricExporter(), export_interval_millis=5_000
-                )
-            ]
+        self.meter_provider: Any = (
+            MeterProvider(
+                metric_readers=[
+                    PeriodicExportingMetricReader(
+                        DroppingMetricExporter(), export_interval_millis=5_000
+                    )
+                ]
+            )
+            if metrics
+            else NoOpMeterProvider()
         )
         self._instrumentor = AioClientsInstrumentor()
 
@@ -79,7 +85,8 @@ class Telemetry:
 
     def shutdown(self) -> None:
         self.tracer_provider.shutdown()
-        self.meter_provider.shutdown()
+        if hasattr(self.meter_provider, "shutdown"):
+            self.meter_provider.shutdown()
 
 
 def per_message_us(plain_rate: float, traced_rate: float) -> float:

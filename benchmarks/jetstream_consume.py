@@ -234,15 +234,24 @@ async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool =
     if otel:
         from _otel_common import Telemetry
 
-        telemetry = Telemetry()
+        telemetry = Telemetry(metrics=False)
+        with_metrics = Telemetry(metrics=True)
 
         async def traced(url: str, n: int, ack: bool) -> float:
             assert telemetry is not None
             with telemetry.on():
                 return await ours(url, n, ack)
 
-        scenarios[2:2] = [("ours none +otel", traced, False)]
+        async def traced_metrics(url: str, n: int, ack: bool) -> float:
+            with with_metrics.on():
+                return await ours(url, n, ack)
+
+        scenarios[2:2] = [
+            ("ours none +otel", traced, False),
+            ("ours none +otel+metrics", traced_metrics, False),
+        ]
         scenarios.append(("ours explicit +otel", traced, True))
+        scenarios.append(("ours explicit +otel+metrics", traced_metrics, True))
     for _ in range(rounds):
         for name, fn, ack in scenarios:
             rate = await fn(url, count, ack)
@@ -265,15 +274,21 @@ async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool =
         from _otel_common import per_message_us
 
         telemetry.shutdown()
-        print("instrumented (SDK, BatchSpanProcessor, dropping exporters):")
+        with_metrics.shutdown()
+        print(
+            "instrumented (SDK, BatchSpanProcessor, dropping exporter; +metrics: also the SDK "
+            "MeterProvider), against nats-py uninstrumented:"
+        )
         for label, key in (("ack none", "none"), ("ack explicit", "explicit")):
-            traced_rate = best[f"ours {key} +otel"]
-            print(
-                f"{label + ' +otel':<22} {traced_rate:>10.0f}/s "
-                f"{best[f'nats-py {key}']:>10.0f}/s {traced_rate / best[f'nats-py {key}']:>6.2f}x"
-                f"  (+{per_message_us(best[f'ours {key}'], traced_rate):.1f} us per message)"
-            )
-        print(f"spans exported: {telemetry.spans}")
+            for variant in ("+otel", "+otel+metrics"):
+                traced_rate = best[f"ours {key} {variant}"]
+                print(
+                    f"{label + ' ' + variant:<27} {traced_rate:>10.0f}/s "
+                    f"{best[f'nats-py {key}']:>10.0f}/s "
+                    f"{traced_rate / best[f'nats-py {key}']:>6.2f}x"
+                    f"  (+{per_message_us(best[f'ours {key}'], traced_rate):.1f} us per message)"
+                )
+        print(f"spans exported: {telemetry.spans + with_metrics.spans}")
     if memory_count:
         await memory(url, memory_count)
 

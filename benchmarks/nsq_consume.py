@@ -116,19 +116,30 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
     if args.otel:
         from _otel_common import Telemetry
 
-        telemetry = Telemetry()
+        telemetry = Telemetry(metrics=False)
+        with_metrics = Telemetry(metrics=True)
 
         async def traced(tcp: str, topic: str, count: int, mif: int) -> float:
             assert telemetry is not None
             with telemetry.on():
                 return await ours(tcp, topic, count, mif)
 
-        clients = {"aioclients": ours, "aioclients+otel": traced, "pynsq": pynsq, "ansq": ansq}
+        async def traced_metrics(tcp: str, topic: str, count: int, mif: int) -> float:
+            with with_metrics.on():
+                return await ours(tcp, topic, count, mif)
+
+        clients = {
+            "aioclients": ours,
+            "aioclients+otel": traced,
+            "aioclients+otel+metrics": traced_metrics,
+            "pynsq": pynsq,
+            "ansq": ansq,
+        }
     for _ in range(args.rounds):
         for name, run in clients.items():
             if name.split("+")[0] not in args.clients:
                 continue
-            topic = f"bench_{name}_{uuid.uuid4().hex[:8]}"
+            topic = f"bench_{name.replace('+', '_')}_{uuid.uuid4().hex[:8]}"
             await fill(http, topic, args.count)
             try:
                 rate = await asyncio.wait_for(run(tcp, topic, args.count, args.max_in_flight), 300)
@@ -144,13 +155,16 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
         from _otel_common import per_message_us
 
         telemetry.shutdown()
-        traced_rate = best["aioclients+otel"]
+        with_metrics.shutdown()
         peer = best.get("pynsq")
-        print(
-            f"  instrumented: +{per_message_us(best['aioclients'], traced_rate):.1f} us per "
-            f"message; {traced_rate / peer if peer else float('nan'):.2f}x pynsq (uninstrumented); "
-            f"spans exported: {telemetry.spans}"
-        )
+        for variant in ("aioclients+otel", "aioclients+otel+metrics"):
+            traced_rate = best[variant]
+            print(
+                f"  {variant}: +{per_message_us(best['aioclients'], traced_rate):.1f} us per "
+                f"message; {traced_rate / peer if peer else float('nan'):.2f}x pynsq "
+                "(uninstrumented)"
+            )
+        print(f"  spans exported: {telemetry.spans + with_metrics.spans}")
 
 
 if __name__ == "__main__":
