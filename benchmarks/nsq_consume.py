@@ -154,8 +154,6 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
     if telemetry is not None:
         from _otel_common import per_message_us
 
-        telemetry.shutdown()
-        with_metrics.shutdown()
         peer = best.get("pynsq")
         for variant in ("aioclients+otel", "aioclients+otel+metrics"):
             traced_rate = best[variant]
@@ -164,7 +162,16 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
                 f"message; {traced_rate / peer if peer else float('nan'):.2f}x pynsq "
                 "(uninstrumented)"
             )
-        print(f"  spans exported: {telemetry.spans + with_metrics.spans}")
+        from _otel_common import RECEIVE_ATTRIBUTES, sdk_span_us
+
+        exported = telemetry.spans + with_metrics.spans
+        floor = sdk_span_us(with_metrics, RECEIVE_ATTRIBUTES)
+        print(
+            f"  spans exported: {exported}; the SDK alone takes "
+            f"{floor:.1f} us per span (two per message here: receive and FIN)"
+        )
+        telemetry.shutdown()
+        with_metrics.shutdown()
 
 
 if __name__ == "__main__":
