@@ -18,7 +18,7 @@ import inspect
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
@@ -45,6 +45,14 @@ from aioclients.telemetry._common import (
 __all__ = ("instrument_nsq",)
 
 _time_ns = time.time_ns
+_HANDED_OUT_LIMIT = 1 << 16
+
+
+class _ReaderAttributes(NamedTuple):
+    receive: Attributes
+    key: Any  # frozenset(receive.items()): the consumed counter's key
+    finish: Attributes
+    requeue: Attributes
 
 
 def _producer_server(producer: object) -> Attributes:
@@ -61,18 +69,6 @@ def _producer_server(producer: object) -> Attributes:
             out[SERVER_PORT] = parts.port
         return out
     return {}
-
-
-def _topic_of(msg: Message) -> str | None:
-    # The Message knows its Reader only privately; the name may move, so look
-    # it up defensively (the span then goes without a destination).
-    topic = getattr(getattr(msg, "_reader", None), "topic", None)
-    return topic if isinstance(topic, str) else None
-
-
-def _channel_of(msg: Message) -> str | None:
-    channel = getattr(getattr(msg, "_reader", None), "channel", None)
-    return channel if isinstance(channel, str) else None
 
 
 def instrument_nsq(inst: Instruments, patches: Patches) -> None:
@@ -144,27 +140,42 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
 
     # -- receive -------------------------------------------------------------------
 
-    # per Reader and nsqd: the receive attributes and their counter key
-    readers: weakref.WeakKeyDictionary[Reader, dict[str, tuple[Attributes, Any]]] = (
+    # Per Reader and nsqd: the receive attributes, their counter key, and the
+    # attributes of the message's finish and requeue.
+    readers: weakref.WeakKeyDictionary[Reader, dict[str, _ReaderAttributes]] = (
         weakref.WeakKeyDictionary()
     )
+    # A Message does not say (publicly) which Reader, topic and channel it came
+    # from: its settle span finds them here, by (message id, nsqd address), an
+    # entry made when the message was handed out and dropped when it is answered.
+    # Bounded: a message never answered (nsqd re-queues it) ages out.
+    handed_out: dict[tuple[bytes, str], _ReaderAttributes] = {}
 
-    def receive_attributes(reader: Reader, address: str) -> tuple[Attributes, Any]:
+    def receive_attributes(reader: Reader, address: str) -> _ReaderAttributes:
         by_address = readers.get(reader)
         if by_address is None:
             by_address = readers[reader] = {}
         cached = by_address.get(address)
         if cached is None:
-            attrs: Attributes = {
+            base: Attributes = {
                 SYSTEM: "nsq",
-                OPERATION_TYPE: "receive",
-                OPERATION_NAME: "receive",
                 DESTINATION: reader.topic,
                 CONSUMER_GROUP: reader.channel,
                 **server_of(address),
             }
-            cached = by_address[address] = (attrs, frozenset(attrs.items()))
+            attrs = {OPERATION_TYPE: "receive", OPERATION_NAME: "receive", **base}
+            cached = by_address[address] = _ReaderAttributes(
+                attrs,
+                frozenset(attrs.items()),
+                {OPERATION_TYPE: "settle", OPERATION_NAME: "finish", **base},
+                {OPERATION_TYPE: "settle", OPERATION_NAME: "requeue", **base},
+            )
         return cached
+
+    def hand_out(msg: Message, cached: _ReaderAttributes) -> None:
+        if len(handed_out) >= _HANDED_OUT_LIMIT:
+            del handed_out[next(iter(handed_out))]  # the oldest
+        handed_out[(msg.id, msg.nsqd_address)] = cached
 
     def traced_anext(original: Any) -> Any:
         async def __anext__(self: Reader) -> Message:
@@ -184,7 +195,9 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 span = start_span("receive", self.topic, SpanKind.CLIENT, attrs, start_ns=start)
                 finish(span, attrs, start, exc)
                 raise
-            attrs, key = receive_attributes(self, msg.nsqd_address)
+            cached = receive_attributes(self, msg.nsqd_address)
+            hand_out(msg, cached)
+            attrs = cached.receive
             span = start_span(
                 "receive",
                 self.topic,
@@ -192,7 +205,7 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 {**attrs, MESSAGE_ID: msg.id.decode("ascii", "replace")},
                 start_ns=start,
             )
-            finish(span, attrs, start, consumed=1, key=key)
+            finish(span, attrs, start, consumed=1, key=cached.key)
             return msg
 
         return __anext__
@@ -251,22 +264,21 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
     def traced_settle(operation: str) -> Callable[[Any], Any]:
         def make(original: Any) -> Any:
             async def settle(self: Message, *args: Any, **kwargs: Any) -> None:
-                topic = _topic_of(self)
-                attrs: Attributes = {
-                    SYSTEM: "nsq",
-                    OPERATION_TYPE: "settle",
-                    OPERATION_NAME: operation,
-                    **server_of(self.nsqd_address),
-                }
-                if topic is not None:
-                    attrs[DESTINATION] = topic
-                channel = _channel_of(self)
-                if channel is not None:
-                    attrs[CONSUMER_GROUP] = channel
+                cached = handed_out.pop((self.id, self.nsqd_address), None)
+                if cached is None:  # handed out before instrument(), or aged out
+                    attrs: Attributes = {
+                        SYSTEM: "nsq",
+                        OPERATION_TYPE: "settle",
+                        OPERATION_NAME: operation,
+                        **server_of(self.nsqd_address),
+                    }
+                else:
+                    attrs = cached.finish if operation == "finish" else cached.requeue
+                topic = attrs.get(DESTINATION)
                 start = _time_ns()
                 span = start_span(
                     operation,
-                    topic,
+                    topic if isinstance(topic, str) else None,
                     SpanKind.CLIENT,
                     {**attrs, MESSAGE_ID: self.id.decode("ascii", "replace")},
                     start_ns=start,
@@ -274,6 +286,8 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 try:
                     await original(self, *args, **kwargs)
                 except BaseException as exc:
+                    if cached is not None and not self.has_responded:
+                        handed_out[(self.id, self.nsqd_address)] = cached  # may try again
                     finish(span, attrs, start, exc)
                     raise
                 finish(span, attrs, start)
