@@ -24,7 +24,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -831,7 +831,13 @@ def kick_flusher(nc: NATS, current: asyncio.Future[None] | None) -> asyncio.Futu
 def _socket_transport(nc: NATS) -> asyncio.WriteTransport | None:
     writer = getattr(nc._transport, "_io_writer", None)
     transport = getattr(writer, "transport", None)
-    return transport if isinstance(transport, asyncio.WriteTransport) else None
+    # Duck-typed: uvloop's transports have these methods but are not registered as
+    # asyncio.WriteTransport subclasses (an isinstance check would skip the abort).
+    if not callable(getattr(transport, "abort", None)) or not callable(
+        getattr(transport, "get_write_buffer_size", None)
+    ):
+        return None
+    return cast("asyncio.WriteTransport", transport)
 
 
 def unsent_bytes(nc: NATS) -> int:
