@@ -60,7 +60,7 @@ import grpc
 
 from aioclients._core import check_float, check_int
 from aioclients.testing._liftbridge_broker import Broker, Ingester
-from aioclients.testing._liftbridge_state import ClusterState
+from aioclients.testing._liftbridge_state import ClusterState, MonotonicTimer
 from aioclients.testing.nats_server import NatsServer
 
 __all__ = (
@@ -141,7 +141,7 @@ class LiftbridgeCluster:
         self._lock = asyncio.Lock()
         self._started = False
         self._auto_pause_task: asyncio.Task[None] | None = None
-        self._resync: asyncio.TimerHandle | None = None  # once lagging brokers caught up
+        self._resync: MonotonicTimer | None = None  # once lagging brokers caught up
         self._resync_tasks: set[asyncio.Task[None]] = set()
 
     # -- public API ----------------------------------------------------------
@@ -296,11 +296,10 @@ class LiftbridgeCluster:
             # The partition leaders apply deletes and pauses late: subscribe
             # again (unsubscribe) once they have.
             loop = asyncio.get_running_loop()
-            due = state.quiet_at - time.monotonic()
-            if due > 0:
+            if state.quiet_at > time.monotonic():
                 if self._resync is not None:
                     self._resync.cancel()
-                self._resync = loop.call_later(due + 0.001, self._resync_now)
+                self._resync = MonotonicTimer(loop, state.quiet_at + 0.001, self._resync_now)
 
     def _resync_now(self) -> None:
         self._resync = None
