@@ -831,13 +831,15 @@ def kick_flusher(nc: NATS, current: asyncio.Future[None] | None) -> asyncio.Futu
 def _socket_transport(nc: NATS) -> asyncio.WriteTransport | None:
     writer = getattr(nc._transport, "_io_writer", None)
     transport = getattr(writer, "transport", None)
-    # Duck-typed: uvloop's transports have these methods but are not registered as
-    # asyncio.WriteTransport subclasses (an isinstance check would skip the abort).
-    if not callable(getattr(transport, "abort", None)) or not callable(
+    if isinstance(transport, asyncio.WriteTransport):
+        return transport  # asyncio's own (the isinstance check is the cheaper test)
+    # uvloop's transports have the methods but are not registered as
+    # asyncio.WriteTransport subclasses: duck-type them.
+    if callable(getattr(transport, "abort", None)) and callable(
         getattr(transport, "get_write_buffer_size", None)
     ):
-        return None
-    return cast("asyncio.WriteTransport", transport)
+        return cast("asyncio.WriteTransport", transport)
+    return None
 
 
 def unsent_bytes(nc: NATS) -> int:
