@@ -29,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import nats
+from _loop import add_loop_argument, run_async, use_loop
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from aioclients import jetstream
@@ -253,12 +254,14 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--memory-count", type=int, default=0)
+    add_loop_argument(parser)
     args = parser.parse_args()
+    use_loop(args.loop)
     if args.url:
-        asyncio.run(run(args.url, args.count, args.rounds, args.memory_count))
+        run_async(run(args.url, args.count, args.rounds, args.memory_count))
         return
     with NatsServer() as server:
-        asyncio.run(run(server.url, args.count, args.rounds, args.memory_count))
+        run_async(run(server.url, args.count, args.rounds, args.memory_count))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 
+from _loop import add_loop_argument, run_async, use_loop
 from _nsq_common import PAYLOAD, emulated_nsqd, report
 
 from aioclients.nsq import HTTPProducer, Reader
@@ -132,6 +133,8 @@ if __name__ == "__main__":
     parser.add_argument("--clients", nargs="+", default=list(CLIENTS))
     parser.add_argument("--nsqd-tcp", help="a real nsqd's TCP address (host:port)")
     parser.add_argument("--nsqd-http", help="the same nsqd's HTTP address (host:port)")
+    add_loop_argument(parser)
     ns = parser.parse_args()
+    use_loop(ns.loop)
     with servers(ns) as (tcp_address, http_address):
-        asyncio.run(main(ns, tcp_address, http_address))
+        run_async(main(ns, tcp_address, http_address))
