@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from aioclients import jetstream, liftbridge, nsq
+from aioclients.jetstream import _transport as transport_module
 from aioclients.jetstream._transport import FastParser, _socket_transport, abort_socket
 from aioclients.testing import LiftbridgeCluster, NatsServer, NsqdEmulator
 from aioclients.testing._liftbridge_state import MonotonicTimer
@@ -136,3 +137,21 @@ def test_emulator_timer_waits_for_the_monotonic_clock_when_woken_early() -> None
     _, fire = loop.calls.pop()
     fire()
     assert fired == [True]
+
+
+def test_a_transport_without_the_needed_methods_is_reported_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transport_module, "_REPORTED_OFF", set())  # once per process
+    class Writer:
+        transport = object()  # neither asyncio's nor uvloop's: no abort()
+
+    class Client:
+        _transport = type("T", (), {"_io_writer": Writer()})()
+
+    caplog.set_level(logging.INFO, logger="aioclients")
+    assert _socket_transport(Client()) is None  # type: ignore[arg-type]
+    assert _socket_transport(Client()) is None  # type: ignore[arg-type]
+    off = [r for r in caplog.records if "writing requests straight to the socket" in r.message]
+    assert len(off) == 1
+    assert "object" in off[0].message

@@ -839,6 +839,14 @@ def _socket_transport(nc: NATS) -> asyncio.WriteTransport | None:
         getattr(transport, "get_write_buffer_size", None)
     ):
         return cast("asyncio.WriteTransport", transport)
+    if transport is not None:
+        report_fast_path_off(
+            "writing requests straight to the socket",
+            f"its event loop's transport ({type(transport).__name__}) has no abort() or "
+            "get_write_buffer_size(); requests go through its flusher, and a stuck socket "
+            "is left for the server to close",
+            level=logging.INFO,
+        )
     return None
 
 
