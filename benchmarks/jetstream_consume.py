@@ -12,7 +12,8 @@ through a fresh consumer per round with:
   messages, published by a separate process, through our connection's raw
   receive path (the ceiling) and through a nats-py subscription (for reference).
 
-The best of --rounds interleaved rounds is printed as msgs/s with the ratios.
+The best of --rounds interleaved rounds is printed as msgs/s with the ratios, and the
+lowest CPU time this process spent per message (steadier than msgs/s on a busy machine).
 ``--memory-count N`` also consumes N messages and prints the RSS after 10% and
 after all of them.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -221,6 +223,7 @@ async def run(url: str, count: int, rounds: int, memory_count: int) -> None:
     print(f"filling a file stream with {count} messages ...", flush=True)
     await fill_stream(url, count)
     best: dict[str, float] = {}
+    cpu: dict[str, float] = {}  # this process's CPU time per message, best round (us)
     for _ in range(rounds):
         for name, fn, ack in (
             ("nats-py none", theirs, False),
@@ -228,16 +231,23 @@ async def run(url: str, count: int, rounds: int, memory_count: int) -> None:
             ("nats-py explicit", theirs, True),
             ("ours explicit", ours, True),
         ):
+            used = time.process_time()
             rate = await fn(url, count, ack)
+            used = (time.process_time() - used) / count * 1e6
             best[name] = max(best.get(name, 0.0), rate)
+            cpu[name] = min(cpu.get(name, math.inf), used)
         best["ceiling"] = max(best.get("ceiling", 0.0), await ceiling_ours(url, count))
         best["core nats-py"] = max(best.get("core nats-py", 0.0), await ceiling_nats_py(url, count))
-    print(f"{'scenario':<22} {'aioclients':>12} {'nats-py':>12} {'ratio':>7}")
+    print(
+        f"{'scenario':<22} {'aioclients':>12} {'nats-py':>12} {'ratio':>7}"
+        f"   client CPU us/msg: {'aioclients':>10} {'nats-py':>8}"
+    )
     for label, key in (("ack none", "none"), ("ack explicit", "explicit")):
         ours_rate, theirs_rate = best[f"ours {key}"], best[f"nats-py {key}"]
         print(
             f"{label:<22} {ours_rate:>10.0f}/s {theirs_rate:>10.0f}/s "
             f"{ours_rate / theirs_rate:>6.2f}x"
+            f"   {'':>18} {cpu[f'ours {key}']:>10.2f} {cpu[f'nats-py {key}']:>8.2f}"
         )
     print(
         f"{'core NATS ceiling':<22} {best['ceiling']:>10.0f}/s {best['core nats-py']:>10.0f}/s "
