@@ -143,6 +143,7 @@ def test_a_transport_without_the_needed_methods_is_reported_once(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(transport_module, "_REPORTED_OFF", set())  # once per process
+
     class Writer:
         transport = object()  # neither asyncio's nor uvloop's: no abort()
 
