@@ -33,7 +33,7 @@ asyncio_default_fixture_loop_scope = function
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     pytester.makepyfile(test_loops=TESTS)
     pytester.makeini(INI)
-    return pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider", *args)
+    return pytester.runpytest("-s", "-p", "no:cacheprovider", *args)
 
 
 @pytest.fixture(autouse=True)
@@ -99,7 +99,7 @@ def test_without_the_loop_factory_hook_the_policy_fixture_gives_uvloop(
                 loop.close()
         """
     )
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "-s", "-p", "no:cacheprovider", "-p", "no:asyncio", "--aioclients-loop=uvloop"
     )
     result.assert_outcomes(passed=1)
