@@ -6,8 +6,13 @@ the emulator, in a process of its own, unless --nsqd-tcp/--nsqd-http name a real
 Each client runs --rounds times, interleaved; the best round is reported, with the
 lowest CPU time this process spent per message (the fill is not counted).
 
+``--otel`` adds "aioclients+otel": aioclients instrumented with OpenTelemetry (see
+``_otel_common.py``: a receive span per message, a settle span per FIN, and the
+metrics) in the same rounds, and prints what instrumentation costs per message.
+
     python benchmarks/nsq_consume.py --count 100000 --max-in-flight 200
     python benchmarks/nsq_consume.py --count 2000 --rounds 1      # quick check
+    python benchmarks/nsq_consume.py --count 100000 --rounds 3 --otel
 """
 
 from __future__ import annotations
@@ -109,12 +114,36 @@ def servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
 
 async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
     best: dict[str, float] = {}
+    clients = dict(CLIENTS)
+    telemetry = None
+    if args.otel:
+        from _otel_common import Telemetry
+
+        telemetry = Telemetry(metrics=False)
+        with_metrics = Telemetry(metrics=True)
+
+        async def traced(tcp: str, topic: str, count: int, mif: int) -> float:
+            assert telemetry is not None
+            with telemetry.on():
+                return await ours(tcp, topic, count, mif)
+
+        async def traced_metrics(tcp: str, topic: str, count: int, mif: int) -> float:
+            with with_metrics.on():
+                return await ours(tcp, topic, count, mif)
+
+        clients = {
+            "aioclients": ours,
+            "aioclients+otel": traced,
+            "aioclients+otel+metrics": traced_metrics,
+            "pynsq": pynsq,
+            "ansq": ansq,
+        }
     cpu: dict[str, float] = {}
     for _ in range(args.rounds):
-        for name, run in CLIENTS.items():
-            if name not in args.clients:
+        for name, run in clients.items():
+            if name.split("+")[0] not in args.clients:
                 continue
-            topic = f"bench_{name}_{uuid.uuid4().hex[:8]}"
+            topic = f"bench_{name.replace('+', '_')}_{uuid.uuid4().hex[:8]}"
             await fill(http, topic, args.count)
             used = time.process_time()
             try:
@@ -132,6 +161,27 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
     print("client CPU per message (this process, best round):")
     for name, us in cpu.items():
         print(f"  {name:<12} {us:>9.2f} us")
+    if telemetry is not None:
+        from _otel_common import per_message_us
+
+        peer = best.get("pynsq")
+        for variant in ("aioclients+otel", "aioclients+otel+metrics"):
+            traced_rate = best[variant]
+            print(
+                f"  {variant}: +{per_message_us(best['aioclients'], traced_rate):.1f} us per "
+                f"message; {traced_rate / peer if peer else float('nan'):.2f}x pynsq "
+                "(uninstrumented)"
+            )
+        from _otel_common import RECEIVE_ATTRIBUTES, sdk_span_us
+
+        exported = telemetry.spans + with_metrics.spans
+        floor = sdk_span_us(with_metrics, RECEIVE_ATTRIBUTES)
+        print(
+            f"  spans exported: {exported}; the SDK alone takes "
+            f"{floor:.1f} us per span (two per message here: receive and FIN)"
+        )
+        telemetry.shutdown()
+        with_metrics.shutdown()
 
 
 if __name__ == "__main__":
@@ -142,6 +192,7 @@ if __name__ == "__main__":
     parser.add_argument("--clients", nargs="+", default=list(CLIENTS))
     parser.add_argument("--nsqd-tcp", help="a real nsqd's TCP address (host:port)")
     parser.add_argument("--nsqd-http", help="the same nsqd's HTTP address (host:port)")
+    parser.add_argument("--otel", action="store_true", help="also run aioclients instrumented")
     add_loop_argument(parser)
     ns = parser.parse_args()
     use_loop(ns.loop)
