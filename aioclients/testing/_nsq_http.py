@@ -369,8 +369,5 @@ async def start_http(nsqd: NsqdBackend, host: str, port: int) -> tuple[web.AppRu
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
-    server = site._server
-    assert server is not None
-    sockets = getattr(server, "sockets", None) or []
-    bound = sockets[0].getsockname()[1] if sockets else port
-    return runner, int(bound)
+    bound = [address[1] for address in runner.addresses if isinstance(address, tuple)]
+    return runner, int(bound[0]) if bound else port
