@@ -42,7 +42,7 @@ import ssl
 import struct
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Protocol
 
 from aioclients._tasks import TaskOwner
@@ -339,6 +339,7 @@ class NsqdServer:
     # -- what connections ask -----------------------------------------------------------
 
     def subscribe(self, conn: _NsqdConnection, topic: str, channel: str) -> Consumer:
+        """SUB on ``conn``: a consumer with the connection's IDENTIFY settings."""
         consumer = self.state.subscribe(
             topic, channel, self.now(), msg_timeout=conn.msg_timeout, sample_rate=conn.sample_rate
         )
@@ -346,17 +347,21 @@ class NsqdServer:
         return consumer
 
     def unsubscribe(self, consumer: Consumer) -> None:
+        """The consumer's connection is closing (idempotent)."""
         if self._subscribers.pop(consumer, None) is not None:
             self.state.unsubscribe(consumer)
             self.pump()
 
-    def connection_made(self, conn: _NsqdConnection) -> None:
+    def add_connection(self, conn: _NsqdConnection) -> None:
+        """A client connected (closed by :meth:`close`, listed as a producer in stats)."""
         self._connections.add(conn)
 
-    def connection_lost(self, conn: _NsqdConnection) -> None:
+    def remove_connection(self, conn: _NsqdConnection) -> None:
+        """A client's connection is gone."""
         self._connections.discard(conn)
 
-    def start_task(self, coro: Any, name: str) -> None:
+    def start_task(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``coro`` as a task of the emulator's owner (a TLS upgrade)."""
         assert self._tasks is not None
         self._tasks.start(coro, name=name)
 
@@ -573,7 +578,7 @@ class _NsqdConnection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.connection_made(self)
+        self.server.add_connection(self)
         # nsqd waits one client timeout (two default heartbeat intervals) for the magic
         self._arm_read_deadline()
 
@@ -606,7 +611,7 @@ class _NsqdConnection(asyncio.Protocol):
         for timer in (self._heartbeat_timer, self._deadline_timer):
             if timer is not None:
                 timer.cancel()
-        self.server.connection_lost(self)
+        self.server.remove_connection(self)
         self._unsubscribe()
 
     # -- output -------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import collections
 import heapq
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -764,8 +764,3 @@ class NsqdState:
         self._dirty.clear()
         self._timers.clear()
         self._changes.clear()
-
-    def iter_channels(self) -> Iterator[Channel]:
-        """Every channel of every topic."""
-        for topic in self._topics.values():
-            yield from topic._channels.values()
