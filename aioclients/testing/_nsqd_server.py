@@ -631,13 +631,16 @@ class _NsqdConnection(asyncio.Protocol):
     def deliver(self, msgs: list[Message]) -> None:
         """Write message frames, one write for all."""
         pack = _MSG_HEADER.pack
-        parts = []
-        for msg in msgs:
-            body = msg.body
-            parts.append(pack(30 + len(body), FRAME_MESSAGE, msg.timestamp, msg.attempts & 0xFFFF))
-            parts.append(msg.id)
-            parts.append(body)
-        self.write(b"".join(parts))
+        self.write(
+            b"".join(
+                [
+                    pack(30 + len(m.body), FRAME_MESSAGE, m.timestamp, m.attempts & 0xFFFF)
+                    + m.id
+                    + m.body
+                    for m in msgs
+                ]
+            )
+        )
 
     def _flush(self) -> None:
         out, self._out = self._out, None
@@ -736,9 +739,18 @@ class _NsqdConnection(asyncio.Protocol):
                 line = bytes(buf[pos:nl])
                 if line.endswith(b"\r"):
                     line = line[:-1]
-                if len(line) == 20 and line[:4] == b"FIN " and self._fast_fin(line[4:]):
-                    pos = nl + 1
-                    continue
+                consumer = self.consumer
+                if len(line) == 20 and line[:4] == b"FIN " and consumer is not None:
+                    # FIN of a message this client holds, without the general path's
+                    # checks; anything else goes the general way, which reports it
+                    if not self.options.tls_required or self.tls:
+                        try:
+                            consumer.channel.finish(consumer, line[4:])
+                        except LookupError:
+                            pass
+                        else:
+                            pos = nl + 1
+                            continue
                 params = line.split(b" ")
                 try:
                     end = self._exec(params, nl + 1)
@@ -757,18 +769,6 @@ class _NsqdConnection(asyncio.Protocol):
                 del buf[:pos]
             self._flush()
             self.server.pump()
-
-    def _fast_fin(self, msg_id: bytes) -> bool:
-        """FIN of a message this client holds, without the general path's checks
-        (False: let the general path check and report)."""
-        consumer = self.consumer
-        if consumer is None or (self.options.tls_required and not self.tls):
-            return False
-        try:
-            consumer.channel.finish(consumer, msg_id)
-        except LookupError:
-            return False
-        return True
 
     def _exec(self, params: list[bytes], start: int) -> int | None:
         cmd = params[0]
