@@ -12,7 +12,8 @@ through a fresh consumer per round with:
   messages, published by a separate process, through our connection's raw
   receive path (the ceiling) and through a nats-py subscription (for reference).
 
-The best of --rounds interleaved rounds is printed as msgs/s with the ratios.
+The best of --rounds interleaved rounds is printed as msgs/s with the ratios, and the
+lowest CPU time this process spent per message (steadier than msgs/s on a busy machine).
 ``--memory-count N`` also consumes N messages and prints the RSS after 10% and
 after all of them.
 
@@ -24,11 +25,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import time
 from collections.abc import Awaitable, Callable
 
 import nats
+from _loop import add_loop_argument, run_async, use_loop
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from aioclients import jetstream
@@ -220,6 +223,7 @@ async def run(url: str, count: int, rounds: int, memory_count: int) -> None:
     print(f"filling a file stream with {count} messages ...", flush=True)
     await fill_stream(url, count)
     best: dict[str, float] = {}
+    cpu: dict[str, float] = {}  # this process's CPU time per message, best round (us)
     for _ in range(rounds):
         for name, fn, ack in (
             ("nats-py none", theirs, False),
@@ -227,16 +231,23 @@ async def run(url: str, count: int, rounds: int, memory_count: int) -> None:
             ("nats-py explicit", theirs, True),
             ("ours explicit", ours, True),
         ):
+            used = time.process_time()
             rate = await fn(url, count, ack)
+            used = (time.process_time() - used) / count * 1e6
             best[name] = max(best.get(name, 0.0), rate)
+            cpu[name] = min(cpu.get(name, math.inf), used)
         best["ceiling"] = max(best.get("ceiling", 0.0), await ceiling_ours(url, count))
         best["core nats-py"] = max(best.get("core nats-py", 0.0), await ceiling_nats_py(url, count))
-    print(f"{'scenario':<22} {'aioclients':>12} {'nats-py':>12} {'ratio':>7}")
+    print(
+        f"{'scenario':<22} {'aioclients':>12} {'nats-py':>12} {'ratio':>7}"
+        f"   client CPU us/msg: {'aioclients':>10} {'nats-py':>8}"
+    )
     for label, key in (("ack none", "none"), ("ack explicit", "explicit")):
         ours_rate, theirs_rate = best[f"ours {key}"], best[f"nats-py {key}"]
         print(
             f"{label:<22} {ours_rate:>10.0f}/s {theirs_rate:>10.0f}/s "
             f"{ours_rate / theirs_rate:>6.2f}x"
+            f"   {'':>18} {cpu[f'ours {key}']:>10.2f} {cpu[f'nats-py {key}']:>8.2f}"
         )
     print(
         f"{'core NATS ceiling':<22} {best['ceiling']:>10.0f}/s {best['core nats-py']:>10.0f}/s "
@@ -253,12 +264,14 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--memory-count", type=int, default=0)
+    add_loop_argument(parser)
     args = parser.parse_args()
+    use_loop(args.loop)
     if args.url:
-        asyncio.run(run(args.url, args.count, args.rounds, args.memory_count))
+        run_async(run(args.url, args.count, args.rounds, args.memory_count))
         return
     with NatsServer() as server:
-        asyncio.run(run(server.url, args.count, args.rounds, args.memory_count))
+        run_async(run(server.url, args.count, args.rounds, args.memory_count))
 
 
 if __name__ == "__main__":

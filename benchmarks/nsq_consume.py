@@ -3,7 +3,8 @@
 Each client consumes --count 100-byte messages (FIN each) with max_in_flight
 --max-in-flight from a topic filled beforehand (the fill is not timed). The nsqd is
 the emulator, in a process of its own, unless --nsqd-tcp/--nsqd-http name a real one.
-Each client runs --rounds times, interleaved; the best round is reported.
+Each client runs --rounds times, interleaved; the best round is reported, with the
+lowest CPU time this process spent per message (the fill is not counted).
 
     python benchmarks/nsq_consume.py --count 100000 --max-in-flight 200
     python benchmarks/nsq_consume.py --count 2000 --rounds 1      # quick check
@@ -14,10 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 
+from _loop import add_loop_argument, run_async, use_loop
 from _nsq_common import PAYLOAD, emulated_nsqd, report
 
 from aioclients.nsq import HTTPProducer, Reader
@@ -106,22 +109,29 @@ def servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
 
 async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
     best: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     for _ in range(args.rounds):
         for name, run in CLIENTS.items():
             if name not in args.clients:
                 continue
             topic = f"bench_{name}_{uuid.uuid4().hex[:8]}"
             await fill(http, topic, args.count)
+            used = time.process_time()
             try:
                 rate = await asyncio.wait_for(run(tcp, topic, args.count, args.max_in_flight), 300)
             except ImportError as exc:
                 print(f"{name}: not installed ({exc})")
                 continue
+            used = (time.process_time() - used) / args.count * 1e6
             best[name] = max(best.get(name, 0.0), rate)
+            cpu[name] = min(cpu.get(name, math.inf), used)
     report(
         f"consume {args.count} x {len(PAYLOAD)}-byte messages, max_in_flight {args.max_in_flight}",
         best,
     )
+    print("client CPU per message (this process, best round):")
+    for name, us in cpu.items():
+        print(f"  {name:<12} {us:>9.2f} us")
 
 
 if __name__ == "__main__":
@@ -132,6 +142,8 @@ if __name__ == "__main__":
     parser.add_argument("--clients", nargs="+", default=list(CLIENTS))
     parser.add_argument("--nsqd-tcp", help="a real nsqd's TCP address (host:port)")
     parser.add_argument("--nsqd-http", help="the same nsqd's HTTP address (host:port)")
+    add_loop_argument(parser)
     ns = parser.parse_args()
+    use_loop(ns.loop)
     with servers(ns) as (tcp_address, http_address):
-        asyncio.run(main(ns, tcp_address, http_address))
+        run_async(main(ns, tcp_address, http_address))

@@ -43,7 +43,7 @@ import struct
 import time
 import zlib
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from aioclients._tasks import TaskOwner
 from aioclients.testing._nsq_wire import (
@@ -569,8 +569,8 @@ class _NsqdConnection(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # cast, not isinstance: uvloop's transports are not asyncio.Transport subclasses
+        self.transport = transport = cast("asyncio.Transport", transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.remote_address = f"{peer[0]}:{peer[1]}"
@@ -943,7 +943,6 @@ class _NsqdConnection(asyncio.Protocol):
         if new is None or self._closed:
             self.abort()
             return
-        assert isinstance(new, asyncio.Transport)
         self.transport = new
         self.tls = True
         obj = new.get_extra_info("ssl_object")
