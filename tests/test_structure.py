@@ -72,6 +72,7 @@ PUBLIC_PACKAGES = [
     "aioclients.jetstream",
     "aioclients.liftbridge",
     "aioclients.nsq",
+    "aioclients.telemetry",
     "aioclients.testing",
 ]
 

@@ -62,7 +62,7 @@ from aioclients._core import check_float, check_int
 from aioclients._errors import InvalidArgumentError
 from aioclients._tasks import TaskOwner
 from aioclients.testing._liftbridge_broker import Broker, Ingester
-from aioclients.testing._liftbridge_state import ClusterState
+from aioclients.testing._liftbridge_state import ClusterState, MonotonicTimer
 from aioclients.testing.nats_server import NatsServer
 
 __all__ = (
@@ -157,7 +157,7 @@ class LiftbridgeCluster:
         self._started = False
         # the auto-pause loop and the resyncs; a new owner for each start()
         self._tasks = TaskOwner("LiftbridgeCluster")
-        self._resync: asyncio.TimerHandle | None = None  # once lagging brokers caught up
+        self._resync: MonotonicTimer | None = None  # once lagging brokers caught up
 
     # -- public API ----------------------------------------------------------
 
@@ -313,11 +313,10 @@ class LiftbridgeCluster:
             # The partition leaders apply deletes and pauses late: subscribe
             # again (unsubscribe) once they have.
             loop = asyncio.get_running_loop()
-            due = state.quiet_at - time.monotonic()
-            if due > 0:
+            if state.quiet_at > time.monotonic():
                 if self._resync is not None:
                     self._resync.cancel()
-                self._resync = loop.call_later(due + 0.001, self._resync_now)
+                self._resync = MonotonicTimer(loop, state.quiet_at + 0.001, self._resync_now)
 
     def _resync_now(self) -> None:
         self._resync = None
