@@ -1,20 +1,45 @@
-"""The Liftbridge emulator's retention limit (``retention_max_messages``): the oldest
-messages go, offsets stay, and readers asking for a trimmed offset start at the oldest kept."""
+"""Retention and compaction end to end, on the emulator and on a real Liftbridge alike:
+nothing goes until a segment rolls and the partition's cleaner ticks; then whole
+segments go, offsets stay, and readers asking for a removed offset start at the oldest
+kept one (the rules themselves are tested on the pure log in test_emulator_log.py).
+
+Liftbridge v1.9.0 can crash (SIGBUS in the index of a segment) when its cleaner rolls a
+full segment while a publish rolls it too: both create the same segment file and the
+loser deletes it under the winner. One-message segments are full all the time, so
+these tests publish before the cleaner first ticks (``CLEANER`` after the stream is
+created) and let it work afterwards."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from aioclients import liftbridge
 from aioclients.testing import LiftbridgeCluster
-from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge
+from aioclients.testing._liftbridge_fixtures import (
+    ExternalLiftbridge,
+    oldest_offset,
+    wait_for_oldest,
+)
 
+Cluster = LiftbridgeCluster | ExternalLiftbridge
 TIMEOUT = 10.0
+#: the cleaner interval of these streams (s): their publishing ends before its first tick
+CLEANER = 1.0
 
 
-async def _offsets(client: liftbridge.Client, stream: str, **start: object) -> list[int]:
+@pytest.fixture
+async def client(liftbridge_cluster: Cluster) -> liftbridge.Client:
+    async with await liftbridge.connect(liftbridge_cluster.addresses) as c:
+        yield c  # type: ignore[misc]
+
+
+async def _offsets(
+    client: liftbridge.Client, stream: str, stop_offset: int = 24, **start: object
+) -> list[int]:
     got: list[int] = []
-    async with client.subscribe(stream, stop_offset=24, **start) as sub:  # type: ignore[arg-type]
+    async with client.subscribe(stream, stop_offset=stop_offset, **start) as sub:  # type: ignore[arg-type]
 
         async def run() -> None:
             async for msg in sub:
@@ -24,34 +49,134 @@ async def _offsets(client: liftbridge.Client, stream: str, **start: object) -> l
     return got
 
 
-async def test_retention_max_messages_trims_the_oldest(
-    liftbridge_cluster: LiftbridgeCluster | ExternalLiftbridge, unique_name: str
+async def _publish(client: liftbridge.Client, stream: str, count: int, **kw: object) -> None:
+    for i in range(count):
+        await client.publish(stream, f"m{i}".encode(), **kw)  # type: ignore[arg-type]
+
+
+async def test_retention_max_messages_drops_whole_segments_when_the_cleaner_runs(
+    client: liftbridge.Client, unique_name: str
 ) -> None:
-    async with await liftbridge.connect(liftbridge_cluster.addresses) as client:
-        # A real Liftbridge drops whole segments, when its cleaner runs: tiny segments and
-        # a short cleaner interval make it trim to the message, soon (the emulator trims
-        # at once).
-        await client.create_stream(
-            unique_name,
-            unique_name,
-            retention_max_messages=10,
-            segment_max_bytes=64,
-            cleaner_interval=0.1,
+    # Segments of 1 byte: each message rolls a segment of its own, so the cleaner
+    # trims to the message.
+    await client.create_stream(
+        unique_name,
+        unique_name,
+        retention_max_messages=10,
+        segment_max_bytes=1,
+        cleaner_interval=CLEANER,
+    )
+    await _publish(client, unique_name, 25)
+    meta = await client.fetch_partition_metadata(unique_name, 0)
+    assert meta.high_watermark == 24, "offsets are never reused"
+    assert await wait_for_oldest(client, unique_name, at_least=15) == 15
+    assert await _offsets(client, unique_name, start_at=liftbridge.StartPosition.EARLIEST) == list(
+        range(15, 25)
+    )
+    below = await _offsets(client, unique_name, start_offset=3)
+    assert below == list(range(15, 25)), "a trimmed start offset starts at the oldest kept"
+    await client.delete_stream(unique_name)
+
+
+async def test_nothing_is_removed_before_the_cleaner_runs(
+    client: liftbridge.Client, unique_name: str
+) -> None:
+    # A cleaner that ticks once an hour: the log keeps everything until then, whatever
+    # the limit (the emulator used to trim at once).
+    await client.create_stream(
+        unique_name,
+        unique_name,
+        retention_max_messages=5,
+        segment_max_bytes=1,
+        cleaner_interval=3600,
+    )
+    await _publish(client, unique_name, 25)
+    assert await _offsets(client, unique_name, start_at=liftbridge.StartPosition.EARLIEST) == list(
+        range(25)
+    )
+    assert await oldest_offset(client, unique_name) == 0
+    await client.delete_stream(unique_name)
+
+
+async def test_a_stop_offset_retention_removed_ends_the_subscription(
+    client: liftbridge.Client, unique_name: str
+) -> None:
+    # The broker stops only at the stop offset itself: a reader that starts below the
+    # oldest offset (and so at it) passes a removed stop offset by and reads on. The
+    # client ends the subscription there instead of handing over offsets past it.
+    await client.create_stream(
+        unique_name,
+        unique_name,
+        retention_max_messages=10,
+        segment_max_bytes=1,
+        cleaner_interval=CLEANER,
+    )
+    await _publish(client, unique_name, 25)
+    await wait_for_oldest(client, unique_name, at_least=15)
+    assert await _offsets(client, unique_name, start_offset=3, stop_offset=5) == []
+    await client.delete_stream(unique_name)
+
+
+async def test_a_reader_behind_retention_fails_with_segment_deleted(
+    client: liftbridge.Client, unique_name: str
+) -> None:
+    # A reader that does not read holds its place in a segment (gRPC flow control
+    # holds the broker back); the cleaner deletes that segment under it, and its next
+    # read fails. Big messages fill the flow-control window quickly.
+    await client.create_stream(
+        unique_name,
+        unique_name,
+        retention_max_messages=1,
+        segment_max_bytes=1,
+        cleaner_interval=2 * CLEANER,
+    )
+    big = b"x" * 1_000_000
+    for _ in range(23):
+        await client.publish(unique_name, big)
+    sub = client.subscribe(unique_name, start_at=liftbridge.StartPosition.EARLIEST)
+    async with sub:
+        first = await asyncio.wait_for(sub.__anext__(), TIMEOUT)
+        assert first.offset == 0
+        await wait_for_oldest(client, unique_name, at_least=22)
+        read: list[int] = []
+
+        async def drain() -> None:
+            async for msg in sub:
+                read.append(msg.offset)
+
+        with pytest.raises(liftbridge.SegmentDeletedError, match="subscribe again") as info:
+            await asyncio.wait_for(drain(), TIMEOUT)
+        assert all(offset < 22 for offset in read), "the deleted segments are not read"
+        assert info.value.last_offset is not None
+        assert info.value.last_offset < 22
+    await client.delete_stream(unique_name)
+
+
+async def test_compaction_keeps_the_newest_message_of_each_key(
+    client: liftbridge.Client, unique_name: str
+) -> None:
+    await client.create_stream(
+        unique_name,
+        unique_name,
+        compact_enabled=True,
+        segment_max_bytes=1,
+        cleaner_interval=CLEANER,
+    )
+    keys = [b"a", b"b", b"a", None, b"b", b"a", b"c", None, b"a", b"c", b"b"]
+    for i, key in enumerate(keys):
+        await client.publish(unique_name, b"%d" % i, key=key)
+    last = len(keys) - 1
+    newest = {k: i for i, k in enumerate(keys) if k is not None}
+    # Kept: the newest of each key, every message without one, and the active segment's.
+    expected = sorted({*newest.values(), *(i for i, k in enumerate(keys) if k is None), last})
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while True:
+        got = await _offsets(
+            client, unique_name, stop_offset=last, start_at=liftbridge.StartPosition.EARLIEST
         )
-        for i in range(25):
-            await client.publish(unique_name, f"m{i}".encode())
-        meta = await client.fetch_partition_metadata(unique_name, 0)
-        assert meta.high_watermark == 24, "offsets are never reused"
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + TIMEOUT
-        while True:
-            earliest = await _offsets(
-                client, unique_name, start_at=liftbridge.StartPosition.EARLIEST
-            )
-            if earliest[0] >= 15 or loop.time() > deadline:
-                break
-            await asyncio.sleep(0.2)  # the real cleaner runs every 0.1 s
-        assert earliest == list(range(15, 25))
-        below = await _offsets(client, unique_name, start_offset=3)
-        assert below == list(range(15, 25)), "a trimmed start offset starts at the oldest kept"
-        await client.delete_stream(unique_name)
+        if got == expected or loop.time() > deadline:
+            break
+        await asyncio.sleep(0.05)  # the next look: the cleaner ticks on its own clock
+    assert got == expected
+    await client.delete_stream(unique_name)
