@@ -60,7 +60,12 @@ from aioclients.jetstream._transport import NatsClient as FastNatsClient
 from aioclients.jetstream._transport import NatsTransport, RawHandler
 from aioclients.liftbridge._pb import api_pb2
 from aioclients.testing import _liftbridge_envelope as envelope
-from aioclients.testing._liftbridge_log import LogReader, ReaderOpenError, SegmentClosedError
+from aioclients.testing._liftbridge_log import (
+    PLAIN_RECORD_SIZE,
+    LogReader,
+    ReaderOpenError,
+    SegmentClosedError,
+)
 from aioclients.testing._liftbridge_state import (
     ClusterState,
     ConsumerGroup,
@@ -441,9 +446,14 @@ class Ingester:
         msg.subject = subject
         msg.replySubject = reply
         headers = msg.headers
-        headers["subject"] = subject.encode()
-        headers["reply"] = reply.encode()
-        offset, ts = p.append_message(msg, reception)
+        # Its size in a segment, without walking the headers when there are only these.
+        size = None if headers else PLAIN_RECORD_SIZE + len(msg.key) + len(msg.value)
+        subject_bytes, reply_bytes = subject.encode(), reply.encode()
+        headers["subject"] = subject_bytes
+        headers["reply"] = reply_bytes
+        if size is not None:
+            size += len(subject_bytes) + len(reply_bytes)
+        offset, ts = p.append_message(msg, reception, size)
         if ack_policy != _NONE and ack_inbox:
             ack = _ack(
                 p,

@@ -63,6 +63,7 @@ __all__ = (
     "DEFAULT_CLEANER_INTERVAL",
     "DEFAULT_RETENTION_MAX_AGE",
     "DEFAULT_SEGMENT_MAX_BYTES",
+    "PLAIN_RECORD_SIZE",
     "LogConfig",
     "LogReader",
     "ReaderOpenError",
@@ -98,6 +99,11 @@ def record_size(key: bytes, value: bytes, headers: Mapping[str, bytes]) -> int:
     for name, header in headers.items():
         size += 2 + len(name.encode()) + 4 + len(header)
     return size
+
+
+#: a message's size without key, value and headers but ``subject`` and ``reply``'s values
+#: (what most messages carry: :func:`record_size` without looking at headers)
+PLAIN_RECORD_SIZE = _MESSAGE_SET_HEADER + _MESSAGE_FIXED + (2 + 7 + 4) + (2 + 5 + 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,8 +257,10 @@ class SegmentedLog:
         self.entries: list[bytes] = []
         #: reception timestamp (ns) by offset
         self.timestamps: list[int] = []
+        # Per message, for compaction only: its key and its size.
         self._keys: list[bytes] = []
         self._sizes = array("q")
+        self._compacting = config.compact
         #: the segments, oldest first; the last one is active
         self.segments: list[Segment] = [Segment(0)]
         #: what readers see: ``segments``, or while a clean is held the list from
@@ -297,9 +305,6 @@ class SegmentedLog:
         if offset < 0 or offset >= len(self.entries):
             return None
         return self.entries[offset] or None
-
-    def size_of(self, offset: int) -> int:
-        return self._sizes[offset]
 
     def segment_for(self, offset: int) -> Segment | None:
         """``findSegment``: the first segment readers see whose next offset is past
@@ -347,13 +352,21 @@ class SegmentedLog:
         taking ``size`` bytes (:func:`record_size`); returns its offset."""
         if not payload:
             raise ValueError("an empty payload cannot be stored (it marks a removed message)")
-        self._roll_if_due(now)
-        seg = self.active
+        seg = self.segments[-1]
+        config = self.config
+        if seg.size >= config.segment_max_bytes or (
+            config.segment_max_age
+            and seg.first_write
+            and now - seg.first_write >= config.segment_max_age
+        ):
+            self._roll_if_due(now)
+            seg = self.segments[-1]
         offset = len(self.entries)
         self.entries.append(payload)
         self.timestamps.append(timestamp)
-        self._keys.append(key)
-        self._sizes.append(size)
+        if self._compacting:
+            self._keys.append(key)
+            self._sizes.append(size)
         if seg.first == -1:
             seg.first = offset
             seg.first_write = timestamp
@@ -449,7 +462,9 @@ class SegmentedLog:
         seg.delete()
         entries, keys = self.entries, self._keys
         for offset in seg.kept():
-            entries[offset] = keys[offset] = b""
+            entries[offset] = b""
+            if self._compacting:
+                keys[offset] = b""
             self.deleted_messages += 1
 
     def _compact(self, hw: int) -> int:

@@ -191,10 +191,13 @@ class Partition:
         )
         return self.append_message(msg, timestamp)
 
-    def append_message(self, msg: api_pb2.Message, timestamp: int | None = None) -> tuple[int, int]:
+    def append_message(
+        self, msg: api_pb2.Message, timestamp: int | None = None, size: int | None = None
+    ) -> tuple[int, int]:
         """Append ``msg`` (key, value, subject, reply subject and headers set) received
         at ``timestamp`` (ns, default now); this fills in its offset, timestamp, stream
-        and partition. Returns its (offset, timestamp)."""
+        and partition. ``size``: its :func:`record_size` when the caller knows it.
+        Returns its (offset, timestamp)."""
         ts = now_ns() if timestamp is None else timestamp
         log = self.log
         timestamps = log.timestamps
@@ -205,7 +208,8 @@ class Partition:
         msg.timestamp = ts
         msg.stream = self.stream.name
         msg.partition = self.id
-        size = record_size(msg.key, msg.value, msg.headers)
+        if size is None:
+            size = record_size(msg.key, msg.value, msg.headers)
         # The server stamps the message and checks the segment's age at the same time.
         log.append(msg.SerializeToString(), size=size, key=msg.key, timestamp=ts, now=ts)
         self.messages_received.update(ts)

@@ -15,6 +15,7 @@ from aioclients.testing._liftbridge_log import (
     DEFAULT_CLEANER_INTERVAL,
     DEFAULT_RETENTION_MAX_AGE,
     DEFAULT_SEGMENT_MAX_BYTES,
+    PLAIN_RECORD_SIZE,
     LogConfig,
     LogReader,
     SegmentClosedError,
@@ -64,6 +65,7 @@ def test_a_plain_message_takes_71_bytes() -> None:
     # 28 (message set header) + 16 (crc, magic, attributes, lengths, header count)
     # + key + value + "subject" (2+7+4+1) + "reply" (2+5+4+0).
     assert record_size(b"k", b"v", {"subject": b"s", "reply": b""}) == 71
+    assert PLAIN_RECORD_SIZE + 1 + 1 + 1 + 0 == 71
 
 
 def test_config_from_a_stream_takes_the_server_defaults() -> None:

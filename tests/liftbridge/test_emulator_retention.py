@@ -22,6 +22,7 @@ from aioclients.testing._liftbridge_fixtures import (
     oldest_offset,
     wait_for_oldest,
 )
+from aioclients.testing._liftbridge_log import record_size
 
 Cluster = LiftbridgeCluster | ExternalLiftbridge
 TIMEOUT = 10.0
@@ -75,6 +76,28 @@ async def test_retention_max_messages_drops_whole_segments_when_the_cleaner_runs
     )
     below = await _offsets(client, unique_name, start_offset=3)
     assert below == list(range(15, 25)), "a trimmed start offset starts at the oldest kept"
+    await client.delete_stream(unique_name)
+
+
+@pytest.mark.parametrize(("extra", "oldest"), [(0, 8), (1, 9)])
+async def test_segments_fill_up_by_the_bytes_the_server_writes(
+    client: liftbridge.Client, unique_name: str, extra: int, oldest: int
+) -> None:
+    # Segments of exactly two messages' bytes hold two: [0 1] ... [8 9], then a new
+    # active one; one byte more holds three: [0-2] [3-5] [6-8] [9]. Keeping 3 messages
+    # leaves 8.. and 9.. respectively: an emulator that counted a byte more or less
+    # per message would get the other.
+    size = record_size(b"", b"v00", {"subject": unique_name.encode(), "reply": b""})
+    await client.create_stream(
+        unique_name,
+        unique_name,
+        retention_max_messages=3,
+        segment_max_bytes=2 * size + extra,
+        cleaner_interval=CLEANER,
+    )
+    for i in range(10):
+        await client.publish(unique_name, b"v%02d" % i)
+    assert await wait_for_oldest(client, unique_name, at_least=8) == oldest
     await client.delete_stream(unique_name)
 
 
