@@ -63,7 +63,6 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from types import TracebackType
@@ -71,6 +70,7 @@ from types import TracebackType
 import grpc
 
 from aioclients._core import check_float, check_int
+from aioclients._tasks import TaskOwner
 from aioclients.testing._liftbridge_broker import Broker, Ingester
 from aioclients.testing._liftbridge_state import ClusterState
 from aioclients.testing.nats_server import NatsServer
@@ -165,9 +165,9 @@ class LiftbridgeCluster:
         self._ingester = Ingester(self._state)
         self._lock = asyncio.Lock()
         self._started = False
-        self._auto_pause_task: asyncio.Task[None] | None = None
+        # the auto-pause loop and the resyncs; a new owner for each start()
+        self._tasks = TaskOwner("LiftbridgeCluster")
         self._resync: asyncio.TimerHandle | None = None  # once lagging brokers caught up
-        self._resync_tasks: set[asyncio.Task[None]] = set()
 
     # -- public API ----------------------------------------------------------
 
@@ -208,27 +208,25 @@ class LiftbridgeCluster:
                 await b.start()
             await self._ingester.sync()
             self._state.start_cleaners()
-            self._auto_pause_task = asyncio.create_task(self._auto_pause_loop())
+            self._tasks = TaskOwner("LiftbridgeCluster")
+            self._tasks.start(self._auto_pause_loop(), name="auto-pause")
         except BaseException:
             await self.stop()
             raise
         log.debug("liftbridge emulator up: %s", self.addresses)
 
     async def stop(self) -> None:
-        """Stop every broker (and the NATS server the cluster started)."""
+        """Stop every broker (and the NATS server the cluster started).
+
+        Raises:
+            Exception: the first error a task of the cluster (auto-pause, resync)
+                failed with, once everything is stopped.
+        """
         self._state.stop_cleaners()
-        task, self._auto_pause_task = self._auto_pause_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         if self._resync is not None:
             self._resync.cancel()
             self._resync = None
-        for t in list(self._resync_tasks):
-            t.cancel()
-            with contextlib.suppress(BaseException):
-                await t
+        await self._tasks.aclose()
         for b in self._brokers:
             await b.stop()
         await self._ingester.stop()
@@ -237,6 +235,10 @@ class LiftbridgeCluster:
             await asyncio.to_thread(self._own_nats.stop)
             self._own_nats = None
             self._nats_url = None
+        failure = self._tasks.failure
+        if failure is not None:
+            self._tasks = TaskOwner("LiftbridgeCluster")  # raised once
+            raise failure
 
     def advertise(self, index: int, address: str | None) -> None:
         """Make broker ``index`` give ``address`` (``"host:port"``) as its own in the
@@ -331,11 +333,9 @@ class LiftbridgeCluster:
 
     def _resync_now(self) -> None:
         self._resync = None
-        if not self._started:
+        if not self._started or self._tasks.closed:
             return
-        task = asyncio.get_running_loop().create_task(self._ingester.sync())
-        self._resync_tasks.add(task)
-        task.add_done_callback(self._resync_tasks.discard)
+        self._tasks.start(self._ingester.sync(), name="resync")
 
     async def _auto_pause_loop(self) -> None:
         # Streams created with autoPauseTime pause when idle, like on the server.
