@@ -433,7 +433,8 @@ class ClusterState:
         clean_duration: float = 0.0,
     ) -> None:
         self.broker_ids = list(broker_ids)
-        #: seconds a log's Clean() takes (readers see the old segments meanwhile)
+        #: seconds a log's Clean() takes per segment it deletes or rewrites (readers
+        #: see the old segments meanwhile)
         self.clean_duration = clean_duration
         #: seconds the brokers other than the metadata leader apply metadata late
         self.metadata_delay = metadata_delay
@@ -684,8 +685,11 @@ class ClusterState:
         log = p.log
         log.handle_timer(now_ns(), hw=p.committed - 1, hold=self.clean_duration > 0)
         if log.cleaning:
-            # Clean() takes a while: readers see the old segments until it is done.
-            p.cleaner = asyncio.get_running_loop().call_later(self.clean_duration, self._settle, p)
+            # Clean() takes a while, for each segment it deletes or rewrites: readers
+            # see the old segments until it is done.
+            p.cleaner = asyncio.get_running_loop().call_later(
+                self.clean_duration * log.touched, self._settle, p
+            )
             return
         self.arm_cleaner(p)
 

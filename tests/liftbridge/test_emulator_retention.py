@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
+import grpc.aio
 import pytest
 
 from aioclients import liftbridge
-from aioclients.testing import LiftbridgeCluster
+from aioclients.liftbridge._pb import api_pb2 as pb
+from aioclients.liftbridge._pb import api_pb2_grpc as pbg
+from aioclients.testing import LiftbridgeCluster, NatsServer
 from aioclients.testing._liftbridge_fixtures import (
     ExternalLiftbridge,
     oldest_offset,
@@ -203,3 +207,44 @@ async def test_compaction_keeps_the_newest_message_of_each_key(
         await asyncio.sleep(0.05)  # the next look: the cleaner ticks on its own clock
     assert got == expected
     await client.delete_stream(unique_name)
+
+
+async def test_a_subscribe_while_the_cleaner_works_is_asked_again(
+    nats_server: NatsServer, unique_name: str
+) -> None:
+    # While a clean is in progress the broker still hands out the old segments, closed:
+    # a reader opened on one gets INTERNAL "segment has been closed", like a paused
+    # partition's. The emulator holds that window for clean_duration per segment; the
+    # client asks again (the partition's metadata does not say paused).
+    async with (
+        LiftbridgeCluster(1, nats_url=nats_server.url, clean_duration=0.3) as cluster,
+        await liftbridge.connect(cluster.addresses) as client,
+    ):
+        await client.create_stream(
+            unique_name,
+            unique_name,
+            retention_max_messages=1,
+            segment_max_bytes=1,
+            cleaner_interval=0.2,
+        )
+        for i in range(5):
+            await client.publish(unique_name, b"%d" % i)
+        log = cluster._state.streams[unique_name].partitions[0].log
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while not (log.cleaning and log.touched == 4):  # [0] [1] [2] [3] go, [4] stays
+            assert loop.time() < deadline, "the cleaner did not delete the four segments"
+            await asyncio.sleep(0.01)  # the cleaner ticks on its own clock
+        async with grpc.aio.insecure_channel(cluster.addresses[0]) as channel:
+            call = pbg.APIStub(channel).Subscribe(
+                pb.SubscribeRequest(stream=unique_name, startPosition=pb.EARLIEST)
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(call.read(), TIMEOUT)
+        assert info.value.code() is grpc.StatusCode.INTERNAL
+        assert info.value.details() == "Failed to create stream reader: segment has been closed"
+        assert log.cleaning, "still within the window"
+        got = await _offsets(
+            client, unique_name, stop_offset=4, start_at=liftbridge.StartPosition.EARLIEST
+        )
+        assert got == [4]
