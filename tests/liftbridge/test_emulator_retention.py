@@ -155,7 +155,7 @@ async def test_a_reader_behind_retention_fails_with_segment_deleted(
         unique_name,
         retention_max_messages=1,
         segment_max_bytes=1,
-        cleaner_interval=2 * CLEANER,
+        cleaner_interval=4 * CLEANER,  # 23 MB take a while on a busy machine
     )
     big = b"x" * 1_000_000
     for _ in range(23):
