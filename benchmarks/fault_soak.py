@@ -20,6 +20,7 @@ the emulators run in processes of their own).
 
     python benchmarks/fault_soak.py --duration 180              # each protocol 3 minutes
     python benchmarks/fault_soak.py --protocol nsq --duration 20 --fault-every 3
+    python benchmarks/fault_soak.py --duration 60 --loop uvloop   # the clients on uvloop
 
 Against servers of your own (the proxy stands in front of each):
 
@@ -43,6 +44,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
+from _loop import add_loop_argument, run_async, use_loop
 from _nsq_common import emulated_nsqd
 from liftbridge_common import emulated_cluster
 
@@ -407,10 +409,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "advertises as its own); default: a free one",
     )
     parser.add_argument("-v", "--verbose", action="store_true")
+    add_loop_argument(parser)
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
     arguments = parse_args()
     logging.basicConfig(level=logging.DEBUG if arguments.verbose else logging.ERROR)
-    raise SystemExit(asyncio.run(main(arguments)))
+    use_loop(arguments.loop)
+    raise SystemExit(run_async(main(arguments)))

@@ -15,7 +15,7 @@ import pytest
 
 from tests import import_rules as rules
 
-PACKAGES = ("nsq", "testing")
+PACKAGES = ("nsq", "telemetry", "testing")
 
 
 @pytest.mark.parametrize("package", PACKAGES)

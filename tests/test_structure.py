@@ -74,6 +74,7 @@ PUBLIC_PACKAGES = [
     "aioclients.jetstream",
     "aioclients.liftbridge",
     "aioclients.nsq",
+    "aioclients.telemetry",
     "aioclients.testing",
 ]
 

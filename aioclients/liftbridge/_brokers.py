@@ -262,6 +262,7 @@ class Brokers:
         """
         self.check_open()
         last: grpc.aio.AioRpcError | None = None
+        refused_only = True  # every broker tried refused the connection: none runs
         order: list[str] = []
         for attempt in range(self.max_rpc_attempts):
             if not order:
@@ -311,12 +312,20 @@ class Brokers:
                     log.info("%s: broker %s unavailable, trying another", what, redact_url(address))
                     self.broker_unavailable(address)
                     last = exc
+                    refused_only = refused_only and "connection refused" in (
+                        (exc.details() or "").lower()
+                    )
                     continue
                 raise map_rpc_error(
                     exc, what=what, closed=self.closed, not_found=not_found
                 ) from None
         detail = f" (last error: {redact_text(last.details() or '')})" if last is not None else ""
         shown = [redact_url(a) for a in self.metadata.addresses()]
+        if last is not None and refused_only:
+            raise LiftbridgeConnectError(
+                f"{what}: no Liftbridge broker at {', '.join(shown)} (connection refused): "
+                "start them with `aioclients-servers` or `liftbridge`, or check the addresses"
+            )
         raise LiftbridgeConnectError(
             f"{what}: no broker reachable after {self.max_rpc_attempts} attempts over "
             f"{shown}{detail}; "

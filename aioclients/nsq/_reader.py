@@ -331,6 +331,7 @@ class Reader:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._lookupd_errors: list[str] = []  # why each nsqlookupd failed the last poll
         self._started = False
         self._closed = False
         self._failure: BaseException | None = None
@@ -401,7 +402,7 @@ class Reader:
                 ok = await self._poll_once()
                 if not ok and not self._conns:
                     raise NSQConnectError(
-                        "no nsqlookupd answered: " + ", ".join(map(redact_url, self._lookupds))
+                        "no nsqlookupd answered: " + "; ".join(self._lookupd_errors)
                     )
                 if self._failure is not None:  # e.g. a discovered nsqd refused our settings
                     raise self._failure
@@ -779,11 +780,13 @@ class Reader:
         )
         producers: list[str] = []
         answered = False
+        self._lookupd_errors = []
         for url, result in zip(self._lookupds, results, strict=True):
             if isinstance(result, BaseException):
                 if not isinstance(result, _TRANSIENT_ERRORS):
                     raise result  # a bug, or cancellation
                 log.warning("nsqlookupd %s: %s", redact_url(url), redact_text(str(result)))
+                self._lookupd_errors.append(redact_text(str(result)))
                 continue
             answered = True
             for key in result:

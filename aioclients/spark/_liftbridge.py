@@ -1002,7 +1002,7 @@ class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
 
 
 class LiftbridgeDataSource(DataSource):
-    """The ``liftbridge`` format (see the module docstring and README "Spark")."""
+    """The ``liftbridge`` format (see the module docstring and docs/spark.md)."""
 
     @classmethod
     def name(cls) -> str:

@@ -53,6 +53,7 @@ __all__ = (
     "EventTimestamps",
     "GroupMember",
     "GroupSnapshot",
+    "MonotonicTimer",
     "Partition",
     "RpcError",
     "Stream",
@@ -991,10 +992,40 @@ class ClusterState:
                 group.assignments[member].setdefault(s, []).append(pid)
 
 
+class MonotonicTimer:
+    """Calls ``fn`` on ``loop`` once ``time.monotonic()`` has reached ``due``.
+
+    The lag bookkeeping here runs on ``time.monotonic()``; ``loop.call_later`` alone
+    may fire early by that clock on a loop whose own clock differs (uvloop's counts
+    whole milliseconds from the start of the loop iteration), and a reader woken
+    early would see the old state and wait for a wake that never comes. So the
+    timer re-arms until the time has really come.
+    """
+
+    __slots__ = ("_due", "_fn", "_handle", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, due: float, fn: Callable[[], Any]) -> None:
+        self._loop = loop
+        self._due = due
+        self._fn = fn
+        self._handle = loop.call_later(max(0.0, due - time.monotonic()), self._fire)
+
+    def _fire(self) -> None:
+        left = self._due - time.monotonic()
+        if left > 0:
+            self._handle = self._loop.call_later(left, self._fire)
+            return
+        self._fn()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
 def _later(delay: float, fn: Callable[[], Any]) -> None:
-    """Call ``fn`` in ``delay`` seconds on the running loop (not at all without one)."""
+    """Call ``fn`` in ``delay`` seconds (by ``time.monotonic()``) on the running loop
+    (not at all without one)."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return
-    loop.call_later(delay, fn)
+    MonotonicTimer(loop, time.monotonic() + delay, fn)

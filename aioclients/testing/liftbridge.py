@@ -65,14 +65,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from types import TracebackType
 
 import grpc
 
 from aioclients._core import check_float, check_int
+from aioclients._errors import InvalidArgumentError
 from aioclients._tasks import TaskOwner
 from aioclients.testing._liftbridge_broker import Broker, Ingester
-from aioclients.testing._liftbridge_state import ClusterState
+from aioclients.testing._liftbridge_state import ClusterState, MonotonicTimer
 from aioclients.testing.nats_server import NatsServer
 
 __all__ = (
@@ -127,6 +129,8 @@ class LiftbridgeCluster:
             meanwhile a reader opened on one of them fails, as on the server ("Failed
             to create stream reader: segment has been closed"). The default,
             ``REALISTIC_CLEAN_DURATION`` (0.01 s); 0: at once.
+        ports: the brokers' ports, one per broker in broker order (0: a free one);
+            free ports when ``None``. A port in use fails :meth:`start` with ``OSError``.
     """
 
     def __init__(
@@ -140,8 +144,18 @@ class LiftbridgeCluster:
         metadata_delay: float = DEFAULT_METADATA_DELAY,
         replica_max_idle_wait: float = DEFAULT_REPLICA_MAX_IDLE_WAIT,
         clean_duration: float = DEFAULT_CLEAN_DURATION,
+        ports: Sequence[int] | None = None,
     ) -> None:
         check_int("brokers", brokers, minimum=1)
+        if ports is not None:
+            ports = list(ports)
+            if len(ports) != brokers:
+                raise InvalidArgumentError(
+                    f"ports must give one port per broker ({brokers}), got {ports}"
+                )
+            for port in ports:
+                if check_int("port", port, minimum=0) > 65535:
+                    raise InvalidArgumentError(f"port must be at most 65535, got {port}")
         check_int("cursor_partitions", cursor_partitions, minimum=0)
         metadata_delay = check_float("metadata_delay", metadata_delay, inclusive=True)
         replica_max_idle_wait = check_float(
@@ -160,14 +174,15 @@ class LiftbridgeCluster:
             clean_duration=clean_duration,
         )
         self._brokers = [Broker(i, self._state, "", host, self) for i in ids]
-        for b in self._brokers:
+        for i, b in enumerate(self._brokers):
             b.credentials = server_credentials
+            b.port = ports[i] if ports is not None else 0
         self._ingester = Ingester(self._state)
         self._lock = asyncio.Lock()
         self._started = False
         # the auto-pause loop and the resyncs; a new owner for each start()
         self._tasks = TaskOwner("LiftbridgeCluster")
-        self._resync: asyncio.TimerHandle | None = None  # once lagging brokers caught up
+        self._resync: MonotonicTimer | None = None  # once lagging brokers caught up
 
     # -- public API ----------------------------------------------------------
 
@@ -232,7 +247,7 @@ class LiftbridgeCluster:
         await self._ingester.stop()
         self._started = False
         if self._own_nats is not None:
-            await asyncio.to_thread(self._own_nats.stop)
+            await asyncio.to_thread(self._own_nats.close)  # its temporary folder too
             self._own_nats = None
             self._nats_url = None
         failure = self._tasks.failure
@@ -325,11 +340,10 @@ class LiftbridgeCluster:
             # The partition leaders apply deletes and pauses late: subscribe
             # again (unsubscribe) once they have.
             loop = asyncio.get_running_loop()
-            due = state.quiet_at - time.monotonic()
-            if due > 0:
+            if state.quiet_at > time.monotonic():
                 if self._resync is not None:
                     self._resync.cancel()
-                self._resync = loop.call_later(due + 0.001, self._resync_now)
+                self._resync = MonotonicTimer(loop, state.quiet_at + 0.001, self._resync_now)
 
     def _resync_now(self) -> None:
         self._resync = None

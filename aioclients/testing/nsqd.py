@@ -57,7 +57,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from aioclients._tasks import TaskOwner
 from aioclients.testing._nsq_http import start_http
@@ -490,8 +490,8 @@ class _NsqdConnection(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # cast, not isinstance: uvloop's transports are not asyncio.Transport subclasses
+        self.transport = transport = cast("asyncio.Transport", transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.remote_address = f"{peer[0]}:{peer[1]}"
@@ -850,7 +850,6 @@ class _NsqdConnection(asyncio.Protocol):
         if new is None or self._closed:
             self._abort()
             return
-        assert isinstance(new, asyncio.Transport)
         self.transport = new
         self.tls = True
         obj = new.get_extra_info("ssl_object")
