@@ -132,8 +132,13 @@ class Msg:
         Raises:
             MessageAlreadyAckedError: it was acknowledged already.
         """
-        self._claim("ack")
-        self._send(_ACK)
+        if self._acked or not self._reply:
+            self._claim("ack")  # raises
+        self._acked = True
+        reply = self._reply
+        if isinstance(reply, str):
+            reply = reply.encode()
+        self._api.transport.send_nowait(b"PUB %s 4\r\n+ACK\r\n" % reply)
 
     async def ack_sync(self, timeout: float | None = None) -> None:
         """Acknowledge and wait until the server confirms it recorded the ack.

@@ -398,37 +398,43 @@ class FastParser:
         handlers = nc._raw_handlers
         fast = getattr(nc, "_bytes_handlers", None) or _NO_HANDLERS
         stats = nc.stats
-        for frame in frames:
-            kind = frame[0]
-            if kind == MSG:
-                _, subject, sid, reply, header, payload = frame
-                handler = fast.get(sid)
-                if handler is not None:  # a pull consumer: subject and reply as they came
+        count = size = 0  # messages given to the fast handlers: added to stats once
+        try:
+            for frame in frames:
+                kind = frame[0]
+                if kind == MSG:
+                    _, subject, sid, reply, header, payload = frame
+                    handler = fast.get(sid)
+                    if handler is not None:  # a pull consumer: subject and reply as they came
+                        count += 1
+                        size += len(payload)
+                        try:
+                            handler(subject, reply, payload, header)
+                        except Exception:
+                            log.exception("message handler for %r failed", subject)
+                        continue
+                    named = handlers.get(sid)
+                    if named is None:
+                        await nc._process_msg(sid, subject, reply, payload, header)
+                        continue
                     stats["in_msgs"] += 1
                     stats["in_bytes"] += len(payload)
                     try:
-                        handler(subject, reply, payload, header)
+                        named(subject.decode(), reply.decode(), payload, header)
                     except Exception:
                         log.exception("message handler for %r failed", subject)
-                    continue
-                named = handlers.get(sid)
-                if named is None:
-                    await nc._process_msg(sid, subject, reply, payload, header)
-                    continue
-                stats["in_msgs"] += 1
-                stats["in_bytes"] += len(payload)
-                try:
-                    named(subject.decode(), reply.decode(), payload, header)
-                except Exception:
-                    log.exception("message handler for %r failed", subject)
-            elif kind == PING:
-                await nc._process_ping()
-            elif kind == PONG:
-                await nc._process_pong()
-            elif kind == ERR:
-                await nc._process_err(frame[1].decode("utf-8", "replace").lower())
-            elif kind == INFO:
-                await nc._process_info(json.loads(frame[1]))
+                elif kind == PING:
+                    await nc._process_ping()
+                elif kind == PONG:
+                    await nc._process_pong()
+                elif kind == ERR:
+                    await nc._process_err(frame[1].decode("utf-8", "replace").lower())
+                elif kind == INFO:
+                    await nc._process_info(json.loads(frame[1]))
+        finally:
+            if count:
+                stats["in_msgs"] += count
+                stats["in_bytes"] += size
 
 
 class NatsTransport:
@@ -690,12 +696,17 @@ class NatsTransport:
         While disconnected, nats-py keeps the frame for after the reconnect, up to
         its reconnect buffer size.
         """
+        nc = self.nc
+        if nc.is_connected:  # the hot path (acks): open, and no reconnect buffer to fill
+            nc._pending.append(frame)
+            nc._pending_data_size += len(frame)
+            queue = nc._flush_queue
+            if queue is not None and queue.empty():
+                queue.put_nowait(_flushed())
+            return
         nc = self._admit(frame)
         nc._pending.append(frame)
         nc._pending_data_size += len(frame)
-        queue = nc._flush_queue
-        if queue is not None and queue.empty() and nc.is_connected:
-            queue.put_nowait(_flushed())
 
     async def round_trip(self, timeout: float) -> None:
         """PING and wait for the PONG: everything the server sent before is read.
