@@ -112,6 +112,7 @@ class _FloorProtocol(asyncio.Protocol):
         find = buf.find
         acks = []
         got = 0
+        status = False
         while True:
             eol = find(b"\r\n", pos)
             if eol < 0:
@@ -125,14 +126,24 @@ class _FloorProtocol(asyncio.Protocol):
                 if self.ack and len(args) == 4:
                     acks.append(b"PUB %s 0\r\n\r\n" % args[2])
                 pos = end + 2
+            elif buf.startswith(b"HMSG ", pos):
+                # A status (a pull ended early, e.g. 409 Exceeded MaxAckPending under
+                # load): start the pulls over rather than wait for what will not come.
+                end = eol + 2 + int(buf[pos:eol].split()[-1])
+                if end + 2 > size:
+                    break
+                status = True
+                pos = end + 2
             else:
-                pos = eol + 2  # +OK, PING (none while the pulls keep it busy), status
+                pos = eol + 2  # +OK, PING (none while the pulls keep it busy)
         self.buffer = buf[pos:]
         assert self.transport is not None
         if acks:
             self.transport.write(b"".join(acks))
         self.got += got
         self.outstanding -= got
+        if status:
+            self.outstanding = 0
         if self.got >= self.n:
             if not self.done.done():
                 self.done.set_result(None)
@@ -159,7 +170,10 @@ async def floor(url: str, n: int, ack: bool) -> tuple[float, float]:
         start = time.perf_counter()
         protocol.send_pull()
         protocol.send_pull()
-        await asyncio.wait_for(protocol.done, 120)
+        try:
+            await asyncio.wait_for(protocol.done, 120)
+        except asyncio.TimeoutError:
+            raise SystemExit(f"the floor read {protocol.got} of {n} messages") from None
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu
         transport.close()
