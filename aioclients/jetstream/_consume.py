@@ -399,8 +399,8 @@ class _Puller:
         if self._api.closed:
             self.context_closed()
             return
-        self._sync()
         self._core.disconnected()
+        self._sync()  # after: no pull now, it would wait in the reconnect buffer
         self._process_events()
 
     def connection_restored(self) -> None:
