@@ -158,8 +158,15 @@ async def floor(url: str, n: int, ack: bool) -> tuple[float, float]:
         consumer = await stream.create_consumer(
             durable_name=durable, ack_policy="explicit" if ack else "none"
         )
-        pull = b'PUB $JS.API.CONSUMER.MSG.NEXT.%s.%s _FLOOR.in 26\r\n{"batch":1000,"expires":0}\r\n'
-        pull = pull % (STREAM.encode(), durable.encode())
+        # Pulls expire (5 s) like consume()'s, so that one the server drops cannot
+        # leave the floor waiting: its 408 status starts the pulls over.
+        body = b'{"batch":1000,"expires":5000000000}'
+        pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.%s.%s _FLOOR.in %d\r\n%s\r\n" % (
+            STREAM.encode(),
+            durable.encode(),
+            len(body),
+            body,
+        )
         address = urlparse(url)
         loop = asyncio.get_running_loop()
         transport, protocol = await loop.create_connection(
