@@ -80,6 +80,54 @@ def test_messages_in_flight_fin_req_touch() -> None:
         core.fin(MID)
 
 
+def test_made_messages_collect_per_read_and_the_too_often_delivered_stay_events() -> None:
+    core = subscribed()
+    core.send_rdy(4)
+    core.data_to_send()
+    core.make_message = lambda *args: ("made", *args)
+    core.make_with = ("conn", "responder")
+    core.attempts_limit = 3
+    mid2, mid3 = b"0000000000000002", b"0000000000000003"
+    events = core.receive_data(
+        msg(MID, b"one")
+        + msg(mid2, b"two", attempts=4)
+        + frame(0, b"_heartbeat_")
+        + msg(mid3, b"three", attempts=3),
+        2.0,
+    )
+    # the made ones wait in `received` for the owner; the rest are events, in order
+    assert core.received == [
+        ("made", MID, b"one", 5, 1, "conn", "responder"),
+        ("made", mid3, b"three", 5, 3, "conn", "responder"),
+    ]
+    assert events == [C.MessageReceived(5, 4, mid2, b"two"), C.Heartbeat()]
+    assert core.in_flight == {MID: 2.0, mid2: 2.0, mid3: 2.0}
+    assert core.data_to_send() == b"NOP\n"
+    # a frame split over two reads is made when it is complete
+    core.received = []
+    mid4 = b"0000000000000004"
+    whole = msg(mid4, b"four")
+    assert core.receive_data(whole[:20], 3.0) == []
+    assert core.received == []
+    assert core.receive_data(whole[20:], 3.0) == []
+    assert core.received == [("made", mid4, b"four", 5, 1, "conn", "responder")]
+
+
+def test_fin_if_in_flight_answers_once() -> None:
+    core = subscribed()
+    core.send_rdy(1)
+    core.data_to_send()
+    core.receive_data(msg(MID), 0.0)
+    assert core.fin_if_in_flight(MID) is True
+    assert core.fin_if_in_flight(MID) is False  # answered already: nothing queued
+    assert core.data_to_send() == b"FIN %b\n" % MID
+    assert not core.in_flight
+    core.receive_data(msg(MID), 0.0)
+    core.connection_lost()
+    with pytest.raises(LocalProtocolError, match="closed"):
+        core.fin_if_in_flight(MID)
+
+
 def test_heartbeat_is_answered_with_nop() -> None:
     core = subscribed()
     assert core.receive_data(frame(0, b"_heartbeat_"), 0.0) == [C.Heartbeat()]
