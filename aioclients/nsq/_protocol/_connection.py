@@ -383,7 +383,7 @@ class ConnectionCore:
             raise LocalProtocolError("FIN: the connection is closed")
         if self.in_flight.pop(message_id, None) is None:
             return False
-        self._out += b"FIN " + message_id + b"\n"
+        self._out += b"FIN %b\n" % message_id
         return True
 
     def req(self, message_id: bytes, delay_ms: int) -> None:
@@ -465,7 +465,11 @@ class ConnectionCore:
         """
         self._last_received = now
         state = self.state
-        if state is ConnectionState.SUBSCRIBED or state is ConnectionState.READY:
+        if state is ConnectionState.SUBSCRIBED:
+            if self.make_message is not None:
+                return self._steady_made(data, now)
+            return self._steady(self.decoder.feed(data), now)
+        if state is ConnectionState.READY:
             return self._steady(self.decoder.feed(data), now)
         if state in _HANDSHAKE_STATES:
             return self._handshake(data, now)
@@ -474,6 +478,54 @@ class ConnectionCore:
         if state is ConnectionState.CLOSED:
             return []
         raise LocalProtocolError("receive_data() before start()")
+
+    def _steady_made(self, data: bytes, now: float) -> list[Event | MessageReceived]:
+        """The steady state of a consumer whose owner makes its messages: the
+        message frames at the start of the bytes are decoded and made in one loop
+        (no frame list, the body sliced once); from the first other frame on (a
+        heartbeat, a response, an error, anything malformed or oversized) the
+        decoder's general path takes the rest."""
+        decoder = self.decoder
+        whole = decoder.view(data)
+        if whole is None:
+            return self._steady(decoder.feed(data), now)
+        events: list[Event | MessageReceived] = []
+        in_flight = self.in_flight
+        make = self.make_message
+        assert make is not None
+        made = self.received.append
+        with_a, with_b = self.make_with
+        limit = self.attempts_limit or 0x10000  # attempts are 16 bits
+        unpack_header = F._HEADER.unpack_from
+        unpack_head = F._MESSAGE_HEAD.unpack_from
+        # a message frame's size counts the type, the 26-byte header and the body
+        smallest = 4 + F.MESSAGE_HEADER_SIZE
+        largest = decoder.max_frame_size + 4
+        pos = 0
+        end = len(whole)
+        other = False
+        while end - pos >= 8:
+            size, ftype = unpack_header(whole, pos)
+            if ftype != F.FRAME_MESSAGE or size < smallest or size > largest:
+                other = True
+                break
+            stop = pos + 4 + size
+            if stop > end:
+                break
+            message_id = whole[pos + 18 : pos + 34]
+            in_flight[message_id] = now
+            ts, attempts = unpack_head(whole, pos + 8)
+            if attempts <= limit:
+                made(make(message_id, whole[pos + 34 : stop], ts, attempts, with_a, with_b))
+            else:
+                events.append(MessageReceived(ts, attempts, message_id, whole[pos + 34 : stop]))
+            pos = stop
+        decoder.consumed(whole, pos)
+        if other:
+            events.extend(self._steady(decoder.feed(b""), now))
+        elif len(in_flight) > self.rdy_allowance:  # once per read, not per message
+            self._check_rdy_overflow(now)
+        return events
 
     def _steady(self, frames: list[tuple[int, bytes]], now: float) -> list[Event | MessageReceived]:
         events: list[Event | MessageReceived] = []
