@@ -140,6 +140,20 @@ class OrderedConsumer:
         return self._cursor.resets
 
     @property
+    def generation(self) -> int:
+        """How many server-side consumers were created so far (1 for the first)."""
+        return self._cursor.generation
+
+    def restart_on_reset(self) -> None:
+        """Replacements start over at the consumer's own start rather than after
+        the last message yielded (``last_per_subject`` listings of KV keys)."""
+        self._cursor.restart = True
+
+    def resume_after(self, stream_seq: int) -> None:
+        """Replacements resume at ``stream_seq + 1`` again (ends ``restart_on_reset``)."""
+        self._cursor.resume_after(stream_seq)
+
+    @property
     def last_stream_seq(self) -> int:
         """The stream sequence of the last message yielded (0 before any)."""
         active = self._active
@@ -669,6 +683,10 @@ class OrderedItems(OrderedMessageStream):
         self.ready = self._ready
         #: kept by the read loop, not yet moved to ``ready``
         self.incoming = self._incoming
+
+    def request_reset(self, reason: str) -> None:
+        """Replace the server-side consumer (from ``make``, in the read loop)."""
+        self._request_reset(reason)
 
     #: wait until ``ready`` holds something (``any_batch=True``: or until messages
     #: came that ``make`` all left out). Raises ``StopAsyncIteration`` at the end.
