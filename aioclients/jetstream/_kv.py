@@ -68,6 +68,7 @@ from aioclients.jetstream._protocol._kv import (
     validate_key,
 )
 from aioclients.jetstream._protocol._ordered import ack_sequences
+from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan
 from aioclients.jetstream._protocol._time import parse_server_time
 from aioclients.jetstream._stream import Stream
 
@@ -310,24 +311,34 @@ class KeyValue:
         validate_key(key)
         subject = self._prefix + key
         entries: list[KeyValueEntry] = []
+        # A snapshot: the revisions up to the stream's last sequence now (those
+        # written while it is read are left out).
+        last = await _last_seq(self)
         if self._direct:
             try:
                 seq = 1
-                while True:
+                while seq <= last:
                     batch = self._stream.direct_get_batch(batch=64, seq=seq, next_by_subj=subject)
+                    newer = False
                     async with batch:
                         async for stored in batch:
-                            entries.append(self._from_stored(key, stored))
-                    if not batch.num_pending or not entries:
+                            if stored.seq > last:
+                                newer = True
+                            elif not entries or stored.seq > entries[-1].revision:
+                                entries.append(self._from_stored(key, stored))
+                    if newer or not batch.num_pending or not entries:
                         break
                     seq = entries[-1].revision + 1
             except ServerTooOldError:
                 entries = []
             else:
                 return self._deltas(key, entries)
+        if last == 0:
+            return self._deltas(key, entries)
         oc = await open_ordered_consumer(self._api, self._stream_name, filter_subjects=[subject])
         try:
-            async for msg, pending in _scan(oc, initial_pending(oc)):
+            scan = SnapshotScan(last, latest_only=False)
+            async for msg, pending in _scan(oc, initial_pending(oc), scan):
                 entries.append(self._from_msg(msg, pending))
         finally:
             await oc.close()
@@ -536,19 +547,28 @@ def _bucket_not_found(bucket: str) -> BucketNotFoundError:
     )
 
 
+async def _last_seq(kv: KeyValue) -> int:
+    """The last sequence of the bucket's stream: the snapshot a listing reads."""
+    try:
+        info = await kv._api.stream_info(kv._stream_name)
+    except StreamNotFoundError:
+        raise _bucket_not_found(kv.bucket) from None
+    return info.state.last_seq
+
+
 async def _scan(
-    oc: OrderedConsumer, pending_at_start: int
+    oc: OrderedConsumer, pending_at_start: int, scan: SnapshotScan
 ) -> AsyncGenerator[tuple[Msg, int], None]:
-    """The messages an ordered consumer had pending when created, with their
-    pending counts; ends after the one with nothing pending."""
+    """The messages of the snapshot ``scan`` reads, with their pending counts."""
     if pending_at_start == 0:
         return
     messages = oc.consume(max_messages=min(_SCAN_BUFFER, max(pending_at_start, 10)))
     async with messages:
         async for msg in messages:
-            pending = ack_sequences(msg.reply)[2]
-            yield msg, pending
-            if pending == 0:
+            sseq, _, pending, _ = ack_sequences(msg.reply)
+            if scan.deliver(msg.subject, sseq, pending) is ScanVerdict.TAKE:
+                yield msg, pending
+            if scan.done:
                 return
 
 
@@ -579,6 +599,11 @@ class KeyLister:
                 return
             except (TooManySubjectsError, ServerTooOldError, DirectGetUnavailableError):
                 pass  # nothing was yielded yet: these come as the first answer
+        # The snapshot: the stream's last sequence now. Keys written after it are
+        # not listed; a reset starts last_per_subject over (see _snapshot.py).
+        scan = SnapshotScan(await _last_seq(kv), latest_only=True)
+        if scan.done:
+            return
         oc = await open_ordered_consumer(
             kv._api,
             kv._stream_name,
@@ -586,11 +611,13 @@ class KeyLister:
             deliver_policy="last_per_subject",
             headers_only=True,
         )
+        oc.restart_on_reset()
         try:
             pending_at_start = initial_pending(oc)
             if pending_at_start == 0:
                 return
-            done = False
+            deliver = scan.deliver
+            take = ScanVerdict.TAKE
 
             def key_of(
                 subject: str,
@@ -602,11 +629,8 @@ class KeyLister:
                 ts: int,
             ) -> str | None:
                 # The read loop's work per key: no Msg, no entry.
-                nonlocal done
-                if done:
-                    return None  # after the last one present at the start
-                if pending == 0:
-                    done = True
+                if deliver(subject, sseq, pending) is not take:
+                    return None  # listed already, or written after the start
                 if header is not None and (
                     b"KV-Operation" in header or b"Nats-Marker-Reason" in header
                 ):
@@ -627,7 +651,7 @@ class KeyLister:
                     await messages.fill(any_batch=True)
                     while ready:
                         yield ready.popleft()
-                    if done and not messages.incoming:
+                    if scan.done and not messages.incoming:
                         return
         finally:
             await oc.close()
@@ -677,6 +701,10 @@ class KeyWatcher:
         self._messages: OrderedItems | None = None
         self._stopped = False
         self._entered = False
+        #: entries handed out before ``initial_done``, and how many initial values
+        #: the snapshot held (known once it is read)
+        self._handed = 0
+        self._initial_total: int | None = None
 
     def __repr__(self) -> str:
         return f"<KeyWatcher {self._kv.bucket} {self._subjects}>"
@@ -685,6 +713,11 @@ class KeyWatcher:
         if self._messages is not None:
             return
         kv = self._kv
+        latest = self._policy == "last_per_subject"
+        # The initial values are a snapshot: the messages up to the stream's last
+        # sequence now, each key once (see _snapshot.py); what comes after them
+        # are updates.
+        scan = SnapshotScan(0 if self._updates_only else await _last_seq(kv), latest_only=latest)
         try:
             oc = await open_ordered_consumer(
                 kv._api,
@@ -696,12 +729,45 @@ class KeyWatcher:
         except StreamNotFoundError:
             raise _bucket_not_found(kv.bucket) from None
         self._oc = oc
-        if self._updates_only or initial_pending(oc) == 0:
+        if initial_pending(oc) == 0:
+            scan.nothing_pending()
+        scanning = not scan.done
+        if not scanning:
             self.initial_done.set()
+        elif latest:
+            # A reset before the snapshot is read starts last_per_subject over
+            # (resuming by sequence would give older revisions as initial values).
+            oc.restart_on_reset()
         bucket = kv.bucket
         cut = len(kv._prefix)
         meta_only = self._meta_only
         new_entry = _new_entry
+        deliver = scan.deliver
+        generation = oc.generation
+        TAKE, SKIP = ScanVerdict.TAKE, ScanVerdict.SKIP
+
+        def scanned(subject: str, sseq: int, pending: int) -> bool:
+            """Judge a delivery of the initial scan: False to leave it out."""
+            nonlocal scanning, generation
+            if latest and oc.generation != generation:
+                generation = oc.generation
+                scan.restarted()
+            verdict = deliver(subject, sseq, pending)
+            if not scan.done:
+                return verdict is TAKE
+            # The snapshot is read: from now on every delivery is an update.
+            scanning = False
+            self._initial_total = scan.taken
+            if self._handed >= scan.taken:
+                self.initial_done.set()
+            if scan.restarts:
+                # A restarted consumer's skip list would give only the last of the
+                # updates since the snapshot: read them all, by sequence, from there.
+                oc.resume_after(min(sseq, scan.last_seq))
+                messages.request_reset("snapshot")
+                return verdict is TAKE
+            oc.resume_after(sseq)  # a reset resumes after the last delivery
+            return verdict is not SKIP
 
         def entry_of(
             subject: str,
@@ -711,8 +777,10 @@ class KeyWatcher:
             sseq: int,
             pending: int,
             ts: int,
-        ) -> KeyValueEntry:
+        ) -> KeyValueEntry | None:
             # Built in the read loop as the message arrives (no Msg in between).
+            if scanning and not scanned(subject, sseq, pending):
+                return None
             return new_entry(
                 bucket,
                 subject[cut:],
@@ -746,8 +814,11 @@ class KeyWatcher:
             if not ready:
                 await messages.fill()
             entry: KeyValueEntry = ready.popleft()
-            if entry.delta == 0 and not done.is_set():
-                done.set()
+            if not done.is_set():
+                self._handed += 1
+                total = self._initial_total
+                if total is not None and self._handed >= total:
+                    done.set()
             if self._ignore_deletes and entry.operation != PUT:
                 continue
             return entry

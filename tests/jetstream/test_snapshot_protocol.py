@@ -142,9 +142,7 @@ class Consumer:
 
     def _remaining(self) -> list[int]:
         stored = self.bucket.stored
-        return [s for s in self.skip if s in stored] + sorted(
-            s for s in stored if s > self.cursor
-        )
+        return [s for s in self.skip if s in stored] + sorted(s for s in stored if s > self.cursor)
 
     def pending(self) -> int:
         return len(self._remaining())
