@@ -5,7 +5,9 @@ in the subject-appended form, ``keys`` one ``multi_last`` pass over the
 bucket's subjects, ``history`` one batched read of the key's subject. Writes
 are publishes with the ADR-8 headers. ``watch`` (and ``keys`` on buckets too
 large for one ``multi_last`` answer) runs an ordered consumer, so it survives
-reconnects and server restarts. Behaviour follows nats.go ``jetstream/kv.go``.
+reconnects and server restarts. Behaviour follows nats.go ``jetstream/kv.go``;
+``keys``, ``history`` and ``watch``'s initial values are snapshots judged by
+``_protocol/_snapshot.py`` (exact while others write, also across a reset).
 
 Their per-message work happens in the read loop (see ``OrderedMessageStream``'s
 ``make``): ``keys`` turns each headers-only message straight into its key (or
@@ -15,6 +17,7 @@ nothing, for a marker), ``watch`` into its entry; no :class:`Msg` in between.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -303,7 +306,8 @@ class KeyValue:
         )
 
     async def history(self, key: str) -> list[KeyValueEntry]:
-        """Every kept revision of ``key``, oldest first (markers included).
+        """Every kept revision of ``key``, oldest first (markers included), up to
+        the stream's last sequence at the call (later writes are left out).
 
         Raises:
             KeyNotFoundError: the key has no message at all.
@@ -375,6 +379,8 @@ class KeyValue:
         ``async for key in kv.keys("config.>")``. One ``multi_last`` Direct Get
         pass; buckets with more than 1024 matching keys are listed through a
         headers-only ordered consumer instead (the server's ``multi_last`` limit).
+        Either way a snapshot: each key holding a value at the start once, none
+        created later; a key written since may be left out if not reached yet.
         """
         subjects = key_filter_subjects(self.bucket, list(filters))
         return KeyLister(self, subjects)
@@ -704,7 +710,8 @@ class KeyWatcher:
         #: entries handed out before ``initial_done``, and how many initial values
         #: the snapshot held (known once it is read)
         self._handed = 0
-        self._initial_total: int | None = None
+        self._initial_total = sys.maxsize
+        self._initial_left = True
 
     def __repr__(self) -> str:
         return f"<KeyWatcher {self._kv.bucket} {self._subjects}>"
@@ -733,6 +740,7 @@ class KeyWatcher:
             scan.nothing_pending()
         scanning = not scan.done
         if not scanning:
+            self._initial_left = False
             self.initial_done.set()
         elif latest:
             # A reset before the snapshot is read starts last_per_subject over
@@ -743,22 +751,22 @@ class KeyWatcher:
         meta_only = self._meta_only
         new_entry = _new_entry
         deliver = scan.deliver
-        generation = oc.generation
-        TAKE, SKIP = ScanVerdict.TAKE, ScanVerdict.SKIP
+        first_generation = oc.generation
+        TAKE = ScanVerdict.TAKE
 
-        def scanned(subject: str, sseq: int, pending: int) -> bool:
-            """Judge a delivery of the initial scan: False to leave it out."""
-            nonlocal scanning, generation
-            if latest and oc.generation != generation:
-                generation = oc.generation
+        def opened(generation: int) -> None:
+            # A replacement consumer while the snapshot is read starts it over.
+            if scanning and latest and generation != first_generation:
                 scan.restarted()
-            verdict = deliver(subject, sseq, pending)
-            if not scan.done:
-                return verdict is TAKE
-            # The snapshot is read: from now on every delivery is an update.
+
+        def scan_over(verdict: ScanVerdict, sseq: int) -> bool:
+            """The snapshot is read: from now on every delivery is an update.
+            False to leave this one out."""
+            nonlocal scanning
             scanning = False
             self._initial_total = scan.taken
             if self._handed >= scan.taken:
+                self._initial_left = False
                 self.initial_done.set()
             if scan.restarts:
                 # A restarted consumer's skip list would give only the last of the
@@ -767,7 +775,7 @@ class KeyWatcher:
                 messages.request_reset("snapshot")
                 return verdict is TAKE
             oc.resume_after(sseq)  # a reset resumes after the last delivery
-            return verdict is not SKIP
+            return verdict is not ScanVerdict.SKIP
 
         def entry_of(
             subject: str,
@@ -779,8 +787,13 @@ class KeyWatcher:
             ts: int,
         ) -> KeyValueEntry | None:
             # Built in the read loop as the message arrives (no Msg in between).
-            if scanning and not scanned(subject, sseq, pending):
-                return None
+            if scanning:
+                verdict = deliver(subject, sseq, pending)
+                if scan.done:
+                    if not scan_over(verdict, sseq):
+                        return None
+                elif verdict is not TAKE:
+                    return None
             return new_entry(
                 bucket,
                 subject[cut:],
@@ -793,7 +806,7 @@ class KeyWatcher:
             )
 
         options = ordered_consume_options(max_messages=_SCAN_BUFFER)
-        messages = OrderedItems(oc, options, entry_of, self._on_event)
+        messages = OrderedItems(oc, options, entry_of, self._on_event, on_open=opened)
         await messages.__aenter__()
         self._messages = messages
 
@@ -814,10 +827,10 @@ class KeyWatcher:
             if not ready:
                 await messages.fill()
             entry: KeyValueEntry = ready.popleft()
-            if not done.is_set():
+            if self._initial_left:
                 self._handed += 1
-                total = self._initial_total
-                if total is not None and self._handed >= total:
+                if self._handed >= self._initial_total:
+                    self._initial_left = False
                     done.set()
             if self._ignore_deletes and entry.operation != PUT:
                 continue

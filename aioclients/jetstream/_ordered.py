@@ -427,6 +427,8 @@ class OrderedMessageStream:
         #: handed out next, in order (the stream sequences of the whole batch)
         self._ready: collections.deque[Any] = collections.deque()
         self._ready_seqs: list[int] = []
+        #: told the generation of each server-side consumer it reads (OrderedItems)
+        self._on_open: Callable[[int], object] | None = None
 
     def __repr__(self) -> str:
         return f"<OrderedMessageStream {self._oc.stream_name}>"
@@ -434,6 +436,8 @@ class OrderedMessageStream:
     async def _open(self) -> None:
         consumer, generation = await self._oc._ensure()
         self._oc._active = self
+        if self._on_open is not None:
+            self._on_open(generation)  # before any delivery of this consumer
         inner = BatchStream(
             self._oc._api, consumer, self._options, self._sink(generation), self._inner_event
         )
@@ -668,7 +672,8 @@ class OrderedItems(OrderedMessageStream):
     Read it with ``await items.fill()`` (wait until ``ready`` holds something)
     and ``ready.popleft()``; ``incoming`` holds what the read loop kept and
     ``fill`` has not moved to ``ready`` yet. ``on_event`` defaults to the
-    ordered consumer's own.
+    ordered consumer's own. ``on_open(generation)`` is called each time it starts
+    reading a server-side consumer, before that consumer's first delivery.
     """
 
     def __init__(
@@ -677,8 +682,11 @@ class OrderedItems(OrderedMessageStream):
         options: PullOptions,
         make: ItemMaker,
         on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+        *,
+        on_open: Callable[[int], object] | None = None,
     ) -> None:
         super().__init__(oc, options, on_event or oc._on_event, make)
+        self._on_open = on_open
         #: handed out next, in order (the same deque as the base class's)
         self.ready = self._ready
         #: kept by the read loop, not yet moved to ``ready``
