@@ -342,7 +342,7 @@ class KeyValue:
         oc = await open_ordered_consumer(self._api, self._stream_name, filter_subjects=[subject])
         try:
             scan = SnapshotScan(last, latest_only=False)
-            async for msg, pending in _scan(oc, initial_pending(oc), scan):
+            async for msg, pending in _scan(oc, scan):
                 entries.append(self._from_msg(msg, pending))
         finally:
             await oc.close()
@@ -562,17 +562,20 @@ async def _last_seq(kv: KeyValue) -> int:
     return info.state.last_seq
 
 
-async def _scan(
-    oc: OrderedConsumer, pending_at_start: int, scan: SnapshotScan
-) -> AsyncGenerator[tuple[Msg, int], None]:
+async def _scan(oc: OrderedConsumer, scan: SnapshotScan) -> AsyncGenerator[tuple[Msg, int], None]:
     """The messages of the snapshot ``scan`` reads, with their pending counts."""
-    if pending_at_start == 0:
+    generation = oc.generation
+    scan.opened(initial_pending(oc))
+    if scan.done:
         return
-    messages = oc.consume(max_messages=min(_SCAN_BUFFER, max(pending_at_start, 10)))
+    messages = oc.consume(max_messages=min(_SCAN_BUFFER, max(initial_pending(oc), 10)))
     async with messages:
         async for msg in messages:
+            if oc.generation != generation:  # a replacement, after a reset
+                generation = oc.generation
+                scan.opened(initial_pending(oc))
             sseq, _, pending, _ = ack_sequences(msg.reply)
-            if scan.deliver(msg.subject, sseq, pending) is ScanVerdict.TAKE:
+            if scan.deliver(sseq) is ScanVerdict.TAKE:
                 yield msg, pending
             if scan.done:
                 return
@@ -625,6 +628,12 @@ class KeyLister:
             deliver = scan.deliver
             take = ScanVerdict.TAKE
 
+            def opened(generation: int) -> None:
+                # The first consumer, or a replacement that starts over.
+                scan.opened(initial_pending(oc))
+                if scan.done:  # a replacement with nothing to deliver: no key left
+                    asyncio.get_running_loop().call_soon(messages.stop)
+
             def key_of(
                 subject: str,
                 reply: str,
@@ -635,7 +644,7 @@ class KeyLister:
                 ts: int,
             ) -> str | None:
                 # The read loop's work per key: no Msg, no entry.
-                if deliver(subject, sseq, pending) is not take:
+                if deliver(sseq) is not take:
                     return None  # listed already, or written after the start
                 if header is not None and (
                     b"KV-Operation" in header or b"Nats-Marker-Reason" in header
@@ -650,11 +659,15 @@ class KeyLister:
                     max_messages=min(_KEYS_BUFFER, max(pending_at_start, 10)), expires=30.0
                 ),
                 key_of,
+                on_open=opened,
             )
             async with messages:
                 ready = messages.ready
                 while True:
-                    await messages.fill(any_batch=True)
+                    try:
+                        await messages.fill(any_batch=True)
+                    except StopAsyncIteration:
+                        return
                     while ready:
                         yield ready.popleft()
                     if scan.done and not messages.incoming:
@@ -736,9 +749,7 @@ class KeyWatcher:
         except StreamNotFoundError:
             raise _bucket_not_found(kv.bucket) from None
         self._oc = oc
-        if initial_pending(oc) == 0:
-            scan.nothing_pending()
-        scanning = not scan.done
+        scanning = not scan.done and initial_pending(oc) > 0
         if not scanning:
             self._initial_left = False
             self.initial_done.set()
@@ -751,30 +762,37 @@ class KeyWatcher:
         meta_only = self._meta_only
         new_entry = _new_entry
         deliver = scan.deliver
-        first_generation = oc.generation
         TAKE = ScanVerdict.TAKE
 
         def opened(generation: int) -> None:
-            # A replacement consumer while the snapshot is read starts it over.
-            if scanning and latest and generation != first_generation:
-                scan.restarted()
+            # The first consumer, or a replacement while the snapshot is read
+            # (with last_per_subject, it starts over).
+            if scanning:
+                scan.opened(initial_pending(oc))
+                if scan.done:  # a replacement with nothing to deliver
+                    end_scan()
+                    oc.resume_after(scan.last_seq)
 
-        def scan_over(verdict: ScanVerdict, sseq: int) -> bool:
-            """The snapshot is read: from now on every delivery is an update.
-            False to leave this one out."""
+        def end_scan() -> None:
             nonlocal scanning
             scanning = False
             self._initial_total = scan.taken
             if self._handed >= scan.taken:
                 self._initial_left = False
                 self.initial_done.set()
+
+        def scan_over(verdict: ScanVerdict, sseq: int) -> bool:
+            """The snapshot is read: from now on every delivery is an update.
+            False to leave this one out."""
+            end_scan()
             if scan.restarts:
                 # A restarted consumer's skip list would give only the last of the
                 # updates since the snapshot: read them all, by sequence, from there.
-                oc.resume_after(min(sseq, scan.last_seq))
+                oc.resume_after(scan.last_seq)
                 messages.request_reset("snapshot")
                 return verdict is TAKE
-            oc.resume_after(sseq)  # a reset resumes after the last delivery
+            # A reset resumes after the last delivery, and never before the snapshot.
+            oc.resume_after(max(sseq, scan.last_seq))
             return verdict is not ScanVerdict.SKIP
 
         def entry_of(
@@ -788,7 +806,7 @@ class KeyWatcher:
         ) -> KeyValueEntry | None:
             # Built in the read loop as the message arrives (no Msg in between).
             if scanning:
-                verdict = deliver(subject, sseq, pending)
+                verdict = deliver(sseq)
                 if scan.done:
                     if not scan_over(verdict, sseq):
                         return None

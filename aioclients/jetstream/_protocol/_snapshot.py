@@ -6,28 +6,37 @@ clients write. A :class:`SnapshotScan` judges each in-order delivery against the
 snapshot: the stream's last sequence ``last_seq`` when the call started.
 
 Rules:
+    - :meth:`opened` each time a consumer is created (the first, or a
+      replacement), with the number of messages it had pending then.
     - A delivery whose stream sequence is beyond ``last_seq`` was written after
       the start: the scan is over (``AFTER``); ``keys()`` and ``history()`` end
       there, a watch yields it as its first update.
-    - The scan is also over after the delivery at ``last_seq`` itself, or one
-      with nothing pending after it, or at once when ``last_seq`` is 0 or the
-      consumer had nothing pending (:meth:`nothing_pending`).
-    - ``latest_only`` (deliver policy ``last_per_subject``): each key is taken
-      once, at its first delivery (its last message at or before ``last_seq``,
-      value or marker); later deliveries of a key taken are ``SKIP``. The
-      server's skip list gives every key's last message at the consumer's
-      creation in stream order; a key written between the start and the moment
-      the scan reaches it shows up beyond ``last_seq`` and is left out: with one
-      revision kept, its value at the start is no longer stored.
+    - The scan is also over after the delivery at ``last_seq`` itself, or once
+      the consumer has delivered as many messages as it had pending when it was
+      created (at once when that was none, or when ``last_seq`` is 0). The
+      pending count each delivery carries is not used: nats-server 2.15 reports
+      0 on a ``last_per_subject`` consumer's deliveries while hundreds of its
+      skip list remain, when others write meanwhile.
+    - ``latest_only`` (deliver policy ``last_per_subject``): the server's skip
+      list gives every key's last message at the consumer's creation, once, in
+      stream order, passing over those removed since; then the messages after
+      its creation. So each key is taken once, as it was at the start; a key
+      written between the start and the moment the scan reaches it shows up
+      beyond ``last_seq`` and is left out (with one revision kept, its value at
+      the start is no longer stored).
     - Every revision (``latest_only`` false: ``history()``, ``include_history``):
       each stream sequence at most once, in order.
     - A reset of a ``latest_only`` scan restarts ``last_per_subject`` from the
-      beginning (:meth:`restarted`): the keys already taken stay taken, so none is
-      taken twice, and a key's last message at or before ``last_seq`` is the same
-      whichever consumer delivers it. A restarted watch that reaches beyond
-      ``last_seq`` answers ``RESUME``: its updates must be read by stream sequence
-      from ``last_seq + 1`` (the restarted consumer's skip list would give only
-      the last of them).
+      beginning (:meth:`opened` again). Nothing at or below ``reached`` (the highest
+      sequence delivered so far) is taken again: the first consumer delivered
+      every key whose last message lies there, and a key's last message only
+      moves up (a write adds a newer one; limits and purges remove older ones).
+      Above ``reached``, a key's last message at or before ``last_seq`` is the
+      same whichever consumer delivers it. No set of keys is kept: memory stays
+      constant however large the bucket. A restarted watch that reaches beyond
+      ``last_seq`` answers ``RESUME``: its updates must be read by stream
+      sequence from ``last_seq + 1`` (the restarted consumer's skip list would
+      give only the last of them).
 
 Pure: no I/O, no clock; ``tests/jetstream/test_snapshot_protocol.py`` checks these
 rules against a model of the bucket for any interleaving of writes and resets.
@@ -62,7 +71,7 @@ class SnapshotScan:
         latest_only: one delivery per key (``last_per_subject``), not every revision.
     """
 
-    __slots__ = ("_keys", "_last_taken", "done", "last_seq", "latest_only", "restarts", "taken")
+    __slots__ = ("_left", "consumers", "done", "last_seq", "latest_only", "reached", "taken")
 
     def __init__(self, last_seq: int, *, latest_only: bool) -> None:
         if not isinstance(last_seq, int) or isinstance(last_seq, bool) or last_seq < 0:
@@ -71,41 +80,41 @@ class SnapshotScan:
         self.latest_only = latest_only
         #: the snapshot has been read to its end
         self.done = last_seq == 0
-        #: how many times the consumer restarted from the beginning
-        self.restarts = 0
+        #: how many consumers were opened (more than one: there were resets)
+        self.consumers = 0
         #: how many deliveries were taken
         self.taken = 0
-        self._keys: set[str] = set()
-        self._last_taken = 0
+        #: the highest stream sequence delivered so far (by any consumer)
+        self.reached = 0
+        self._left = 0
 
-    def nothing_pending(self) -> None:
-        """The consumer had nothing pending when created: nothing to read."""
-        self.done = True
+    @property
+    def restarts(self) -> int:
+        """How many times a replacement consumer started over (``latest_only``)."""
+        return max(0, self.consumers - 1) if self.latest_only else 0
 
-    def restarted(self) -> None:
-        """A fresh consumer starts over from the beginning (``last_per_subject``)."""
-        self.restarts += 1
-        self._last_taken = 0
+    def opened(self, pending: int) -> None:
+        """A consumer was created with ``pending`` messages to deliver; a
+        replacement of a ``latest_only`` scan starts over from the beginning."""
+        self.consumers += 1
+        self._left = pending
+        if pending <= 0:
+            self.done = True
 
-    def deliver(self, key: str, stream_seq: int, pending: int) -> ScanVerdict:
-        """Judge one in-order delivery (its key, stream sequence and pending count)."""
+    def deliver(self, stream_seq: int) -> ScanVerdict:
+        """Judge one in-order delivery of the current consumer by its stream sequence."""
         if self.done:
             return ScanVerdict.AFTER
         if stream_seq > self.last_seq:
             self.done = True
-            if self.restarts and self.latest_only:
+            if self.restarts:
                 return ScanVerdict.RESUME
             return ScanVerdict.AFTER
-        if stream_seq == self.last_seq or pending == 0:
+        self._left -= 1
+        if stream_seq == self.last_seq or self._left <= 0:
             self.done = True
-        if self.latest_only:
-            keys = self._keys
-            if key in keys:
-                return ScanVerdict.SKIP
-            keys.add(key)
-        else:
-            if stream_seq <= self._last_taken:
-                return ScanVerdict.SKIP
-            self._last_taken = stream_seq
+        if stream_seq <= self.reached:
+            return ScanVerdict.SKIP  # delivered before the restart
+        self.reached = stream_seq
         self.taken += 1
         return ScanVerdict.TAKE
