@@ -17,7 +17,6 @@ nothing, for a marker), ``watch`` into its entry; no :class:`Msg` in between.
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -720,11 +719,8 @@ class KeyWatcher:
         self._messages: OrderedItems | None = None
         self._stopped = False
         self._entered = False
-        #: entries handed out before ``initial_done``, and how many initial values
-        #: the snapshot held (known once it is read)
-        self._handed = 0
-        self._initial_total = sys.maxsize
-        self._initial_left = True
+        #: the last initial value: ``initial_done`` is set when it is handed out
+        self._last_initial: KeyValueEntry | None = None
 
     def __repr__(self) -> str:
         return f"<KeyWatcher {self._kv.bucket} {self._subjects}>"
@@ -751,7 +747,6 @@ class KeyWatcher:
         self._oc = oc
         scanning = not scan.done and initial_pending(oc) > 0
         if not scanning:
-            self._initial_left = False
             self.initial_done.set()
         elif latest:
             # A reset before the snapshot is read starts last_per_subject over
@@ -764,6 +759,8 @@ class KeyWatcher:
         deliver = scan.deliver
         TAKE = ScanVerdict.TAKE
 
+        last: KeyValueEntry | None = None  # the last initial value made so far
+
         def opened(generation: int) -> None:
             # The first consumer, or a replacement while the snapshot is read
             # (with last_per_subject, it starts over).
@@ -773,18 +770,25 @@ class KeyWatcher:
                     end_scan()
                     oc.resume_after(scan.last_seq)
 
-        def end_scan() -> None:
+        def end_scan(taking: KeyValueEntry | None = None) -> None:
+            """The snapshot is read: initial_done is set when the last initial value
+            (``taking``, the one being made, or else ``last``) is handed out, at once
+            if that happened already."""
             nonlocal scanning
             scanning = False
-            self._initial_total = scan.taken
-            if self._handed >= scan.taken:
-                self._initial_left = False
+            if taking is not None:
+                self._last_initial = taking
+                return
+            incoming, ready = messages.incoming, messages.ready
+            queued = (incoming[-1] is last) if incoming else bool(ready) and ready[-1] is last
+            if last is not None and queued:
+                self._last_initial = last
+            else:
                 self.initial_done.set()
 
-        def scan_over(verdict: ScanVerdict, sseq: int) -> bool:
-            """The snapshot is read: from now on every delivery is an update.
-            False to leave this one out."""
-            end_scan()
+        def scan_over(verdict: ScanVerdict, entry: KeyValueEntry, sseq: int) -> bool:
+            """The delivery that ended the scan: False to leave it out."""
+            end_scan(entry if verdict is TAKE else None)
             if scan.restarts:
                 # A restarted consumer's skip list would give only the last of the
                 # updates since the snapshot: read them all, by sequence, from there.
@@ -805,14 +809,8 @@ class KeyWatcher:
             ts: int,
         ) -> KeyValueEntry | None:
             # Built in the read loop as the message arrives (no Msg in between).
-            if scanning:
-                verdict = deliver(sseq)
-                if scan.done:
-                    if not scan_over(verdict, sseq):
-                        return None
-                elif verdict is not TAKE:
-                    return None
-            return new_entry(
+            nonlocal last
+            entry = new_entry(
                 bucket,
                 subject[cut:],
                 b"" if meta_only else data,
@@ -822,6 +820,14 @@ class KeyWatcher:
                 PUT if header is None else operation_of_header_block(header),
                 header,
             )
+            if scanning:
+                verdict = deliver(sseq)
+                if scan.done:
+                    return entry if scan_over(verdict, entry, sseq) else None
+                if verdict is not TAKE:
+                    return None
+                last = entry
+            return entry
 
         options = ordered_consume_options(max_messages=_SCAN_BUFFER)
         messages = OrderedItems(oc, options, entry_of, self._on_event, on_open=opened)
@@ -845,11 +851,8 @@ class KeyWatcher:
             if not ready:
                 await messages.fill()
             entry: KeyValueEntry = ready.popleft()
-            if self._initial_left:
-                self._handed += 1
-                if self._handed >= self._initial_total:
-                    self._initial_left = False
-                    done.set()
+            if entry is self._last_initial:
+                done.set()
             if self._ignore_deletes and entry.operation != PUT:
                 continue
             return entry

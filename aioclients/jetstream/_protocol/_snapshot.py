@@ -63,6 +63,14 @@ class ScanVerdict(enum.Enum):
     RESUME = "resume"
 
 
+# The verdicts as module constants: an Enum member read through its class costs
+# a descriptor call on CPython 3.11, and deliver() runs once per entry of a scan.
+_TAKE = ScanVerdict.TAKE
+_SKIP = ScanVerdict.SKIP
+_AFTER = ScanVerdict.AFTER
+_RESUME = ScanVerdict.RESUME
+
+
 class SnapshotScan:
     """Judges the deliveries of one listing against the snapshot (see module doc).
 
@@ -104,17 +112,16 @@ class SnapshotScan:
     def deliver(self, stream_seq: int) -> ScanVerdict:
         """Judge one in-order delivery of the current consumer by its stream sequence."""
         if self.done:
-            return ScanVerdict.AFTER
+            return _AFTER
         if stream_seq > self.last_seq:
             self.done = True
-            if self.restarts:
-                return ScanVerdict.RESUME
-            return ScanVerdict.AFTER
-        self._left -= 1
-        if stream_seq == self.last_seq or self._left <= 0:
+            return _RESUME if self.latest_only and self.consumers > 1 else _AFTER
+        left = self._left - 1
+        self._left = left
+        if left <= 0 or stream_seq == self.last_seq:
             self.done = True
         if stream_seq <= self.reached:
-            return ScanVerdict.SKIP  # delivered before the restart
+            return _SKIP  # delivered before the restart
         self.reached = stream_seq
         self.taken += 1
-        return ScanVerdict.TAKE
+        return _TAKE
