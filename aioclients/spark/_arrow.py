@@ -15,8 +15,9 @@ import pyarrow.compute as pc
 
 from aioclients._errors import RemoteProtocolError
 from aioclients.spark._protocol._direct_reader import Columns
+from aioclients.spark._protocol._pushdown import Bounds
 
-__all__ = ("ARROW_SCHEMA", "to_record_batch")
+__all__ = ("ARROW_SCHEMA", "keep_in", "to_record_batch")
 
 HEADERS_TYPE = pa.map_(pa.string(), pa.string())
 ARROW_SCHEMA = pa.schema(
@@ -85,3 +86,31 @@ def to_record_batch(columns: Columns, *, up_to: int | None = None) -> pa.RecordB
         ],
         schema=ARROW_SCHEMA,
     )
+
+
+def keep_in(
+    batch: pa.RecordBatch,
+    *,
+    times: Bounds,
+    time_column: str,
+    numbers: frozenset[int] | None = None,
+    number_column: str = "",
+) -> pa.RecordBatch:
+    """The rows of ``batch`` whose time (microseconds) is within ``times`` and, with
+    ``numbers``, whose ``number_column`` is one of them: the part of a pushed filter
+    the server cannot apply itself (see ``_protocol._pushdown``)."""
+    masks = []
+    if times.lo is not None or times.hi is not None:
+        micros = pc.cast(batch.column(time_column), pa.int64())
+        if times.lo is not None:
+            masks.append(pc.greater_equal(micros, times.lo))
+        if times.hi is not None:
+            masks.append(pc.less_equal(micros, times.hi))
+    if numbers is not None:
+        masks.append(pc.is_in(batch.column(number_column), pa.array(sorted(numbers), pa.int64())))
+    if not masks or not batch.num_rows:
+        return batch
+    mask = masks[0]
+    for more in masks[1:]:
+        mask = pc.and_(mask, more)
+    return batch.filter(mask)

@@ -39,7 +39,13 @@ from aioclients.spark._protocol._direct_reader import (
     StatusReply,
 )
 
-__all__ = ("DirectGetConnection", "TlsFiles", "read_sequence_range")
+__all__ = (
+    "DirectGetConnection",
+    "TlsFiles",
+    "count_from",
+    "count_in_range",
+    "read_sequence_range",
+)
 
 log = logging.getLogger("aioclients.spark.jetstream")
 
@@ -320,6 +326,33 @@ class DirectGetConnection(asyncio.Protocol):
         await asyncio.sleep(0)  # let the transport run connection_lost
 
 
+async def count_from(conn: DirectGetConnection, stream: str, subject: str, seq: int) -> int:
+    """How many stored messages match ``subject`` at or after sequence ``seq``.
+
+    One single-message batch: the server counts what follows (``Nats-Num-Pending``).
+    """
+    columns, end = await conn.result(conn.request(stream, seq=seq, batch=1, subject=subject))
+    if end.not_found:
+        return 0
+    return len(columns) + end.num_pending
+
+
+async def count_in_range(
+    conn: DirectGetConnection, stream: str, subject: str, first: int, last: int
+) -> int:
+    """About how many messages in ``[first, last]`` match ``subject``: a hint for batch sizes.
+
+    The end is counted first, so messages stored meanwhile make the count too high,
+    not too low; a deletion meanwhile can make it low, which costs a request more.
+    """
+    after = await count_from(conn, stream, subject, last + 1)
+    return max(0, await count_from(conn, stream, subject, first) - after)
+
+
+#: The smallest batch asked for when a filtered range's count ran out before its end.
+MIN_FILTERED_BATCH = 256
+
+
 async def read_sequence_range(
     conn: DirectGetConnection,
     stream: str,
@@ -328,27 +361,38 @@ async def read_sequence_range(
     last: int,
     subject: str | None,
     batch_size: int,
+    matching: int | None = None,
 ) -> AsyncIterator[Columns]:
     """Yield the messages with sequences in ``[first, last]`` (filtered by ``subject``).
 
     Batches may run past ``last`` when sequences are missing (deleted, or not
-    matching the filter); the caller drops those rows. The request for the next
-    batch is sent before the current one is yielded.
+    matching the filter); the caller drops those rows. ``matching`` (how many
+    messages of the range match ``subject``, see :func:`count_in_range`) sizes the
+    requests of a filtered read, which the server would otherwise fill with matches
+    from beyond the range. The request for the next batch is sent before the
+    current one is yielded.
     """
     if first > last:
         return
+    left = matching
+
+    def size(seq: int) -> int:
+        if left is None:
+            return min(batch_size, last - seq + 1)
+        return max(1, min(batch_size, last - seq + 1, max(left, MIN_FILTERED_BATCH)))
+
     seq = first
     pending: asyncio.Future[tuple[Columns, BatchEnd]] | None = conn.request(
-        stream, seq=seq, batch=min(batch_size, last - seq + 1), subject=subject
+        stream, seq=seq, batch=size(seq), subject=subject
     )
     while pending is not None:
         columns, end = await conn.result(pending)
         pending = None
+        if left is not None:
+            left -= len(columns)
         if not end.not_found and end.last_seq is not None:
             if end.num_pending > 0 and end.last_seq < last:
                 seq = end.last_seq + 1
-                pending = conn.request(
-                    stream, seq=seq, batch=min(batch_size, last - seq + 1), subject=subject
-                )
+                pending = conn.request(stream, seq=seq, batch=size(seq), subject=subject)
         if len(columns):
             yield columns

@@ -39,6 +39,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any, NoReturn, TypeVar
 
 import pyarrow as pa
@@ -48,6 +49,7 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
+    Filter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -71,12 +73,24 @@ from pyspark.sql.types import (
 from aioclients import jetstream
 from aioclients._core import redact_text, redact_url
 from aioclients._errors import ConnectError, OperationTimeoutError, RemoteProtocolError
-from aioclients.spark._arrow import to_record_batch
-from aioclients.spark._direct_io import DirectGetConnection, TlsFiles, read_sequence_range
+from aioclients.spark._arrow import keep_in, to_record_batch
+from aioclients.spark._direct_io import (
+    DirectGetConnection,
+    TlsFiles,
+    count_in_range,
+    read_sequence_range,
+)
 from aioclients.spark._errors import DataSourceOptionError, PublishFailedError
 from aioclients.spark._protocol._data_loss import OPTION as FAIL_ON_DATA_LOSS
 from aioclients.spark._protocol._data_loss import lost_range, report_data_loss
+from aioclients.spark._protocol._direct_reader import Columns
 from aioclients.spark._protocol._options import OptionReader
+from aioclients.spark._protocol._pushdown import (
+    JetStreamSelection,
+    filter_tokens,
+    plan_jetstream,
+)
+from aioclients.spark._pushdown import to_predicate
 from aioclients.spark._write_io import JetStreamPublishConnection, publish_record_batches
 
 __all__ = (
@@ -155,11 +169,19 @@ class ReadConfig:
 
 @dataclass(frozen=True)
 class SequenceRange(InputPartition):
-    """The sequences ``first`` to ``last`` (inclusive) of one stream."""
+    """The sequences ``first`` to ``last`` (inclusive) of one stream.
+
+    ``subjects``: the subject filters to read one after the other (pushed filters
+    and the ``subject`` option together; ``None``: the option alone). ``residual``:
+    the pushed selection, when rows must be checked against it as they are read
+    (time bounds, ``IN`` lists).
+    """
 
     config: ReadConfig
     first: int
     last: int
+    subjects: tuple[str | None, ...] | None = None
+    residual: JetStreamSelection | None = None
 
 
 def split_range(first: int, last: int, parts: int) -> list[tuple[int, int]]:
@@ -260,36 +282,110 @@ async def _stream_bounds(config: ReadConfig) -> StreamBounds:
         return StreamBounds(info.state.first_seq, info.state.last_seq, created)
 
 
+async def _first_at_or_after(config: ReadConfig, times: list[int]) -> dict[int, int | None]:
+    """The sequence of the first message stored at or after each time (microseconds)."""
+    found: dict[int, int | None] = {}
+    if not times:
+        return found
+    js = await jetstream.connect(
+        list(config.servers), timeout=min(config.timeout, 10.0), **_nats_tls(config.tls)
+    )
+    async with js:
+        stream = await js.stream(config.stream)
+        for micros in times:
+            when = _EPOCH + timedelta(microseconds=micros)
+            try:
+                found[micros] = (await stream.direct_get(start_time=when)).seq
+            except jetstream.MessageNotFoundError:
+                found[micros] = None
+    return found
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _stream_rows(columns: Columns, last: int) -> pa.RecordBatch:
+    return to_record_batch(columns, up_to=last)
+
+
+def keep_selected(batch: pa.RecordBatch, selection: JetStreamSelection) -> pa.RecordBatch:
+    """The rows of a stream read's ``batch`` that ``selection``'s times and ``IN`` admit."""
+    return keep_in(
+        batch,
+        times=selection.times,
+        time_column="timestamp",
+        numbers=selection.sequence_set,
+        number_column="sequence",
+    )
+
+
 def read_partition(partition: SequenceRange) -> Iterator[pa.RecordBatch]:
     """Read one partition's range: one event loop and one connection for the whole range."""
+    return _read_range(partition, _stream_rows)
+
+
+def _read_range(
+    partition: SequenceRange, convert: Callable[[Columns, int], pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """The record batches (``convert(columns, last)``) of ``partition``'s passes."""
     config = partition.config
+    if partition.first > partition.last:
+        return
+    subjects = (config.subject,) if partition.subjects is None else partition.subjects
     loop = asyncio.new_event_loop()
     try:
         conn = loop.run_until_complete(
             DirectGetConnection.open(list(config.servers), timeout=config.timeout, tls=config.tls)
         )
-        batches = read_sequence_range(
-            conn,
-            config.stream,
-            first=partition.first,
-            last=partition.last,
-            subject=config.subject,
-            batch_size=config.batch_size,
-        )
         try:
-            while True:
-                try:
-                    columns = loop.run_until_complete(anext(batches))
-                except StopAsyncIteration:
-                    break
-                batch = to_record_batch(columns, up_to=partition.last)
-                if batch.num_rows:
-                    yield batch
+            for subject in subjects:
+                yield from _read_pass(loop, conn, partition, subject, convert)
         finally:
-            loop.run_until_complete(batches.aclose())  # type: ignore[attr-defined]
             loop.run_until_complete(conn.close())
     finally:
         loop.close()
+
+
+def _read_pass(
+    loop: asyncio.AbstractEventLoop,
+    conn: DirectGetConnection,
+    partition: SequenceRange,
+    subject: str | None,
+    convert: Callable[[Columns, int], pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """One subject filter's messages in the partition's range."""
+    config = partition.config
+    matching = None
+    if subject is not None:
+        # How many match in the range, so that no request reaches far past it (the
+        # server fills a filtered batch from wherever the matches are).
+        matching = loop.run_until_complete(
+            count_in_range(conn, config.stream, subject, partition.first, partition.last)
+        )
+        if matching == 0:
+            return
+    batches = read_sequence_range(
+        conn,
+        config.stream,
+        first=partition.first,
+        last=partition.last,
+        subject=subject,
+        batch_size=config.batch_size,
+        matching=matching,
+    )
+    try:
+        while True:
+            try:
+                columns = loop.run_until_complete(anext(batches))
+            except StopAsyncIteration:
+                break
+            batch = convert(columns, partition.last)
+            if partition.residual is not None:
+                batch = keep_selected(batch, partition.residual)
+            if batch.num_rows:
+                yield batch
+    finally:
+        loop.run_until_complete(batches.aclose())  # type: ignore[attr-defined]
 
 
 def _check_schema(schema: StructType) -> None:
@@ -311,36 +407,72 @@ class JetStreamBatchReader(DataSourceReader):
         end = opts.sequence("endSequence")
         parts = opts.integer("numPartitions", default=default_partitions, minimum=1, example="4")
         assert parts is not None
+        self.parts = parts
         if isinstance(start, int) and isinstance(end, int) and start > end:
             raise DataSourceOptionError(
                 f"option 'startSequence' ({start}) is after 'endSequence' ({end}); "
                 "swap them or drop one"
             )
-        fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
-        bounds = _run(_stream_bounds(self.config))
-        first, last = bounds.first, bounds.last
-        lo = start if isinstance(start, int) else max(first, 1)
-        hi = end if isinstance(end, int) else last
-        lost = lost_range(lo, first, hi)
+        self.start = start if isinstance(start, int) else None
+        self.end = end if isinstance(end, int) else None
+        self.fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
+        self.bounds = _run(_stream_bounds(self.config))
+        # What pushFilters (a subclass) leaves to the server; everything by default.
+        self.selection = JetStreamSelection()
+
+    def partitions(self) -> list[SequenceRange]:
+        config = self.config
+        first, last = self.bounds.first, self.bounds.last
+        found = _run(_first_at_or_after(config, self.selection.time_lookups()))
+        plan = self.selection.read(
+            subject=config.subject,
+            start=self.start,
+            end=self.end,
+            first=first,
+            last=last,
+            at_or_after=found,
+        )
+        lo = plan.first
+        lost = None if plan.empty else lost_range(lo, first, plan.last)
         if lost is not None:
             report_data_loss(
-                f"option 'startSequence' is {lo}, but stream {self.config.stream!r} now "
+                f"option 'startSequence' is {lo}, but stream {config.stream!r} now "
                 f"starts at sequence {first}: sequences {lost[0]}..{lost[1]} are no longer "
                 "kept (retention, purge or deletion)",
-                fail=fail_on_data_loss,
+                fail=self.fail_on_data_loss,
                 resume=f"sequence {first}",
                 log=log,
             )
             lo = first
-        self.ranges = split_range(lo, hi, parts)
-
-    def partitions(self) -> list[SequenceRange]:
+        ranges = [] if plan.empty else split_range(lo, plan.last, self.parts)
         # An empty range still needs one partition: with none, Spark plans its own.
-        ranges = self.ranges or [(1, 0)]
-        return [SequenceRange(self.config, a, b) for a, b in ranges]
+        return [
+            SequenceRange(config, a, b, subjects=plan.subjects, residual=plan.residual)
+            for a, b in ranges or [(1, 0)]
+        ]
 
     def read(self, partition: SequenceRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_partition(partition)
+
+
+class JetStreamPushdownReader(JetStreamBatchReader):
+    """The batch reader with filter pushdown (see :mod:`aioclients.spark._pushdown`).
+
+    ``subject`` (=, IN, LIKE 'prefix.%'), ``sequence`` ranges and ``timestamp``
+    bounds become the Direct Get requests' subject filters, sequence range and
+    start time; the rest is returned to Spark.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        predicates = [to_predicate(f) for f in filters]
+        if self.config.subject is not None and filter_tokens(self.config.subject) is None:
+            # An option we cannot reason about: leave subject filters to Spark.
+            predicates = [
+                None if p is not None and p.column.lower() == "subject" else p for p in predicates
+            ]
+        self.selection, pushed = plan_jetstream(predicates)
+        log.debug("jetstream pushdown: %s (pushed %s)", self.selection, pushed)
+        return [f for f, exact in zip(filters, pushed, strict=True) if not exact]
 
 
 def _offset(stream: str, sequence: int, created: str | None = None) -> dict[str, Any]:
@@ -638,6 +770,10 @@ class JetStreamDataSource(DataSource):
     #: numPartitions when the option is not given (``register_data_sources`` sets
     #: it to the session's default parallelism).
     default_partitions = 2
+    #: Whether batch reads take filter pushdown (``pushFilters``): pyspark refuses a
+    #: reader that defines it unless ``spark.sql.python.filterPushdown.enabled`` is
+    #: true, so ``register_data_sources(spark, filter_pushdown=False)`` turns it off.
+    filter_pushdown = True
 
     @classmethod
     def name(cls) -> str:
@@ -648,7 +784,8 @@ class JetStreamDataSource(DataSource):
 
     def reader(self, schema: StructType) -> JetStreamBatchReader:
         _check_schema(schema)
-        return JetStreamBatchReader(self.options, self.default_partitions)
+        kind = JetStreamPushdownReader if self.filter_pushdown else JetStreamBatchReader
+        return kind(self.options, self.default_partitions)
 
     def streamReader(self, schema: StructType) -> JetStreamStreamReader:
         _check_schema(schema)

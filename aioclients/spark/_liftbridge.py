@@ -51,6 +51,7 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
+    Filter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -92,6 +93,8 @@ from aioclients.spark._lb_offsets import (
 from aioclients.spark._protocol._data_loss import OPTION as FAIL_ON_DATA_LOSS
 from aioclients.spark._protocol._data_loss import lost_range, report_data_loss
 from aioclients.spark._protocol._options import OptionReader
+from aioclients.spark._protocol._pushdown import LiftbridgeSelection, plan_liftbridge
+from aioclients.spark._pushdown import to_predicate
 
 __all__ = (
     "LIFTBRIDGE_ARROW_SCHEMA",
@@ -206,12 +209,17 @@ class ReadConfig:
 
 @dataclass(frozen=True)
 class OffsetRange(InputPartition):
-    """The offsets ``first`` to ``last`` (inclusive) of one Liftbridge partition."""
+    """The offsets ``first`` to ``last`` (inclusive) of one Liftbridge partition.
+
+    ``residual``: the pushed selection, when rows must be checked against it as they
+    are read (time bounds, ``IN`` lists).
+    """
 
     config: ReadConfig
     partition: int
     first: int
     last: int
+    residual: LiftbridgeSelection | None = None
 
 
 def _read_config(opts: OptionReader) -> tuple[ReadConfig, str | None]:
@@ -336,6 +344,7 @@ def _to_record_batch(stream: str, partition: int, messages: list[liftbridge.Mess
 async def _read_messages(part: OffsetRange) -> AsyncIterator[list[liftbridge.Message]]:
     """The range's messages in lists of up to ``batch_size``."""
     config = part.config
+    residual = part.residual
     client = await _connect(config.brokers, config.timeout)
     async with client:
         # The planner checked that part.first is still kept (failOnDataLoss).
@@ -358,7 +367,10 @@ async def _read_messages(part: OffsetRange) -> AsyncIterator[list[liftbridge.Mes
                     ) from None
                 if msg.offset > part.last:
                     break
-                chunk.append(msg)
+                if residual is None or residual.admits(
+                    part.partition, msg.offset, msg.timestamp // 1000
+                ):
+                    chunk.append(msg)
                 if len(chunk) >= config.batch_size:
                     yield chunk
                     chunk = []
@@ -418,7 +430,7 @@ class LiftbridgeBatchReader(DataSourceReader):
             words=("latest",),
             stream=stream,
         )
-        fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
+        self.fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
         state = partition_state(self.config, partitions)
         hws = state.high_watermarks
         start = resolve_start(start_spec, hws, stream=stream, earliest=state.earliest)
@@ -435,30 +447,126 @@ class LiftbridgeBatchReader(DataSourceReader):
                         f"option 'startingOffsets' ({start[p]}) is after 'endingOffsets' "
                         f"({end[p]}) for partition {p}; the ending offset is inclusive"
                     )
+        self.state = state
+        self.start = start
+        self.end = end
+        # What pushFilters (a subclass) leaves to the brokers; everything by default.
+        self.selection = LiftbridgeSelection()
+
+    def partitions(self) -> list[OffsetRange]:
+        selection, state, stream = self.selection, self.state, self.config.stream
+        chosen = selection.choose(state.high_watermarks)
+        found = _run(_first_offsets_at_or_after(self.config, state, chosen, selection))
+        windows = {
+            p: selection.offset_window(self.start[p], self.end[p], found.get(p, {})) for p in chosen
+        }
         losses = {}
-        for p in sorted(hws):
-            lost = lost_range(start[p], state.earliest[p], end[p])
+        for p, window in windows.items():
+            assert window.lo is not None
+            assert window.hi is not None
+            lost = lost_range(window.lo, state.earliest[p], window.hi)
             if lost is not None:
                 losses[p] = lost
-            start[p] = max(start[p], state.earliest[p])
+                windows[p] = window.narrow(lo=state.earliest[p])
         if losses:
             report_data_loss(
                 "option 'startingOffsets' starts below the oldest offsets kept: "
                 + _losses_text(stream, losses),
-                fail=fail_on_data_loss,
+                fail=self.fail_on_data_loss,
                 resume="the oldest offsets kept",
                 log=log,
             )
-        self.ranges = [
-            OffsetRange(self.config, p, start[p], end[p]) for p in sorted(hws) if start[p] <= end[p]
+        residual = selection if selection.residual else None
+        ranges = [
+            OffsetRange(self.config, p, w.lo, w.hi, residual)
+            for p, w in sorted(windows.items())
+            if w.lo is not None and w.hi is not None and w.lo <= w.hi
         ]
-
-    def partitions(self) -> list[OffsetRange]:
         # An empty read still needs one partition: with none, Spark plans its own.
-        return self.ranges or [OffsetRange(self.config, 0, 0, -1)]
+        return ranges or [OffsetRange(self.config, 0, 0, -1)]
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_partition(partition)
+
+
+class LiftbridgePushdownReader(LiftbridgeBatchReader):
+    """The batch reader with filter pushdown (see :mod:`aioclients.spark._pushdown`).
+
+    ``partition`` (=, IN), ``offset`` ranges and ``timestamp`` bounds become the
+    partitions read, their offset ranges and start-at-time positions; the rest is
+    returned to Spark.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        predicates = [to_predicate(f) for f in filters]
+        self.selection, pushed = plan_liftbridge(predicates, self.config.stream)
+        log.debug("liftbridge pushdown: %s (pushed %s)", self.selection, pushed)
+        return [f for f, exact in zip(filters, pushed, strict=True) if not exact]
+
+
+async def _first_offsets_at_or_after(
+    config: ReadConfig,
+    state: PartitionState,
+    partitions: list[int],
+    selection: LiftbridgeSelection,
+) -> dict[int, dict[int, int | None]]:
+    """Per partition, the first offset with a timestamp at or after each time lookup."""
+    times = selection.time_lookups()
+    if not times or not partitions:
+        return {}
+    client = await _connect(config.brokers, config.timeout)
+    async with client:
+        return {
+            p: {
+                t: await _offset_at_or_after(client, config, p, state.high_watermarks[p], t)
+                for t in times
+            }
+            for p in partitions
+        }
+
+
+async def _offset_at_or_after(
+    client: liftbridge.Client, config: ReadConfig, partition: int, high_watermark: int, micros: int
+) -> int | None:
+    """The partition's first offset stamped at or after ``micros`` (None: there is none).
+
+    Liftbridge finds it by time (a start-at-time subscription, exact while a
+    partition's times do not go backwards); the newest message is looked at first,
+    because a start time past it would leave nothing to read up to the high watermark.
+    """
+    if high_watermark < 0:
+        return None
+    nanos = micros * 1000
+    newest = await _first_message(
+        client, config, partition, high_watermark, start_offset=high_watermark
+    )
+    if newest is None or newest.timestamp < nanos:
+        return None
+    found = await _first_message(client, config, partition, high_watermark, start_time=nanos)
+    return None if found is None else int(found.offset)
+
+
+async def _first_message(
+    client: liftbridge.Client,
+    config: ReadConfig,
+    partition: int,
+    high_watermark: int,
+    **start: Any,
+) -> liftbridge.Message | None:
+    subscription = client.subscribe(
+        config.stream, partition=partition, stop_offset=high_watermark, **start
+    )
+    async with subscription as sub:
+        try:
+            return await asyncio.wait_for(sub.__anext__(), config.timeout)
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            raise liftbridge.LiftbridgeTimeoutError(
+                f"no message of {config.stream}/{partition} within {config.timeout}s while "
+                "looking up an offset by time; raise the 'timeout' option if the brokers "
+                "are slow"
+            ) from None
 
 
 class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -994,6 +1102,9 @@ class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
 class LiftbridgeDataSource(DataSource):
     """The ``liftbridge`` format (see the module docstring and README "Spark")."""
 
+    #: Whether batch reads take filter pushdown (see ``JetStreamDataSource``).
+    filter_pushdown = True
+
     @classmethod
     def name(cls) -> str:
         return FORMAT
@@ -1003,7 +1114,8 @@ class LiftbridgeDataSource(DataSource):
 
     def reader(self, schema: StructType) -> LiftbridgeBatchReader:
         _check_schema(schema)
-        return LiftbridgeBatchReader(self.options)
+        kind = LiftbridgePushdownReader if self.filter_pushdown else LiftbridgeBatchReader
+        return kind(self.options)
 
     def streamReader(self, schema: StructType) -> LiftbridgeStreamReader:
         _check_schema(schema)
