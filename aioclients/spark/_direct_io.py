@@ -349,10 +349,6 @@ async def count_in_range(
     return max(0, await count_from(conn, stream, subject, first) - after)
 
 
-#: The smallest batch asked for when a filtered range's count ran out before its end.
-MIN_FILTERED_BATCH = 256
-
-
 async def read_sequence_range(
     conn: DirectGetConnection,
     stream: str,
@@ -369,17 +365,25 @@ async def read_sequence_range(
     matching the filter); the caller drops those rows. ``matching`` (how many
     messages of the range match ``subject``, see :func:`count_in_range`) sizes the
     requests of a filtered read, which the server would otherwise fill with matches
-    from beyond the range. The request for the next batch is sent before the
-    current one is yielded.
+    from beyond the range; once that many have come, single-message requests (growing
+    while matches still come: the count is a hint, taken while the stream may change)
+    find the range's end. The request for the next batch is sent before the current
+    one is yielded.
     """
     if first > last:
         return
     left = matching
+    probe = 1  # once the count is used up: ask for 1 message, doubling while they still come
 
     def size(seq: int) -> int:
+        nonlocal probe
+        wanted = min(batch_size, last - seq + 1)
         if left is None:
-            return min(batch_size, last - seq + 1)
-        return max(1, min(batch_size, last - seq + 1, max(left, MIN_FILTERED_BATCH)))
+            return wanted
+        if left > 0:
+            return min(wanted, left)
+        ask, probe = probe, probe * 2
+        return min(wanted, ask)
 
     seq = first
     pending: asyncio.Future[tuple[Columns, BatchEnd]] | None = conn.request(

@@ -6,17 +6,15 @@ it, and ``explain`` reports what was pushed. The same checks run on local-cluste
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _everywhere import (
-    check_jetstream_pushdown,
-    check_liftbridge_pushdown,
-    off_loop,
-    pushed_filters,
-)
+from _everywhere import check_jetstream_pushdown, check_liftbridge_pushdown, pushed_filters
 
 from aioclients import jetstream
+from aioclients.spark import register_data_sources
 from aioclients.spark._pushdown import CONF
 
 pytestmark = pytest.mark.spark
@@ -28,3 +26,63 @@ async def test_jetstream_shapes(spark: Any, nats_server: Any, unique_name: str) 
 
 async def test_liftbridge_shapes(spark: Any, liftbridge_cluster: Any, unique_name: str) -> None:
     await check_liftbridge_pushdown(spark, list(liftbridge_cluster.addresses), unique_name)
+
+
+@pytest.fixture
+def small_stream(nats_server: Any, unique_name: str) -> Iterator[str]:
+    async def create() -> None:
+        async with await jetstream.connect(nats_server.url) as js:
+            await js.create_stream(unique_name, subjects=[f"{unique_name}.>"], allow_direct=True)
+            for i in range(10):
+                await js.publish(f"{unique_name}.{i % 2}", b"x")
+
+    async def delete() -> None:
+        async with await jetstream.connect(nats_server.url) as js:
+            await js.delete_stream(unique_name)
+
+    asyncio.run(create())
+    yield unique_name
+    asyncio.run(delete())
+
+
+def test_register_turns_pushdown_on_so_reads_keep_working(
+    spark: Any, nats_server: Any, small_stream: str
+) -> None:
+    """pyspark refuses a reader that defines pushFilters while the setting is off (its
+    default), for every batch read, filtered or not: registering switches it on."""
+
+    def load() -> Any:
+        reader = spark.read.format("jetstream").option("servers", nats_server.url)
+        return reader.option("stream", small_stream).load()
+
+    spark.conf.set(CONF, "false")
+    try:
+        with pytest.raises(Exception, match="DATA_SOURCE_PUSHDOWN_DISABLED"):
+            load().count()
+        register_data_sources(spark)
+        assert spark.conf.get(CONF) == "true"
+        assert load().count() == 10
+        assert load().where(f"subject = '{small_stream}.1'").count() == 5
+    finally:
+        register_data_sources(spark)
+
+
+def test_registering_without_pushdown_leaves_the_setting_alone(
+    spark: Any, nats_server: Any, small_stream: str
+) -> None:
+    def load() -> Any:
+        reader = spark.read.format("jetstream").option("servers", nats_server.url)
+        return reader.option("stream", small_stream).load()
+
+    spark.conf.set(CONF, "false")
+    try:
+        register_data_sources(spark, filter_pushdown=False)
+        assert spark.conf.get(CONF) == "false"
+        filtered = load().where(f"subject = '{small_stream}.1' AND sequence > 2")
+        assert filtered.count() == 4
+        assert "EqualTo" not in pushed_filters(filtered)
+    finally:
+        register_data_sources(spark)
+    filtered = load().where(f"subject = '{small_stream}.1' AND sequence > 2")
+    assert f"EqualTo(subject,{small_stream}.1)" in pushed_filters(filtered)
+    assert filtered.count() == 4

@@ -37,7 +37,7 @@ UTC = timezone.utc
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
-def P(column: str, op: Op, value: object = None) -> Predicate:  # noqa: N802
+def P(column: str, op: Op, value: object = None) -> Predicate:
     return Predicate(column, op, value)
 
 
@@ -98,8 +98,10 @@ def test_filter_tokens(subject: str, tokens: list[str] | None) -> None:
 
 @pytest.mark.parametrize(
     ("value", "literal"),
-    [("orders.eu", True), ("o-1_2/x", True), ("orders.*", False), ("orders.>", False)]
-    + [("", False), ("a..b", False), ("a b", False), (None, False), (5, False)],
+    [
+        *[("orders.eu", True), ("o-1_2/x", True), ("orders.*", False), ("orders.>", False)],
+        *[("", False), ("a..b", False), ("a b", False), (None, False), (5, False)],
+    ],
 )
 def test_is_literal_subject(value: object, literal: bool) -> None:
     assert is_literal_subject(value) is literal
@@ -237,6 +239,10 @@ def test_timestamp_bounds_are_microseconds() -> None:
     sel = plan_js(P("timestamp", Op.EQ, t))[0]
     assert sel.times == Bounds(base + 5, base + 5)
     assert sel.time_lookups() == [base + 5, base + 6]
+
+
+def test_an_empty_prefix_admits_every_subject() -> None:
+    assert plan_js(P("subject", Op.STARTS_WITH, "")) == (JetStreamSelection(), [True])
 
 
 def test_null_tests() -> None:
@@ -452,18 +458,14 @@ def test_the_pushed_plan_selects_exactly_the_rows_the_filters_would(
             and (end is None or m.seq <= end)
         )
 
+    exact = [p for p, ok in zip(predicates, pushed, strict=True) if ok]
+    returned = [p for p, ok in zip(predicates, pushed, strict=True) if not ok]
     wanted = [m for m in stream if by_options(m) and all(spark_admits(p, m) for p in predicates)]
-    by_pushed = [
-        m
-        for m in stream
-        if by_options(m) and all(spark_admits(p, m) for p, ok in zip(predicates, pushed) if ok)
-    ]
+    by_pushed = [m for m in stream if by_options(m) and all(spark_admits(p, m) for p in exact)]
     read_set = {m.seq for m in read}
     # Pushed filters are applied exactly; returned ones may narrow, never drop a wanted row.
     assert {m.seq for m in wanted} <= read_set <= {m.seq for m in by_pushed}
-    after_spark = [
-        m for m in read if all(spark_admits(p, m) for p, ok in zip(predicates, pushed) if not ok)
-    ]
+    after_spark = [m for m in read if all(spark_admits(p, m) for p in returned)]
     assert sorted(m.seq for m in after_spark) == [m.seq for m in wanted]
 
 
@@ -474,7 +476,7 @@ def test_admits_lies_between_the_pushed_filters_and_all_filters(
     selection, pushed = plan_jetstream(predicates)
     for m in stream:
         if selection.admits(m.subject, m.seq, m.micros):
-            assert all(spark_admits(p, m) for p, ok in zip(predicates, pushed) if ok)
+            assert all(spark_admits(p, m) for p, ok in zip(predicates, pushed, strict=True) if ok)
         if all(spark_admits(p, m) for p in predicates):
             assert selection.admits(m.subject, m.seq, m.micros)
 
