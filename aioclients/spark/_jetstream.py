@@ -303,6 +303,30 @@ async def _first_at_or_after(config: ReadConfig, times: list[int]) -> dict[int, 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
+#: Without a numPartitions option, a batch read gets no more partitions than one per
+#: this many messages it is expected to yield.
+ROWS_PER_PARTITION = 20_000
+
+
+async def _expected_rows(
+    config: ReadConfig, subjects: tuple[str | None, ...], first: int, last: int
+) -> int:
+    """At most how many messages a read of ``first..last`` yields: the range's size, or
+    what the server counts for its subject filters."""
+    if None in subjects:
+        return last - first + 1
+    conn = await DirectGetConnection.open(
+        list(config.servers), timeout=config.timeout, tls=config.tls
+    )
+    try:
+        total = 0
+        for subject in subjects:
+            assert subject is not None
+            total += await count_in_range(conn, config.stream, subject, first, last)
+        return total
+    finally:
+        await conn.close()
+
 
 def _stream_rows(columns: Columns, last: int) -> pa.RecordBatch:
     return to_record_batch(columns, up_to=last)
@@ -405,9 +429,11 @@ class JetStreamBatchReader(DataSourceReader):
         self.config = _read_config(opts)
         start = opts.sequence("startSequence")
         end = opts.sequence("endSequence")
-        parts = opts.integer("numPartitions", default=default_partitions, minimum=1, example="4")
-        assert parts is not None
-        self.parts = parts
+        parts = opts.integer("numPartitions", default=None, minimum=1, example="4")
+        # Without the option: the session's parallelism, but fewer partitions for a
+        # read expected to be small (a Spark task costs more than a small read).
+        self.parts = parts if parts is not None else default_partitions
+        self.adapt_parts = parts is None
         if isinstance(start, int) and isinstance(end, int) and start > end:
             raise DataSourceOptionError(
                 f"option 'startSequence' ({start}) is after 'endSequence' ({end}); "
@@ -444,7 +470,11 @@ class JetStreamBatchReader(DataSourceReader):
                 log=log,
             )
             lo = first
-        ranges = [] if plan.empty else split_range(lo, plan.last, self.parts)
+        parts = self.parts
+        if self.adapt_parts and not plan.empty and parts > 1:
+            expected = _run(_expected_rows(config, plan.subjects, lo, plan.last))
+            parts = max(1, min(parts, -(-expected // ROWS_PER_PARTITION)))
+        ranges = [] if plan.empty else split_range(lo, plan.last, parts)
         # An empty range still needs one partition: with none, Spark plans its own.
         return [
             SequenceRange(config, a, b, subjects=plan.subjects, residual=plan.residual)

@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 from _everywhere import check_jetstream_pushdown, check_liftbridge_pushdown, pushed_filters
+from pyspark.sql.datasource import EqualTo, LessThanOrEqual
 
 from aioclients import jetstream
 from aioclients.spark import register_data_sources
+from aioclients.spark._jetstream import JetStreamPushdownReader
 from aioclients.spark._pushdown import CONF
 
 pytestmark = pytest.mark.spark
@@ -86,3 +88,28 @@ def test_registering_without_pushdown_leaves_the_setting_alone(
     filtered = load().where(f"subject = '{small_stream}.1' AND sequence > 2")
     assert f"EqualTo(subject,{small_stream}.1)" in pushed_filters(filtered)
     assert filtered.count() == 4
+
+
+async def test_default_partitions_follow_what_the_read_is_expected_to_yield(
+    js: jetstream.JetStream, nats_server: Any, unique_name: str
+) -> None:
+    """Planning code called directly (as Spark's planner process does): without the
+    numPartitions option a read gets one partition per 20,000 expected messages, at most
+    the session's parallelism; pushed filters make reads small."""
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"], allow_direct=True)
+    for i in range(45_000):
+        await js.publish_async(f"{unique_name}.{'ab'[i % 2]}", b"x")
+    await js.publish_async_complete(timeout=60)
+
+    def parts(*filters: Any, parallelism: int = 8, **options: str) -> int:
+        given = {"servers": nats_server.url, "stream": unique_name, **options}
+        reader = JetStreamPushdownReader(given, parallelism)
+        assert reader.pushFilters(list(filters)) == []
+        return len(reader.partitions())
+
+    subject_a = EqualTo(("subject",), f"{unique_name}.a")
+    assert await asyncio.to_thread(parts) == 3
+    assert await asyncio.to_thread(parts, parallelism=2) == 2
+    assert await asyncio.to_thread(parts, subject_a) == 2
+    assert await asyncio.to_thread(parts, LessThanOrEqual(("sequence",), 100)) == 1
+    assert await asyncio.to_thread(parts, subject_a, numPartitions="5") == 5

@@ -1,0 +1,137 @@
+"""Filter pushdown of the ``jetstream`` Spark data source: the same query pushed and not.
+
+Fills a stream with ``--count`` 100-byte messages over ``--subjects`` subjects
+(round robin), then times two batch queries on ``--master`` (default ``local[2]``),
+each written twice: in a form Spark pushes to the reader, and in a form it cannot
+push (so the whole stream is read and Spark filters it):
+
+- one subject: ``subject = 'pushbench.42'`` against ``concat(subject, '') = ...``;
+- the newest 1%: ``timestamp >= <time of the message at 99%>`` against
+  ``timestamp + interval 0 seconds >= ...``.
+
+Every query reads a fresh DataFrame (pyspark 4.3.0 reuses a pushed read for a later
+query on the same one). The two forms alternate for ``--rounds`` rounds after one
+warm-up each; the best time of each is reported with the speed-up.
+
+    python benchmarks/spark_pushdown.py                  # 1M messages, 100 subjects
+    python benchmarks/spark_pushdown.py --count 200000   # a quicker run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from datetime import datetime, timezone
+
+from aioclients import jetstream
+from aioclients.testing import NatsServer
+
+STREAM = "SPARK_PUSHDOWN_BENCH"
+PAYLOAD = b"x" * 100
+
+
+async def fill(url: str, count: int, subjects: int, storage: str) -> str:
+    """Fill the stream; return the time of the message at 99% (for the time query)."""
+    async with await jetstream.connect(url, timeout=30) as js:
+        try:
+            await js.delete_stream(STREAM)
+        except jetstream.StreamNotFoundError:
+            pass
+        await js.create_stream(STREAM, subjects=["pushbench.>"], storage=storage, allow_direct=True)
+        start = time.perf_counter()
+        for i in range(count):
+            await js.publish_async(f"pushbench.{i % subjects}", PAYLOAD)
+        await js.publish_async_complete(timeout=300)
+        print(f"filled {count} messages in {time.perf_counter() - start:.1f}s", flush=True)
+        stream = await js.stream(STREAM)
+        cut = (await stream.direct_get(count - count // 100 + 1)).time
+    return cut.astimezone(timezone.utc).replace(tzinfo=None).isoformat(sep=" ")
+
+
+def measure(url: str, count: int, subjects: int, cut: str, rounds: int, master: str) -> None:
+    from pyspark.sql import SparkSession
+
+    from aioclients.spark import register_data_sources
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("aioclients-spark-pushdown-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register_data_sources(spark)
+    one = "pushbench.42"
+    queries = {
+        "one subject of 100": (
+            f"subject = '{one}'",
+            f"concat(subject, '') = '{one}'",
+            count // subjects + (1 if 42 < count % subjects else 0),
+        ),
+        "timestamp >= newest 1%": (
+            f"timestamp >= timestamp'{cut}'",
+            f"timestamp + interval 0 seconds >= timestamp'{cut}'",
+            None,
+        ),
+    }
+
+    def timed(where: str) -> tuple[float, int]:
+        df = spark.read.format("jetstream").option("servers", url)
+        df = df.option("stream", STREAM).load().where(where)  # a fresh DataFrame per query
+        start = time.perf_counter()
+        rows = df.count()
+        return time.perf_counter() - start, rows
+
+    results = {}
+    try:
+        for name, (pushed, plain, expected) in queries.items():
+            timed(pushed)  # warm-up: starts the Python workers
+            timed(plain)
+            best_pushed = best_plain = float("inf")
+            for _ in range(rounds):
+                seconds, rows_pushed = timed(pushed)
+                best_pushed = min(best_pushed, seconds)
+                seconds, rows_plain = timed(plain)
+                best_plain = min(best_plain, seconds)
+                if rows_pushed != rows_plain or (expected is not None and rows_pushed != expected):
+                    raise SystemExit(f"{name}: {rows_pushed} rows pushed, {rows_plain} not")
+            results[name] = (rows_pushed, best_plain, best_pushed)
+    finally:
+        spark.stop()
+    print(f"\n{count} messages over {subjects} subjects, {master}, best of {rounds}")
+    print(f"{'query':<24} {'rows':>8} {'not pushed':>11} {'pushed':>9} {'speed-up':>9}")
+    for name, (rows, plain_s, pushed_s) in results.items():
+        print(
+            f"{name:<24} {rows:>8} {plain_s:>10.2f}s {pushed_s:>8.2f}s {plain_s / pushed_s:>8.1f}x"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=1_000_000)
+    parser.add_argument("--subjects", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--storage", default="file", choices=("file", "memory"))
+    parser.add_argument("--nats-url", help="an existing nats-server with JetStream")
+    args = parser.parse_args()
+    started = datetime.now(timezone.utc)
+    if args.nats_url:
+        cut = asyncio.run(fill(args.nats_url, args.count, args.subjects, args.storage))
+        measure(args.nats_url, args.count, args.subjects, cut, args.rounds, args.master)
+    else:
+        with NatsServer() as server:
+            cut = asyncio.run(fill(server.url, args.count, args.subjects, args.storage))
+            measure(server.url, args.count, args.subjects, cut, args.rounds, args.master)
+    print(f"(run took {(datetime.now(timezone.utc) - started).total_seconds():.0f}s)")
+
+
+if __name__ == "__main__":
+    main()
