@@ -44,6 +44,7 @@ __all__ = (
     "TlsFiles",
     "count_from",
     "count_in_range",
+    "read_last_for",
     "read_sequence_range",
 )
 
@@ -292,11 +293,38 @@ class DirectGetConnection(asyncio.Protocol):
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> asyncio.Future[tuple[Columns, BatchEnd]]:
         """Send one batched Direct Get; the future resolves when its batch has ended."""
-        if self._batch is not None and not self._batch.done():
-            raise RuntimeError("one Direct Get batch at a time per connection")
         body: dict[str, object] = {"seq": seq, "batch": batch, "max_bytes": max_bytes}
         if subject is not None:
             body["next_by_subj"] = subject
+        return self._send(stream, body)
+
+    def request_last_for(
+        self,
+        stream: str,
+        subjects: list[str],
+        *,
+        up_to_seq: int,
+        batch: int,
+        seq: int | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> asyncio.Future[tuple[Columns, BatchEnd]]:
+        """Send one ``multi_last`` Direct Get: the last message of each of ``subjects``
+        (at most 1024) stored up to sequence ``up_to_seq``, from sequence ``seq`` on."""
+        body: dict[str, object] = {
+            "multi_last": subjects,
+            "up_to_seq": up_to_seq,
+            "batch": batch,
+            "max_bytes": max_bytes,
+        }
+        if seq is not None:
+            body["seq"] = seq
+        return self._send(stream, body)
+
+    def _send(
+        self, stream: str, body: dict[str, object]
+    ) -> asyncio.Future[tuple[Columns, BatchEnd]]:
+        if self._batch is not None and not self._batch.done():
+            raise RuntimeError("one Direct Get batch at a time per connection")
         payload = json.dumps(body, separators=(",", ":")).encode()
         future: asyncio.Future[tuple[Columns, BatchEnd]] = (
             asyncio.get_running_loop().create_future()
@@ -400,3 +428,25 @@ async def read_sequence_range(
                 pending = conn.request(stream, seq=seq, batch=size(seq), subject=subject)
         if len(columns):
             yield columns
+
+
+async def read_last_for(
+    conn: DirectGetConnection,
+    stream: str,
+    subjects: list[str],
+    *,
+    up_to_seq: int,
+    batch_size: int,
+) -> AsyncIterator[Columns]:
+    """Yield the last message of each of ``subjects`` (at most 1024, literal) stored up
+    to sequence ``up_to_seq``, in pages of at most ``batch_size``, in sequence order."""
+    seq: int | None = None
+    while True:
+        columns, end = await conn.result(
+            conn.request_last_for(stream, subjects, up_to_seq=up_to_seq, batch=batch_size, seq=seq)
+        )
+        if len(columns):
+            yield columns
+        if end.not_found or not end.num_pending or end.last_seq is None:
+            return
+        seq = end.last_seq + 1

@@ -35,12 +35,10 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -50,7 +48,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     Filter,
-    InputPartition,
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
@@ -70,20 +67,19 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from aioclients import jetstream
-from aioclients._core import redact_text, redact_url
-from aioclients._errors import ConnectError, OperationTimeoutError, RemoteProtocolError
-from aioclients.spark._arrow import keep_in, to_record_batch
-from aioclients.spark._direct_io import (
-    DirectGetConnection,
-    TlsFiles,
-    count_in_range,
-    read_sequence_range,
+from aioclients.spark._direct_io import TlsFiles
+from aioclients.spark._errors import DataSourceOptionError
+from aioclients.spark._kv_table import (
+    BUCKET_STREAM_OPTIONS,
+    KV_SCHEMA,
+    KeyValueBatchReader,
+    KeyValueStreamWriter,
+    KeyValueWriter,
+    bucket_read_config,
+    bucket_write_config,
 )
-from aioclients.spark._errors import DataSourceOptionError, PublishFailedError
 from aioclients.spark._protocol._data_loss import OPTION as FAIL_ON_DATA_LOSS
 from aioclients.spark._protocol._data_loss import lost_range, report_data_loss
-from aioclients.spark._protocol._direct_reader import Columns
 from aioclients.spark._protocol._options import OptionReader
 from aioclients.spark._protocol._pushdown import (
     JetStreamSelection,
@@ -91,13 +87,29 @@ from aioclients.spark._protocol._pushdown import (
     plan_jetstream,
 )
 from aioclients.spark._pushdown import to_predicate
-from aioclients.spark._write_io import JetStreamPublishConnection, publish_record_batches
+from aioclients.spark._stream_read import (
+    ROWS_PER_PARTITION,
+    ReadConfig,
+    SequenceRange,
+    StreamBounds,
+    check_options,
+    expected_rows,
+    first_at_or_after,
+    read_partition,
+    run,
+    split_range,
+    stream_bounds,
+    tls_files,
+)
+from aioclients.spark._write_io import publish_and_check
 
 __all__ = (
     "JETSTREAM_SCHEMA",
+    "KV_SCHEMA",
     "JetStreamDataSource",
     "ReadConfig",
     "SequenceRange",
+    "read_partition",
     "split_range",
 )
 
@@ -144,61 +156,6 @@ WRITE_OPTIONS = {
 }
 WRITE_COLUMNS = {"subject", "data", "headers", "msg_id"}
 
-T = TypeVar("T")
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run one coroutine on a fresh event loop (planning code is synchronous)."""
-    return asyncio.run(coro)
-
-
-# -- reading --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ReadConfig:
-    """What a partition reader needs besides its range (pickled with every partition)."""
-
-    servers: tuple[str, ...] = field(repr=False)  # the URLs may carry credentials
-    stream: str
-    subject: str | None
-    batch_size: int
-    timeout: float
-    tls: TlsFiles = field(default_factory=TlsFiles)
-
-
-@dataclass(frozen=True)
-class SequenceRange(InputPartition):
-    """The sequences ``first`` to ``last`` (inclusive) of one stream.
-
-    ``subjects``: the subject filters to read one after the other (pushed filters
-    and the ``subject`` option together; ``None``: the option alone). ``residual``:
-    the pushed selection, when rows must be checked against it as they are read
-    (time bounds, ``IN`` lists).
-    """
-
-    config: ReadConfig
-    first: int
-    last: int
-    subjects: tuple[str | None, ...] | None = None
-    residual: JetStreamSelection | None = None
-
-
-def split_range(first: int, last: int, parts: int) -> list[tuple[int, int]]:
-    """Split ``[first, last]`` into at most ``parts`` contiguous ranges of near-equal size."""
-    count = last - first + 1
-    if count <= 0:
-        return []
-    parts = max(1, min(parts, count))
-    size, extra = divmod(count, parts)
-    ranges = []
-    start = first
-    for i in range(parts):
-        end = start + size - 1 + (1 if i < extra else 0)
-        ranges.append((start, end))
-        start = end + 1
-    return ranges
-
 
 def _read_config(opts: OptionReader) -> ReadConfig:
     servers = opts.servers()
@@ -215,207 +172,14 @@ def _read_config(opts: OptionReader) -> ReadConfig:
         subject=opts.get("subject"),
         batch_size=batch_size,
         timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
-        tls=_tls_files(opts),
+        tls=tls_files(opts),
     )
 
 
-def _tls_files(opts: OptionReader) -> TlsFiles:
-    """The TLS options, checked here (on the driver) so that a bad file fails the plan."""
-    tls = TlsFiles(opts.get("tlsCaFile"), opts.get("tlsCertFile"), opts.get("tlsKeyFile"))
-    if tls:
-        tls.context()
-    return tls
-
-
-def _nats_tls(tls: TlsFiles) -> dict[str, Any]:
-    """``jetstream.connect`` options for ``tls``."""
-    return {"tls": tls.context()} if tls else {}
-
-
-# Options Spark itself passes on to sources and sinks.
-SPARK_OPTIONS = {"path", "checkpointLocation", "queryName"}
-
-
-def _check_options(opts: OptionReader, known: set[str], what: str) -> None:
-    unknown = opts.unknown(known | SPARK_OPTIONS)
-    if unknown:
+def _check_schema(schema: StructType, fixed: StructType = JETSTREAM_SCHEMA) -> None:
+    if schema != fixed:
         raise DataSourceOptionError(
-            f"unknown option(s) {unknown} for the {FORMAT} {what}; "
-            f"it takes {sorted(known)} (names are case-insensitive)"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class StreamBounds:
-    """The stream's first and last sequence and when it was created (ISO text or None)."""
-
-    first: int
-    last: int
-    created: str | None
-
-
-async def _stream_bounds(config: ReadConfig) -> StreamBounds:
-    """The stream's first and last sequence; checks that it exists and allows Direct Get."""
-    try:
-        js = await jetstream.connect(
-            list(config.servers), timeout=min(config.timeout, 10.0), **_nats_tls(config.tls)
-        )
-    except jetstream.JetStreamConnectError as exc:
-        raise jetstream.JetStreamConnectError(f"{exc}; check the 'servers' option") from None
-    async with js:
-        try:
-            stream = await js.stream(config.stream)
-        except jetstream.StreamNotFoundError:
-            raise DataSourceOptionError(
-                f"option 'stream': there is no stream {config.stream!r} at "
-                f"{', '.join(redact_url(u) for u in config.servers)}; create it or fix the option"
-            ) from None
-        info = stream.cached_info
-        if not info.config.get("allow_direct"):
-            raise jetstream.DirectGetUnavailableError(
-                f"stream {config.stream!r} does not allow Direct Get, which the {FORMAT} "
-                "data source reads with",
-                hint=f"enable it with update_stream({config.stream!r}, allow_direct=True) "
-                f"(nats CLI: nats stream edit {config.stream} --allow-direct)",
-            )
-        created = info.created.isoformat() if info.created is not None else None
-        return StreamBounds(info.state.first_seq, info.state.last_seq, created)
-
-
-async def _first_at_or_after(config: ReadConfig, times: list[int]) -> dict[int, int | None]:
-    """The sequence of the first message stored at or after each time (microseconds)."""
-    found: dict[int, int | None] = {}
-    if not times:
-        return found
-    js = await jetstream.connect(
-        list(config.servers), timeout=min(config.timeout, 10.0), **_nats_tls(config.tls)
-    )
-    async with js:
-        stream = await js.stream(config.stream)
-        for micros in times:
-            when = _EPOCH + timedelta(microseconds=micros)
-            try:
-                found[micros] = (await stream.direct_get(start_time=when)).seq
-            except jetstream.MessageNotFoundError:
-                found[micros] = None
-    return found
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-#: Without a numPartitions option, a batch read gets no more partitions than one per
-#: this many messages it is expected to yield.
-ROWS_PER_PARTITION = 20_000
-
-
-async def _expected_rows(
-    config: ReadConfig, subjects: tuple[str | None, ...], first: int, last: int
-) -> int:
-    """At most how many messages a read of ``first..last`` yields: the range's size, or
-    what the server counts for its subject filters."""
-    if None in subjects:
-        return last - first + 1
-    conn = await DirectGetConnection.open(
-        list(config.servers), timeout=config.timeout, tls=config.tls
-    )
-    try:
-        total = 0
-        for subject in subjects:
-            assert subject is not None
-            total += await count_in_range(conn, config.stream, subject, first, last)
-        return total
-    finally:
-        await conn.close()
-
-
-def _stream_rows(columns: Columns, last: int) -> pa.RecordBatch:
-    return to_record_batch(columns, up_to=last)
-
-
-def keep_selected(batch: pa.RecordBatch, selection: JetStreamSelection) -> pa.RecordBatch:
-    """The rows of a stream read's ``batch`` that ``selection``'s times and ``IN`` admit."""
-    return keep_in(
-        batch,
-        times=selection.times,
-        time_column="timestamp",
-        numbers=selection.sequence_set,
-        number_column="sequence",
-    )
-
-
-def read_partition(partition: SequenceRange) -> Iterator[pa.RecordBatch]:
-    """Read one partition's range: one event loop and one connection for the whole range."""
-    return _read_range(partition, _stream_rows)
-
-
-def _read_range(
-    partition: SequenceRange, convert: Callable[[Columns, int], pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """The record batches (``convert(columns, last)``) of ``partition``'s passes."""
-    config = partition.config
-    if partition.first > partition.last:
-        return
-    subjects = (config.subject,) if partition.subjects is None else partition.subjects
-    loop = asyncio.new_event_loop()
-    try:
-        conn = loop.run_until_complete(
-            DirectGetConnection.open(list(config.servers), timeout=config.timeout, tls=config.tls)
-        )
-        try:
-            for subject in subjects:
-                yield from _read_pass(loop, conn, partition, subject, convert)
-        finally:
-            loop.run_until_complete(conn.close())
-    finally:
-        loop.close()
-
-
-def _read_pass(
-    loop: asyncio.AbstractEventLoop,
-    conn: DirectGetConnection,
-    partition: SequenceRange,
-    subject: str | None,
-    convert: Callable[[Columns, int], pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    """One subject filter's messages in the partition's range."""
-    config = partition.config
-    matching = None
-    if subject is not None:
-        # How many match in the range, so that no request reaches far past it (the
-        # server fills a filtered batch from wherever the matches are).
-        matching = loop.run_until_complete(
-            count_in_range(conn, config.stream, subject, partition.first, partition.last)
-        )
-        if matching == 0:
-            return
-    batches = read_sequence_range(
-        conn,
-        config.stream,
-        first=partition.first,
-        last=partition.last,
-        subject=subject,
-        batch_size=config.batch_size,
-        matching=matching,
-    )
-    try:
-        while True:
-            try:
-                columns = loop.run_until_complete(anext(batches))
-            except StopAsyncIteration:
-                break
-            batch = convert(columns, partition.last)
-            if partition.residual is not None:
-                batch = keep_selected(batch, partition.residual)
-            if batch.num_rows:
-                yield batch
-    finally:
-        loop.run_until_complete(batches.aclose())  # type: ignore[attr-defined]
-
-
-def _check_schema(schema: StructType) -> None:
-    if schema != JETSTREAM_SCHEMA:
-        raise DataSourceOptionError(
-            f"the {FORMAT} source has a fixed schema ({JETSTREAM_SCHEMA.simpleString()}); "
+            f"the {FORMAT} source has a fixed schema ({fixed.simpleString()}); "
             "do not pass .schema(...) to the reader"
         )
 
@@ -425,7 +189,7 @@ class JetStreamBatchReader(DataSourceReader):
 
     def __init__(self, options: Mapping[str, str], default_partitions: int) -> None:
         opts = OptionReader(options, FORMAT)
-        _check_options(opts, READ_OPTIONS - {"maxMessagesPerTrigger"}, "batch reader")
+        check_options(opts, READ_OPTIONS - {"maxMessagesPerTrigger"}, "batch reader", FORMAT)
         self.config = _read_config(opts)
         start = opts.sequence("startSequence")
         end = opts.sequence("endSequence")
@@ -442,14 +206,14 @@ class JetStreamBatchReader(DataSourceReader):
         self.start = start if isinstance(start, int) else None
         self.end = end if isinstance(end, int) else None
         self.fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
-        self.bounds = _run(_stream_bounds(self.config))
+        self.bounds = run(stream_bounds(self.config))
         # What pushFilters (a subclass) leaves to the server; everything by default.
         self.selection = JetStreamSelection()
 
     def partitions(self) -> list[SequenceRange]:
         config = self.config
         first, last = self.bounds.first, self.bounds.last
-        found = _run(_first_at_or_after(config, self.selection.time_lookups()))
+        found = run(first_at_or_after(config, self.selection.time_lookups()))
         plan = self.selection.read(
             subject=config.subject,
             start=self.start,
@@ -472,7 +236,7 @@ class JetStreamBatchReader(DataSourceReader):
             lo = first
         parts = self.parts
         if self.adapt_parts and not plan.empty and parts > 1:
-            expected = _run(_expected_rows(config, plan.subjects, lo, plan.last))
+            expected = run(expected_rows(config, plan.subjects, lo, plan.last))
             parts = max(1, min(parts, -(-expected // ROWS_PER_PARTITION)))
         ranges = [] if plan.empty else split_range(lo, plan.last, parts)
         # An empty range still needs one partition: with none, Spark plans its own.
@@ -525,8 +289,13 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def __init__(self, options: Mapping[str, str], default_partitions: int) -> None:
         opts = OptionReader(options, FORMAT)
-        _check_options(opts, READ_OPTIONS - {"endSequence"}, "stream reader")
-        self.config = _read_config(opts)
+        if opts.get("bucket") is not None:
+            # A bucket's change feed: its stream, every key, the entries' columns.
+            check_options(opts, BUCKET_STREAM_OPTIONS, "bucket change feed", FORMAT)
+            self.config = bucket_read_config(opts)
+        else:
+            check_options(opts, READ_OPTIONS - {"endSequence"}, "stream reader", FORMAT)
+            self.config = _read_config(opts)
         self.start = opts.sequence("startSequence", words=("earliest", "latest"))
         self.max_per_trigger = opts.integer(
             "maxMessagesPerTrigger", default=None, minimum=1, example="10000"
@@ -554,13 +323,13 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return sequence
 
     def initialOffset(self) -> dict[str, Any]:
-        bounds = _run(_stream_bounds(self.config))
+        bounds = run(stream_bounds(self.config))
         if self.start == "latest":
             sequence = bounds.last
         elif isinstance(self.start, int):
             sequence = self.start - 1
             lost = lost_range(self.start, bounds.first)
-            if lost is not None:
+            if lost is not None and self.config.bucket is None:
                 report_data_loss(
                     f"option 'startSequence' is {self.start}, but stream "
                     f"{self.config.stream!r} now starts at sequence {bounds.first}: sequences "
@@ -579,11 +348,11 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadMaxRows(self.max_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = _run(_stream_bounds(self.config)).last
+        self._target = run(stream_bounds(self.config)).last
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         covered = self._sequence(start)
-        bounds = _run(_stream_bounds(self.config))
+        bounds = run(stream_bounds(self.config))
         first, last = bounds.first, bounds.last
         if _recreated_between(start, _offset(self.config.stream, last, bounds.created)):
             self._recreated(start, bounds)
@@ -600,6 +369,11 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return _offset(self.config.stream, max(top, covered), bounds.created)
 
     def _check_kept(self, start: Mapping[str, Any], first: int, last_wanted: int | None) -> None:
+        if self.config.bucket is not None:
+            # A bucket drops a key's older revisions by design (its history setting, a
+            # purge, a TTL): what is below the first kept sequence was replaced, and the
+            # feed goes on with what replaced it. Not data loss.
+            return
         lost = lost_range(self._sequence(start) + 1, first, last_wanted)
         if lost is not None:
             report_data_loss(
@@ -642,7 +416,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 kept = self._checked[1]
             elif first <= last:
                 # Not planned by this reader (replayed after a restart): check it here.
-                kept = _run(_stream_bounds(self.config)).first
+                kept = run(stream_bounds(self.config)).first
                 self._check_kept(start, kept, last)
             else:
                 kept = first
@@ -680,7 +454,7 @@ class WriteResult(WriterCommitMessage):
 
 def _write_config(options: Mapping[str, str], schema: StructType) -> WriteConfig:
     opts = OptionReader(options, FORMAT)
-    _check_options(opts, WRITE_OPTIONS, "writer")
+    check_options(opts, WRITE_OPTIONS, "writer", FORMAT)
     servers = opts.servers()
     fields: dict[str, DataType] = {f.name: f.dataType for f in schema.fields}
     extra = sorted(set(fields) - WRITE_COLUMNS)
@@ -721,42 +495,26 @@ def _write_config(options: Mapping[str, str], schema: StructType) -> WriteConfig
         timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
         max_pending=max_pending,
         data_is_text=isinstance(data_type, StringType),
-        tls=_tls_files(opts),
+        tls=tls_files(opts),
     )
-
-
-def _publish_failed(conn: JetStreamPublishConnection) -> Callable[[str], NoReturn]:
-    def fail(text: str) -> NoReturn:
-        failed = max(conn.acks.failed, 1)
-        raise PublishFailedError(
-            f"{failed} publish(es) failed, the first with: {redact_text(text)}; the task "
-            "fails so that nothing is dropped (its retry publishes again; a msg_id column "
-            "de-duplicates)"
-        )
-
-    return fail
 
 
 async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
     """Publish every row column-wise (see :mod:`aioclients.spark._write_io`); check every ack."""
-    conn = await JetStreamPublishConnection.connect(
-        list(config.servers), timeout=config.timeout, tls=config.tls
+    stored, duplicates = await publish_and_check(
+        list(config.servers),
+        batches,
+        timeout=config.timeout,
+        tls=config.tls,
+        window=config.max_pending,
+        subject=config.subject,
+        retry_note="its retry publishes again; a msg_id column de-duplicates",
     )
-    fail = _publish_failed(conn)
-    try:
-        try:
-            await publish_record_batches(
-                conn, batches, subject=config.subject, window=config.max_pending, on_failure=fail
-            )
-        except (ConnectError, OperationTimeoutError, RemoteProtocolError) as exc:
-            fail(f"{exc} ({conn.sent - conn.acks.settled} publishes without an ack)")
-    finally:
-        await conn.close()
-    return WriteResult(stored=conn.acks.stored, duplicates=conn.acks.duplicates)
+    return WriteResult(stored=stored, duplicates=duplicates)
 
 
 def _write(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
-    return _run(_publish(config, batches))
+    return run(_publish(config, batches))
 
 
 def _log_commit(messages: list[WriteResult | None], what: str) -> None:
@@ -809,25 +567,36 @@ class JetStreamDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT
 
-    def schema(self) -> StructType:
-        return JETSTREAM_SCHEMA
+    def _bucket(self) -> bool:
+        return OptionReader(self.options, FORMAT).get("bucket") is not None
 
-    def reader(self, schema: StructType) -> JetStreamBatchReader:
+    def schema(self) -> StructType:
+        return KV_SCHEMA if self._bucket() else JETSTREAM_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if self._bucket():
+            _check_schema(schema, KV_SCHEMA)
+            return KeyValueBatchReader(self.options, self.default_partitions)
         _check_schema(schema)
         kind = JetStreamPushdownReader if self.filter_pushdown else JetStreamBatchReader
         return kind(self.options, self.default_partitions)
 
     def streamReader(self, schema: StructType) -> JetStreamStreamReader:
-        _check_schema(schema)
+        _check_schema(schema, KV_SCHEMA if self._bucket() else JETSTREAM_SCHEMA)
         return JetStreamStreamReader(self.options, self.default_partitions)
 
-    def writer(self, schema: StructType, overwrite: bool) -> JetStreamWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         _check_overwrite(overwrite)
+        if self._bucket():
+            return KeyValueWriter(bucket_write_config(self.options, schema))
         return JetStreamWriter(_write_config(self.options, schema))
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> JetStreamStreamWriter:
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         # Complete output mode asks to overwrite: a stream is a log, so every
-        # trigger's full result is appended (readers take the last per subject).
+        # trigger's full result is appended (readers take the last per subject), and
+        # a bucket takes every row as a put.
+        if self._bucket():
+            return KeyValueStreamWriter(bucket_write_config(self.options, schema))
         return JetStreamStreamWriter(_write_config(self.options, schema))
 
 
