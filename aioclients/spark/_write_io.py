@@ -242,7 +242,11 @@ async def publish_and_check(
                 conn, batches, subject=subject, window=window, on_failure=fail
             )
         except (ConnectError, OperationTimeoutError, RemoteProtocolError) as exc:
-            fail(f"{exc} ({conn.sent - conn.acks.settled} publishes without an ack)")
+            refused = _failure_text(conn)
+            fail(
+                f"{exc} ({conn.sent - conn.acks.settled} publishes without an ack"
+                + (f"; refused before that: {refused})" if refused else ")")
+            )
     finally:
         await conn.close()
     return conn.acks.stored, conn.acks.duplicates

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from aioclients import jetstream, liftbridge
+from aioclients import jetstream, liftbridge, nsq
 from aioclients.testing import NsqdEmulator
 
 T = TypeVar("T")
@@ -414,3 +414,180 @@ async def check_liftbridge_pushdown(spark: Any, addresses: list[str], name: str)
             await off_loop(lambda: check_pushdown(load, shapes, ["partition", "offset", "value"]))
         finally:
             await client.delete_stream(name)
+
+
+# -- restarts and writes ---------------------------------------------------------------------
+
+
+async def in_session_thread(spark: Any, fn: Callable[[], T]) -> T:
+    """``off_loop`` with ``spark`` made the JVM's active session in the thread first: writes
+    look Python data sources up in the active session, which is per thread."""
+
+    def call() -> T:
+        jvm = getattr(spark, "_jvm", None)
+        if jvm is not None:
+            jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        return fn()
+
+    return await asyncio.to_thread(call)
+
+
+async def check_jetstream_restart(spark: Any, url: str, name: str, tmp_path: Path) -> None:
+    """A streaming read stopped and restarted from its checkpoint reads every message
+    once: what was there at the first run, then only what came after."""
+    out, checkpoint = tmp_path / "restart-out", tmp_path / "restart-cp"
+
+    async def publish(first: int, count: int) -> None:
+        async with await jetstream.connect(url) as js:
+            for i in range(first, first + count):
+                await js.publish_async(f"{name}.r", str(i).encode())
+            await js.publish_async_complete()
+
+    async with await jetstream.connect(url) as js:
+        await js.create_stream(name, subjects=[f"{name}.>"], allow_direct=True)
+    try:
+        reader = (
+            spark.readStream.format("jetstream")
+            .option("servers", url)
+            .option("stream", name)
+            .option("maxMessagesPerTrigger", "40")
+        )
+        columns = ["sequence", "cast(data as string) as data"]
+        await publish(0, 100)
+        await off_loop(lambda: run_available_now(reader, columns, out, checkpoint))
+        assert len(json_rows(out)) == 100
+        await publish(100, 70)
+        await off_loop(lambda: run_available_now(reader, columns, out, checkpoint))
+        rows = json_rows(out)
+        assert sorted(r["sequence"] for r in rows) == list(range(1, 171)), "each once"
+        assert all(r["data"] == str(r["sequence"] - 1) for r in rows)
+    finally:
+        async with await jetstream.connect(url) as js:
+            await js.delete_stream(name)
+
+
+async def check_liftbridge_restart(
+    spark: Any, addresses: list[str], name: str, tmp_path: Path
+) -> None:
+    brokers = ",".join(addresses)
+    out, checkpoint = tmp_path / "lb-restart-out", tmp_path / "lb-restart-cp"
+    async with await liftbridge.connect(addresses) as client:
+        await client.create_stream(name, name, partitions=2)
+        try:
+
+            async def publish(first: int, count: int) -> None:
+                for i in range(first, first + count):
+                    await client.publish(name, f"v{i}".encode(), partition=i % 2)
+
+            reader = (
+                spark.readStream.format("liftbridge")
+                .option("brokers", brokers)
+                .option("stream", name)
+                .option("startingOffsets", "earliest")
+                .option("maxMessagesPerTrigger", "20")
+            )
+            columns = ["partition", "offset", "cast(value as string) as value"]
+            await publish(0, 50)
+            await off_loop(lambda: run_available_now(reader, columns, out, checkpoint))
+            await publish(50, 30)
+            await off_loop(lambda: run_available_now(reader, columns, out, checkpoint))
+            rows = json_rows(out)
+            assert len(rows) == 80, "every message once"
+            assert sorted(int(r["value"][1:]) for r in rows) == list(range(80))
+        finally:
+            await client.delete_stream(name)
+
+
+async def check_writes(
+    spark: Any,
+    url: str,
+    addresses: list[str],
+    nsqd: NsqdEmulator,
+    name: str,
+) -> None:
+    """A DataFrame of 300 rows written to a JetStream stream, a Liftbridge stream, an NSQ
+    topic and a Key-Value bucket: every row arrives, once."""
+    count = 300
+    stream = f"{name}_JS"  # (Liftbridge uses NATS subjects <name> and <name>.<partition>)
+    async with await jetstream.connect(url) as js:
+        await js.create_stream(stream, subjects=[f"{stream}.>"], allow_direct=True)
+        await js.create_key_value(f"{name}_kv")
+    lb = await liftbridge.connect(addresses)
+    topic = name[-60:]
+    try:
+        await lb.create_stream(name, name, partitions=2)
+        source = spark.range(count).repartition(3)
+
+        def write_all() -> None:
+            (
+                source.selectExpr(
+                    f"concat('{stream}.', id % 3) as subject",
+                    "cast(id as string) as data",
+                    "cast(id as string) as msg_id",
+                )
+                .write.format("jetstream")
+                .option("servers", url)
+                .mode("append")
+                .save()
+            )
+            (
+                source.selectExpr("cast(id as string) as value")
+                .write.format("liftbridge")
+                .option("brokers", ",".join(addresses))
+                .option("stream", name)
+                .option("partitioner", "round_robin")
+                .mode("append")
+                .save()
+            )
+            (
+                source.selectExpr("cast(id as string) as data")
+                .write.format("nsq")
+                .option("nsqd", nsqd.tcp_address)
+                .option("topic", topic)
+                .mode("append")
+                .save()
+            )
+            (
+                source.selectExpr("concat('k', id) as key", "cast(id as string) as value")
+                .write.format("jetstream").option("servers", url)
+                .option("bucket", f"{name}_kv").mode("append").save()
+            )  # fmt: skip
+
+        async with nsq.Reader(
+            topic, "check", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=100
+        ) as reader:
+            await in_session_thread(spark, write_all)
+            bodies = []
+
+            async def take() -> None:
+                async for msg in reader:
+                    await msg.finish()
+                    bodies.append(int(msg.body))
+                    if len(bodies) == count:
+                        return
+
+            await asyncio.wait_for(take(), WAIT)
+        assert sorted(bodies) == list(range(count))
+
+        async with await jetstream.connect(url) as js:
+            info = await (await js.stream(stream)).info()
+            assert info.state.messages == count, info.state
+            kv = await js.key_value(f"{name}_kv")
+            assert (await kv.get("k299")).value == b"299"
+            async with kv.keys() as keys:
+                assert len([k async for k in keys]) == count
+        meta = await lb.fetch_metadata()
+        info_lb = meta.get_stream(name)
+        assert info_lb is not None
+        marks = [
+            (await lb.fetch_partition_metadata(name, p)).high_watermark + 1
+            for p in sorted(info_lb.partitions)
+        ]
+        assert sum(marks) == count
+    finally:
+        with contextlib.suppress(liftbridge.NoSuchStreamError):
+            await lb.delete_stream(name)
+        await lb.close()
+        async with await jetstream.connect(url) as js:
+            await js.delete_stream(stream)
+            await js.delete_key_value(f"{name}_kv")
