@@ -514,7 +514,8 @@ async def test_batch_start_below_the_oldest_kept_says_so(
         reader = await asyncio.to_thread(
             LiftbridgeBatchReader, {**options, "failOnDataLoss": "false"}
         )
-    assert (reader.ranges[0].first, reader.ranges[0].last) == (50, 1049)
+        ranges = await asyncio.to_thread(reader.partitions)
+    assert (ranges[0].first, ranges[0].last) == (50, 1049)
     assert any("offsets 5..49" in r.getMessage() for r in caplog.records)
     df = await in_thread(
         spark,
