@@ -558,10 +558,11 @@ class JetStreamDataSource(DataSource):
     #: numPartitions when the option is not given (``register_data_sources`` sets
     #: it to the session's default parallelism).
     default_partitions = 2
-    #: Whether batch reads take filter pushdown (``pushFilters``): pyspark refuses a
+    #: Whether batch reads take filter pushdown (``pushFilters``). pyspark refuses a
     #: reader that defines it unless ``spark.sql.python.filterPushdown.enabled`` is
-    #: true, so ``register_data_sources(spark, filter_pushdown=False)`` turns it off.
-    filter_pushdown = True
+    #: true, so it is off here (a session that registers this class itself reads as
+    #: before) and ``register_data_sources`` turns it on with the setting.
+    filter_pushdown = False
 
     @classmethod
     def name(cls) -> str:

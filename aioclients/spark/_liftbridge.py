@@ -1103,7 +1103,7 @@ class LiftbridgeDataSource(DataSource):
     """The ``liftbridge`` format (see the module docstring and README "Spark")."""
 
     #: Whether batch reads take filter pushdown (see ``JetStreamDataSource``).
-    filter_pushdown = True
+    filter_pushdown = False
 
     @classmethod
     def name(cls) -> str:

@@ -113,3 +113,21 @@ async def test_default_partitions_follow_what_the_read_is_expected_to_yield(
     assert await asyncio.to_thread(parts, subject_a) == 2
     assert await asyncio.to_thread(parts, LessThanOrEqual(("sequence",), 100)) == 1
     assert await asyncio.to_thread(parts, subject_a, numPartitions="5") == 5
+
+
+def test_a_session_that_registers_the_class_itself_reads_as_before(
+    spark: Any, nats_server: Any, small_stream: str
+) -> None:
+    """``JetStreamDataSource`` is public: registered directly on a session that never
+    heard of the pushdown setting, it reads (without pushing anything)."""
+    from aioclients.spark import JetStreamDataSource
+
+    spark.conf.set(CONF, "false")
+    try:
+        spark.dataSource.register(JetStreamDataSource)
+        df = spark.read.format("jetstream").option("servers", nats_server.url)
+        df = df.option("stream", small_stream).load().where(f"subject = '{small_stream}.1'")
+        assert df.count() == 5
+        assert "EqualTo" not in pushed_filters(df)
+    finally:
+        register_data_sources(spark)
