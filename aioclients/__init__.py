@@ -18,6 +18,7 @@ from aioclients._errors import (
     RemoteProtocolError,
     ServerError,
 )
+from aioclients._errors import name_public_module as _name_public_module
 from aioclients._version import __version__
 
 # A library does not decide where logs go: without configuration they are dropped
@@ -38,3 +39,8 @@ __all__ = (
     "ServerError",
     "__version__",
 )
+
+
+# Errors carry the name users import them by (aioclients.<package>.XError), in tracebacks
+# and in pickles.
+_name_public_module(__name__, globals())

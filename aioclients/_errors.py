@@ -10,6 +10,7 @@ Each error carries ``retriable``: whether repeating the same call may succeed.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Mapping
 
 __all__ = (
     "AioClientsError",
@@ -84,3 +85,27 @@ class ServerError(AioClientsError):
     def __init__(self, message: str, *, code: object = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+def name_public_module(package: str, namespace: Mapping[str, object]) -> None:
+    """Give each error class ``package`` exports the package's name as ``__module__``.
+
+    A traceback then says ``aioclients.jetstream.JetStreamConnectError``, the name users
+    import and catch, not the private module that defines it; pickle (Spark ships errors
+    between processes) finds the class under that name too. Classes defined outside the
+    package (a shared family re-exported) keep their own public name.
+
+    Args:
+        package: the public package, ``__name__`` of its ``__init__``.
+        namespace: the package's globals, with its ``__all__``.
+    """
+    names = namespace["__all__"]
+    assert isinstance(names, tuple)
+    for name in names:
+        obj = namespace[name]
+        if (
+            isinstance(obj, type)
+            and issubclass(obj, BaseException)
+            and obj.__module__.startswith(package + "._")
+        ):
+            obj.__module__ = package

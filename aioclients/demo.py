@@ -43,6 +43,9 @@ import importlib.util
 import json
 import os
 import random
+import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -448,6 +451,42 @@ def _print_summary(title: str, summary: dict[str, RegionSummary]) -> None:
 
 # -- the Spark job ----------------------------------------------------------------------------
 
+JAVA_INSTALL = "`apt-get install openjdk-17-jre-headless`"
+
+
+def java_problem() -> str | None:
+    """Why Spark cannot start here, or ``None``: pyspark 4 needs Java 17 or newer.
+
+    Looks for ``java`` where Spark's launcher does: ``$JAVA_HOME/bin/java`` when
+    ``JAVA_HOME`` is set, else on ``PATH``; then asks it its version.
+    """
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        java = os.path.join(java_home, "bin", "java")
+        if not os.access(java, os.X_OK):
+            return f"JAVA_HOME is {java_home}, which has no bin/java"
+    else:
+        found = shutil.which("java")
+        if found is None:
+            return "no `java` on PATH (and JAVA_HOME is not set)"
+        java = found
+    try:
+        answer = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"`{java} -version` failed ({exc})"
+    # `openjdk version "17.0.15" ...`; before Java 9: `java version "1.8.0_392"`.
+    version = re.search(r'version "(\d+)(?:\.(\d+))?', answer.stderr + answer.stdout)
+    if version is None:
+        return f"`{java} -version` does not say which Java it is"
+    major = int(version[1])
+    if major == 1 and version[2] is not None:
+        major = int(version[2])
+    if major < 17:
+        return f"{java} is Java {major}"
+    return None
+
 
 def _start_spark(started: float, log_path: str) -> Any:
     """Start the local[2] session (blocking: the JVM starts) and register the data sources.
@@ -504,7 +543,7 @@ async def spark_job(
     url: str,
     suffix: str,
     report: Report,
-    parquet: str,
+    parquet: str | None,
     cluster: LiftbridgeCluster,
     nsqd: NsqdEmulator,
     expected: dict[str, RegionSummary],
@@ -587,9 +626,16 @@ async def spark_job(
         .mode("append")
         .save,
     )
-    print(f"  writing the totals to Parquet at {parquet}")
-    await _in_thread(spark, lambda: totals.write.mode("overwrite").parquet(parquet))
-    written = await _in_thread(spark, lambda: spark.read.parquet(parquet).count())
+    if parquet is None:
+        with tempfile.TemporaryDirectory(prefix="aioclients-demo-") as folder:
+            print(
+                "  writing the totals to Parquet in a temporary folder (read back, then "
+                "removed; --parquet DIR keeps them)"
+            )
+            written = await _write_parquet(spark, totals, os.path.join(folder, "totals"))
+    else:
+        print(f"  writing the totals to Parquet at {parquet}")
+        written = await _write_parquet(spark, totals, parquet)
 
     print(
         f"  joining the orders with {payments_name} read through the liftbridge data source "
@@ -675,6 +721,13 @@ async def spark_job(
     print("Spark's join matches the payments published to Liftbridge")
 
 
+async def _write_parquet(spark: Any, totals: Any, path: str) -> int:
+    """Write ``totals`` to ``path`` and read them back: the number of rows written."""
+    await _in_thread(spark, lambda: totals.write.mode("overwrite").parquet(path))
+    rows: int = await _in_thread(spark, lambda: spark.read.parquet(path).count())
+    return rows
+
+
 def _summaries_agree(got: dict[str, RegionSummary], expected: dict[str, RegionSummary]) -> bool:
     for region in REGIONS:
         g, e = got.get(region), expected[region]
@@ -705,7 +758,7 @@ async def _count_messages(url: str, name: str) -> int:
 
 
 async def _demo(
-    url: str, count: int, suffix: str, parquet: str, with_spark: bool, spark_log: str
+    url: str, count: int, suffix: str, parquet: str | None, with_spark: bool, spark_log: str
 ) -> None:
     spark_start: asyncio.Future[Any] | None = None
     if with_spark:
@@ -728,7 +781,11 @@ async def _demo(
 
 
 async def _pipelines(
-    url: str, count: int, suffix: str, parquet: str, spark_start: asyncio.Future[Any] | None
+    url: str,
+    count: int,
+    suffix: str,
+    parquet: str | None,
+    spark_start: asyncio.Future[Any] | None,
 ) -> None:
     report = await run(url, count, suffix=suffix)
     orders = _orders(count, random.Random(ORDER_SEED))
@@ -797,19 +854,17 @@ async def _stop_spark(start: asyncio.Future[Any]) -> None:
 def _run_all(
     url: str, count: int, suffix: str, parquet: str | None, with_spark: bool, spark_log: str
 ) -> None:
-    if parquet is not None:
-        asyncio.run(_demo(url, count, suffix, parquet, with_spark, spark_log))
-    else:
-        with tempfile.TemporaryDirectory(prefix="aioclients-demo-") as folder:
-            path = os.path.join(folder, "region_product_totals")
-            asyncio.run(_demo(url, count, suffix, path, with_spark, spark_log))
+    asyncio.run(_demo(url, count, suffix, parquet, with_spark, spark_log))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m aioclients.demo", description=__doc__)
     parser.add_argument("--orders", type=int, default=10_000)
     parser.add_argument("--nats-url", help="use this JetStream server instead of an embedded one")
-    parser.add_argument("--parquet", help="write the Spark job's Parquet output here")
+    parser.add_argument(
+        "--parquet",
+        help="keep the Spark job's Parquet output here (default: a temporary folder, removed)",
+    )
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark job")
     parser.add_argument(
         "--spark-log",
@@ -819,6 +874,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.orders < 1:
         parser.error("--orders must be at least 1")
+    if not args.no_spark and importlib.util.find_spec("pyspark") is not None:
+        # Before anything starts: without Java, Spark would end the demo midway with a
+        # long traceback whose cause is only in its log file.
+        problem = java_problem()
+        if problem is not None:
+            raise SystemExit(
+                f"The demo's Spark part needs Java 17 or newer: {problem}. Install it "
+                f"(e.g. {JAVA_INSTALL}) or set JAVA_HOME, or run the rest without Spark: "
+                "--no-spark (`./run demo --no-spark`)"
+            )
     started = time.perf_counter()
     if args.nats_url:
         suffix = f"_{uuid.uuid4().hex[:8]}"

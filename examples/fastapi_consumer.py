@@ -2,13 +2,23 @@
 
 The app publishes orders through ``POST /orders`` and a background consumer
 (started when the app starts, drained when it stops) keeps running totals that
-``GET /stats`` reports. Serve it with uvicorn:
+``GET /stats`` reports.
 
-    NATS_URL=nats://127.0.0.1:4222 uvicorn examples.fastapi_consumer:app
+Run it against the local servers, from a checkout (`./run demo` or `./run test` made
+`.venv`), each command in a terminal of its own:
 
-Run as a script, it starts the app on a free port, posts 50 orders over HTTP,
-waits until the consumer has counted them all, prints the totals and shuts
-the server down (which drains the consumer).
+    .venv/bin/aioclients-servers
+    .venv/bin/python examples/fastapi_consumer.py
+
+Run as a script, it starts the app on a free port, posts 50 orders over HTTP, waits
+until the consumer has counted them all, prints the totals and shuts the server down
+(which drains the consumer). To serve it for your own requests instead:
+
+    .venv/bin/uvicorn --app-dir examples fastapi_consumer:app
+
+With pip: `pip install "aioclients[servers]" fastapi uvicorn`, then the same without
+`.venv/bin/`. Any nats-server with JetStream works too; NATS_URL (default
+nats://127.0.0.1:4222) names it.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from fastapi import FastAPI
 
 from aioclients import jetstream
 
+NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
 STREAM = os.environ.get("ORDERS_STREAM", "WEBORDERS")
 stats: dict[str, Any] = {"orders": 0, "revenue": 0.0}
 
@@ -41,7 +52,7 @@ async def consume_orders(messages: jetstream.MessageStream) -> None:
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    js = await jetstream.connect(os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
+    js = await jetstream.connect(NATS_URL)
     await js.create_stream(STREAM, subjects=[f"{STREAM}.>"])
     consumer = await js.create_or_update_consumer(
         STREAM, durable_name="web-stats", ack_policy="explicit"
@@ -72,6 +83,16 @@ async def get_stats() -> dict[str, Any]:
 
 
 async def demo() -> None:
+    # Connecting first: without a server this fails at once, before uvicorn starts.
+    async with await jetstream.connect(NATS_URL) as js:
+        await js.create_stream(STREAM, subjects=[f"{STREAM}.>"])
+        try:
+            await post_orders_and_check()
+        finally:
+            await js.delete_stream(STREAM)
+
+
+async def post_orders_and_check() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -99,11 +120,11 @@ async def demo() -> None:
     finally:
         server.should_exit = True
         await serving
-        js = await jetstream.connect(os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
-        async with js:
-            await js.delete_stream(STREAM)
 
 
 if __name__ == "__main__":
     STREAM = f"WEBORDERS_{os.getpid()}"
-    asyncio.run(demo())
+    try:
+        asyncio.run(demo())
+    except jetstream.JetStreamConnectError as exc:  # no server: say so in one line
+        raise SystemExit(exc) from None

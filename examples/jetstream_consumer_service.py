@@ -7,9 +7,14 @@ received yet stays on the server for the next start. (A message the server was
 sending at the very moment the subscription closed never arrives: it counts as
 unacknowledged and is redelivered after ``ack_wait``, as with any JetStream client.)
 
-Run against any nats-server started with JetStream (``nats-server -js``):
+Run it against the local servers, from a checkout (`./run demo` or `./run test` made
+`.venv`), each command in a terminal of its own:
 
-    NATS_URL=nats://127.0.0.1:4222 python examples/jetstream_consumer_service.py
+    .venv/bin/aioclients-servers
+    .venv/bin/python examples/jetstream_consumer_service.py
+
+With pip: `pip install "aioclients[servers]"`, then the same without `.venv/bin/`. Any
+nats-server with JetStream works too; NATS_URL (default nats://127.0.0.1:4222) names it.
 
 As a self-contained demo it publishes 200 orders first and sends itself
 SIGTERM after handling 120 of them (set ``DEMO=0`` to run as a plain service
@@ -95,4 +100,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except jetstream.JetStreamConnectError as exc:  # no server: say so in one line
+        raise SystemExit(exc) from None

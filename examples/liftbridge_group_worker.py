@@ -7,11 +7,19 @@ assigns it, and commits what it processed as the group's cursors with ``checkpoi
 after every 25 messages (at-least-once: a crash replays at most the last 25). It stops
 after COUNT messages; leaving ``async with`` commits the rest and leaves the group.
 
-Run without arguments, the example is self-contained: it starts a two-broker emulated
-cluster on the nats-server at ``NATS_URL`` (default nats://127.0.0.1:4222; or uses
-``LIFTBRIDGE_BROKERS``), publishes 300 invoices to a two-partition stream, runs one worker
-for 120 of them, shows the committed cursors, then restarts the worker for the other 180
-and checks that together they processed every invoice exactly once.
+Run without arguments, the example publishes 300 invoices to a two-partition stream,
+runs one worker for 120 of them, shows the committed cursors, then restarts the worker
+for the other 180 and checks that together they processed every invoice exactly once.
+Run it against the local servers (a two-broker Liftbridge emulator among them), from a
+checkout (`./run demo` or `./run test` made `.venv`), each command in a terminal of its
+own:
+
+    .venv/bin/aioclients-servers
+    .venv/bin/python examples/liftbridge_group_worker.py
+
+With pip: `pip install "aioclients[servers]"`, then the same without `.venv/bin/`. A real
+Liftbridge cluster works too; LIFTBRIDGE_BROKERS (a comma list, default
+127.0.0.1:9292,127.0.0.1:9293) names its brokers.
 """
 
 from __future__ import annotations
@@ -21,11 +29,9 @@ import collections
 import os
 import sys
 import uuid
-from contextlib import AsyncExitStack
 
 from aioclients import liftbridge
 from aioclients.liftbridge import StartPosition
-from aioclients.testing import LiftbridgeCluster
 
 GROUP = "billing"
 INVOICES = 300
@@ -83,13 +89,8 @@ async def cursors(client: liftbridge.Client, stream: str) -> dict[int, int]:
 
 
 async def demonstrate() -> None:
-    async with AsyncExitStack() as stack:
-        brokers = [b for b in os.environ.get("LIFTBRIDGE_BROKERS", "").split(",") if b]
-        if not brokers:
-            nats_url = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
-            cluster = await stack.enter_async_context(LiftbridgeCluster(2, nats_url=nats_url))
-            brokers = cluster.addresses
-        client = await stack.enter_async_context(await liftbridge.connect(brokers))
+    brokers = os.environ.get("LIFTBRIDGE_BROKERS", "127.0.0.1:9292,127.0.0.1:9293").split(",")
+    async with await liftbridge.connect(brokers) as client:
         stream = f"invoices-{uuid.uuid4().hex[:8]}"
         await client.create_stream(stream, stream, partitions=2)
         try:
@@ -120,4 +121,7 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--worker"]:
         asyncio.run(worker(sys.argv[2].split(","), sys.argv[3], int(sys.argv[4])))
     else:
-        asyncio.run(demonstrate())
+        try:
+            asyncio.run(demonstrate())
+        except liftbridge.LiftbridgeConnectError as exc:  # no cluster: say so in one line
+            raise SystemExit(exc) from None

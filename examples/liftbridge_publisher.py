@@ -9,8 +9,16 @@ of queueing without bound. The example counts the outstanding acks as it goes, c
 every ack, then reads each partition back and checks that every account's events arrived
 in the order they were sent.
 
-Brokers: ``LIFTBRIDGE_BROKERS`` (comma list) when set; otherwise a two-broker emulated
-cluster on the nats-server at ``NATS_URL`` (default nats://127.0.0.1:4222).
+Run it against the local servers (a two-broker Liftbridge emulator among them), from a
+checkout (`./run demo` or `./run test` made `.venv`), each command in a terminal of its
+own:
+
+    .venv/bin/aioclients-servers
+    .venv/bin/python examples/liftbridge_publisher.py
+
+With pip: `pip install "aioclients[servers]"`, then the same without `.venv/bin/`. A real
+Liftbridge cluster works too; LIFTBRIDGE_BROKERS (a comma list, default
+127.0.0.1:9292,127.0.0.1:9293) names its brokers.
 """
 
 from __future__ import annotations
@@ -21,11 +29,9 @@ import os
 import time
 import uuid
 from collections import defaultdict
-from contextlib import AsyncExitStack
 
 from aioclients import liftbridge
 from aioclients.liftbridge import AckPolicy, StartPosition
-from aioclients.testing import LiftbridgeCluster
 
 EVENTS = 5000
 ACCOUNTS = 50
@@ -91,15 +97,8 @@ async def check_order(
 
 
 async def main() -> None:
-    async with AsyncExitStack() as stack:
-        brokers = [b for b in os.environ.get("LIFTBRIDGE_BROKERS", "").split(",") if b]
-        if not brokers:
-            nats_url = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
-            cluster = await stack.enter_async_context(LiftbridgeCluster(2, nats_url=nats_url))
-            brokers = cluster.addresses
-        client = await stack.enter_async_context(
-            await liftbridge.connect(brokers, publish_async_window=WINDOW)
-        )
+    brokers = os.environ.get("LIFTBRIDGE_BROKERS", "127.0.0.1:9292,127.0.0.1:9293").split(",")
+    async with await liftbridge.connect(brokers, publish_async_window=WINDOW) as client:
         stream = f"accounts-{uuid.uuid4().hex[:8]}"
         await client.create_stream(stream, stream, partitions=3)
         try:
@@ -110,4 +109,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except liftbridge.LiftbridgeConnectError as exc:  # no cluster: say so in one line
+        raise SystemExit(exc) from None

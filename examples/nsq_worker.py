@@ -9,24 +9,39 @@ On SIGTERM it sets ``max_in_flight`` to 0 (RDY 0: nsqd sends nothing more), lets
 handlers finish every message already received, then closes: what it finished is finished
 once, and what it never received stays in nsqd for the next worker.
 
-Run without arguments, the example is self-contained: it starts an nsqlookupd and an nsqd
-emulator, queues 400 jobs (3 of them poison), starts a worker, sends it SIGTERM midway,
-starts a second worker for the rest, and checks the two workers' logs: every job finished
-exactly once, every poison message given up exactly once, nothing left in nsqd.
+Run without arguments, the example queues 400 jobs (3 of them poison) on a topic of its
+own, starts a worker, sends it SIGTERM midway, starts a second worker for the rest, and
+checks the two workers' logs: every job finished exactly once, every poison message given
+up exactly once, nothing left in nsqd (then it deletes the topic). Run it against the
+local servers (nsqd and nsqlookupd emulators among them), from a checkout (`./run demo`
+or `./run test` made `.venv`), each command in a terminal of its own:
+
+    .venv/bin/aioclients-servers
+    .venv/bin/python examples/nsq_worker.py
+
+With pip: `pip install "aioclients[servers]"`, then the same without `.venv/bin/`. Real
+nsqd and nsqlookupd work too; NSQD_TCP, NSQD_HTTP and NSQLOOKUPD_HTTP (defaults
+127.0.0.1:4150, 127.0.0.1:4151 and 127.0.0.1:4161) name them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Awaitable, Callable
 
-from aioclients.nsq import Message, Producer, Reader
-from aioclients.testing import NsqdEmulator, NsqlookupdEmulator
+import aiohttp
 
+from aioclients.nsq import Message, NSQConnectError, Producer, Reader
+
+NSQD_TCP = os.environ.get("NSQD_TCP", "127.0.0.1:4150")
+NSQD_HTTP = os.environ.get("NSQD_HTTP", "127.0.0.1:4151")
+NSQLOOKUPD_HTTP = os.environ.get("NSQLOOKUPD_HTTP", "127.0.0.1:4161")
 CHANNEL = "workers"
 JOBS = 400
 POISON = 3
@@ -123,13 +138,14 @@ async def run_worker(
     return await asyncio.wait_for(proc.wait(), timeout=30)
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    """Poll ``condition`` every 10 ms for at most ``timeout`` seconds; whether it held."""
-    for _ in range(int(timeout / 0.01)):
-        if condition():
-            return True
-        await asyncio.sleep(0.01)
-    return condition()
+async def wait_until(condition: Callable[[], Awaitable[bool]], timeout: float) -> bool:
+    """Ask ``condition`` every 50 ms for at most ``timeout`` seconds; whether it held."""
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 def _count(logs: list[str], kind: str) -> collections.Counter[str]:
@@ -137,29 +153,33 @@ def _count(logs: list[str], kind: str) -> collections.Counter[str]:
 
 
 async def demonstrate() -> None:
-    topic = "jobs"
-    async with NsqlookupdEmulator() as lookupd:
-        async with NsqdEmulator(lookupd_tcp_addresses=[lookupd.tcp_address]) as nsqd:
-            await check_workers(lookupd, nsqd, topic)
-        # Stop nsqlookupd only once the stopped nsqd's registration ended (Python 3.11's
-        # asyncio logs a cancelled connection handler as an error).
-        await wait_until(lambda: not (lookupd.lookup(topic) or {}).get("producers"), 10)
-
-
-async def check_workers(lookupd: NsqlookupdEmulator, nsqd: NsqdEmulator, topic: str) -> None:
+    topic = f"jobs_{uuid.uuid4().hex[:8]}"
     bodies = [b"job-%d" % i for i in range(JOBS)]
     for i in range(POISON):
         bodies.insert(i * 100 + 50, b"poison-%d" % i)
-    async with Producer(nsqd.tcp_address) as producer:
+    async with Producer(NSQD_TCP) as producer:
         await producer.mpublish(topic, bodies)
-    # nsqd registers the topic with nsqlookupd over its TCP protocol.
-    if not await wait_until(lambda: lookupd.lookup(topic) is not None, 10):
+    async with aiohttp.ClientSession() as http:
+        try:
+            await check_workers(http, topic, bodies)
+        finally:  # leave the servers as they were
+            async with http.post(f"http://{NSQD_HTTP}/topic/delete", params={"topic": topic}):
+                pass
+
+
+async def check_workers(http: aiohttp.ClientSession, topic: str, bodies: list[bytes]) -> None:
+    async def registered() -> bool:  # nsqd registers the topic with nsqlookupd over TCP
+        lookup = f"http://{NSQLOOKUPD_HTTP}/lookup"
+        async with http.get(lookup, params={"topic": topic}) as answer:
+            return answer.status == 200 and bool((await answer.json())["producers"])
+
+    if not await wait_until(registered, 10):
         raise SystemExit("nsqd did not register the topic with nsqlookupd")
     print(f"queued {JOBS} jobs and {POISON} poison messages on topic {topic!r}")
 
     first: list[str] = []
     code = await run_worker(
-        lookupd.http_address, topic, first, lambda log: len(_count(log, "done")) >= JOBS // 4
+        NSQLOOKUPD_HTTP, topic, first, lambda log: len(_count(log, "done")) >= JOBS // 4
     )
     print(f"worker 1 (SIGTERM after {JOBS // 4} jobs) exited {code}: {first[-1]}")
 
@@ -169,14 +189,17 @@ async def check_workers(lookupd: NsqlookupdEmulator, nsqd: NsqdEmulator, topic: 
         logs = first + log
         return len(_count(logs, "done")) == JOBS and len(_count(logs, "gave-up")) == POISON
 
-    code2 = await run_worker(lookupd.http_address, topic, second, all_handled)
+    code2 = await run_worker(NSQLOOKUPD_HTTP, topic, second, all_handled)
     print(f"worker 2 (SIGTERM when everything was handled) exited {code2}: {second[-1]}")
 
     done = _count(first + second, "done")
     gave_up = _count(first + second, "gave-up")
     twice = sorted(body for body, n in (done + gave_up).items() if n > 1)
     lost = sorted({b.decode() for b in bodies} - set(done) - set(gave_up))
-    (stats,) = nsqd.stats(topic=topic, include_clients=False)["topics"]
+    stats_url = f"http://{NSQD_HTTP}/stats"
+    params = {"format": "json", "topic": topic, "channel": CHANNEL}
+    async with http.get(stats_url, params=params) as answer:
+        (stats,) = (await answer.json())["topics"]
     (channel,) = stats["channels"]
     left = channel["depth"] + channel["in_flight_count"] + channel["deferred_count"]
     print(
@@ -192,4 +215,7 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--worker"]:
         asyncio.run(worker(sys.argv[2], sys.argv[3]))
     else:
-        asyncio.run(demonstrate())
+        try:
+            asyncio.run(demonstrate())
+        except NSQConnectError as exc:  # no nsqd: say so in one line
+            raise SystemExit(exc) from None

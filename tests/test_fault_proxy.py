@@ -165,3 +165,41 @@ def test_bad_target_is_refused_at_once() -> None:
         FaultProxy("no-port-here")
     with pytest.raises(RuntimeError, match="not started"):
         _ = FaultProxy("127.0.0.1:1").address
+
+
+async def test_no_task_outlives_aclose_even_after_a_reset(echo: EchoServer) -> None:
+    before = asyncio.all_tasks()
+    proxy = FaultProxy(echo.address)
+    await proxy.start()
+    readers = []
+    for _ in range(3):
+        reader, writer = await _connect(proxy.address)
+        writer.write(b"x")
+        assert await asyncio.wait_for(reader.readexactly(1), 5) == b"x"
+        readers.append(writer)
+    assert proxy.reset() == 3
+    proxy.refuse()
+    proxy.refuse(False)  # a task listens again
+    await proxy.aclose()
+    left = asyncio.all_tasks() - before
+    assert [t for t in left if "EchoServer" not in repr(t)] == []  # the echo's are the test's
+    for writer in readers:
+        await _close(writer)
+
+
+async def test_a_failing_pump_is_raised_by_aclose(echo: EchoServer) -> None:
+    proxy = FaultProxy(echo.address)
+    await proxy.start()
+
+    failed = asyncio.Event()
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        failed.set()
+        raise RuntimeError("a bug in the pump")
+
+    proxy._pump = broken  # type: ignore[method-assign]
+    _reader, writer = await _connect(proxy.address)
+    await asyncio.wait_for(failed.wait(), 5)
+    with pytest.raises(RuntimeError, match="a bug in the pump"):
+        await proxy.aclose()
+    await _close(writer)

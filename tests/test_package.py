@@ -142,3 +142,16 @@ def test_wheel_installs_into_a_fresh_venv_and_imports(tmp_path: Path) -> None:
     assert report["version"] == report["metadata_version"] == version
     assert report["py_typed"]
     assert "aioclients.testing.pytest_plugin" in report["entry_points"]
+
+    # The servers command: a console script and `python -m aioclients.testing serve`.
+    for command in (
+        [venv / "bin" / "aioclients-servers", "--help"],
+        [python, "-m", "aioclients.testing", "serve", "--help"],
+    ):
+        assert "--nats-port" in _run(*command, cwd=tmp_path)
+    extras = _run(
+        python,
+        "-c",
+        "import importlib.metadata as m; print(m.metadata('aioclients').get_all('Provides-Extra'))",
+    )
+    assert "'servers'" in extras

@@ -8,6 +8,7 @@ async with await connect("nats://127.0.0.1:4222") as js:
 ```
 """
 
+from aioclients._errors import name_public_module as _name_public_module
 from aioclients.jetstream._consume import (
     ConsumeEvent,
     ConsumeStatistics,
@@ -141,3 +142,8 @@ __all__ = (
     "WrongLastSequenceError",
     "connect",
 )
+
+
+# Errors carry the name users import them by (aioclients.<package>.XError), in tracebacks
+# and in pickles.
+_name_public_module(__name__, globals())

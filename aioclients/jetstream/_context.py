@@ -660,6 +660,7 @@ async def connect(
         raise InvalidArgumentError(
             f"servers must be a URL or a non-empty list of URLs, got {redact_text(repr(servers))}"
         )
+    nc = NatsClient()
     options: dict[str, Any] = {
         "connect_timeout": timeout,
         # A write waiting on a server that does not read gives up after this long.
@@ -667,22 +668,26 @@ async def connect(
         "ping_interval": _PING_INTERVAL,
         "max_outstanding_pings": _MAX_OUTSTANDING_PINGS,
         "error_cb": _log_error,
-        "disconnected_cb": _log_disconnected,
+        "disconnected_cb": _disconnect_logger(nc),
         "reconnected_cb": _log_reconnected,
     }
     options.update(nats_options)
     # nats-py retries a failed first connect up to max_reconnect_attempts times
     # (two minutes by default); bound it so an unreachable server fails fast.
     deadline = float(options["connect_timeout"]) * max(1, len(urls)) + 1.0
-    nc = NatsClient()
     try:
-        await asyncio.wait_for(nc.connect(urls, **options), deadline)
+        await _first_connect(nc, urls, options, deadline)
     except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
         last = getattr(nc, "_err", None) or exc
         reason = str(last) or f"{type(last).__name__} (no answer within {deadline:.0f}s)"
         # Bounded: a server that accepted but does not read could hold a plain close.
         await close_connection(nc, 1.0)
         where = ", ".join(redact_url(u) for u in urls)
+        if isinstance(exc, ConnectionRefusedError):
+            raise JetStreamConnectError(
+                f"no NATS server at {where} (connection refused): start one with "
+                "`aioclients-servers` or `nats-server -js`, or check the address"
+            ) from None
         raise JetStreamConnectError(
             f"cannot connect to NATS at {where}: {redact_text(reason)}"
         ) from None
@@ -728,8 +733,67 @@ async def _log_error(exc: Exception) -> None:
     log.warning("NATS connection error: %s", redact_text(str(exc) or type(exc).__name__))
 
 
-async def _log_disconnected() -> None:
-    log.info("NATS disconnected")
+async def _first_connect(
+    nc: NatsClient, urls: list[str], options: dict[str, Any], deadline: float
+) -> None:
+    """``nc.connect``, bounded by ``deadline``, failing at once when every server refused.
+
+    nats-py tries the servers in turn, waiting ``reconnect_time_wait`` (2 s) before it
+    tries one again; a refusal from each, one round, answers the question (nats.go's
+    ``Connect`` does not retry a refused first connect either).
+
+    Raises:
+        ConnectionRefusedError: every server refused the connection.
+        asyncio.TimeoutError: no connection within ``deadline`` seconds.
+    """
+    refused_in_a_row = 0
+    all_refused = asyncio.Event()
+    first_connect = True
+    error_cb = options["error_cb"]
+
+    async def count_refusals(exc: Exception) -> None:
+        nonlocal refused_in_a_row
+        if first_connect:
+            if isinstance(exc, ConnectionRefusedError):
+                refused_in_a_row += 1
+                if refused_in_a_row >= len(urls):  # each server, one round
+                    all_refused.set()
+                if error_cb is _log_error:  # connect() raises it, naming the servers
+                    log.debug("NATS connection refused: %s", exc)
+                    return
+            else:
+                refused_in_a_row = 0
+        await error_cb(exc)
+
+    connecting = asyncio.ensure_future(nc.connect(urls, **{**options, "error_cb": count_refusals}))
+    refusals = asyncio.ensure_future(all_refused.wait())
+    try:
+        await asyncio.wait(
+            {connecting, refusals}, timeout=deadline, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        first_connect = False
+        refusals.cancel()
+        if not connecting.done():
+            connecting.cancel()
+            await asyncio.wait({connecting})
+    if not connecting.cancelled():
+        connecting.result()  # connected, or nats-py's own error
+    elif all_refused.is_set():
+        raise ConnectionRefusedError("every server refused the connection")
+    else:
+        raise asyncio.TimeoutError
+
+
+def _disconnect_logger(nc: NatsClient) -> Callable[[], Any]:
+    async def disconnected() -> None:
+        # A close we asked for is no news; a lost connection is.
+        if nc.is_closed:
+            log.debug("NATS connection closed")
+        else:
+            log.info("NATS disconnected")
+
+    return disconnected
 
 
 async def _log_reconnected() -> None:

@@ -10,6 +10,7 @@ async with await connect(["127.0.0.1:9292"]) as client:
 ```
 """
 
+from aioclients._errors import name_public_module as _name_public_module
 from aioclients.liftbridge._client import Client, ConsumerGroupJoin, connect
 from aioclients.liftbridge._consumer import GroupConsumer
 from aioclients.liftbridge._errors import (
@@ -85,3 +86,8 @@ __all__ = (
     "unmarshal_ack",
     "unmarshal_message",
 )
+
+
+# Errors carry the name users import them by (aioclients.<package>.XError), in tracebacks
+# and in pickles.
+_name_public_module(__name__, globals())

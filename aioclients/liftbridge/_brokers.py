@@ -62,6 +62,7 @@ import grpc
 import grpc.aio
 
 from aioclients._core import redact_text, redact_url
+from aioclients._tasks import TaskOwner
 from aioclients.liftbridge._errors import (
     LiftbridgeClosedError,
     LiftbridgeConnectError,
@@ -86,6 +87,13 @@ _NO_RESPONDERS = "no responders available"
 SETTLE_TIME = 5.0
 _SETTLE_POLL = 0.05
 _LEADER_ATTEMPTS = 5
+
+
+async def _close_quietly(channel: grpc.aio.Channel) -> None:
+    try:
+        await channel.close()
+    except Exception as exc:  # nothing waits on a dropped channel: its close changes nothing
+        log.debug("closing a dropped channel failed: %s", redact_text(str(exc)))
 
 
 class Brokers:
@@ -119,7 +127,8 @@ class Brokers:
             max_conns_per_broker=max_conns_per_broker, keepalive_time=keepalive_time
         )
         self._pool_timer: asyncio.TimerHandle | None = None
-        self._closing_channels: set[asyncio.Task[None]] = set()
+        # closing a channel dropped from the pool or the RPC channels
+        self._closing = TaskOwner("liftbridge Brokers")
         self._on_close: set[Callable[[], None]] = set()
         self._refresh_lock = asyncio.Lock()
         self.closed = False
@@ -157,8 +166,7 @@ class Brokers:
         self.stream_channels.clear()
         self._stubs.clear()
         await asyncio.gather(*(ch.close() for ch in channels), return_exceptions=True)
-        if self._closing_channels:
-            await asyncio.gather(*self._closing_channels, return_exceptions=True)
+        await self._closing.aclose()
 
     # -- channels ------------------------------------------------------------------
 
@@ -187,9 +195,9 @@ class Brokers:
                 self._close_later(channel)
 
     def _close_later(self, channel: grpc.aio.Channel) -> None:
-        task = self.loop.create_task(channel.close())
-        self._closing_channels.add(task)
-        task.add_done_callback(self._closing_channels.discard)
+        if self._closing.closed:  # close() is under way and closes every channel
+            return
+        self._closing.start(_close_quietly(channel), name="close a channel")
 
     def address_order(self) -> list[str]:
         """The dedicated broker first, then the others in random order."""
@@ -254,6 +262,7 @@ class Brokers:
         """
         self.check_open()
         last: grpc.aio.AioRpcError | None = None
+        refused_only = True  # every broker tried refused the connection: none runs
         order: list[str] = []
         for attempt in range(self.max_rpc_attempts):
             if not order:
@@ -303,12 +312,20 @@ class Brokers:
                     log.info("%s: broker %s unavailable, trying another", what, redact_url(address))
                     self.broker_unavailable(address)
                     last = exc
+                    refused_only = refused_only and "connection refused" in (
+                        (exc.details() or "").lower()
+                    )
                     continue
                 raise map_rpc_error(
                     exc, what=what, closed=self.closed, not_found=not_found
                 ) from None
         detail = f" (last error: {redact_text(last.details() or '')})" if last is not None else ""
         shown = [redact_url(a) for a in self.metadata.addresses()]
+        if last is not None and refused_only:
+            raise LiftbridgeConnectError(
+                f"{what}: no Liftbridge broker at {', '.join(shown)} (connection refused): "
+                "start them with `aioclients-servers` or `liftbridge`, or check the addresses"
+            )
         raise LiftbridgeConnectError(
             f"{what}: no broker reachable after {self.max_rpc_attempts} attempts over "
             f"{shown}{detail}; "

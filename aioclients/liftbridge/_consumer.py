@@ -17,6 +17,12 @@ into one bounded queue, so a slow reader holds the pumps (and gRPC flow control)
 back. Delivered offsets are committed as cursors every ``checkpoint_interval``
 seconds, on :meth:`checkpoint` and on close; ``aclose()`` leaves the group.
 
+Its tasks (the assignments loop, the checkpoint loop, one pump per partition)
+belong to one :class:`TaskOwner`: a task that fails (a bug, never a Liftbridge
+error: pumps hand those to the queue) ends the iteration with a
+:class:`LiftbridgeError` raised from ``async for``, and ``aclose()``, from any
+task, cancels and awaits them all.
+
 Owns the membership rules above (fetch interval, rejoin, when to report the
 coordinator, checkpoints). It takes the broker layer (``_brokers.Brokers``) and
 makes its calls through ``_groups`` and :class:`Subscription`; how a single call
@@ -29,6 +35,7 @@ import asyncio
 import contextlib
 import logging
 
+from aioclients._tasks import TaskOwner
 from aioclients.liftbridge import _groups
 from aioclients.liftbridge._brokers import Brokers
 from aioclients.liftbridge._errors import (
@@ -46,6 +53,7 @@ __all__ = ("GroupConsumer",)
 log = logging.getLogger("aioclients.liftbridge.consumer")
 
 _END = object()
+_WAKE = object()  # a background task failed: __anext__ raises the failure
 # The first assignments fetch is repeated for at least this long (seconds).
 _FIRST_FETCH_TIME = 10.0
 # Until the join tells the group's own value.
@@ -90,7 +98,8 @@ class GroupConsumer:
         self._subs: dict[tuple[str, int], tuple[Subscription, asyncio.Task[None]]] = {}
         self._delivered: dict[tuple[str, int], int] = {}
         self._committed: dict[tuple[str, int], int] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskOwner(f"GroupConsumer({group_id})", self._task_failed)
+        self._failure: LiftbridgeError | None = None
         self._closed = False
         self._coordinator_timeout = _COORDINATOR_TIMEOUT
 
@@ -112,10 +121,9 @@ class GroupConsumer:
         except BaseException:
             await self.aclose()
             raise
-        loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._assignments_loop()))
+        self._tasks.start(self._assignments_loop(), name="assignments")
         if self._checkpoint_interval:
-            self._tasks.append(loop.create_task(self._checkpoint_loop(self._checkpoint_interval)))
+            self._tasks.start(self._checkpoint_loop(self._checkpoint_interval), name="checkpoints")
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -206,17 +214,36 @@ class GroupConsumer:
         )
         sub = Subscription(self._brokers, req, resubscribe_wait_time=self._resubscribe_wait_time)
         await sub.open()
-        task = asyncio.get_running_loop().create_task(self._pump(sub))
+        if self._tasks.closed:  # closed from another task meanwhile
+            await sub.aclose()
+            raise LiftbridgeClosedError("the group consumer is closed")
+        task = self._tasks.start(self._pump(sub), name=f"pump {stream}/{partition}")
         self._subs[(stream, partition)] = (sub, task)
         if cursor >= 0:
             self._committed[(stream, partition)] = cursor
 
     async def _stop(self, key: tuple[str, int]) -> None:
         sub, task = self._subs.pop(key)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await self._tasks.cancel(task)
         await sub.aclose()
+
+    def _task_failed(self, exc: BaseException) -> None:
+        """A background task died of an error it does not hand to the queue."""
+        if self._closed or self._failure is not None:
+            return
+        error = (
+            exc
+            if isinstance(exc, LiftbridgeError)
+            else LiftbridgeError(
+                f"consumer group {self.group_id}: a background task failed: "
+                f"{type(exc).__name__}: {exc}"
+            )
+        )
+        if error is not exc:
+            error.__cause__ = exc
+        self._failure = error
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(_WAKE)  # a full queue wakes no one: nobody waits
 
     async def _pump(self, sub: Subscription) -> None:
         try:
@@ -294,9 +321,13 @@ class GroupConsumer:
         return self
 
     async def __anext__(self) -> Message:
+        if self._failure is not None:
+            raise self._failure
         if self._closed:
             raise StopAsyncIteration
         item = await self._queue.get()
+        if self._failure is not None:
+            raise self._failure
         if item is _END:
             raise StopAsyncIteration
         if isinstance(item, BaseException):
@@ -310,11 +341,7 @@ class GroupConsumer:
         if self._closed:
             return
         self._closed = True
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.aclose()
         for key in list(self._subs):
             await self._stop(key)
         with contextlib.suppress(asyncio.QueueFull):

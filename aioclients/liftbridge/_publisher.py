@@ -23,6 +23,10 @@ whose stream broke (``Brokers.broker_unavailable``), and the pause and the
 number of attempts before a write gives up are that layer's retry policy.
 ``close()`` stops writing, lets the stream run until every outstanding ack has
 arrived or timed out, then fails whatever remains with a ClosedError.
+
+The response reader is a task of the publisher's :class:`TaskOwner`: if it dies
+of anything but a gRPC error (a bug), the next ``publish_async`` raises that
+failure as a :class:`LiftbridgeError`; ``close()`` cancels and awaits it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import grpc.aio
 
 from aioclients._core import redact_url
 from aioclients._errors import InvalidArgumentError
+from aioclients._tasks import TaskOwner
 from aioclients.liftbridge._brokers import Brokers
 from aioclients.liftbridge._errors import (
     IncorrectOffsetError,
@@ -98,7 +103,8 @@ class AsyncPublisher:
         self._call: Any = None
         self._address = ""
         self._unsent: set[str] = set()
-        self._reader: asyncio.Task[None] | None = None
+        self._tasks = TaskOwner("liftbridge AsyncPublisher", self._reader_failed)
+        self._failure: LiftbridgeError | None = None
         self._open_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
         self._deadlines: list[tuple[float, str]] = []  # heap; stale entries are skipped
@@ -128,9 +134,7 @@ class AsyncPublisher:
             call = stub.PublishAsync()
             self._call = call
             self._address = address
-            self._reader = asyncio.get_running_loop().create_task(
-                self._read_responses(call, address), name="liftbridge-publish-async"
-            )
+            self._tasks.start(self._read_responses(call, address), name="PublishAsync reader")
             return call, address
 
     async def _write(self, request: pb.PublishRequest, timeout: float) -> None:
@@ -198,6 +202,8 @@ class AsyncPublisher:
     ) -> asyncio.Future[Ack | None]:
         if self._closed:
             raise LiftbridgeClosedError("publish_async: the client is closed")
+        if self._failure is not None:
+            raise self._failure
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Ack | None] = loop.create_future()
         expects_ack = request.ackPolicy != pb.NONE
@@ -326,6 +332,15 @@ class AsyncPublisher:
                 if cid not in self._unsent:  # those are retried on the next stream
                     self._settle(cid, None, error)
 
+    def _reader_failed(self, exc: BaseException) -> None:
+        """The response reader died of a bug: later publishes raise it (its pending
+        acks failed in its ``finally``)."""
+        error = LiftbridgeError(
+            f"publish_async: the response reader failed: {type(exc).__name__}: {exc}"
+        )
+        error.__cause__ = exc
+        self._failure = error
+
     def _on_response(self, resp: pb.PublishResponse) -> None:
         cid = resp.correlationId or (resp.ack.correlationId if resp.HasField("ack") else "")
         entry = self._pending.get(cid)
@@ -351,7 +366,7 @@ class AsyncPublisher:
     async def close(self) -> None:
         """Stop writing; wait for outstanding acks (each until its deadline); fail the rest."""
         self._closed = True
-        call, reader = self._call, self._reader
+        call = self._call
         if call is not None:
             try:
                 async with self._write_lock:
@@ -363,12 +378,7 @@ class AsyncPublisher:
             await asyncio.wait(waiters)
         if call is not None:
             call.cancel()
-        if reader is not None:
-            reader.cancel()
-            try:
-                await reader
-            except asyncio.CancelledError:
-                pass
+        await self._tasks.aclose()
         error = LiftbridgeClosedError("publish_async: the client was closed")
         for cid in list(self._pending):
             self._settle(cid, None, error)

@@ -9,6 +9,7 @@ async with Reader("events", "archive", lookupd_http_addresses=["127.0.0.1:4161"]
 ```
 """
 
+from aioclients._errors import name_public_module as _name_public_module
 from aioclients.nsq._errors import (
     MessageRespondedError,
     NSQClosedError,
@@ -33,3 +34,8 @@ __all__ = (
     "Reader",
     "ReaderStatistics",
 )
+
+
+# Errors carry the name users import them by (aioclients.<package>.XError), in tracebacks
+# and in pickles.
+_name_public_module(__name__, globals())

@@ -1,16 +1,40 @@
-"""The message object handed to consumers."""
+"""The message object handed to consumers, and what answers it.
+
+A :class:`Message` answers nsqd through a :class:`MessageResponder`, handed to it
+by the Reader that received it (``nsq/_responder.py``); it knows no Reader.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aioclients.nsq._errors import MessageRespondedError
 
 if TYPE_CHECKING:
     from aioclients.nsq._io._connection import NsqdConnection
-    from aioclients.nsq._reader import Reader
 
-__all__ = ("Message",)
+__all__ = ("Message", "MessageResponder")
+
+
+class MessageResponder(Protocol):
+    """What answers a :class:`Message` to nsqd: FIN, REQ, TOUCH and the REQ delay."""
+
+    def requeue_delay_ms(self, msg: Message, delay: float | None) -> int:
+        """The REQ delay for ``msg``: ``delay`` seconds, or the default policy when
+        ``None``; raises ``InvalidArgumentError`` for a bad delay."""
+        ...
+
+    async def finish(self, msg: Message) -> None:
+        """Send FIN for ``msg`` (nothing when its connection is gone)."""
+        ...
+
+    async def requeue(self, msg: Message, delay_ms: int, backoff: bool) -> None:
+        """Send REQ for ``msg``; ``backoff``: count it as a failure."""
+        ...
+
+    async def touch(self, msg: Message) -> None:
+        """Send TOUCH for ``msg``."""
+        ...
 
 
 class Message:
@@ -37,8 +61,8 @@ class Message:
         "_body_size",  # set only for an oversized message (body dropped)
         "_conn",
         "_give_up_reason",  # set only when handed to on_give_up
-        "_reader",
         "_responded",
+        "_responder",
         "attempts",
         "body",
         "id",
@@ -57,7 +81,7 @@ class Message:
         timestamp: int,
         attempts: int,
         conn: NsqdConnection,
-        reader: Reader,
+        responder: MessageResponder,
     ) -> None:
         self.id = message_id
         self.body = body
@@ -65,7 +89,7 @@ class Message:
         self.attempts = attempts
         self.nsqd_address = conn.address
         self._conn = conn
-        self._reader = reader
+        self._responder = responder
         self._responded = False
 
     @property
@@ -101,7 +125,7 @@ class Message:
             MessageRespondedError: the message was already finished or requeued.
         """
         self._claim("finish()")
-        await self._reader._respond(self, None, True)
+        await self._responder.finish(self)
 
     async def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
         """Give the message back to nsqd for a later attempt (REQ).
@@ -116,9 +140,9 @@ class Message:
             MessageRespondedError: the message was already finished or requeued.
             InvalidArgumentError: a negative delay.
         """
-        delay_ms = self._reader._requeue_delay_ms(self, delay)
+        delay_ms = self._responder.requeue_delay_ms(self, delay)
         self._claim("requeue()")
-        await self._reader._respond(self, delay_ms, backoff)
+        await self._responder.requeue(self, delay_ms, backoff)
 
     async def touch(self) -> None:
         """Ask nsqd for another msg_timeout before it re-queues the message (TOUCH).
@@ -128,11 +152,7 @@ class Message:
         """
         if self._responded:
             raise MessageRespondedError("touch(): the message was already answered")
-        conn = self._conn
-        if conn.usable and self.id in conn.core.in_flight:
-            conn.core.touch(self.id)
-            conn.schedule_flush()
-            await conn.drain()
+        await self._responder.touch(self)
 
     def __repr__(self) -> str:
         return (

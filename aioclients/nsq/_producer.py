@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
 import io
 import socket
 import ssl
@@ -337,6 +338,12 @@ class HTTPProducer:
                 f"nsqd {redact_url(url)} did not answer within {self._timeout}s"
             ) from None
         except (aiohttp.ClientError, OSError) as exc:
+            if getattr(exc, "errno", None) == errno.ECONNREFUSED:
+                raise NSQConnectError(
+                    f"nsqd HTTP API at {redact_url(self.url)} unreachable (connection "
+                    "refused): start nsqd with `aioclients-servers` or `nsqd`, or check "
+                    "that this is its HTTP address"
+                ) from None
             # aiohttp's text may quote the URL, credentials included
             raise NSQConnectError(
                 f"nsqd HTTP API at {redact_url(self.url)} unreachable: {redact_text(repr(exc))}"

@@ -4,10 +4,12 @@ Theory of operation (client library guide, every section): the Reader owns one
 :class:`NsqdConnection` per nsqd (given directly or discovered through nsqlookupd)
 and one pure :class:`RdyDistributor`. Connections report messages synchronously
 (``on_message``); the Reader wraps each in a :class:`Message`, appends it to a deque
-(bounded by RDY, so by ``max_in_flight``) and wakes the one waiting consumer. FIN
-and REQ go straight into the connection's write buffer, flushed once per loop
-iteration. The distributor's RDY decisions are applied as they are returned; its
-deadline (backoff window, RDY rotation) is one ``loop.call_at`` handle.
+(bounded by RDY, so by ``max_in_flight``) and wakes the one waiting consumer. The
+message answers (FIN, REQ, TOUCH) through the Reader's :class:`ReaderResponder`
+(``_responder.py``), which writes into the connection's buffer, flushed once per
+loop iteration, and tells the distributor. The distributor's RDY decisions are
+applied as they are returned; its deadline (backoff window, RDY rotation) is one
+``loop.call_at`` handle.
 
 Reconnection: an nsqd given in ``nsqd_tcp_addresses`` is retried with exponential
 backoff (``reconnect_delay`` doubling up to ``max_reconnect_delay``, jittered); an
@@ -17,6 +19,11 @@ Bounds: nsqd may hold at most RDY messages in flight on a connection; one that
 sends more is closed (a protocol error, then the usual reconnect), and the queued
 messages of a lost connection are dropped (nsqd re-delivers them), so the queue
 never holds more than the RDY given to live connections.
+
+Tasks: the reconnect loops, the nsqlookupd poll loop, connects to discovered
+nsqd and awaited ``on_give_up`` results belong to one :class:`TaskOwner`. One
+that fails with an error it cannot retry ends the iteration with that error
+(:meth:`Reader.__anext__` raises it); closing cancels and awaits them all.
 
 Closing: CLS on every connection, wait for CLOSE_WAIT, close. Messages received but
 not answered (still queued, or held by the application) are neither finished nor
@@ -34,7 +41,7 @@ import random
 import socket
 import ssl
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -47,6 +54,7 @@ from aioclients._errors import (
     RemoteProtocolError,
     ServerError,
 )
+from aioclients._tasks import TaskOwner
 from aioclients._version import __version__
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
@@ -60,15 +68,13 @@ from aioclients.nsq._protocol._connection import (
 from aioclients.nsq._protocol._frames import check_channel, check_topic
 from aioclients.nsq._protocol._lookup import lookupd_url, parse_address, poll_delay
 from aioclients.nsq._protocol._rdy import RdyDistributor, RdyUpdate
+from aioclients.nsq._responder import ReaderResponder
 
 __all__ = ("ConnectionStatistics", "Reader", "ReaderStatistics")
 
 log = logging.getLogger("aioclients.nsq.reader")
 
 USER_AGENT = f"aioclients/{__version__}"
-# Responses are written at the end of the loop iteration, or as soon as this many
-# bytes wait (about 40 FINs), so that nsqd can send more while we work.
-_EARLY_FLUSH_BYTES = 1024
 # What a reconnect or discovery loop logs and retries: an nsqd or nsqlookupd that is
 # down, slow, refusing or talking nonsense. Anything else is a bug or a setting that
 # cannot work; it ends the Reader's iteration instead (see Reader._fail).
@@ -316,18 +322,20 @@ class Reader:
         self._rng = random.Random()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._dist: RdyDistributor | None = None
+        self._responder: ReaderResponder | None = None
         self._conns: dict[str, NsqdConnection] = {}
         self._connecting: dict[str, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskOwner(f"Reader({topic}/{channel})", self._task_failed)
         self._queue: deque[Message] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._lookupd_errors: list[str] = []  # why each nsqlookupd failed the last poll
         self._started = False
         self._closed = False
         self._failure: BaseException | None = None
-        self._received = self._finished = self._requeued = self._given_up = 0
+        self._received = self._given_up = 0
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -366,6 +374,13 @@ class Reader:
             max_backoff_duration=self._max_backoff,
             backoff_multiplier=self._backoff_multiplier,
         )
+        self._responder = ReaderResponder(
+            self._dist,
+            self._apply,
+            self._loop.time,
+            requeue_delay=self._requeue_delay,
+            max_requeue_delay=self._max_requeue_delay,
+        )
         try:
             errors: list[BaseException] = []
             if self._direct:
@@ -387,11 +402,11 @@ class Reader:
                 ok = await self._poll_once()
                 if not ok and not self._conns:
                     raise NSQConnectError(
-                        "no nsqlookupd answered: " + ", ".join(map(redact_url, self._lookupds))
+                        "no nsqlookupd answered: " + "; ".join(self._lookupd_errors)
                     )
                 if self._failure is not None:  # e.g. a discovered nsqd refused our settings
                     raise self._failure
-                self._spawn(self._poll_loop())
+                self._spawn(self._poll_loop(), "poll nsqlookupd")
             elif errors and not self._conns:
                 raise NSQConnectError(
                     "could not connect to any nsqd: " + "; ".join(str(e) for e in errors)
@@ -409,12 +424,7 @@ class Reader:
         if self._closed:
             return
         self._closed = True
-        tasks = list(self._tasks) + list(self._connecting.values())
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        await self._tasks.aclose()
         self._cancel_timer()
         conns = list(self._conns.values())
         if conns:
@@ -549,8 +559,8 @@ class Reader:
             in_flight=sum(len(c.core.in_flight) for c in self._conns.values()),
             buffered=len(self._queue),
             messages_received=self._received,
-            messages_finished=self._finished,
-            messages_requeued=self._requeued,
+            messages_finished=self._responder.finished if self._responder else 0,
+            messages_requeued=self._responder.requeued if self._responder else 0,
             messages_given_up=self._given_up,
             backoff_level=dist.backoff.level if dist else 0,
             in_backoff=dist.backoff.active if dist else False,
@@ -560,7 +570,9 @@ class Reader:
 
     def on_message(self, conn: NsqdConnection, event: MessageReceived, now: float) -> None:
         self._received += 1
-        msg = Message(event.id, event.body, event.timestamp, event.attempts, conn, self)
+        responder = self._responder
+        assert responder is not None
+        msg = Message(event.id, event.body, event.timestamp, event.attempts, conn, responder)
         max_attempts = self._max_attempts
         if max_attempts and event.attempts > max_attempts:
             self._give_up(
@@ -586,7 +598,8 @@ class Reader:
         ``on_give_up`` with an empty body, rather than losing the connection (and
         the other messages in flight on it) to it at every delivery."""
         self._received += 1
-        msg = Message(event.id, b"", event.timestamp, event.attempts, conn, self)
+        assert self._responder is not None
+        msg = Message(event.id, b"", event.timestamp, event.attempts, conn, self._responder)
         msg._body_size = event.body_size
         reason = (
             f"body of {event.body_size} bytes is larger than max_message_size="
@@ -622,60 +635,12 @@ class Reader:
         if address in self._direct:
             self._schedule_reconnect(address, Backoff(*self._reconnect, jitter=0.2, rng=self._rng))
 
-    # ---- responses (from Message) ------------------------------------------------------
-
-    def _requeue_delay_ms(self, msg: Message, delay: float | None) -> int:
-        if delay is None:
-            seconds = min(self._requeue_delay * msg.attempts, self._max_requeue_delay)
-        else:
-            seconds = _positive("delay", delay, allow_zero=True)
-        return int(seconds * 1000)
-
-    async def _respond(self, msg: Message, requeue_ms: int | None, success: bool | None) -> None:
-        conn = msg._conn
-        if not conn.usable:
-            return  # nsqd re-delivers it after its timeout; nothing to say on a dead link
-        dist = self._dist
-        loop = self._loop
-        if msg.id not in conn.core.in_flight:
-            # The same id was delivered again (msg_timeout expired) and that copy was
-            # answered already: nothing to send, but this copy still frees its slot.
-            if dist is not None and loop is not None:
-                self._apply(dist.on_response(conn.address, loop.time(), None))
-            return
-        if requeue_ms is None:
-            conn.core.fin(msg.id)
-            conn.finished += 1
-            self._finished += 1
-        else:
-            conn.core.req(msg.id, requeue_ms)
-            conn.requeued += 1
-            self._requeued += 1
-            success = False if success else None
-        if conn.core.pending_bytes >= _EARLY_FLUSH_BYTES:
-            conn.flush()  # let nsqd refill while we go on with the messages we hold
-        else:
-            conn.schedule_flush()
-        if dist is not None and loop is not None:
-            updates = dist.on_response(conn.address, loop.time(), success)
-            if updates or success is False or dist.backoff.active:
-                self._apply(updates)  # also re-arms the timer: a backoff window may have opened
-        if conn._paused:
-            await conn.drain()
-
     def _give_up(self, msg: Message, now: float, reason: str, *, always_log: bool = False) -> None:
         self._given_up += 1
         msg._give_up_reason = reason
         conn = msg._conn
-        msg._responded = True
-        conn.core.fin(msg.id)
-        conn.finished += 1
-        self._finished += 1
-        conn.schedule_flush()
-        if self._dist is not None:
-            # Neither success nor failure for backoff; it still frees its RDY slot.
-            self._dist.on_message(conn.address, now)
-            self._apply(self._dist.on_response(conn.address, now, None))
+        assert self._responder is not None
+        self._responder.give_up(msg, now)
         callback = self._on_give_up
         if callback is None or always_log:
             log.warning(
@@ -692,7 +657,7 @@ class Reader:
             log.exception("on_give_up failed for %r", msg)
             return
         if inspect.isawaitable(result):
-            self._spawn(self._await_give_up(result, msg))
+            self._spawn(self._await_give_up(result, msg), "on_give_up")
 
     async def _await_give_up(self, result: Awaitable[object], msg: Message) -> None:
         try:
@@ -737,10 +702,11 @@ class Reader:
 
     # ---- connections and discovery ------------------------------------------------------
 
-    def _spawn(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None] | None:
+        if self._tasks.closed:
+            coro.close()  # closing: nothing starts any more
+            return None
+        return self._tasks.start(coro, name=name)
 
     async def _connect(self, address: str) -> None:
         core = ConnectionCore(
@@ -773,14 +739,13 @@ class Reader:
     def _forget_connecting(self, address: str, task: asyncio.Task[None]) -> None:
         if self._connecting.get(address) is task:
             del self._connecting[address]
-        exc = None if task.cancelled() else task.exception()
-        if exc is not None:
-            self._fail(exc, f"connecting to nsqd {address}")
 
     def _schedule_reconnect(self, address: str, backoff: Backoff) -> None:
         if self._closed or address in self._connecting:
             return
-        task = asyncio.ensure_future(self._reconnect_loop(address, backoff))
+        task = self._spawn(self._reconnect_loop(address, backoff), f"reconnect {address}")
+        if task is None:
+            return
         self._connecting[address] = task
         task.add_done_callback(functools.partial(self._forget_connecting, address))
 
@@ -815,11 +780,13 @@ class Reader:
         )
         producers: list[str] = []
         answered = False
+        self._lookupd_errors = []
         for url, result in zip(self._lookupds, results, strict=True):
             if isinstance(result, BaseException):
                 if not isinstance(result, _TRANSIENT_ERRORS):
                     raise result  # a bug, or cancellation
                 log.warning("nsqlookupd %s: %s", redact_url(url), redact_text(str(result)))
+                self._lookupd_errors.append(redact_text(str(result)))
                 continue
             answered = True
             for key in result:
@@ -829,7 +796,9 @@ class Reader:
         for address in producers:
             if address in self._conns or address in self._connecting or self._closed:
                 continue
-            task = asyncio.ensure_future(self._connect_discovered(address))
+            task = self._spawn(self._connect_discovered(address), f"connect {address}")
+            if task is None:
+                break
             self._connecting[address] = task
             task.add_done_callback(functools.partial(self._forget_connecting, address))
             new.append(task)
@@ -876,14 +845,9 @@ class Reader:
             self._failure = exc
         self._wake()
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        """Done callback of every background task: nothing may die unnoticed."""
-        self._tasks.discard(task)
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            self._fail(exc, "a background task")
+    def _task_failed(self, exc: BaseException) -> None:
+        """The first background task that failed: nothing may die unnoticed."""
+        self._fail(exc, "a background task")
 
     def __repr__(self) -> str:
         return (

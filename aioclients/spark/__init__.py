@@ -7,7 +7,7 @@
           .option("servers", "nats://127.0.0.1:4222").option("stream", "ORDERS").load())
 
 Needs the ``spark`` extra (``pip install "aioclients[spark]"``: pyspark with
-pyarrow, pandas < 3). Formats and options: README "Spark" and API.md "Spark".
+pyarrow, pandas < 3). Formats and options: docs/spark.md.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         'install them with: pip install "aioclients[spark]"'
     ) from exc
 
+from aioclients._errors import name_public_module as _name_public_module
 from aioclients.spark import _liftbridge, _nsq
 from aioclients.spark._errors import (
     DataLossError,
@@ -118,3 +119,8 @@ def _enable_filter_pushdown(spark: SparkSession) -> None:
             PUSHDOWN_CONF,
             current,
         )
+
+
+# Errors carry the name users import them by (aioclients.<package>.XError), in tracebacks
+# and in pickles.
+_name_public_module(__name__, globals())

@@ -553,7 +553,7 @@ class JetStreamStreamWriter(DataSourceStreamArrowWriter):
 
 
 class JetStreamDataSource(DataSource):
-    """The ``jetstream`` format (see the module docstring and README "Spark")."""
+    """The ``jetstream`` format (see the module docstring and docs/spark.md)."""
 
     #: numPartitions when the option is not given (``register_data_sources`` sets
     #: it to the session's default parallelism).

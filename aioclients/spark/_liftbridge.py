@@ -1100,7 +1100,7 @@ class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
 
 
 class LiftbridgeDataSource(DataSource):
-    """The ``liftbridge`` format (see the module docstring and README "Spark")."""
+    """The ``liftbridge`` format (see the module docstring and docs/spark.md)."""
 
     #: Whether batch reads take filter pushdown (see ``JetStreamDataSource``).
     filter_pushdown = False

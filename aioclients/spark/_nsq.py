@@ -233,7 +233,7 @@ def _no_batch_reads() -> NoReturn:
 
 
 class NsqDataSource(DataSource):
-    """The ``nsq`` format: writes and streaming reads (module docstring, README "Spark")."""
+    """The ``nsq`` format: writes and streaming reads (module docstring, docs/spark.md)."""
 
     @classmethod
     def name(cls) -> str:

@@ -28,6 +28,10 @@ message before Spark has made the micro-batch holding it durable:
   once: a batch written by the sink but not committed is read twice. NSQ keeps
   no order, and a message held longer than nsqd's ``--max-msg-timeout`` (15
   minutes by default) is re-delivered even while touched.
+- The loop's tasks (the one reading the Reader, the TOUCH rounds) belong to one
+  :class:`TaskOwner`. If one fails (the Reader's iteration ends with an error),
+  the next call from Spark raises it, so the query fails instead of waiting for
+  messages that never come; stopping cancels and awaits them all.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from pyspark.sql.types import (
 from aioclients import nsq
 from aioclients._core import redact_text
 from aioclients._errors import AioClientsError, ConnectError
+from aioclients._tasks import TaskOwner
 from aioclients.nsq._protocol._frames import is_valid_name
 from aioclients.spark._errors import DataSourceOptionError
 from aioclients.spark._protocol._held_batches import HeldBatches
@@ -242,7 +247,8 @@ class _HeldConsumer:
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stopping: asyncio.Event | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskOwner(f"nsq source {config.topic}/{config.channel}", self._failed)
+        self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="aioclients-spark-nsq", daemon=True)
 
     # -- Spark's thread -----------------------------------------------------------------------
@@ -259,6 +265,13 @@ class _HeldConsumer:
             ) from None
 
     def call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run ``make()`` on the loop and wait for it (bounded).
+
+        Raises:
+            ConnectError: the source stopped consuming (the error it met is the cause).
+            TimeoutError: the loop did not answer in time.
+        """
+        self._check()
         future = asyncio.run_coroutine_threadsafe(make(), self._loop)
         try:
             return future.result(self.config.timeout)
@@ -274,7 +287,21 @@ class _HeldConsumer:
             self._loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(self.config.timeout + 10.0)
 
+    def _check(self) -> None:
+        failure = self._failure
+        if failure is not None:
+            config = self.config
+            raise ConnectError(
+                f"the nsq source stopped consuming {config.topic}/{config.channel}: "
+                f"{type(failure).__name__}: {redact_text(str(failure))}"
+            ) from failure
+
     # -- the loop's thread ---------------------------------------------------------------------
+
+    def _failed(self, exc: BaseException) -> None:
+        """A task of the loop failed: the next call from Spark raises it."""
+        log.error("nsq source: %s: %s", type(exc).__name__, redact_text(str(exc)))
+        self._failure = exc
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -311,13 +338,11 @@ class _HeldConsumer:
             )
             return
         self._ready.set_result(None)
-        consume = asyncio.create_task(self._consume(reader))
+        self._tasks.start(self._consume(reader), name="consume")
         try:
             await self._stopping.wait()
         finally:
-            consume.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await consume
+            await self._tasks.aclose()
             if self._timer is not None:
                 self._timer.cancel()
             held = self.held.release()
@@ -344,10 +369,8 @@ class _HeldConsumer:
 
     def _on_timer(self) -> None:
         due = list(self.held.handle_timer(self._loop.time()))
-        if due:
-            task = self._loop.create_task(self._touch(due))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        if due and not self._tasks.closed:
+            self._tasks.start(self._touch(due), name="touch")
         self._arm()
 
     async def _touch(self, messages: list[nsq.Message]) -> None:
@@ -371,6 +394,7 @@ class _HeldConsumer:
                 log.debug("nsq source: FIN/REQ failed: %s", exc)
 
     async def plan(self, start: int, limit: int | None) -> int:
+        self._check()
         self.held.continue_after(start)
         # Spark asks for a new batch only once the one ending at `start` is in its
         # commit log: finish it (and anything before) now.
@@ -381,6 +405,7 @@ class _HeldConsumer:
         return self.held.messages(start, end)
 
     async def commit(self, end: int) -> int:
+        self._check()
         done = self.held.commit(end)
         await self._answer(done, finish=True)
         return len(done)

@@ -509,16 +509,22 @@ class Broker:
             pending_bytes_limit=_PENDING_BYTES,
         )
         await settle(self._nc)
-        server = grpc.aio.server()
+        # No SO_REUSEPORT: a second emulator asking for a port in use must fail, not
+        # share it (gRPC's default lets both listen and splits the connections).
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         server.add_generic_rpc_handlers((self._handlers(),))
         bind = f"{self.host}:{self.port}"
-        if self.credentials is None:
-            port = server.add_insecure_port(bind)
-        else:
-            port = server.add_secure_port(bind, self.credentials)
+        try:
+            if self.credentials is None:
+                port = server.add_insecure_port(bind)
+            else:
+                port = server.add_secure_port(bind, self.credentials)
+        except RuntimeError:  # gRPC's "Failed to bind to address" (in use, not allowed)
+            port = 0
         if port == 0:
             await self._nc.close()
-            raise OSError(f"cannot listen on {self.host}:{self.port}")
+            self._nc = None
+            raise OSError(f"cannot listen on {self.host}:{self.port} (in use?)")
         self.port = port
         await server.start()
         self._server = server

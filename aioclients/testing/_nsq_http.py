@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from aioclients.testing._nsq_wire import NSQ_VERSION, is_valid_name
+from aioclients.testing._nsq_wire import NSQ_VERSION, ClientError, is_valid_name, read_mpub
 
-if TYPE_CHECKING:
-    from aioclients.testing.nsqd import NsqdEmulator
-
-__all__ = ("json_response", "nsq_error", "nsq_error_middleware", "start_http", "text_response")
+__all__ = (
+    "NsqdBackend",
+    "json_response",
+    "nsq_error",
+    "nsq_error_middleware",
+    "start_http",
+    "text_response",
+)
 
 _V1_HEADER = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
@@ -38,6 +42,31 @@ _MEMORY_KEYS = (
 )
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class NsqdBackend(Protocol):
+    """What the HTTP API reads and changes of the nsqd emulator it serves (the
+    emulator's own attributes; this module imports no emulator module)."""
+
+    broadcast_address: str
+    host: str
+    http_port: int
+    tcp_port: int
+    max_heartbeat_interval: float
+    max_deflate_level: int
+    max_msg_size: int
+    max_body_size: int
+    max_req_timeout: float
+    _start_time: int
+    _topics: dict[str, Any]
+
+    def stats(
+        self, topic: str | None = None, channel: str | None = None, include_clients: bool = True
+    ) -> dict[str, Any]: ...
+    def _get_topic(self, name: str) -> Any: ...
+    def _publish(self, topic: str, bodies: list[bytes], *, defer: float = 0.0) -> None: ...
+    def _delete_topic(self, name: str) -> None: ...
+    def _delete_channel(self, channel: Any) -> None: ...
 
 
 def nsq_error(status: int, code: str) -> web.Response:
@@ -88,7 +117,7 @@ async def _read_limited(request: web.Request, limit: int) -> bytes:
 
 
 class _Api:
-    def __init__(self, nsqd: NsqdEmulator) -> None:
+    def __init__(self, nsqd: NsqdBackend) -> None:
         self.nsqd = nsqd
 
     def _topic(self, request: web.Request) -> str | web.Response:
@@ -146,8 +175,6 @@ class _Api:
         return text_response("OK")
 
     async def mpub(self, request: web.Request) -> web.Response:
-        from aioclients.testing.nsqd import _ClientError, _read_mpub
-
         n = self.nsqd
         if request.content_length is not None and request.content_length > n.max_body_size:
             return nsq_error(413, "BODY_TOO_BIG")
@@ -161,8 +188,8 @@ class _Api:
         data = await _read_limited(request, n.max_body_size)
         if binary:
             try:
-                got = _read_mpub(data, 0, n.max_msg_size, n.max_body_size)
-            except _ClientError as err:
+                got = read_mpub(data, 0, n.max_msg_size, n.max_body_size)
+            except ClientError as err:
                 return nsq_error(413, err.code[2:])
             if got is None:  # the body ended early: no count is BAD_BODY, a short message not
                 return nsq_error(413, "BAD_BODY" if len(data) < 4 else "BAD_MESSAGE")
@@ -267,7 +294,7 @@ class _Api:
         return text_response(b"")
 
 
-async def start_http(nsqd: NsqdEmulator, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def start_http(nsqd: NsqdBackend, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Serve the nsqd HTTP API; returns the runner and the bound port."""
     api = _Api(nsqd)
     app = web.Application(

@@ -23,7 +23,11 @@ The faults:
 - :meth:`FaultProxy.delay`: every chunk is forwarded ``seconds`` after it was
   read, in order, in both directions.
 
-It runs in the event loop that starts it and binds to loopback only.
+It runs in the event loop that starts it and binds to loopback only. Its tasks
+(connecting to the target, the two pumps of each connection, listening again)
+belong to one :class:`~aioclients._tasks.TaskOwner`: :meth:`FaultProxy.aclose`
+cancels and awaits them all, then raises the first one that failed (a bug in
+the proxy, not a network error: those end the connection).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import socket
 import struct
 from dataclasses import dataclass
 from types import TracebackType
+
+from aioclients._tasks import TaskOwner
 
 __all__ = ("FaultProxy", "FaultProxyStatistics")
 
@@ -139,6 +145,7 @@ class FaultProxy:
         self._connect_timeout = connect_timeout
         self._server: asyncio.Server | None = None
         self._relisten: asyncio.Task[None] | None = None
+        self._tasks = TaskOwner(f"FaultProxy({self.target})")
         self._links: set[_Link] = set()
         self._thawed = asyncio.Event()
         self._thawed.set()
@@ -186,11 +193,15 @@ class FaultProxy:
         self._port = self._server.sockets[0].getsockname()[1]
 
     async def aclose(self) -> None:
-        """Stop listening and abort every proxied connection."""
+        """Stop listening, abort every proxied connection and end every task.
+
+        Raises:
+            Exception: the first error one of the proxy's tasks failed with (a bug:
+                network errors only end their connection).
+        """
         self._closed = True
         if self._relisten is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._relisten, 5.0)
+            await asyncio.wait([self._relisten], timeout=5.0)
             self._relisten = None
         server, self._server = self._server, None
         if server is not None:
@@ -202,9 +213,13 @@ class FaultProxy:
             link.abort(rst=False)
         if tasks:
             await asyncio.wait(tasks, timeout=5.0)
+        await self._tasks.aclose()
         if server is not None:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5.0)
+        failure = self._tasks.failure
+        if failure is not None:
+            raise failure
 
     async def __aenter__(self) -> FaultProxy:
         await self.start()
@@ -253,7 +268,7 @@ class FaultProxy:
             # Listening again is synchronous so that the next connect finds the port open.
             sock = socket.create_server(("127.0.0.1", self._port), reuse_port=False)
             sock.setblocking(False)
-            self._relisten = asyncio.get_running_loop().create_task(self._serve_on(sock))
+            self._relisten = self._tasks.start(self._serve_on(sock), name="listen again")
 
     async def _serve_on(self, sock: socket.socket) -> None:
         if self._refusing or self._closed:
@@ -278,7 +293,16 @@ class FaultProxy:
 
     # -- forwarding --------------------------------------------------------
 
-    async def _on_client(
+    def _on_client(
+        self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
+    ) -> None:
+        # A plain callback, so that the task serving the client is the proxy's own.
+        if self._tasks.closed:
+            client_writer.transport.abort()
+            return
+        self._tasks.start(self._link(client_reader, client_writer), name="connect to the target")
+
+    async def _link(
         self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
     ) -> None:
         self._accepted += 1
@@ -292,6 +316,9 @@ class FaultProxy:
             log.debug("fault proxy: target %s:%s unreachable: %s", host, port, exc)
             _abort_with_rst(client_writer)
             return
+        except BaseException:  # cancelled by aclose() while connecting
+            client_writer.transport.abort()
+            raise
         if self._closed:
             server_writer.transport.abort()
             client_writer.transport.abort()
@@ -300,8 +327,12 @@ class FaultProxy:
         link = _Link((client_reader, client_writer), (server_reader, server_writer))
         self._links.add(link)
         link.tasks = [
-            asyncio.create_task(self._pump(link, client_reader, server_writer, to_server=True)),
-            asyncio.create_task(self._pump(link, server_reader, client_writer, to_server=False)),
+            self._tasks.start(
+                self._pump(link, client_reader, server_writer, to_server=True), name="to server"
+            ),
+            self._tasks.start(
+                self._pump(link, server_reader, client_writer, to_server=False), name="to client"
+            ),
         ]
 
     async def _pump(

@@ -51,14 +51,16 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from types import TracebackType
 
 import grpc
 
 from aioclients._core import check_float, check_int
+from aioclients._errors import InvalidArgumentError
+from aioclients._tasks import TaskOwner
 from aioclients.testing._liftbridge_broker import Broker, Ingester
 from aioclients.testing._liftbridge_state import ClusterState
 from aioclients.testing.nats_server import NatsServer
@@ -105,6 +107,8 @@ class LiftbridgeCluster:
             (Liftbridge's ``clustering.replica.max.idle.wait``, 10 s by default on
             the server); the default, ``REALISTIC_REPLICA_MAX_IDLE_WAIT`` (0.2 s), keeps
             tests fast; 0: replicated partitions commit at once.
+        ports: the brokers' ports, one per broker in broker order (0: a free one);
+            free ports when ``None``. A port in use fails :meth:`start` with ``OSError``.
     """
 
     def __init__(
@@ -117,8 +121,18 @@ class LiftbridgeCluster:
         server_credentials: grpc.ServerCredentials | None = None,
         metadata_delay: float = DEFAULT_METADATA_DELAY,
         replica_max_idle_wait: float = DEFAULT_REPLICA_MAX_IDLE_WAIT,
+        ports: Sequence[int] | None = None,
     ) -> None:
         check_int("brokers", brokers, minimum=1)
+        if ports is not None:
+            ports = list(ports)
+            if len(ports) != brokers:
+                raise InvalidArgumentError(
+                    f"ports must give one port per broker ({brokers}), got {ports}"
+                )
+            for port in ports:
+                if check_int("port", port, minimum=0) > 65535:
+                    raise InvalidArgumentError(f"port must be at most 65535, got {port}")
         check_int("cursor_partitions", cursor_partitions, minimum=0)
         metadata_delay = check_float("metadata_delay", metadata_delay, inclusive=True)
         replica_max_idle_wait = check_float(
@@ -135,14 +149,15 @@ class LiftbridgeCluster:
             replica_max_idle_wait=replica_max_idle_wait,
         )
         self._brokers = [Broker(i, self._state, "", host, self) for i in ids]
-        for b in self._brokers:
+        for i, b in enumerate(self._brokers):
             b.credentials = server_credentials
+            b.port = ports[i] if ports is not None else 0
         self._ingester = Ingester(self._state)
         self._lock = asyncio.Lock()
         self._started = False
-        self._auto_pause_task: asyncio.Task[None] | None = None
+        # the auto-pause loop and the resyncs; a new owner for each start()
+        self._tasks = TaskOwner("LiftbridgeCluster")
         self._resync: asyncio.TimerHandle | None = None  # once lagging brokers caught up
-        self._resync_tasks: set[asyncio.Task[None]] = set()
 
     # -- public API ----------------------------------------------------------
 
@@ -182,34 +197,36 @@ class LiftbridgeCluster:
                 b.nats_url = self._nats_url
                 await b.start()
             await self._ingester.sync()
-            self._auto_pause_task = asyncio.create_task(self._auto_pause_loop())
+            self._tasks = TaskOwner("LiftbridgeCluster")
+            self._tasks.start(self._auto_pause_loop(), name="auto-pause")
         except BaseException:
             await self.stop()
             raise
         log.debug("liftbridge emulator up: %s", self.addresses)
 
     async def stop(self) -> None:
-        """Stop every broker (and the NATS server the cluster started)."""
-        task, self._auto_pause_task = self._auto_pause_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        """Stop every broker (and the NATS server the cluster started).
+
+        Raises:
+            Exception: the first error a task of the cluster (auto-pause, resync)
+                failed with, once everything is stopped.
+        """
         if self._resync is not None:
             self._resync.cancel()
             self._resync = None
-        for t in list(self._resync_tasks):
-            t.cancel()
-            with contextlib.suppress(BaseException):
-                await t
+        await self._tasks.aclose()
         for b in self._brokers:
             await b.stop()
         await self._ingester.stop()
         self._started = False
         if self._own_nats is not None:
-            await asyncio.to_thread(self._own_nats.stop)
+            await asyncio.to_thread(self._own_nats.close)  # its temporary folder too
             self._own_nats = None
             self._nats_url = None
+        failure = self._tasks.failure
+        if failure is not None:
+            self._tasks = TaskOwner("LiftbridgeCluster")  # raised once
+            raise failure
 
     def advertise(self, index: int, address: str | None) -> None:
         """Make broker ``index`` give ``address`` (``"host:port"``) as its own in the
@@ -304,11 +321,9 @@ class LiftbridgeCluster:
 
     def _resync_now(self) -> None:
         self._resync = None
-        if not self._started:
+        if not self._started or self._tasks.closed:
             return
-        task = asyncio.get_running_loop().create_task(self._ingester.sync())
-        self._resync_tasks.add(task)
-        task.add_done_callback(self._resync_tasks.discard)
+        self._tasks.start(self._ingester.sync(), name="resync")
 
     async def _auto_pause_loop(self) -> None:
         # Streams created with autoPauseTime pause when idle, like on the server.

@@ -90,6 +90,9 @@ class NatsServer:
         store_dir: JetStream storage; a temporary directory (removed on exit) when ``None``.
         config: extra nats-server configuration text (e.g. ``"max_payload: 4096"``).
         jetstream: start with JetStream enabled.
+        own_process_group: start nats-server in a process group of its own, so that a
+            Ctrl-C in the terminal reaches only this process, which then stops the
+            server when it is ready to (after the clients and emulators that use it).
     """
 
     def __init__(
@@ -99,8 +102,10 @@ class NatsServer:
         store_dir: str | os.PathLike[str] | None = None,
         config: str | None = None,
         jetstream: bool = True,
+        own_process_group: bool = False,
     ) -> None:
         self._port = port or _free_port()
+        self._own_process_group = own_process_group
         self._owned_dir: tempfile.TemporaryDirectory[str] | None = None
         if store_dir is None:
             self._owned_dir = tempfile.TemporaryDirectory(prefix="aioclients-nats-")
@@ -148,7 +153,12 @@ class NatsServer:
         self._log_offset = log_path.stat().st_size if log_path.exists() else 0
         logfile = open(self.log_path, "ab")  # handed to the child process
         try:
-            self._proc = subprocess.Popen(args, stdout=logfile, stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(
+                args,
+                stdout=logfile,
+                stderr=subprocess.STDOUT,
+                start_new_session=self._own_process_group,
+            )
         finally:
             logfile.close()
         self._paused = False

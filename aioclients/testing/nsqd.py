@@ -59,13 +59,17 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
+from aioclients._tasks import TaskOwner
+from aioclients.testing._nsq_http import start_http
 from aioclients.testing._nsq_wire import (
     FRAME_ERROR,
     FRAME_MESSAGE,
     FRAME_RESPONSE,
     NSQ_VERSION,
+    ClientError,
     frame,
     is_valid_name,
+    read_mpub,
 )
 
 __all__ = ("NsqdEmulator",)
@@ -84,15 +88,6 @@ _OK = frame(FRAME_RESPONSE, b"OK")
 _STATE_INIT = 0
 _STATE_SUBSCRIBED = 3
 _STATE_CLOSING = 4
-
-
-class _ClientError(Exception):
-    """An error nsqd would send as an error frame; ``fatal`` ones close the connection."""
-
-    def __init__(self, code: str, desc: str, *, fatal: bool = True) -> None:
-        super().__init__(f"{code} {desc}")
-        self.code = code
-        self.fatal = fatal
 
 
 def _goquote(name: str) -> str:
@@ -655,7 +650,7 @@ class _NsqdConnection(asyncio.Protocol):
                 params = line.split(b" ")
                 try:
                     end = self._exec(params, nl + 1)
-                except _ClientError as err:
+                except ClientError as err:
                     self.write(frame(FRAME_ERROR, str(err).encode()))
                     if err.fatal:
                         log.debug("nsqd emulator: fatal %s for %s", err, self)
@@ -691,10 +686,10 @@ class _NsqdConnection(asyncio.Protocol):
             return self._identify(params, start)
         if self.nsqd.tls_required and not self.tls:
             name = cmd.decode(errors="replace")
-            raise _ClientError("E_INVALID", f"cannot {name} in current state (TLS required)")
+            raise ClientError("E_INVALID", f"cannot {name} in current state (TLS required)")
         handler = _COMMANDS.get(cmd)
         if handler is None:
-            raise _ClientError("E_INVALID", f"invalid command {cmd.decode(errors='replace')}")
+            raise ClientError("E_INVALID", f"invalid command {cmd.decode(errors='replace')}")
         return handler(self, params, start)
 
     def _size(self, start: int) -> int | None:
@@ -707,14 +702,14 @@ class _NsqdConnection(asyncio.Protocol):
     def _identify(self, params: list[bytes], start: int) -> int | None:
         nsqd = self.nsqd
         if self.state != _STATE_INIT:
-            raise _ClientError("E_INVALID", "cannot IDENTIFY in current state")
+            raise ClientError("E_INVALID", "cannot IDENTIFY in current state")
         size = self._size(start)
         if size is None:
             return None
         if size > nsqd.max_body_size:
-            raise _ClientError("E_BAD_BODY", f"IDENTIFY body too big {size} > {nsqd.max_body_size}")
+            raise ClientError("E_BAD_BODY", f"IDENTIFY body too big {size} > {nsqd.max_body_size}")
         if size <= 0:
-            raise _ClientError("E_BAD_BODY", f"IDENTIFY invalid body size {size}")
+            raise ClientError("E_BAD_BODY", f"IDENTIFY invalid body size {size}")
         end = start + 4 + size
         if len(self._buf) < end:
             return None
@@ -722,10 +717,10 @@ class _NsqdConnection(asyncio.Protocol):
             data = json.loads(bytes(self._buf[start + 4 : end]))
             settings = _IdentifyData({} if data is None else data)
         except (ValueError, TypeError):
-            raise _ClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
+            raise ClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
         error = self._apply_identify(settings)
         if error:
-            raise _ClientError("E_BAD_BODY", f"IDENTIFY {error}")
+            raise ClientError("E_BAD_BODY", f"IDENTIFY {error}")
         self._start_heartbeats()
         self._arm_read_deadline()
         if not settings.feature_negotiation:
@@ -737,7 +732,7 @@ class _NsqdConnection(asyncio.Protocol):
         level = min(level, nsqd.max_deflate_level)
         snappy = nsqd.snappy_enabled and settings.snappy
         if deflate and snappy:
-            raise _ClientError(
+            raise ClientError(
                 "E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression"
             )
         answer = {
@@ -761,11 +756,10 @@ class _NsqdConnection(asyncio.Protocol):
             # client sent before our answer are lost, as they are with nsqd.
             self._upgrading = True
             del self._buf[end:]
-            task = self.loop.create_task(
-                self._upgrade_tls(deflate_level=level if deflate else 0, snappy=snappy)
+            self.nsqd._tasks.start(
+                self._upgrade_tls(deflate_level=level if deflate else 0, snappy=snappy),
+                name=f"TLS with {self.remote_address}",
             )
-            self.nsqd._tasks.add(task)
-            task.add_done_callback(self.nsqd._tasks.discard)
         elif snappy:
             self._start_snappy(end)
         elif deflate:
@@ -877,35 +871,35 @@ class _NsqdConnection(asyncio.Protocol):
         if nsqd.auth_secret is None:
             return
         if not self.authed:
-            raise _ClientError("E_AUTH_FIRST", f"AUTH required before {cmd}")
+            raise ClientError("E_AUTH_FIRST", f"AUTH required before {cmd}")
         if not nsqd._authorized(topic):
-            raise _ClientError(
+            raise ClientError(
                 "E_UNAUTHORIZED", f"AUTH failed for {cmd} on {_goquote(topic)} {_goquote(channel)}"
             )
 
     def _auth(self, params: list[bytes], start: int) -> int | None:
         nsqd = self.nsqd
         if self.state != _STATE_INIT:
-            raise _ClientError("E_INVALID", "cannot AUTH in current state")
+            raise ClientError("E_INVALID", "cannot AUTH in current state")
         if len(params) != 1:
-            raise _ClientError("E_INVALID", "AUTH invalid number of parameters")
+            raise ClientError("E_INVALID", "AUTH invalid number of parameters")
         size = self._size(start)
         if size is None:
             return None
         if size > nsqd.max_body_size:
-            raise _ClientError("E_BAD_BODY", f"AUTH body too big {size} > {nsqd.max_body_size}")
+            raise ClientError("E_BAD_BODY", f"AUTH body too big {size} > {nsqd.max_body_size}")
         if size <= 0:
-            raise _ClientError("E_BAD_BODY", f"AUTH invalid body size {size}")
+            raise ClientError("E_BAD_BODY", f"AUTH invalid body size {size}")
         end = start + 4 + size
         if len(self._buf) < end:
             return None
         secret = bytes(self._buf[start + 4 : end])
         if self.authed:
-            raise _ClientError("E_INVALID", "AUTH already set")
+            raise ClientError("E_INVALID", "AUTH already set")
         if nsqd.auth_secret is None:
-            raise _ClientError("E_AUTH_DISABLED", "AUTH disabled")
+            raise ClientError("E_AUTH_DISABLED", "AUTH disabled")
         if secret != nsqd.auth_secret.encode():
-            raise _ClientError("E_AUTH_FAILED", "AUTH failed")
+            raise ClientError("E_AUTH_FAILED", "AUTH failed")
         self.authed = True
         answer = {
             "identity": nsqd.auth_identity,
@@ -917,17 +911,17 @@ class _NsqdConnection(asyncio.Protocol):
 
     def _sub(self, params: list[bytes], start: int) -> int | None:
         if self.state != _STATE_INIT:
-            raise _ClientError("E_INVALID", "cannot SUB in current state")
+            raise ClientError("E_INVALID", "cannot SUB in current state")
         if self.heartbeat_interval <= 0:
-            raise _ClientError("E_INVALID", "cannot SUB with heartbeats disabled")
+            raise ClientError("E_INVALID", "cannot SUB with heartbeats disabled")
         if len(params) < 3:
-            raise _ClientError("E_INVALID", "SUB insufficient number of parameters")
+            raise ClientError("E_INVALID", "SUB insufficient number of parameters")
         topic_name = params[1].decode(errors="replace")
         if not is_valid_name(topic_name):
-            raise _ClientError("E_BAD_TOPIC", f"SUB topic name {_goquote(topic_name)} is not valid")
+            raise ClientError("E_BAD_TOPIC", f"SUB topic name {_goquote(topic_name)} is not valid")
         channel_name = params[2].decode(errors="replace")
         if not is_valid_name(channel_name):
-            raise _ClientError(
+            raise ClientError(
                 "E_BAD_CHANNEL", f"SUB channel name {_goquote(channel_name)} is not valid"
             )
         self._check_auth("SUB", topic_name, channel_name)
@@ -942,17 +936,17 @@ class _NsqdConnection(asyncio.Protocol):
         if self.state == _STATE_CLOSING:
             return start  # nsqd ignores RDY after CLS
         if self.state != _STATE_SUBSCRIBED:
-            raise _ClientError("E_INVALID", "cannot RDY in current state")
+            raise ClientError("E_INVALID", "cannot RDY in current state")
         count = 1
         if len(params) > 1:
             parsed = _base10(params[1])
             if parsed is None:
-                raise _ClientError(
+                raise ClientError(
                     "E_INVALID", f"RDY could not parse count {params[1].decode(errors='replace')}"
                 )
             count = parsed
         if count > self.nsqd.max_rdy_count:
-            raise _ClientError(
+            raise ClientError(
                 "E_INVALID", f"RDY count {count} out of range 0-{self.nsqd.max_rdy_count}"
             )
         self.rdy = count
@@ -962,11 +956,11 @@ class _NsqdConnection(asyncio.Protocol):
 
     def _message_id(self, params: list[bytes], cmd: str, needed: int) -> bytes:
         if self.state not in (_STATE_SUBSCRIBED, _STATE_CLOSING):
-            raise _ClientError("E_INVALID", f"cannot {cmd} in current state")
+            raise ClientError("E_INVALID", f"cannot {cmd} in current state")
         if len(params) < needed:
-            raise _ClientError("E_INVALID", f"{cmd} insufficient number of params")
+            raise ClientError("E_INVALID", f"{cmd} insufficient number of params")
         if len(params[1]) != 16:
-            raise _ClientError("E_INVALID", "invalid message ID")
+            raise ClientError("E_INVALID", "invalid message ID")
         return params[1]
 
     def _fin(self, params: list[bytes], start: int) -> int | None:
@@ -975,7 +969,7 @@ class _NsqdConnection(asyncio.Protocol):
         try:
             self.channel.finish(self, msg_id)
         except LookupError as exc:
-            raise _ClientError(
+            raise ClientError(
                 "E_FIN_FAILED", f"FIN {msg_id.decode(errors='replace')} failed {exc}", fatal=False
             ) from None
         self.finish_count += 1
@@ -987,14 +981,14 @@ class _NsqdConnection(asyncio.Protocol):
         assert self.channel is not None
         timeout_ms = _base10(params[2])
         if timeout_ms is None:
-            raise _ClientError(
+            raise ClientError(
                 "E_INVALID", f"REQ could not parse timeout {params[2].decode(errors='replace')}"
             )
         delay = min(timeout_ms / 1000, self.nsqd.max_req_timeout)  # nsqd clamps, logs
         try:
             self.channel.requeue(self, msg_id, delay)
         except LookupError as exc:
-            raise _ClientError(
+            raise ClientError(
                 "E_REQ_FAILED", f"REQ {msg_id.decode(errors='replace')} failed {exc}", fatal=False
             ) from None
         self.requeue_count += 1
@@ -1007,7 +1001,7 @@ class _NsqdConnection(asyncio.Protocol):
         try:
             self.channel.touch(self, msg_id, self.msg_timeout)
         except LookupError as exc:
-            raise _ClientError(
+            raise ClientError(
                 "E_TOUCH_FAILED",
                 f"TOUCH {msg_id.decode(errors='replace')} failed {exc}",
                 fatal=False,
@@ -1016,7 +1010,7 @@ class _NsqdConnection(asyncio.Protocol):
 
     def _cls(self, params: list[bytes], start: int) -> int | None:
         if self.state != _STATE_SUBSCRIBED:
-            raise _ClientError("E_INVALID", "cannot CLS in current state")
+            raise ClientError("E_INVALID", "cannot CLS in current state")
         self.rdy = 0
         self.state = _STATE_CLOSING
         self.write(frame(FRAME_RESPONSE, b"CLOSE_WAIT"))
@@ -1027,10 +1021,10 @@ class _NsqdConnection(asyncio.Protocol):
 
     def _topic_param(self, params: list[bytes], cmd: str, needed: int, prefix: str = "") -> str:
         if len(params) < needed:
-            raise _ClientError("E_INVALID", f"{cmd} insufficient number of parameters")
+            raise ClientError("E_INVALID", f"{cmd} insufficient number of parameters")
         name = params[1].decode(errors="replace")
         if not is_valid_name(name):
-            raise _ClientError(
+            raise ClientError(
                 "E_BAD_TOPIC", f"{prefix}{cmd} topic name {_goquote(name)} is not valid"
             )
         return name
@@ -1040,9 +1034,9 @@ class _NsqdConnection(asyncio.Protocol):
         if size is None:
             return None
         if size <= 0:
-            raise _ClientError("E_BAD_MESSAGE", f"{cmd} invalid message body size {size}")
+            raise ClientError("E_BAD_MESSAGE", f"{cmd} invalid message body size {size}")
         if size > self.nsqd.max_msg_size:
-            raise _ClientError(
+            raise ClientError(
                 "E_BAD_MESSAGE", f"{cmd} message too big {size} > {self.nsqd.max_msg_size}"
             )
         end = start + 4 + size
@@ -1067,12 +1061,12 @@ class _NsqdConnection(asyncio.Protocol):
         topic = self._topic_param(params, "DPUB", 3)
         timeout_ms = _base10(params[2])
         if timeout_ms is None:
-            raise _ClientError(
+            raise ClientError(
                 "E_INVALID", f"DPUB could not parse timeout {params[2].decode(errors='replace')}"
             )
         max_ms = round(self.nsqd.max_req_timeout * 1000)
         if timeout_ms > max_ms:
-            raise _ClientError("E_INVALID", f"DPUB timeout {timeout_ms} out of range 0-{max_ms}")
+            raise ClientError("E_INVALID", f"DPUB timeout {timeout_ms} out of range 0-{max_ms}")
         got = self._read_message("DPUB", start)
         if got is None:
             return None
@@ -1093,10 +1087,10 @@ class _NsqdConnection(asyncio.Protocol):
         if size is None:
             return None
         if size <= 0:
-            raise _ClientError("E_BAD_BODY", f"MPUB invalid body size {size}")
+            raise ClientError("E_BAD_BODY", f"MPUB invalid body size {size}")
         if size > nsqd.max_body_size:
-            raise _ClientError("E_BAD_BODY", f"MPUB body too big {size} > {nsqd.max_body_size}")
-        got = _read_mpub(self._buf, start + 4, nsqd.max_msg_size, nsqd.max_body_size)
+            raise ClientError("E_BAD_BODY", f"MPUB body too big {size} > {nsqd.max_body_size}")
+        got = read_mpub(self._buf, start + 4, nsqd.max_msg_size, nsqd.max_body_size)
         if got is None:
             return None
         bodies, end = got
@@ -1161,33 +1155,6 @@ _COMMANDS: dict[bytes, _Handler] = {
 }
 
 
-def _read_mpub(
-    buf: bytes | bytearray, pos: int, max_msg_size: int, max_body_size: int
-) -> tuple[list[bytes], int] | None:
-    """Parse an MPUB body the way nsqd's readMPUB does; None when more bytes are needed."""
-    if len(buf) < pos + 4:
-        return None
-    count = _SIZE.unpack_from(buf, pos)[0]
-    pos += 4
-    if count <= 0 or count > (max_body_size - 4) // 5:
-        raise _ClientError("E_BAD_BODY", f"MPUB invalid message count {count}")
-    bodies = []
-    for i in range(count):
-        if len(buf) < pos + 4:
-            return None
-        size = _SIZE.unpack_from(buf, pos)[0]
-        if size <= 0:
-            raise _ClientError("E_BAD_MESSAGE", f"MPUB invalid message({i}) body size {size}")
-        if size > max_msg_size:
-            raise _ClientError("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg_size}")
-        pos += 4
-        if len(buf) < pos + size:
-            return None
-        bodies.append(bytes(buf[pos : pos + size]))
-        pos += size
-    return bodies, pos
-
-
 class _IdentifyData:
     """The IDENTIFY fields nsqd reads; wrong JSON types fail as Go's decoder does."""
 
@@ -1243,16 +1210,12 @@ class _LookupdPeer:
 
     def start(self) -> None:
         self.queue = asyncio.Queue()
-        self.task = self.nsqd._loop.create_task(self._run())
+        self.task = self.nsqd._tasks.start(self._run(), name=f"register with {self.address}")
 
     async def stop(self) -> None:
         task, self.task = self.task, None
         if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await self.nsqd._tasks.cancel(task)
 
     def send(self, command: bytes) -> None:
         if self.task is not None:
@@ -1415,7 +1378,8 @@ class NsqdEmulator:
         self._http_runner: Any = None
         self._connections: set[_NsqdConnection] = set()
         self._topics: dict[str, _Topic] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        # TLS upgrades, lookupd registrations; a new owner for each start()
+        self._tasks = TaskOwner("NsqdEmulator")
         self._lookupd_peers = [_LookupdPeer(self, a) for a in lookupd_tcp_addresses]
         self._start_time = int(time.time())
         self._failures: dict[str, int] = {}
@@ -1452,6 +1416,7 @@ class NsqdEmulator:
         if self._server is not None:
             return
         self._loop_ = asyncio.get_running_loop()
+        self._tasks = TaskOwner(f"NsqdEmulator({self.host}:{self.tcp_port or 'new'})")
         for topic in self._topics.values():  # topics kept from a run on another loop
             for channel in topic.channels.values():
                 channel.loop = self._loop_
@@ -1460,8 +1425,6 @@ class NsqdEmulator:
         )
         self.tcp_port = self._server.sockets[0].getsockname()[1]
         if self._http_enabled:
-            from aioclients.testing._nsq_http import start_http
-
             self._http_runner, self.http_port = await start_http(self, self.host, self.http_port)
         self._start_time = int(time.time())
         for peer in self._lookupd_peers:
@@ -1473,6 +1436,10 @@ class NsqdEmulator:
 
         In-flight and deferred messages go back to their channel's queue, as nsqd
         flushes them to disk on exit and reads them back when it starts again.
+
+        Raises:
+            Exception: the first error one of the emulator's tasks (a TLS upgrade,
+                a lookupd registration) failed with: a bug in the emulator.
         """
         server, self._server = self._server, None
         if server is None:
@@ -1493,11 +1460,10 @@ class NsqdEmulator:
                     self._delete_channel(channel)
                 else:
                     channel.flush_for_restart()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.aclose()
+        failure = self._tasks.failure
+        if failure is not None:
+            raise failure
 
     async def close(self) -> None:
         """Stop and forget every topic."""
@@ -1670,7 +1636,7 @@ class NsqdEmulator:
         left = self._failures.get(command, 0)
         if left:
             self._failures[command] = left - 1
-            raise _ClientError(f"E_{command}_FAILED", f"{command} failed exiting")
+            raise ClientError(f"E_{command}_FAILED", f"{command} failed exiting")
 
     def _publish(self, topic: str, bodies: list[bytes], *, defer: float = 0.0) -> None:
         ts = time.time_ns()

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from aioclients._tasks import TaskOwner
 from aioclients.testing._nsq_http import (
     json_response,
     nsq_error,
@@ -111,7 +112,8 @@ class NsqlookupdEmulator:
         self._server: asyncio.Server | None = None
         self._runner: web.AppRunner | None = None
         self._writers: set[asyncio.StreamWriter] = set()
-        self._handlers: set[asyncio.Task[Any]] = set()
+        # one task per nsqd connection; a new owner for each start()
+        self._tasks = TaskOwner("NsqlookupdEmulator")
 
     # -- public surface -------------------------------------------------------------------
 
@@ -138,28 +140,34 @@ class NsqlookupdEmulator:
         """
         if self._server is not None:
             return
+        self._tasks = TaskOwner(f"NsqlookupdEmulator({self.host}:{self.tcp_port or 'new'})")
         self._server = await asyncio.start_server(
-            self._handle, self.host, self.tcp_port, reuse_address=True
+            self._accept, self.host, self.tcp_port, reuse_address=True
         )
         self.tcp_port = self._server.sockets[0].getsockname()[1]
         self._runner, self.http_port = await _start_http(self, self.host, self.http_port)
 
     async def stop(self) -> None:
-        """Close the listeners and every nsqd connection; registrations are kept."""
+        """Close the listeners and every nsqd connection; registrations are kept.
+
+        Raises:
+            Exception: the first error a connection's task failed with (a bug in
+                the emulator).
+        """
         server, self._server = self._server, None
         if server is None:
             return
         server.close()
         for writer in list(self._writers):
             writer.transport.abort()
-        for task in list(self._handlers):
-            task.cancel()
-        if self._handlers:
-            await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._tasks.aclose()
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
         await server.wait_closed()
+        failure = self._tasks.failure
+        if failure is not None:
+            raise failure
 
     async def close(self) -> None:
         """Stop and forget every registration."""
@@ -277,10 +285,14 @@ class NsqlookupdEmulator:
 
     # -- TCP protocol -------------------------------------------------------------------
 
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # A plain callback, so that the task serving the connection is ours.
+        if self._tasks.closed:
+            writer.transport.abort()
+            return
+        self._tasks.start(self._handle(reader, writer), name="nsqd connection")
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
         self._writers.add(writer)
         peer = writer.get_extra_info("peername")
         remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -307,7 +319,6 @@ class NsqlookupdEmulator:
             if producer is not None:
                 self._remove_producer(producer.id)
             self._writers.discard(writer)
-            self._handlers.discard(task)
             writer.close()
 
     async def _exec(

@@ -11,14 +11,13 @@ private name (a name with a leading underscore that is not a module).
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
-import aioclients
+from tests import import_rules as rules
 
-ROOT = Path(aioclients.__file__).parent
+ROOT = rules.ROOT
 PACKAGES = ("liftbridge", "_grpc_h2")
 LB = "aioclients.liftbridge"
 H2 = "aioclients._grpc_h2"
@@ -52,52 +51,12 @@ LAYERS: dict[str, int] = {
 PURE_LAYERS = {20, 30}
 
 
-def _module_name(path: Path, root: Path = ROOT) -> str:
-    parts = list(path.relative_to(root.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
 def _modules(root: Path) -> dict[str, Path]:
-    return {
-        _module_name(p, root): p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))
-    }
-
-
-def _is_module(name: str, known: dict[str, Path]) -> bool:
-    return name in known
-
-
-def _imports(path: Path, known: dict[str, Path], root: Path = ROOT) -> list[tuple[str, str]]:
-    """``(imported module, private name or "")`` for every import in the file."""
-    out: list[tuple[str, str]] = []
-    this = _module_name(path, root)
-    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            out.extend((alias.name, "") for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join([*up, base] if base else up)
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                if _is_module(sub, known):
-                    out.append((sub, ""))
-                else:
-                    private = alias.name if alias.name.startswith("_") else ""
-                    out.append((base, private))
-    return out
+    return rules.modules(PACKAGES, root)
 
 
 def _graph(root: Path) -> dict[str, set[str]]:
-    known = _modules(root)
-    return {
-        name: {m for m, _ in _imports(path, known, root) if m in known and m != name}
-        for name, path in known.items()
-    }
+    return rules.graph(PACKAGES, root)
 
 
 def _layer(name: str) -> int | None:
@@ -109,31 +68,7 @@ def _layer(name: str) -> int | None:
     return None
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle, or None."""
-    state: dict[str, int] = {}  # 1: on the path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return [*path[path.index(nxt) :], nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found:
-                    return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
+_cycle = rules.cycle
 
 
 GRAPH = _graph(ROOT)
@@ -177,14 +112,7 @@ def test_the_liftbridge_package_reaches_the_transport_through_one_module() -> No
 
 
 def test_no_module_imports_another_modules_private_name() -> None:
-    known = _modules(ROOT)
-    found = [
-        f"{name} imports {private} from {module}"
-        for name, path in sorted(known.items())
-        for module, private in _imports(path, known)
-        if private and module.startswith(("aioclients.",)) and module != name
-    ]
-    assert found == []
+    assert rules.private_names_taken(PACKAGES) == []
 
 
 def test_the_checks_catch_a_cycle_an_upward_import_and_a_private_name(tmp_path: Path) -> None:
@@ -207,9 +135,9 @@ def test_the_checks_catch_a_cycle_an_upward_import_and_a_private_name(tmp_path: 
         [f"{LB}._client", f"{LB}._brokers", f"{LB}._client"],
     )
     assert _layer(f"{LB}._client") > _layer(f"{LB}._brokers")  # type: ignore[operator]
-    known = _modules(tmp_path / "aioclients")
-    imports = _imports(pkg / "_client.py", known, tmp_path / "aioclients")
-    assert (f"{LB}._errors", "_secret") in imports
+    assert rules.private_names_taken(PACKAGES, tmp_path / "aioclients") == [
+        f"{LB}._client imports _secret from {LB}._errors"
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(n for n in GRAPH if n.startswith(f"{LB}._protocol.")))

@@ -4,6 +4,7 @@ InvalidArgumentError naming the argument (never a raw TypeError, never sent to n
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from aioclients import InvalidArgumentError
 from aioclients._core import check_float
 from aioclients.nsq import HTTPProducer, Producer, Reader
+from aioclients.nsq._protocol._rdy import RdyDistributor
+from aioclients.nsq._responder import ReaderResponder
 
 BAD_SECONDS = [
     -1,
@@ -118,13 +121,20 @@ def test_reader_arguments(kwargs: dict[str, Any], match: str) -> None:
 
 
 def test_requeue_with_an_infinite_delay_is_refused() -> None:
-    reader = Reader("t", "c", nsqd_tcp_addresses=["h:1"])
+    # The requeue delay policy is the Reader's message responder's.
+    responder = ReaderResponder(
+        RdyDistributor(1, rng=random.Random(0)),
+        lambda updates: None,
+        lambda: 0.0,
+        requeue_delay=90.0,
+        max_requeue_delay=900.0,
+    )
 
     class Msg:
         attempts = 1
 
     with pytest.raises(InvalidArgumentError, match="delay"):
-        reader._requeue_delay_ms(Msg(), math.inf)  # type: ignore[arg-type]
+        responder.requeue_delay_ms(Msg(), math.inf)  # type: ignore[arg-type]
 
 
 def test_check_float() -> None:

@@ -421,3 +421,38 @@ async def test_options_are_checked_and_an_unreachable_nsqd_is_named() -> None:
             )
     finally:
         await asyncio.to_thread(reader.stop)
+
+
+async def test_a_failed_consumer_fails_the_next_call_and_stop_leaves_no_task(
+    server: Nsqd, unique_name: str
+) -> None:
+    # No Spark session: the driver-side reader is called as Spark calls it.
+    import threading
+
+    topic = unique_name[-60:]
+    await server.prepare(topic, [])
+    reader = NsqStreamReader(
+        {"nsqd": server.tcp_address, "topic": topic, "channel": CHANNEL, "timeout": "10"}
+    )
+    try:
+        start = reader.initialOffset()
+        limit = reader.getDefaultReadLimit()
+        assert await asyncio.to_thread(reader.latestOffset, start, limit) == {"batch": 0}
+        consumer = reader._consumer
+        assert consumer is not None
+        met = threading.Event()
+
+        def broken(msg: object, now: float) -> None:
+            met.set()
+            raise RuntimeError("a bug while holding a message")
+
+        consumer.held.receive = broken  # type: ignore[method-assign]
+        await server.prepare(topic, [b"x"])
+        assert await asyncio.to_thread(met.wait, WAIT)
+        with pytest.raises(ConnectError, match="stopped consuming") as info:
+            await asyncio.to_thread(reader.latestOffset, start, limit)
+        assert isinstance(info.value.__cause__, RuntimeError)
+    finally:
+        await asyncio.to_thread(reader.stop)
+    assert not consumer._thread.is_alive()
+    assert asyncio.all_tasks(consumer._loop) == set()

@@ -124,6 +124,12 @@ class NsqdConnection(asyncio.Protocol):
                 raise NSQConnectError(
                     f"could not connect to nsqd at {self.address} within {timeout}s"
                 ) from None
+            except ConnectionRefusedError as exc:
+                raise NSQConnectError(
+                    f"could not connect to nsqd at {self.address} (connection refused): "
+                    "start one with `aioclients-servers` or `nsqd`, or check that this is "
+                    "its TCP address"
+                ) from exc
             except OSError as exc:
                 raise NSQConnectError(
                     f"could not connect to nsqd at {self.address}: {exc} "

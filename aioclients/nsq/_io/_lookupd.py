@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 
 import aiohttp
 
@@ -42,6 +43,12 @@ async def query_lookupd(
             f"nsqlookupd {redact_url(base_url)} did not answer within {timeout}s"
         ) from None
     except (aiohttp.ClientError, OSError) as exc:
+        if getattr(exc, "errno", None) == errno.ECONNREFUSED:
+            raise NSQConnectError(
+                f"nsqlookupd {redact_url(base_url)} unreachable (connection refused): "
+                "start one with `aioclients-servers` or `nsqlookupd`, or check that this "
+                "is its HTTP address"
+            ) from None
         # aiohttp's text may quote the URL, credentials included
         raise NSQConnectError(
             f"nsqlookupd {redact_url(base_url)} unreachable: {redact_text(repr(exc))}"

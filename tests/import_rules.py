@@ -1,0 +1,134 @@
+"""Reading the imports of aioclients' packages from their syntax trees.
+
+Every ``import`` and ``from ... import`` counts, wherever it stands: at module
+level, under ``if TYPE_CHECKING:`` and inside functions (they are arrows of the
+import graph all the same). Used by ``tests/test_import_rules.py`` (no cycle, no
+sibling imported inside a function, no private name taken from another module)
+and ``tests/liftbridge/test_import_layers.py`` (the Liftbridge layers).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aioclients
+
+ROOT = Path(aioclients.__file__).parent
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    """One imported module, or one name taken from a module."""
+
+    module: str  # the imported module (for ``from m import name`` where name is not a module: m)
+    private: str  # the imported name if it starts with "_" (no dunder, no module), else ""
+    in_function: bool  # the import stands inside a function body
+    line: int
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """``aioclients.nsq._reader`` for ``<root>/nsq/_reader.py``."""
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules(packages: Iterable[str], root: Path = ROOT) -> dict[str, Path]:
+    """Every module of the given packages (names under ``aioclients``), by dotted name."""
+    return {module_name(p, root): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))}
+
+
+def imports(path: Path, known: dict[str, Path], root: Path = ROOT) -> list[Import]:
+    """Every import in the file; ``known`` tells which dotted names are modules."""
+    this = module_name(path, root)
+    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+    out: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        if isinstance(node, ast.Import):
+            out.extend(Import(a.name, "", in_function, node.lineno) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                up = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in known:
+                    out.append(Import(sub, "", in_function, node.lineno))
+                else:
+                    name = alias.name
+                    dunder = name.startswith("__") and name.endswith("__")
+                    private = name if name.startswith("_") and not dunder else ""
+                    out.append(Import(base, private, in_function, node.lineno))
+        inside = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
+
+    visit(ast.parse(path.read_text(), filename=str(path)), False)
+    return out
+
+
+def graph(packages: Iterable[str], root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the modules of the same packages it imports."""
+    known = modules(packages, root)
+    return {
+        name: {i.module for i in imports(path, known, root) if i.module in known} - {name}
+        for name, path in known.items()
+    }
+
+
+def cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (``[a, b, ..., a]``), or None."""
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def imports_in_functions(packages: Iterable[str], root: Path = ROOT) -> list[str]:
+    """``"module:line imports sibling"`` for each import of a module of the same
+    packages that stands inside a function."""
+    known = modules(packages, root)
+    return [
+        f"{name}:{i.line} imports {i.module}"
+        for name, path in sorted(known.items())
+        for i in imports(path, known, root)
+        if i.in_function and i.module in known
+    ]
+
+
+def private_names_taken(packages: Iterable[str], root: Path = ROOT) -> list[str]:
+    """``"module imports _name from other"`` for each private name a module of the
+    packages takes from another aioclients module."""
+    known = modules(packages, root)
+    return [
+        f"{name} imports {i.private} from {i.module}"
+        for name, path in sorted(known.items())
+        for i in imports(path, known, root)
+        if i.private and i.module.startswith("aioclients.") and i.module != name
+    ]

@@ -1,0 +1,108 @@
+"""A refused connect fails at once and says what to start; a clean close logs no news."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from support import Server
+
+from aioclients.jetstream import JetStreamConnectError, connect
+from aioclients.testing import NatsServer
+from aioclients.testing.pytest_plugin import ExternalServer
+
+
+@pytest.fixture
+def refused_url() -> Iterator[str]:
+    """A loopback address that refuses connections: bound (so nobody else takes the port)
+    but not listening."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"nats://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def another_refused_url() -> Iterator[str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"nats://127.0.0.1:{sock.getsockname()[1]}"
+
+
+async def test_refused_connect_fails_at_once_saying_what_to_start(
+    refused_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="aioclients")
+    start = time.monotonic()
+    with pytest.raises(JetStreamConnectError) as info:
+        await connect(refused_url)
+    # nats-py would try again after reconnect_time_wait (2 s) until the deadline (6 s).
+    assert time.monotonic() - start < 1.5
+    message = str(info.value)
+    assert message.startswith(f"no NATS server at {refused_url} (connection refused)")
+    assert "`aioclients-servers`" in message
+    assert "`nats-server -js`" in message
+    assert "\n" not in message
+    # Raised, not also logged as a warning on the way.
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_every_server_of_a_list_refusing_fails_at_once(
+    refused_url: str, another_refused_url: str
+) -> None:
+    start = time.monotonic()
+    with pytest.raises(JetStreamConnectError, match="no NATS server at") as info:
+        await connect([refused_url, another_refused_url])
+    assert time.monotonic() - start < 1.5
+    assert refused_url in str(info.value)
+    assert another_refused_url in str(info.value)
+
+
+async def test_a_refusing_server_in_a_list_is_skipped(
+    refused_url: str, nats_server: Server
+) -> None:
+    async with await connect([refused_url, nats_server.url], dont_randomize=True) as js:
+        await js.account_info()
+
+
+async def test_your_error_callback_still_hears_the_refusal(refused_url: str) -> None:
+    heard: list[Exception] = []
+
+    async def error_cb(exc: Exception) -> None:
+        heard.append(exc)
+
+    with pytest.raises(JetStreamConnectError, match="no NATS server"):
+        await connect(refused_url, error_cb=error_cb)
+    assert [type(e) for e in heard] == [ConnectionRefusedError]
+
+
+async def test_closing_logs_nothing_at_info(
+    nats_server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="aioclients")
+    async with await connect(nats_server.url) as js:
+        await js.account_info()
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO], caplog.records
+
+
+@pytest.mark.fault
+async def test_a_lost_connection_is_logged_at_info(
+    nats_server_private: NatsServer | ExternalServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    if isinstance(nats_server_private, ExternalServer):
+        pytest.skip("stops the server; cannot stop an external one")
+    caplog.set_level(logging.INFO, logger="aioclients")
+    reconnected = asyncio.Event()
+
+    async def reconnected_cb() -> None:
+        reconnected.set()
+
+    async with await connect(nats_server_private.url, reconnected_cb=reconnected_cb) as js:
+        await js.account_info()
+        nats_server_private.restart()
+        await asyncio.wait_for(reconnected.wait(), 30)
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert "NATS disconnected" in messages

@@ -1,0 +1,33 @@
+"""A cluster that refuses every connection: the error names the brokers and what to start."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from aioclients import liftbridge
+
+
+@pytest.fixture
+def refused_addresses() -> Iterator[list[str]]:
+    """Two loopback addresses that refuse connections: bound (so nobody else takes the
+    ports) but not listening."""
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        yield [f"127.0.0.1:{s.getsockname()[1]}" for s in (a, b)]
+
+
+async def test_connect_to_brokers_that_refuse(refused_addresses: list[str]) -> None:
+    start = time.monotonic()
+    with pytest.raises(liftbridge.LiftbridgeConnectError) as info:
+        await liftbridge.connect(refused_addresses)
+    assert time.monotonic() - start < 5
+    assert str(info.value) == (
+        f"fetch_metadata: no Liftbridge broker at {', '.join(refused_addresses)} "
+        "(connection refused): start them with `aioclients-servers` or `liftbridge`, or "
+        "check the addresses"
+    )

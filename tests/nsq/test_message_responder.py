@@ -1,0 +1,71 @@
+"""A Message answers through the MessageResponder it was handed, and knows no Reader."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from aioclients import InvalidArgumentError
+from aioclients.nsq import Message, MessageRespondedError
+from aioclients.nsq._message import MessageResponder
+
+
+@dataclass
+class RecordingResponder:
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def requeue_delay_ms(self, msg: Message, delay: float | None) -> int:
+        if delay is not None and delay < 0:
+            raise InvalidArgumentError("delay must be >= 0")
+        return 1000 * msg.attempts if delay is None else int(delay * 1000)
+
+    async def finish(self, msg: Message) -> None:
+        self.calls.append(("FIN", msg.id))
+
+    async def requeue(self, msg: Message, delay_ms: int, backoff: bool) -> None:
+        self.calls.append(("REQ", msg.id, delay_ms, backoff))
+
+    async def touch(self, msg: Message) -> None:
+        self.calls.append(("TOUCH", msg.id))
+
+
+@dataclass
+class Conn:
+    address: str = "127.0.0.1:4150"
+
+
+def _message(responder: MessageResponder, attempts: int = 3) -> Message:
+    return Message(b"0" * 16, b"body", 1, attempts, Conn(), responder)  # type: ignore[arg-type]
+
+
+async def test_finish_and_touch_go_to_the_responder() -> None:
+    responder = RecordingResponder()
+    msg = _message(responder)
+    await msg.touch()
+    await msg.finish()
+    assert responder.calls == [("TOUCH", b"0" * 16), ("FIN", b"0" * 16)]
+    assert msg.has_responded
+    with pytest.raises(MessageRespondedError):
+        await msg.finish()
+    with pytest.raises(MessageRespondedError):
+        await msg.touch()
+    assert len(responder.calls) == 2
+
+
+async def test_requeue_takes_the_responders_delay_policy() -> None:
+    responder = RecordingResponder()
+    await _message(responder, attempts=3).requeue()
+    await _message(responder).requeue(0.25, backoff=False)
+    assert responder.calls == [("REQ", b"0" * 16, 3000, True), ("REQ", b"0" * 16, 250, False)]
+
+
+async def test_a_bad_delay_leaves_the_message_unanswered() -> None:
+    responder = RecordingResponder()
+    msg = _message(responder)
+    with pytest.raises(InvalidArgumentError):
+        await msg.requeue(-1)
+    assert not msg.has_responded
+    await msg.finish()
+    assert responder.calls == [("FIN", b"0" * 16)]
