@@ -11,10 +11,14 @@ push (so the whole stream is read and Spark filters it):
 
 Every query reads a fresh DataFrame (pyspark 4.3.0 reuses a pushed read for a later
 query on the same one). The two forms alternate for ``--rounds`` rounds after one
-warm-up each; the best time of each is reported with the speed-up.
+warm-up each; the best time of each is reported with the speed-up. A floor is timed
+in the same rounds: the same query over a Python data source that reads nothing and
+yields the same number of rows at once (what any pyspark Python data source query
+costs: planning in a Python process, a task, a Python worker).
 
     python benchmarks/spark_pushdown.py                  # 1M messages, 100 subjects
     python benchmarks/spark_pushdown.py --count 200000   # a quicker run
+    python benchmarks/spark_pushdown.py --payload 1000   # 1 KB messages
 """
 
 from __future__ import annotations
@@ -30,10 +34,46 @@ from aioclients import jetstream
 from aioclients.testing import NatsServer
 
 STREAM = "SPARK_PUSHDOWN_BENCH"
-PAYLOAD = b"x" * 100
 
 
-async def fill(url: str, count: int, subjects: int, storage: str) -> str:
+def floor_source(rows: int) -> type:
+    """A Python data source that yields ``rows`` rows of the jetstream schema at once."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from aioclients.spark import JETSTREAM_SCHEMA
+
+    class FloorReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(rows)]
+
+        def read(self, partition: InputPartition) -> object:
+            n = partition.value
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "subject": pa.array(["pushbench.42"] * n),
+                    "sequence": pa.array(range(n), pa.int64()),
+                    "timestamp": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+                    "headers": pa.nulls(n, pa.map_(pa.string(), pa.string())),
+                    "data": pa.array([b"x"] * n, pa.binary()),
+                }
+            )
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "pushbench_floor"
+
+        def schema(self) -> object:
+            return JETSTREAM_SCHEMA
+
+        def reader(self, schema: object) -> FloorReader:
+            return FloorReader()
+
+    return FloorSource
+
+
+async def fill(url: str, count: int, subjects: int, storage: str, payload: bytes) -> str:
     """Fill the stream; return the time of the message at 99% (for the time query)."""
     async with await jetstream.connect(url, timeout=30) as js:
         try:
@@ -43,7 +83,7 @@ async def fill(url: str, count: int, subjects: int, storage: str) -> str:
         await js.create_stream(STREAM, subjects=["pushbench.>"], storage=storage, allow_direct=True)
         start = time.perf_counter()
         for i in range(count):
-            await js.publish_async(f"pushbench.{i % subjects}", PAYLOAD)
+            await js.publish_async(f"pushbench.{i % subjects}", payload)
         await js.publish_async_complete(timeout=300)
         print(f"filled {count} messages in {time.perf_counter() - start:.1f}s", flush=True)
         stream = await js.stream(STREAM)
@@ -68,6 +108,7 @@ def measure(url: str, count: int, subjects: int, cut: str, rounds: int, master: 
     )
     spark.sparkContext.setLogLevel("ERROR")
     register_data_sources(spark)
+    spark.dataSource.register(floor_source(count // 100))
     one = "pushbench.42"
     queries = {
         "one subject of 100": (
@@ -82,35 +123,43 @@ def measure(url: str, count: int, subjects: int, cut: str, rounds: int, master: 
         ),
     }
 
-    def timed(where: str) -> tuple[float, int]:
-        df = spark.read.format("jetstream").option("servers", url)
+    def timed(where: str, fmt: str = "jetstream") -> tuple[float, int]:
+        df = spark.read.format(fmt).option("servers", url)
         df = df.option("stream", STREAM).load().where(where)  # a fresh DataFrame per query
         start = time.perf_counter()
         rows = df.count()
         return time.perf_counter() - start, rows
 
+    floor = "sequence >= 0"
     results = {}
     try:
         for name, (pushed, plain, expected) in queries.items():
             timed(pushed)  # warm-up: starts the Python workers
             timed(plain)
-            best_pushed = best_plain = float("inf")
+            timed(floor, "pushbench_floor")
+            best_pushed = best_plain = best_floor = float("inf")
             for _ in range(rounds):
                 seconds, rows_pushed = timed(pushed)
                 best_pushed = min(best_pushed, seconds)
                 seconds, rows_plain = timed(plain)
                 best_plain = min(best_plain, seconds)
+                best_floor = min(best_floor, timed(floor, "pushbench_floor")[0])
                 if rows_pushed != rows_plain or (expected is not None and rows_pushed != expected):
                     raise SystemExit(f"{name}: {rows_pushed} rows pushed, {rows_plain} not")
-            results[name] = (rows_pushed, best_plain, best_pushed)
+            results[name] = (rows_pushed, best_plain, best_pushed, best_floor)
     finally:
         spark.stop()
-    print(f"\n{count} messages over {subjects} subjects, {master}, best of {rounds}")
-    print(f"{'query':<24} {'rows':>8} {'not pushed':>11} {'pushed':>9} {'speed-up':>9}")
-    for name, (rows, plain_s, pushed_s) in results.items():
+    print(f"\n{count} messages over {subjects} subjects, {master}, best of {rounds} rounds")
+    print(
+        f"{'query':<24} {'rows':>7} {'not pushed':>11} {'pushed':>8} {'speed-up':>9} {'floor':>7}"
+    )
+    for name, (rows, plain_s, pushed_s, floor_s) in results.items():
+        ratio = plain_s / pushed_s
         print(
-            f"{name:<24} {rows:>8} {plain_s:>10.2f}s {pushed_s:>8.2f}s {plain_s / pushed_s:>8.1f}x"
+            f"{name:<24} {rows:>7} {plain_s:>10.2f}s {pushed_s:>7.2f}s {ratio:>8.1f}x "
+            f"{floor_s:>6.2f}s"
         )
+    print("floor: the same count over a Python data source that yields its rows at once")
 
 
 def main() -> None:
@@ -120,15 +169,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--storage", default="file", choices=("file", "memory"))
+    parser.add_argument("--payload", type=int, default=100, help="bytes per message")
     parser.add_argument("--nats-url", help="an existing nats-server with JetStream")
     args = parser.parse_args()
     started = datetime.now(timezone.utc)
     if args.nats_url:
-        cut = asyncio.run(fill(args.nats_url, args.count, args.subjects, args.storage))
+        payload = b"x" * args.payload
+        cut = asyncio.run(fill(args.nats_url, args.count, args.subjects, args.storage, payload))
         measure(args.nats_url, args.count, args.subjects, cut, args.rounds, args.master)
     else:
         with NatsServer() as server:
-            cut = asyncio.run(fill(server.url, args.count, args.subjects, args.storage))
+            payload = b"x" * args.payload
+            cut = asyncio.run(fill(server.url, args.count, args.subjects, args.storage, payload))
             measure(server.url, args.count, args.subjects, cut, args.rounds, args.master)
     print(f"(run took {(datetime.now(timezone.utc) - started).total_seconds():.0f}s)")
 
