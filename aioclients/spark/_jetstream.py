@@ -6,7 +6,14 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
   stream once (``aioclients.jetstream``), checks ``allow_direct``, and splits the
   sequence range into :class:`SequenceRange` partitions. Everything ``read()``
   needs travels inside the partition (it is pickled to the executors, where
-  another process, with another reader instance, does the reading).
+  another process, with another reader instance, does the reading). The reading
+  half (partitions, the Direct Get passes) is :mod:`aioclients.spark._stream_read`.
+- Filter pushdown (:class:`JetStreamPushdownReader`, registered by
+  ``register_data_sources``): ``pushFilters`` folds Spark's filters into a
+  selection (:mod:`aioclients.spark._protocol._pushdown`); planning turns its times
+  into sequences (Direct Get ``start_time``) and reads its subjects one pass each.
+- With the ``bucket`` option the format reads and writes a Key-Value bucket
+  (:mod:`aioclients.spark._kv_table`); the stream reader is then its change feed.
 - ``read()`` runs on an executor: one event loop and one NATS connection per
   partition, reading the range with batched Direct Get (ADR-31) through the lean
   reader in :mod:`aioclients.spark._direct_io`, and yielding Arrow record batches.
