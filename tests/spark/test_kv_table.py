@@ -403,3 +403,13 @@ def test_change_feed_goes_on_when_a_bucket_replaced_revisions_before_the_read(
     run_feed()
     rows = sorted((r["key"], r["revision"]) for r in json_rows(out))
     assert rows == [("a", 1), ("a", 5), ("b", 2), ("b", 4)]
+
+
+def test_a_put_the_server_refuses_fails_the_write(spark: Any, buckets: Buckets) -> None:
+    name = buckets.name("small")
+    buckets.run(lambda js: js.create_key_value(name, max_value_size=16))
+    df = spark.createDataFrame([("ok", "short"), ("big", "x" * 100)], "key string, value string")
+    with pytest.raises(Exception, match="publish\\(es\\) failed"):
+        df.coalesce(1).write.format("jetstream").option("servers", buckets.url).option(
+            "bucket", name
+        ).mode("append").save()
