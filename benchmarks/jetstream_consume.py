@@ -12,23 +12,30 @@ through a fresh consumer per round with:
   messages, published by a separate process, through our connection's raw
   receive path (the ceiling) and through a nats-py subscription (for reference).
 
-The best of --rounds interleaved rounds is printed as msgs/s with the ratios.
+The best of --rounds interleaved rounds is printed as msgs/s with the ratios, and the
+lowest CPU time this process spent per message (steadier than msgs/s on a busy machine).
 ``--memory-count N`` also consumes N messages and prints the RSS after 10% and
-after all of them.
+after all of them. ``--otel`` adds aioclients' consume instrumented with
+OpenTelemetry (see ``_otel_common.py``: a receive span per message, a settle span
+per ack, and the metrics), in the same rounds, against the same uninstrumented
+nats-py loop, and prints what instrumentation costs per message.
 
     python benchmarks/jetstream_consume.py --count 200000 --rounds 3
     python benchmarks/jetstream_consume.py --count 20000 --memory-count 1000000
+    python benchmarks/jetstream_consume.py --count 100000 --rounds 3 --otel
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import time
 from collections.abc import Awaitable, Callable
 
 import nats
+from _loop import add_loop_argument, run_async, use_loop
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from aioclients import jetstream
@@ -216,33 +223,90 @@ async def memory(url: str, n: int) -> None:
 Scenario = Callable[[str, int, bool], Awaitable[float]]
 
 
-async def run(url: str, count: int, rounds: int, memory_count: int) -> None:
+async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool = False) -> None:
     print(f"filling a file stream with {count} messages ...", flush=True)
     await fill_stream(url, count)
     best: dict[str, float] = {}
+    telemetry = None
+    scenarios: list[tuple[str, Scenario, bool]] = [
+        ("nats-py none", theirs, False),
+        ("ours none", ours, False),
+        ("nats-py explicit", theirs, True),
+        ("ours explicit", ours, True),
+    ]
+    if otel:
+        from _otel_common import Telemetry
+
+        telemetry = Telemetry(metrics=False)
+        with_metrics = Telemetry(metrics=True)
+
+        async def traced(url: str, n: int, ack: bool) -> float:
+            assert telemetry is not None
+            with telemetry.on():
+                return await ours(url, n, ack)
+
+        async def traced_metrics(url: str, n: int, ack: bool) -> float:
+            with with_metrics.on():
+                return await ours(url, n, ack)
+
+        scenarios[2:2] = [
+            ("ours none +otel", traced, False),
+            ("ours none +otel+metrics", traced_metrics, False),
+        ]
+        scenarios.append(("ours explicit +otel", traced, True))
+        scenarios.append(("ours explicit +otel+metrics", traced_metrics, True))
+    cpu: dict[str, float] = {}  # this process's CPU time per message, best round (us)
     for _ in range(rounds):
-        for name, fn, ack in (
-            ("nats-py none", theirs, False),
-            ("ours none", ours, False),
-            ("nats-py explicit", theirs, True),
-            ("ours explicit", ours, True),
-        ):
+        for name, fn, ack in scenarios:
+            used = time.process_time()
             rate = await fn(url, count, ack)
+            used = (time.process_time() - used) / count * 1e6
             best[name] = max(best.get(name, 0.0), rate)
+            cpu[name] = min(cpu.get(name, math.inf), used)
         best["ceiling"] = max(best.get("ceiling", 0.0), await ceiling_ours(url, count))
         best["core nats-py"] = max(best.get("core nats-py", 0.0), await ceiling_nats_py(url, count))
-    print(f"{'scenario':<22} {'aioclients':>12} {'nats-py':>12} {'ratio':>7}")
+    print(
+        f"{'scenario':<22} {'aioclients':>12} {'nats-py':>12} {'ratio':>7}"
+        f"   client CPU us/msg: {'aioclients':>10} {'nats-py':>8}"
+    )
     for label, key in (("ack none", "none"), ("ack explicit", "explicit")):
         ours_rate, theirs_rate = best[f"ours {key}"], best[f"nats-py {key}"]
         print(
             f"{label:<22} {ours_rate:>10.0f}/s {theirs_rate:>10.0f}/s "
             f"{ours_rate / theirs_rate:>6.2f}x"
+            f"   {'':>18} {cpu[f'ours {key}']:>10.2f} {cpu[f'nats-py {key}']:>8.2f}"
         )
     print(
         f"{'core NATS ceiling':<22} {best['ceiling']:>10.0f}/s {best['core nats-py']:>10.0f}/s "
         f"  (ack none reaches {best['ours none'] / best['ceiling']:.0%} of our ceiling, "
         f"{best['ours none'] / best['core nats-py']:.0%} of nats-py's)"
     )
+    if telemetry is not None:
+        from _otel_common import per_message_us
+
+        print(
+            "instrumented (SDK, BatchSpanProcessor, dropping exporter; +metrics: also the SDK "
+            "MeterProvider), against nats-py uninstrumented:"
+        )
+        for label, key in (("ack none", "none"), ("ack explicit", "explicit")):
+            for variant in ("+otel", "+otel+metrics"):
+                traced_rate = best[f"ours {key} {variant}"]
+                print(
+                    f"{label + ' ' + variant:<27} {traced_rate:>10.0f}/s "
+                    f"{best[f'nats-py {key}']:>10.0f}/s "
+                    f"{traced_rate / best[f'nats-py {key}']:>6.2f}x"
+                    f"  (+{per_message_us(best[f'ours {key}'], traced_rate):.1f} us per message)"
+                )
+        from _otel_common import RECEIVE_ATTRIBUTES, sdk_span_us
+
+        exported = telemetry.spans + with_metrics.spans
+        floor = sdk_span_us(with_metrics, RECEIVE_ATTRIBUTES)
+        print(
+            f"spans exported: {exported}; the SDK alone takes "
+            f"{floor:.1f} us per span (start and end, 8 attributes, batch processor)"
+        )
+        telemetry.shutdown()
+        with_metrics.shutdown()
     if memory_count:
         await memory(url, memory_count)
 
@@ -253,12 +317,15 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--memory-count", type=int, default=0)
+    parser.add_argument("--otel", action="store_true", help="also run instrumented")
+    add_loop_argument(parser)
     args = parser.parse_args()
+    use_loop(args.loop)
     if args.url:
-        asyncio.run(run(args.url, args.count, args.rounds, args.memory_count))
+        run_async(run(args.url, args.count, args.rounds, args.memory_count, args.otel))
         return
     with NatsServer() as server:
-        asyncio.run(run(server.url, args.count, args.rounds, args.memory_count))
+        run_async(run(server.url, args.count, args.rounds, args.memory_count, args.otel))
 
 
 if __name__ == "__main__":

@@ -15,10 +15,10 @@ Each scenario runs --rounds times, interleaved; the best round is reported.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 
 import nats
+from _loop import add_loop_argument, run_async, use_loop
 
 from aioclients import jetstream
 from aioclients.testing import NatsServer
@@ -92,12 +92,14 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=5_000)
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    add_loop_argument(parser)
     args = parser.parse_args()
+    use_loop(args.loop)
     if args.url:
-        asyncio.run(run(args.url, args.messages, args.single, args.batch, args.rounds))
+        run_async(run(args.url, args.messages, args.single, args.batch, args.rounds))
         return
     with NatsServer() as server:
-        asyncio.run(run(server.url, args.messages, args.single, args.batch, args.rounds))
+        run_async(run(server.url, args.messages, args.single, args.batch, args.rounds))
 
 
 if __name__ == "__main__":

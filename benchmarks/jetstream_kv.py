@@ -15,12 +15,12 @@ Each scenario runs --rounds times, interleaved; the best round is reported.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
 
 import nats
+from _loop import add_loop_argument, run_async, use_loop
 
 from aioclients import jetstream
 from aioclients.testing import NatsServer
@@ -178,13 +178,15 @@ def main() -> None:
     parser.add_argument("--gets", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="get,keys,watch", help="comma list of scenarios")
+    add_loop_argument(parser)
     args = parser.parse_args()
+    use_loop(args.loop)
     only = set(args.only.split(","))
     if args.url:
-        asyncio.run(run(args.url, args.keys, args.gets, args.rounds, only))
+        run_async(run(args.url, args.keys, args.gets, args.rounds, only))
         return
     with NatsServer() as server:
-        asyncio.run(run(server.url, args.keys, args.gets, args.rounds, only))
+        run_async(run(server.url, args.keys, args.gets, args.rounds, only))
 
 
 if __name__ == "__main__":

@@ -22,9 +22,11 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from typing import cast
 from urllib.parse import urlparse
 
 import nats
+from _loop import add_loop_argument, run_async, use_loop
 
 # The bucket, its filling and the two kv.get loops are jetstream_kv.py's, so both
 # scripts measure the same gets.
@@ -45,8 +47,8 @@ class _FloorProtocol(asyncio.Protocol):
         self.connected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # cast, not isinstance: uvloop's transports are not asyncio.Transport subclasses
+        self.transport = cast("asyncio.Transport", transport)
 
     def data_received(self, data: bytes) -> None:
         buf = self.buffer + data if self.buffer else data
@@ -135,12 +137,14 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--gets", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
+    add_loop_argument(parser)
     args = parser.parse_args()
+    use_loop(args.loop)
     if args.url:
-        asyncio.run(run(args.url, args.keys, args.gets, args.rounds))
+        run_async(run(args.url, args.keys, args.gets, args.rounds))
         return
     with NatsServer() as server:
-        asyncio.run(run(server.url, args.keys, args.gets, args.rounds))
+        run_async(run(server.url, args.keys, args.gets, args.rounds))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import asyncio
 import time
 
 import nats
+from _loop import add_loop_argument, run_async, use_loop
 
 from aioclients import jetstream
 from aioclients.testing import NatsServer
@@ -121,12 +122,14 @@ def main() -> None:
     parser.add_argument("--url", help="an existing nats-server with JetStream")
     parser.add_argument("--count", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=2)
+    add_loop_argument(parser)
     args = parser.parse_args()
+    use_loop(args.loop)
     if args.url:
-        asyncio.run(run(args.url, args.count, args.rounds))
+        run_async(run(args.url, args.count, args.rounds))
         return
     with NatsServer() as server:
-        asyncio.run(run(server.url, args.count, args.rounds))
+        run_async(run(server.url, args.count, args.rounds))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import nats
+from _loop import add_loop_argument, run_async, use_loop
 
 from aioclients import jetstream
 from aioclients.testing import NatsServer
@@ -105,12 +106,14 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=50_000, help="messages for publish_async")
     parser.add_argument("--sync-count", type=int, default=5_000, help="messages for publish")
     parser.add_argument("--rounds", type=int, default=3)
+    add_loop_argument(parser)
     args = parser.parse_args()
+    use_loop(args.loop)
     if args.url:
-        asyncio.run(run(args.url, args.count, args.sync_count, args.rounds))
+        run_async(run(args.url, args.count, args.sync_count, args.rounds))
         return
     with NatsServer() as server:
-        asyncio.run(run(server.url, args.count, args.sync_count, args.rounds))
+        run_async(run(server.url, args.count, args.sync_count, args.rounds))
 
 
 if __name__ == "__main__":

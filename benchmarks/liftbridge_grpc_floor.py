@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 
+from _loop import add_loop_argument, run_async, use_loop
 from liftbridge_common import process_cpu, stop_child
 
 from aioclients.liftbridge._io._h2 import Http2Channel
@@ -121,10 +122,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--serve", nargs=2, type=int, help=argparse.SUPPRESS)
+    add_loop_argument(parser)
     args = parser.parse_args()
     if args.serve:
         _serve(*args.serve)
         return
+    use_loop(args.loop)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -144,7 +147,7 @@ def main() -> None:
         for name, run in (("PublishAsync echo", _publish_async), ("Subscribe", _subscribe)):
             before = _cpu(proc.pid)
             mine = time.process_time()
-            rate = asyncio.run(run(address, n))
+            rate = run_async(run(address, n))
             client = (time.process_time() - mine) / n * 1e6
             server = (_cpu(proc.pid) - before) / n * 1e6
             print(

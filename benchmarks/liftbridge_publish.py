@@ -26,6 +26,7 @@ import sys
 import time
 import uuid
 
+from _loop import add_loop_argument, run_async, use_loop
 from liftbridge_common import (
     PAYLOAD,
     Result,
@@ -107,14 +108,16 @@ def main() -> None:
     parser.add_argument(
         "--worker", nargs=3, metavar=("MODE", "ADDRESSES", "COUNT"), help=argparse.SUPPRESS
     )
+    add_loop_argument(parser)
     args = parser.parse_args()
     if args.worker:
         mode, addresses, count = args.worker
         rate, cpu = measured(
-            int(count), lambda: asyncio.run(WORKERS[mode](addresses.split(","), int(count)))
+            int(count), lambda: run_async(WORKERS[mode](addresses.split(","), int(count)))
         )
         print(rate, cpu)
         return
+    use_loop(args.loop)
     gufo = gufo_available()
     if not gufo:
         print(
@@ -129,9 +132,9 @@ def main() -> None:
             (
                 "ours sync",
                 args.sync_count,
-                lambda: asyncio.run(ours_sync(addresses, args.sync_count)),
+                lambda: run_async(ours_sync(addresses, args.sync_count)),
             ),
-            ("ours async", args.count, lambda: asyncio.run(ours_async(addresses, args.count))),
+            ("ours async", args.count, lambda: run_async(ours_async(addresses, args.count))),
         )
         workers = (
             ("gufo sync", ("sync", joined, str(args.sync_count))),

@@ -18,6 +18,7 @@ import sys
 import time
 import uuid
 
+from _loop import add_loop_argument, run_async, use_loop
 from liftbridge_common import (
     PAYLOAD,
     Result,
@@ -80,14 +81,16 @@ def main() -> None:
     parser.add_argument(
         "--worker", nargs=3, metavar=("ADDRESSES", "STREAM", "COUNT"), help=argparse.SUPPRESS
     )
+    add_loop_argument(parser)
     args = parser.parse_args()
     if args.worker:
         addresses, stream, count = args.worker
         rate, cpu = measured(
-            int(count), lambda: asyncio.run(gufo(addresses.split(","), stream, int(count)))
+            int(count), lambda: run_async(gufo(addresses.split(","), stream, int(count)))
         )
         print(rate, cpu)
         return
+    use_loop(args.loop)
     have_gufo = gufo_available()
     if not have_gufo:
         print(
@@ -96,7 +99,7 @@ def main() -> None:
         )
     given = args.addresses.split(",") if args.addresses else None
     with emulated_cluster(given) as addresses:
-        stream = asyncio.run(fill(addresses, args.count))
+        stream = run_async(fill(addresses, args.count))
         results: dict[str, Result] = {}
         worker_args = (",".join(addresses), stream, str(args.count))
         for _ in range(args.rounds):
@@ -106,7 +109,7 @@ def main() -> None:
                 with_emulator_cpu(
                     args.count,
                     lambda: measured(
-                        args.count, lambda: asyncio.run(ours(addresses, stream, args.count))
+                        args.count, lambda: run_async(ours(addresses, stream, args.count))
                     ),
                 ),
             )

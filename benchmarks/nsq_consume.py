@@ -3,10 +3,16 @@
 Each client consumes --count 100-byte messages (FIN each) with max_in_flight
 --max-in-flight from a topic filled beforehand (the fill is not timed). The nsqd is
 the emulator, in a process of its own, unless --nsqd-tcp/--nsqd-http name a real one.
-Each client runs --rounds times, interleaved; the best round is reported.
+Each client runs --rounds times, interleaved; the best round is reported, with the
+lowest CPU time this process spent per message (the fill is not counted).
+
+``--otel`` adds "aioclients+otel": aioclients instrumented with OpenTelemetry (see
+``_otel_common.py``: a receive span per message, a settle span per FIN, and the
+metrics) in the same rounds, and prints what instrumentation costs per message.
 
     python benchmarks/nsq_consume.py --count 100000 --max-in-flight 200
     python benchmarks/nsq_consume.py --count 2000 --rounds 1      # quick check
+    python benchmarks/nsq_consume.py --count 100000 --rounds 3 --otel
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 
+from _loop import add_loop_argument, run_async, use_loop
 from _nsq_common import PAYLOAD, emulated_nsqd, report
 
 from aioclients.nsq import HTTPProducer, Reader
@@ -106,22 +114,74 @@ def servers(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
 
 async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
     best: dict[str, float] = {}
+    clients = dict(CLIENTS)
+    telemetry = None
+    if args.otel:
+        from _otel_common import Telemetry
+
+        telemetry = Telemetry(metrics=False)
+        with_metrics = Telemetry(metrics=True)
+
+        async def traced(tcp: str, topic: str, count: int, mif: int) -> float:
+            assert telemetry is not None
+            with telemetry.on():
+                return await ours(tcp, topic, count, mif)
+
+        async def traced_metrics(tcp: str, topic: str, count: int, mif: int) -> float:
+            with with_metrics.on():
+                return await ours(tcp, topic, count, mif)
+
+        clients = {
+            "aioclients": ours,
+            "aioclients+otel": traced,
+            "aioclients+otel+metrics": traced_metrics,
+            "pynsq": pynsq,
+            "ansq": ansq,
+        }
+    cpu: dict[str, float] = {}
     for _ in range(args.rounds):
-        for name, run in CLIENTS.items():
-            if name not in args.clients:
+        for name, run in clients.items():
+            if name.split("+")[0] not in args.clients:
                 continue
-            topic = f"bench_{name}_{uuid.uuid4().hex[:8]}"
+            topic = f"bench_{name.replace('+', '_')}_{uuid.uuid4().hex[:8]}"
             await fill(http, topic, args.count)
+            used = time.process_time()
             try:
                 rate = await asyncio.wait_for(run(tcp, topic, args.count, args.max_in_flight), 300)
             except ImportError as exc:
                 print(f"{name}: not installed ({exc})")
                 continue
+            used = (time.process_time() - used) / args.count * 1e6
             best[name] = max(best.get(name, 0.0), rate)
+            cpu[name] = min(cpu.get(name, math.inf), used)
     report(
         f"consume {args.count} x {len(PAYLOAD)}-byte messages, max_in_flight {args.max_in_flight}",
         best,
     )
+    print("client CPU per message (this process, best round):")
+    for name, us in cpu.items():
+        print(f"  {name:<12} {us:>9.2f} us")
+    if telemetry is not None:
+        from _otel_common import per_message_us
+
+        peer = best.get("pynsq")
+        for variant in ("aioclients+otel", "aioclients+otel+metrics"):
+            traced_rate = best[variant]
+            print(
+                f"  {variant}: +{per_message_us(best['aioclients'], traced_rate):.1f} us per "
+                f"message; {traced_rate / peer if peer else float('nan'):.2f}x pynsq "
+                "(uninstrumented)"
+            )
+        from _otel_common import RECEIVE_ATTRIBUTES, sdk_span_us
+
+        exported = telemetry.spans + with_metrics.spans
+        floor = sdk_span_us(with_metrics, RECEIVE_ATTRIBUTES)
+        print(
+            f"  spans exported: {exported}; the SDK alone takes "
+            f"{floor:.1f} us per span (two per message here: receive and FIN)"
+        )
+        telemetry.shutdown()
+        with_metrics.shutdown()
 
 
 if __name__ == "__main__":
@@ -132,6 +192,9 @@ if __name__ == "__main__":
     parser.add_argument("--clients", nargs="+", default=list(CLIENTS))
     parser.add_argument("--nsqd-tcp", help="a real nsqd's TCP address (host:port)")
     parser.add_argument("--nsqd-http", help="the same nsqd's HTTP address (host:port)")
+    parser.add_argument("--otel", action="store_true", help="also run aioclients instrumented")
+    add_loop_argument(parser)
     ns = parser.parse_args()
+    use_loop(ns.loop)
     with servers(ns) as (tcp_address, http_address):
-        asyncio.run(main(ns, tcp_address, http_address))
+        run_async(main(ns, tcp_address, http_address))

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 
+from _loop import add_loop_argument, run_async, use_loop
 from _nsq_common import PAYLOAD, emulated_nsqd, report
 
 from aioclients.nsq import Producer
@@ -159,6 +160,8 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", nargs="+", default=["aioclients", "pynsq", "ansq"])
     parser.add_argument("--nsqd-tcp", help="a real nsqd's TCP address (host:port)")
+    add_loop_argument(parser)
     ns = parser.parse_args()
+    use_loop(ns.loop)
     with servers(ns) as tcp_address:
-        asyncio.run(main(ns, tcp_address))
+        run_async(main(ns, tcp_address))

@@ -13,10 +13,11 @@ partition. Each measurement is the best of ``--rounds`` after one warm-up read
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import time
+
+from _loop import add_loop_argument, run_async, use_loop
 
 from aioclients import jetstream
 from aioclients.testing import NatsServer
@@ -91,14 +92,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--nats-url", help="an existing nats-server with JetStream")
+    add_loop_argument(parser)
     args = parser.parse_args()
+    use_loop(args.loop)
     partitions = [int(p) for p in args.partitions.split(",")]
     if args.nats_url:
-        asyncio.run(fill(args.nats_url, args.count))
+        run_async(fill(args.nats_url, args.count))
         measure(args.nats_url, args.count, partitions, args.rounds, args.master)
         return
     with NatsServer() as server:
-        asyncio.run(fill(server.url, args.count))
+        run_async(fill(server.url, args.count))
         measure(server.url, args.count, partitions, args.rounds, args.master)
 
 

@@ -15,9 +15,9 @@ checked after every write.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 
+from _loop import add_loop_argument, run_async, use_loop
 from _spark_write_common import measure, spark_session
 
 from aioclients import jetstream
@@ -65,7 +65,9 @@ def main() -> None:
     parser.add_argument("--no-msg-id", action="store_true", help="leave out the msg_id column")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--nats-url", help="an existing nats-server with JetStream")
+    add_loop_argument(parser)
     args = parser.parse_args()
+    use_loop(args.loop)
     msg_id = not args.no_msg_id
     server = None if args.nats_url else NatsServer()
     url = args.nats_url or server.__enter__().url  # type: ignore[union-attr]
@@ -79,7 +81,7 @@ def main() -> None:
             columns.append("concat('m-', cast(id as string)) as msg_id")
 
         def check() -> None:
-            got = asyncio.run(stored(url))
+            got = run_async(stored(url))
             if got != args.count:
                 raise SystemExit(f"the stream holds {got} messages, expected {args.count}")
 
@@ -91,12 +93,12 @@ def main() -> None:
             make_df=lambda parts: spark.range(0, args.count, numPartitions=parts).selectExpr(
                 *columns
             ),
-            reset=lambda: asyncio.run(reset(url)),
+            reset=lambda: run_async(reset(url)),
             write=lambda df: (
                 df.write.format("jetstream").option("servers", url).mode("append").save()
             ),
             check=check,
-            reference=lambda: asyncio.run(publish_async_loop(url, args.count, msg_id)),
+            reference=lambda: run_async(publish_async_loop(url, args.count, msg_id)),
             reference_name="publish_async loop",
         )
     finally:

@@ -19,11 +19,11 @@ count is checked after every write.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import time
 import uuid
 
+from _loop import add_loop_argument, run_async, use_loop
 from _spark_write_common import measure, spark_session
 from liftbridge_common import PAYLOAD, emulated_cluster
 
@@ -102,7 +102,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--addresses", help="comma list of brokers (default: an emulator)")
+    add_loop_argument(parser)
     args = parser.parse_args()
+    use_loop(args.loop)
     given = args.addresses.split(",") if args.addresses else None
     with emulated_cluster(given) as addresses:
         from liftbridge_common import _EMULATOR_PID
@@ -115,8 +117,8 @@ def main() -> None:
             # Delete the last stream: the emulator keeps messages in memory, and a
             # growing heap slows every later round down.
             if stream[0]:
-                asyncio.run(delete_stream(addresses, stream[0]))
-            stream[0] = asyncio.run(new_stream(addresses))
+                run_async(delete_stream(addresses, stream[0]))
+            stream[0] = run_async(new_stream(addresses))
 
         def write(df: object) -> None:
             before = worker_cpu(skip)
@@ -126,7 +128,7 @@ def main() -> None:
             _cpu["writer"] = (worker_cpu(skip) - before) / args.count * 1e6
 
         def check() -> None:
-            got = asyncio.run(high_watermark(addresses, stream[0])) + 1
+            got = run_async(high_watermark(addresses, stream[0])) + 1
             if got != args.count:
                 raise SystemExit(f"stream {stream[0]} holds {got} messages, not {args.count}")
 
@@ -142,7 +144,7 @@ def main() -> None:
                 reset=reset,
                 write=write,
                 check=check,
-                reference=lambda: asyncio.run(publish_async_loop(addresses, stream[0], args.count)),
+                reference=lambda: run_async(publish_async_loop(addresses, stream[0], args.count)),
                 reference_name="publish_async loop",
                 extra=lambda: (
                     f"client CPU us/row: writer {_cpu.get('writer', float('nan')):.1f} "

@@ -26,6 +26,7 @@ import time
 import urllib.request
 import uuid
 
+from _loop import add_loop_argument, run_async, use_loop
 from _nsq_common import PAYLOAD, emulated_nsqd
 from _spark_write_common import measure, spark_session
 
@@ -78,10 +79,10 @@ def run(tcp: str, http: str, args: argparse.Namespace) -> None:
 
     def reference() -> float:
         # Both loops, each on a fresh topic (reset() deletes the one before).
-        loops["serial"] = asyncio.run(mpublish_loop(tcp, topic[0], args.count, args.batch))
+        loops["serial"] = run_async(mpublish_loop(tcp, topic[0], args.count, args.batch))
         check()
         reset()
-        loops["pipelined"] = asyncio.run(
+        loops["pipelined"] = run_async(
             pipelined_mpublish_loop(tcp, topic[0], args.count, args.batch, args.in_flight)
         )
         check()
@@ -141,7 +142,9 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--nsqd-tcp", help="a real nsqd's TCP address (host:port)")
     parser.add_argument("--nsqd-http", help="that nsqd's HTTP address (host:port)")
+    add_loop_argument(parser)
     args = parser.parse_args()
+    use_loop(args.loop)
     if args.nsqd_tcp:
         run(args.nsqd_tcp, args.nsqd_http or args.nsqd_tcp.rsplit(":", 1)[0] + ":4151", args)
         return

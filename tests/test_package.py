@@ -37,6 +37,7 @@ PUBLIC_MODULES = [
     "aioclients.spark",
     "aioclients.testing",
     "aioclients.testing.pytest_plugin",
+    "aioclients.telemetry",
     "aioclients.demo",
 ]
 
@@ -51,6 +52,9 @@ print(json.dumps({
     "metadata_version": importlib.metadata.version("aioclients"),
     "py_typed": importlib.resources.files("aioclients").joinpath("py.typed").is_file(),
     "entry_points": [ep.value for ep in importlib.metadata.entry_points(group="pytest11")],
+    "instrumentors": [
+        ep.value for ep in importlib.metadata.entry_points(group="opentelemetry_instrumentor")
+    ],
 }))
 """
 
@@ -155,3 +159,29 @@ def test_wheel_installs_into_a_fresh_venv_and_imports(tmp_path: Path) -> None:
         "import importlib.metadata as m; print(m.metadata('aioclients').get_all('Provides-Extra'))",
     )
     assert "'servers'" in extras
+
+    assert "aioclients.telemetry:AioClientsInstrumentor" in report["instrumentors"]
+
+    # `opentelemetry-instrument` (from opentelemetry-instrumentation, next to this
+    # interpreter) finds the instrumentor through the wheel's entry point.
+    auto = Path(sys.executable).parent / "opentelemetry-instrument"
+    if auto.exists():
+        check = (
+            "import aioclients.jetstream as js, aioclients.nsq as nsq; "
+            "print(hasattr(js.JetStream.__dict__['publish'], '__wrapped__'), "
+            "hasattr(nsq.Reader.__dict__['__anext__'], '__wrapped__'))"
+        )
+        out = _run(
+            auto,
+            "--traces_exporter",
+            "none",
+            "--metrics_exporter",
+            "none",
+            "--logs_exporter",
+            "none",
+            python,
+            "-c",
+            check,
+            cwd=tmp_path,
+        )
+        assert out.split() == ["True", "True"], out

@@ -24,7 +24,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -831,7 +831,23 @@ def kick_flusher(nc: NATS, current: asyncio.Future[None] | None) -> asyncio.Futu
 def _socket_transport(nc: NATS) -> asyncio.WriteTransport | None:
     writer = getattr(nc._transport, "_io_writer", None)
     transport = getattr(writer, "transport", None)
-    return transport if isinstance(transport, asyncio.WriteTransport) else None
+    if isinstance(transport, asyncio.WriteTransport):
+        return transport  # asyncio's own (the isinstance check is the cheaper test)
+    # uvloop's transports have the methods but are not registered as
+    # asyncio.WriteTransport subclasses: duck-type them.
+    if callable(getattr(transport, "abort", None)) and callable(
+        getattr(transport, "get_write_buffer_size", None)
+    ):
+        return cast("asyncio.WriteTransport", transport)
+    if transport is not None:
+        report_fast_path_off(
+            "writing requests straight to the socket",
+            f"its event loop's transport ({type(transport).__name__}) has no abort() or "
+            "get_write_buffer_size(); requests go through its flusher, and a stuck socket "
+            "is left for the server to close",
+            level=logging.INFO,
+        )
+    return None
 
 
 def unsent_bytes(nc: NATS) -> int:

@@ -22,7 +22,7 @@ import ssl
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import unquote, urlsplit
 
 from aioclients._core import redact_text, redact_url
@@ -133,8 +133,8 @@ class DirectGetConnection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # cast, not isinstance: uvloop's transports are not asyncio.Transport subclasses
+        self._transport = cast("asyncio.Transport", transport)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -272,8 +272,7 @@ class DirectGetConnection(asyncio.Protocol):
         transport = await asyncio.wait_for(
             loop.start_tls(self._transport, self, context, server_hostname=host), self._timeout
         )
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast("asyncio.Transport", transport)  # uvloop's: no subclass
 
     def _write(self, data: bytes) -> None:
         if self._failure is not None:

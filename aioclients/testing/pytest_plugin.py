@@ -4,6 +4,9 @@ Registered through the ``pytest11`` entry point. Every fixture honours the
 ``AIOCLIENTS_TEST_*`` environment variables: when one is set, the tests run
 against that external server and tests that must stop or restart a server
 skip themselves.
+
+``--aioclients-loop=uvloop`` (or ``AIOCLIENTS_TEST_LOOP=uvloop``) runs the async
+tests and fixtures on uvloop instead of asyncio's default loop.
 """
 
 from __future__ import annotations
@@ -14,6 +17,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from aioclients.testing._event_loop import (
+    add_loop_option,
+    configure_loop,
+    loop_report_header,
+)
 from aioclients.testing._liftbridge_fixtures import liftbridge_cluster
 from aioclients.testing._nsq_fixtures import (  # noqa: F401 (registers the fixtures)
     nsqd,
@@ -31,6 +39,18 @@ __all__ = (
 )
 
 NATS_URL_ENV = "AIOCLIENTS_TEST_NATS_URL"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_loop_option(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    configure_loop(config)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return loop_report_header(config)
 
 
 class ExternalServer:

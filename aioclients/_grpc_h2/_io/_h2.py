@@ -28,7 +28,7 @@ import logging
 import os
 import ssl
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import grpc.aio
@@ -69,8 +69,8 @@ class _Protocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Before create_connection() returns: the server's SETTINGS may follow at once.
-        assert isinstance(transport, asyncio.Transport)
-        self._connection.made(transport)
+        # cast, not isinstance: uvloop's transports are not asyncio.Transport subclasses
+        self._connection.made(cast("asyncio.Transport", transport))
 
     def data_received(self, data: bytes) -> None:
         self._connection._data_received(data)

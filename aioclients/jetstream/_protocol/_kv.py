@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -262,6 +262,9 @@ class KeyValueEntry:
     created: datetime
     delta: int
     operation: str
+    # The revision's headers as stored (a raw header block or a decoded dict): its
+    # trace context, for aioclients.telemetry.context_of. Not compared, not shown.
+    _headers: bytes | Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 def bucket_stream_config(

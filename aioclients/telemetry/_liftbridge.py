@@ -1,0 +1,214 @@
+"""Spans and metrics of the Liftbridge client, added by wrapping its public methods.
+
+- ``send`` (PRODUCER): ``Client.publish``, ``publish_async`` (the span lasts until
+  the ack arrives or fails) and ``publish_to_subject``; the span's context goes
+  into the message's headers (``dict[str, bytes]``) through the global propagator.
+- ``receive`` (CLIENT): one per message of a ``Subscription`` and of a
+  ``GroupConsumer`` (whose own subscriptions read ahead into its buffer and make
+  no span: a message counts when the application takes it), linked to the
+  message's creation context.
+
+Liftbridge has no per-message settlement (a group commits cursors), so no
+``settle`` spans. The broker a call reaches is chosen inside the client, so the
+spans carry no ``server.address``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from functools import partial
+from typing import Any
+
+from opentelemetry.trace import SpanKind
+
+from aioclients.liftbridge import Client, GroupConsumer, Message, Subscription
+from aioclients.telemetry._common import (
+    CONSUMER_GROUP,
+    DESTINATION,
+    DESTINATION_PARTITION,
+    MESSAGE_ID,
+    OPERATION_NAME,
+    OPERATION_TYPE,
+    SYSTEM,
+    Attributes,
+    Instruments,
+    Patches,
+    creation_link,
+    inject_into,
+)
+
+__all__ = ("instrument_liftbridge",)
+
+_time_ns = time.time_ns
+
+#: True in the tasks a GroupConsumer starts: their reads fill its buffer ahead of
+#: the application and make no receive span.
+_READ_AHEAD: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "aioclients_telemetry_read_ahead", default=False
+)
+
+
+def _send_attributes(destination: str) -> Attributes:
+    return {
+        SYSTEM: "liftbridge",
+        OPERATION_TYPE: "send",
+        OPERATION_NAME: "send",
+        DESTINATION: destination,
+    }
+
+
+def _acked(span: Any, ack: Any) -> None:
+    if ack is None:  # AckPolicy.NONE
+        return
+    span.set_attribute(MESSAGE_ID, str(ack.offset))
+    if ack.partition is not None:
+        span.set_attribute(DESTINATION_PARTITION, str(ack.partition))
+
+
+def instrument_liftbridge(inst: Instruments, patches: Patches) -> None:
+    start_span = inst.start
+    finish = inst.finish
+
+    # -- send ----------------------------------------------------------------------
+
+    def traced_publish(original: Any) -> Any:
+        async def publish(
+            self: Client, destination: str, value: bytes, *, headers: Any = None, **options: Any
+        ) -> Any:
+            attrs = _send_attributes(destination)
+            start = _time_ns()
+            span = start_span("send", destination, SpanKind.PRODUCER, attrs, start_ns=start)
+            headers, _ = inject_into(headers, span, as_bytes=True)
+            try:
+                ack = await original(self, destination, value, headers=headers, **options)
+            except BaseException as exc:
+                finish(span, attrs, start, exc, sent=1)
+                raise
+            _acked(span, ack)
+            finish(span, attrs, start, sent=1)
+            return ack
+
+        return publish
+
+    def traced_publish_async(original: Any) -> Any:
+        async def publish_async(
+            self: Client, stream: str, value: bytes, *, headers: Any = None, **options: Any
+        ) -> Any:
+            attrs = _send_attributes(stream)
+            start = _time_ns()
+            span = start_span("send", stream, SpanKind.PRODUCER, attrs, start_ns=start)
+            headers, _ = inject_into(headers, span, as_bytes=True)
+            try:
+                future = await original(self, stream, value, headers=headers, **options)
+            except BaseException as exc:
+                finish(span, attrs, start, exc, sent=1)
+                raise
+            future.add_done_callback(partial(_settled, span, attrs, start))
+            return future
+
+        return publish_async
+
+    def _settled(span: Any, attrs: Attributes, start: int, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            finish(span, attrs, start, asyncio.CancelledError(), sent=1)
+            return
+        error = future.exception()
+        if error is None:
+            _acked(span, future.result())
+        finish(span, attrs, start, error, sent=1)
+
+    patches.wrap(Client, "publish", traced_publish)
+    patches.wrap(Client, "publish_async", traced_publish_async)
+    patches.wrap(Client, "publish_to_subject", traced_publish)
+
+    # -- receive -------------------------------------------------------------------
+
+    def received(attrs: Attributes, msg: Message, start: int) -> None:
+        span = start_span(
+            "receive",
+            msg.stream,
+            SpanKind.CLIENT,
+            {
+                **attrs,
+                DESTINATION_PARTITION: str(msg.partition),
+                MESSAGE_ID: str(msg.offset),
+            },
+            links=creation_link(msg.headers),
+            start_ns=start,
+        )
+        finish(span, attrs, start, consumed=1)
+
+    def failed(attrs: Attributes, destination: str | None, start: int, exc: BaseException) -> None:
+        span = start_span("receive", destination, SpanKind.CLIENT, attrs, start_ns=start)
+        finish(span, attrs, start, exc)
+
+    def traced_subscription_anext(original: Any) -> Any:
+        async def __anext__(self: Subscription) -> Message:
+            if _READ_AHEAD.get():
+                msg: Message = await original(self)
+                return msg
+            start = _time_ns()
+            attrs: Attributes = {
+                SYSTEM: "liftbridge",
+                OPERATION_TYPE: "receive",
+                OPERATION_NAME: "receive",
+                DESTINATION: self.stream,
+            }
+            try:
+                msg = await original(self)
+            except (StopAsyncIteration, asyncio.CancelledError):
+                raise
+            except BaseException as exc:
+                failed(attrs, self.stream, start, exc)
+                raise
+            received(attrs, msg, start)
+            return msg
+
+        return __anext__
+
+    def traced_group_anext(original: Any) -> Any:
+        async def __anext__(self: GroupConsumer) -> Message:
+            start = _time_ns()
+            try:
+                msg: Message = await original(self)
+            except (StopAsyncIteration, asyncio.CancelledError):
+                raise
+            except BaseException as exc:
+                attrs: Attributes = {
+                    SYSTEM: "liftbridge",
+                    OPERATION_TYPE: "receive",
+                    OPERATION_NAME: "receive",
+                    CONSUMER_GROUP: self.group_id,
+                }
+                failed(attrs, None, start, exc)
+                raise
+            attrs = {
+                SYSTEM: "liftbridge",
+                OPERATION_TYPE: "receive",
+                OPERATION_NAME: "receive",
+                DESTINATION: msg.stream,
+                CONSUMER_GROUP: self.group_id,
+            }
+            received(attrs, msg, start)
+            return msg
+
+        return __anext__
+
+    def traced_group_aenter(original: Any) -> Any:
+        # The tasks that read ahead are started in here (and by a task started
+        # in here): they inherit the flag, the caller's context gets it back unset.
+        async def __aenter__(self: GroupConsumer) -> GroupConsumer:
+            token = _READ_AHEAD.set(True)
+            try:
+                result: GroupConsumer = await original(self)
+            finally:
+                _READ_AHEAD.reset(token)
+            return result
+
+        return __aenter__
+
+    patches.wrap(Subscription, "__anext__", traced_subscription_anext)
+    patches.wrap(GroupConsumer, "__anext__", traced_group_anext)
+    patches.wrap(GroupConsumer, "__aenter__", traced_group_aenter)

@@ -1,0 +1,121 @@
+"""``--otel`` of the benchmarks: aioclients instrumented the way a service runs it.
+
+The OpenTelemetry SDK with a ``BatchSpanProcessor`` (a queue large enough that no
+span is dropped at it) and, with ``metrics=True``, a ``MeterProvider`` with a
+periodic reader (without it the meter is the API's no-op one); the exporters count
+what they are given and drop it, so what is measured is the client-side cost of
+making the spans and metrics, not of sending them anywhere. Needs the ``otel`` and
+``test`` extras (opentelemetry-sdk).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+
+class Telemetry:
+    """Instrument for the length of a ``with`` block; counts spans exported."""
+
+    def __init__(self, *, metrics: bool) -> None:
+        from opentelemetry.metrics import NoOpMeterProvider
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import (
+            MetricExporter,
+            MetricExportResult,
+            PeriodicExportingMetricReader,
+        )
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+
+        from aioclients.telemetry import AioClientsInstrumentor
+
+        counts = self
+
+        class DroppingSpanExporter(SpanExporter):
+            def export(self, spans: Sequence[Any]) -> SpanExportResult:
+                counts.spans += len(spans)
+                return SpanExportResult.SUCCESS
+
+        class DroppingMetricExporter(MetricExporter):
+            def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kw: Any) -> Any:
+                counts.metric_exports += 1
+                return MetricExportResult.SUCCESS
+
+            def force_flush(self, timeout_millis: float = 10_000) -> bool:
+                return True
+
+            def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+                pass
+
+        self.spans = 0
+        self.metric_exports = 0
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(
+            BatchSpanProcessor(DroppingSpanExporter(), max_queue_size=1 << 16)
+        )
+        self.meter_provider: Any = (
+            MeterProvider(
+                metric_readers=[
+                    PeriodicExportingMetricReader(
+                        DroppingMetricExporter(), export_interval_millis=5_000
+                    )
+                ]
+            )
+            if metrics
+            else NoOpMeterProvider()
+        )
+        self._instrumentor = AioClientsInstrumentor()
+
+    @contextlib.contextmanager
+    def on(self) -> Iterator[None]:
+        self._instrumentor.instrument(
+            tracer_provider=self.tracer_provider, meter_provider=self.meter_provider
+        )
+        try:
+            yield
+        finally:
+            self._instrumentor.uninstrument()
+            self.tracer_provider.force_flush()
+
+    def shutdown(self) -> None:
+        self.tracer_provider.shutdown()
+        if hasattr(self.meter_provider, "shutdown"):
+            self.meter_provider.shutdown()
+
+
+def sdk_span_us(telemetry: Telemetry, attributes: dict[str, Any], count: int = 20_000) -> float:
+    """The SDK's own cost of one span (start and end, these attributes, the batch
+    processor), in microseconds: the floor of a span per message."""
+    import time
+
+    from opentelemetry.trace import SpanKind
+
+    tracer = telemetry.tracer_provider.get_tracer("floor")
+    start = time.perf_counter()
+    for _ in range(count):
+        tracer.start_span("receive x", kind=SpanKind.CLIENT, attributes=attributes).end()
+    return (time.perf_counter() - start) / count * 1e6
+
+
+#: the attributes of a per-message receive span (JetStream; NSQ's are alike)
+RECEIVE_ATTRIBUTES: dict[str, Any] = {
+    "messaging.system": "nats",
+    "messaging.operation.type": "receive",
+    "messaging.operation.name": "receive",
+    "messaging.destination.name": "BENCHC",
+    "messaging.consumer.group.name": "ours1",
+    "messaging.message.id": "12345",
+    "server.address": "127.0.0.1",
+    "server.port": 4222,
+}
+
+
+def per_message_us(plain_rate: float, traced_rate: float) -> float:
+    """What instrumentation adds to each message, in microseconds."""
+    return (1 / traced_rate - 1 / plain_rate) * 1e6
