@@ -22,11 +22,14 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
   does not consume. Offsets also carry the stream's creation timestamp, so that
   a stream deleted and recreated under a query (offsets from 0 again) is noticed.
 - Data loss (``failOnDataLoss``, default true): the planner learns each
-  partition's oldest kept offset (by subscribing from ``EARLIEST`` and reading
-  one message). When a micro-batch would start below it (retention) or the
-  stream was recreated, the query fails with :class:`DataLossError` naming the
-  lost offsets; with ``false`` it logs a warning and goes on from the oldest
-  kept. A batch read whose ``startingOffsets`` lie below it does the same.
+  partition's oldest kept offset (a start-at-time subscription from the epoch,
+  which the broker refuses at once when nothing is kept; else, when its time
+  index is inconclusive, an ``EARLIEST`` one: see ``_oldest_kept``). When a
+  micro-batch would start below it (retention) or the stream was recreated, the
+  query fails with :class:`DataLossError` naming the lost offsets; with
+  ``false`` it logs a warning and goes on from the oldest kept. A batch read
+  whose ``startingOffsets`` lie below it does the same, and so does a task
+  whose segment the cleaner deletes while it reads (``SegmentDeletedError``).
 - Writers publish each row on the PublishAsync stream (``AckPolicy.LEADER``) of
   one client per task, with columns converted in C and publish_async's per-call
   checks done once per task (see ``_publish``), and wait for every ack; a
@@ -205,6 +208,9 @@ class ReadConfig:
     stream: str
     batch_size: int
     timeout: float
+    #: the ``failOnDataLoss`` option: a task that finds part of its range deleted by
+    #: retention under it fails (true) or warns and goes on from the oldest kept
+    fail_on_data_loss: bool = True
 
 
 @dataclass(frozen=True)
@@ -232,6 +238,7 @@ def _read_config(opts: OptionReader) -> tuple[ReadConfig, str | None]:
         stream=stream,
         batch_size=batch_size,
         timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
+        fail_on_data_loss=opts.boolean(FAIL_ON_DATA_LOSS, default=True),
     )
     return config, opts.get("partitions")
 
@@ -266,36 +273,103 @@ class PartitionState:
 async def _oldest_kept(
     client: liftbridge.Client, config: ReadConfig, partition: int, high_watermark: int
 ) -> int:
-    """The offset of the oldest message the partition still keeps (retention trims it)."""
+    """The offset of the oldest message the partition still keeps up to
+    ``high_watermark`` (retention trims it), or ``high_watermark + 1`` when it keeps
+    none of them (the cleaner emptied the partition)."""
     if high_watermark < 0:
         return 0
     loop = asyncio.get_running_loop()
     deadline = loop.time() + config.timeout
     while True:
-        subscription = client.subscribe(
-            config.stream,
-            partition=partition,
-            start_at=liftbridge.StartPosition.EARLIEST,
-            stop_offset=high_watermark,
-        )
+        try:
+            found = await _oldest_by_time(client, config, partition, high_watermark, deadline)
+            if found is None:
+                found = await _oldest_by_reading(
+                    client, config, partition, high_watermark, deadline
+                )
+            return found
+        except liftbridge.SegmentDeletedError:
+            # The partition's cleaner deleted the segment under the probe: the
+            # oldest offset just moved; look again.
+            if loop.time() < deadline:
+                continue
+            raise
+
+
+#: how long an EARLIEST probe waits for a first message once the broker has confirmed
+#: it, when the time index says that nothing up to the high watermark may be kept
+_EMPTIED_WAIT = 2.0
+
+
+def _stop_before_start(exc: liftbridge.LiftbridgeServerError) -> bool:
+    return exc.code == "INVALID_ARGUMENT" and "before start offset" in str(exc)
+
+
+async def _oldest_by_time(
+    client: liftbridge.Client,
+    config: ReadConfig,
+    partition: int,
+    high_watermark: int,
+    deadline: float,
+) -> int | None:
+    """The oldest kept offset by a start-at-time subscription from the epoch (the
+    first entry of the first segment's time index), which never waits on a partition
+    the cleaner emptied: the broker then starts past the high watermark and refuses
+    the subscription (stop before start). None: it refused, which it also does when
+    the log's newest segment is empty and it reads that as the end of the log (only
+    when the log has one or two segments), so the answer is not final."""
+    loop = asyncio.get_running_loop()
+    subscription = client.subscribe(
+        config.stream, partition=partition, start_time=1, stop_offset=high_watermark
+    )
+    try:
         async with subscription as sub:
             try:
                 msg = await asyncio.wait_for(sub.__anext__(), max(deadline - loop.time(), 0))
             except StopAsyncIteration:
                 return high_watermark + 1
-            except liftbridge.SegmentDeletedError:
-                # The partition's cleaner deleted the segment under the probe: the
-                # oldest offset just moved; look again.
-                if loop.time() < deadline:
-                    continue
-                raise
             except TimeoutError:
-                raise liftbridge.LiftbridgeTimeoutError(
-                    f"no message of {config.stream}/{partition} within {config.timeout}s while "
-                    "looking up its oldest offset; raise the 'timeout' option if the brokers "
-                    "are slow"
-                ) from None
-            return int(msg.offset)
+                raise _probe_timeout(config, partition) from None
+            return min(int(msg.offset), high_watermark + 1)
+    except liftbridge.LiftbridgeServerError as e:
+        if isinstance(e, liftbridge.SegmentDeletedError) or not _stop_before_start(e):
+            raise
+        return None
+
+
+async def _oldest_by_reading(
+    client: liftbridge.Client,
+    config: ReadConfig,
+    partition: int,
+    high_watermark: int,
+    deadline: float,
+) -> int:
+    """The oldest kept offset by an EARLIEST subscription: a kept message comes right
+    after the broker confirms it; on a partition the cleaner emptied the broker waits
+    for the next message instead, so no message within ``_EMPTIED_WAIT`` (or the
+    timeout, when shorter) means that none up to the high watermark is kept."""
+    loop = asyncio.get_running_loop()
+    subscription = client.subscribe(
+        config.stream,
+        partition=partition,
+        start_at=liftbridge.StartPosition.EARLIEST,
+        stop_offset=high_watermark,
+    )
+    async with subscription as sub:
+        wait = min(_EMPTIED_WAIT, max(deadline - loop.time(), 0))
+        try:
+            msg = await asyncio.wait_for(sub.__anext__(), wait)
+        except (StopAsyncIteration, TimeoutError):
+            return high_watermark + 1
+        return min(int(msg.offset), high_watermark + 1)
+
+
+def _probe_timeout(config: ReadConfig, partition: int) -> liftbridge.LiftbridgeTimeoutError:
+    return liftbridge.LiftbridgeTimeoutError(
+        f"no message of {config.stream}/{partition} within {config.timeout}s while "
+        "looking up its oldest offset; raise the 'timeout' option if the brokers "
+        "are slow"
+    )
 
 
 async def _partition_state_async(config: ReadConfig, partitions: str | None) -> PartitionState:
@@ -352,42 +426,81 @@ def _to_record_batch(stream: str, partition: int, messages: list[liftbridge.Mess
 
 
 async def _read_messages(part: OffsetRange) -> AsyncIterator[list[liftbridge.Message]]:
-    """The range's messages in lists of up to ``batch_size``."""
+    """The range's messages in lists of up to ``batch_size``.
+
+    The planner checked that ``part.first`` was kept, but retention goes on while the
+    task reads: when the cleaner deletes the segment the task reads from
+    (``SegmentDeletedError``), or everything left of the range (the read then waits
+    for the next message until the timeout), the offsets from the next one to read up
+    to the oldest kept are lost. ``failOnDataLoss`` (in ``part.config``) then fails the
+    task naming them, or warns and reads on from the oldest kept.
+    """
     config = part.config
     residual = part.residual
     client = await _connect(config.brokers, config.timeout)
     async with client:
-        # The planner checked that part.first is still kept (failOnDataLoss).
-        subscription = client.subscribe(
-            config.stream, partition=part.partition, start_offset=part.first, stop_offset=part.last
+        chunk: list[liftbridge.Message] = []
+        next_offset = part.first  # the next offset the range needs
+        while next_offset <= part.last:
+            subscription = client.subscribe(
+                config.stream,
+                partition=part.partition,
+                start_offset=next_offset,
+                stop_offset=part.last,
+            )
+            try:
+                async with subscription as sub:
+                    while True:
+                        try:
+                            msg = await asyncio.wait_for(sub.__anext__(), config.timeout)
+                        except StopAsyncIteration:
+                            next_offset = part.last + 1
+                            break
+                        except TimeoutError:
+                            kept = await _oldest_kept(client, config, part.partition, part.last)
+                            if kept <= next_offset:
+                                raise liftbridge.LiftbridgeTimeoutError(
+                                    f"no message of {config.stream}/{part.partition} within "
+                                    f"{config.timeout}s while reading offsets {part.first}.."
+                                    f"{part.last} (next: {next_offset}); raise the 'timeout' "
+                                    "option if the brokers are slow"
+                                ) from None
+                            next_offset = _lost_under_read(part, next_offset, kept)
+                            break
+                        if msg.offset > part.last:
+                            next_offset = part.last + 1
+                            break
+                        next_offset = msg.offset + 1
+                        if residual is None or residual.admits(
+                            part.partition, msg.offset, msg.timestamp // 1000
+                        ):
+                            chunk.append(msg)
+                        if len(chunk) >= config.batch_size:
+                            yield chunk
+                            chunk = []
+                        if msg.offset >= part.last:
+                            break
+            except liftbridge.SegmentDeletedError:
+                kept = await _oldest_kept(client, config, part.partition, part.last)
+                next_offset = _lost_under_read(part, next_offset, kept)
+        if chunk:
+            yield chunk
+
+
+def _lost_under_read(part: OffsetRange, next_offset: int, kept: int) -> int:
+    """Report ``next_offset .. kept - 1`` of the range lost to retention under the
+    read (``failOnDataLoss``); return where the read goes on."""
+    lost = lost_range(next_offset, kept, part.last)
+    if lost is not None:
+        report_data_loss(
+            f"of stream {part.config.stream!r}, partition {part.partition}: offsets "
+            f"{lost[0]}..{lost[1]} are no longer kept (retention deleted them while a task "
+            f"read offsets {part.first}..{part.last})",
+            fail=part.config.fail_on_data_loss,
+            resume="the oldest offset kept",
+            log=log,
         )
-        async with subscription as sub:
-            chunk: list[liftbridge.Message] = []
-            while True:
-                try:
-                    msg = await asyncio.wait_for(sub.__anext__(), config.timeout)
-                except StopAsyncIteration:
-                    break
-                except TimeoutError:
-                    raise liftbridge.LiftbridgeTimeoutError(
-                        f"no message of {config.stream}/{part.partition} within "
-                        f"{config.timeout}s while reading offsets {part.first}..{part.last} "
-                        f"(last read: {chunk[-1].offset if chunk else sub.last_offset}); "
-                        "raise the 'timeout' option if the brokers are slow"
-                    ) from None
-                if msg.offset > part.last:
-                    break
-                if residual is None or residual.admits(
-                    part.partition, msg.offset, msg.timestamp // 1000
-                ):
-                    chunk.append(msg)
-                if len(chunk) >= config.batch_size:
-                    yield chunk
-                    chunk = []
-                if msg.offset >= part.last:
-                    break
-            if chunk:
-                yield chunk
+    return max(next_offset, kept)
 
 
 def read_partition(part: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -526,13 +639,16 @@ async def _first_offsets_at_or_after(
         return {}
     client = await _connect(config.brokers, config.timeout)
     async with client:
-        return {
-            p: {
-                t: await _offset_at_or_after(client, config, p, state.high_watermarks[p], t)
-                for t in times
-            }
-            for p in partitions
-        }
+        found: dict[int, dict[int, int | None]] = {}
+        for p in partitions:
+            hw = state.high_watermarks[p]
+            if state.earliest[p] > hw:
+                # Nothing kept (the cleaner emptied it): no message at or after any
+                # time, and a lookup would wait for the next message.
+                found[p] = dict.fromkeys(times)
+                continue
+            found[p] = {t: await _offset_at_or_after(client, config, p, hw, t) for t in times}
+        return found
 
 
 async def _offset_at_or_after(
