@@ -1,7 +1,7 @@
 """Filter pushdown of the jetstream and liftbridge batch readers on the local[2] session:
 every pushed shape gives the rows of the same query written so that Spark cannot push
 it, and ``explain`` reports what was pushed. The same checks run on local-cluster
-(test_local_cluster.py) and on a standalone cluster (test_standalone_cluster.py).
+(test_local_cluster.py), whose executors are JVMs of their own as on a standalone cluster.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def small_stream(nats_server: Any, unique_name: str) -> Iterator[str]:
 
 
 def test_register_turns_pushdown_on_so_reads_keep_working(
-    spark: Any, nats_server: Any, small_stream: str
+    spark: Any, nats_server: Any, small_stream: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """pyspark refuses a reader that defines pushFilters while the setting is off (its
     default), for every batch read, filtered or not: registering switches it on."""
@@ -61,8 +61,11 @@ def test_register_turns_pushdown_on_so_reads_keep_working(
     try:
         with pytest.raises(Exception, match="DATA_SOURCE_PUSHDOWN_DISABLED"):
             load().count()
-        register_data_sources(spark)
+        with caplog.at_level("INFO", logger="aioclients.spark"):
+            register_data_sources(spark)
         assert spark.conf.get(CONF) == "true"
+        [said] = [r.getMessage() for r in caplog.records if CONF in r.getMessage()]
+        assert "true (it was false)" in said, "registering says that it turned it on"
         assert load().count() == 10
         assert load().where(f"subject = '{small_stream}.1'").count() == 5
     finally:

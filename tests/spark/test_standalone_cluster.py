@@ -6,7 +6,7 @@ one core and 1 GiB each), and an application on ``spark://127.0.0.1:<port>``.
 This is how Spark runs beyond one machine: executors are launched by the workers, in
 JVMs and Python workers of their own, from what the application ships (here the
 checkout on ``PYTHONPATH``). The module runs batch reads, streaming reads restarted
-from their checkpoints, filter pushdown and writes of every format against it, then
+from their checkpoints and writes of every format against it, then
 stops the application, the workers and the master, also when a test fails. It takes
 about a minute and a half.
 """
@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 from _everywhere import (
     check_jetstream,
-    check_jetstream_pushdown,
     check_jetstream_restart,
     check_liftbridge,
     check_liftbridge_restart,
@@ -217,12 +216,6 @@ async def test_jetstream_restart_from_checkpoint(
     standalone_spark: Any, nats_server: Any, unique_name: str, tmp_path: Path
 ) -> None:
     await check_jetstream_restart(standalone_spark, nats_server.url, unique_name, tmp_path)
-
-
-async def test_jetstream_pushdown(
-    standalone_spark: Any, nats_server: Any, unique_name: str
-) -> None:
-    await check_jetstream_pushdown(standalone_spark, nats_server.url, unique_name)
 
 
 async def test_liftbridge(
