@@ -355,13 +355,18 @@ async def _oldest_by_reading(
         start_at=liftbridge.StartPosition.EARLIEST,
         stop_offset=high_watermark,
     )
-    async with subscription as sub:
-        wait = min(_EMPTIED_WAIT, max(deadline - loop.time(), 0))
-        try:
-            msg = await asyncio.wait_for(sub.__anext__(), wait)
-        except (StopAsyncIteration, TimeoutError):
-            return high_watermark + 1
-        return min(int(msg.offset), high_watermark + 1)
+    try:
+        async with subscription as sub:
+            wait = min(_EMPTIED_WAIT, max(deadline - loop.time(), 0))
+            try:
+                msg = await asyncio.wait_for(sub.__anext__(), wait)
+            except (StopAsyncIteration, TimeoutError):
+                return high_watermark + 1
+            return min(int(msg.offset), high_watermark + 1)
+    except liftbridge.LiftbridgeServerError as e:
+        if isinstance(e, liftbridge.SegmentDeletedError) or not _stop_before_start(e):
+            raise
+        return high_watermark + 1  # the oldest kept is past it
 
 
 def _probe_timeout(config: ReadConfig, partition: int) -> liftbridge.LiftbridgeTimeoutError:

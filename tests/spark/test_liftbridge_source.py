@@ -36,6 +36,7 @@ from aioclients.spark._liftbridge import (
     LiftbridgeBatchReader,
     LiftbridgePushdownReader,
     LiftbridgeStreamReader,
+    _oldest_kept,
 )
 from aioclients.spark._liftbridge import _write_config as write_config
 from aioclients.testing import LiftbridgeCluster
@@ -871,6 +872,10 @@ async def test_segment_deleted_under_a_partition_read(
         assert gap < oldest <= resume
         assert offsets == [*range(gap), *range(resume, 1500)], "a prefix, then the rest kept"
         assert resume == await oldest_offset(client, unique_name)
+        # What a task finds of a range that retention passed entirely: nothing.
+        async with await liftbridge.connect(liftbridge_cluster.addresses) as probe:
+            kept = await _oldest_kept(probe, parts[1].config, 0, 600)
+        assert kept == 601
         records = [r.getMessage() for r in caplog.records if "data loss" in r.getMessage()]
         assert records, "a warning"
         assert f"partition 0: offsets {gap}.." in records[0]
