@@ -673,8 +673,40 @@ async def _offset_at_or_after(
     )
     if newest is None or newest.timestamp < nanos:
         return None
-    found = await _first_message(client, config, partition, high_watermark, start_time=nanos)
+    try:
+        found = await _first_message(client, config, partition, high_watermark, start_time=nanos)
+    except liftbridge.LiftbridgeServerError as e:
+        if isinstance(e, liftbridge.SegmentDeletedError) or not _stop_before_start(e):
+            raise
+        # The newest message is at or after the time, yet the broker started past it:
+        # its time lookup stops at an empty segment (the newest one, just sealed) and
+        # answers the end of the log. Search by offset instead.
+        return await _offset_at_or_after_by_offset(client, config, partition, high_watermark, nanos)
     return None if found is None else int(found.offset)
+
+
+async def _offset_at_or_after_by_offset(
+    client: liftbridge.Client, config: ReadConfig, partition: int, high_watermark: int, nanos: int
+) -> int | None:
+    """The first offset stamped at or after ``nanos`` by a binary search over the kept
+    offsets, one single-message subscription per step (times do not go backwards
+    along a partition; compaction may leave gaps, each step reads the first message
+    at or after its offset)."""
+    lo = await _oldest_kept(client, config, partition, high_watermark)
+    hi = high_watermark
+    while lo < hi:
+        mid = (lo + hi) // 2
+        msg = await _first_message(client, config, partition, high_watermark, start_offset=mid)
+        if msg is None:
+            return None
+        if msg.timestamp >= nanos:
+            hi = mid
+        else:
+            lo = int(msg.offset) + 1
+    if lo > high_watermark:
+        return None
+    msg = await _first_message(client, config, partition, high_watermark, start_offset=lo)
+    return None if msg is None or msg.timestamp < nanos else int(msg.offset)
 
 
 async def _first_message(

@@ -882,3 +882,44 @@ async def test_segment_deleted_under_a_partition_read(
         assert f"..{resume - 1} are no longer kept" in records[-1]
     finally:
         await client.delete_stream(unique_name)
+
+
+async def test_a_time_bound_on_a_partition_whose_newest_segment_is_empty(
+    liftbridge_cluster: Cluster, client: liftbridge.Client, unique_name: str
+) -> None:
+    """Once the cleaner seals a segment by age, the newest segment is empty until the
+    next message, and Liftbridge's time lookup reads that as the end of the log (it
+    answers the next offset, past the high watermark). A pushed time bound and the
+    oldest-offset probe then search by offset."""
+    await client.create_stream(unique_name, unique_name, segment_max_age=0.2, cleaner_interval=0.1)
+    try:
+        await publish_values(client, unique_name, 0, 50)
+        async with client.subscribe(unique_name, start_offset=0, stop_offset=49) as sub:
+            stamps = [m.timestamp async for m in sub]
+        assert len(stamps) == 50
+
+        async def lookup_past_the_newest() -> bool:
+            try:
+                async with client.subscribe(unique_name, start_time=1, stop_offset=49):
+                    return False
+            except liftbridge.LiftbridgeServerError as e:
+                return "Stop offset is before start offset: 49 < 50" in str(e)
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not await lookup_past_the_newest():
+            assert loop.time() < deadline, "the newest segment was not sealed in 30s"
+            await asyncio.sleep(0.05)  # the cleaner's next tick
+
+        options = {"brokers": brokers_of(liftbridge_cluster), "stream": unique_name}
+        reader = await asyncio.to_thread(LiftbridgePushdownReader, options)
+        assert reader.state.earliest == {0: 0}
+        micros = stamps[25] // 1000
+        since = EPOCH.replace(tzinfo=timezone.utc) + timedelta(microseconds=micros)
+        assert reader.pushFilters([GreaterThanOrEqual(("timestamp",), since)]) == []
+        [part] = await asyncio.to_thread(reader.partitions)
+        first = min(o for o, t in enumerate(stamps) if t >= micros * 1000)
+        assert first <= 25
+        assert (part.first, part.last) == (first, 49)
+    finally:
+        await client.delete_stream(unique_name)
