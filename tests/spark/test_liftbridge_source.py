@@ -762,9 +762,6 @@ async def test_batch_read_of_a_partition_the_cleaner_emptied_finishes(
 
     df = await in_thread(spark, lambda: read(spark, brokers, emptied, timeout="5"))
     assert await in_thread(spark, df.count) == 0
-    pushed = await in_thread(spark, lambda: read(spark, brokers, emptied, timeout="5"))
-    pushed = pushed.where("timestamp >= timestamp'2020-01-01 00:00:00'")
-    assert await in_thread(spark, pushed.count) == 0
 
 
 async def test_stream_read_of_a_partition_the_cleaner_emptied_goes_on(
