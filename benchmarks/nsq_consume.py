@@ -139,6 +139,8 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
             "ansq": ansq,
         }
     cpu: dict[str, float] = {}
+    rates: dict[str, list[float]] = {}  # every round's, for the medians
+    cpus: dict[str, list[float]] = {}
     for _ in range(args.rounds):
         for name, run in clients.items():
             if name.split("+")[0] not in args.clients:
@@ -154,6 +156,13 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
             used = (time.process_time() - used) / args.count * 1e6
             best[name] = max(best.get(name, 0.0), rate)
             cpu[name] = min(cpu.get(name, math.inf), used)
+            rates.setdefault(name, []).append(rate)
+            cpus.setdefault(name, []).append(used)
+        if telemetry is not None:
+            from _otel_common import sdk_floor_us
+
+            # the SDK alone, in the same round: two spans per message (receive, FIN)
+            cpus.setdefault("sdk floor", []).append(sdk_floor_us(telemetry, 2))
     report(
         f"consume {args.count} x {len(PAYLOAD)}-byte messages, max_in_flight {args.max_in_flight}",
         best,
@@ -162,7 +171,9 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
     for name, us in cpu.items():
         print(f"  {name:<12} {us:>9.2f} us")
     if telemetry is not None:
-        from _otel_common import per_message_us
+        import statistics
+
+        from _otel_common import median_range, per_message_us
 
         peer = best.get("pynsq")
         for variant in ("aioclients+otel", "aioclients+otel+metrics"):
@@ -172,14 +183,36 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
                 f"message; {traced_rate / peer if peer else float('nan'):.2f}x pynsq "
                 "(uninstrumented)"
             )
-        from _otel_common import RECEIVE_ATTRIBUTES, sdk_span_us
-
-        exported = telemetry.spans + with_metrics.spans
-        floor = sdk_span_us(with_metrics, RECEIVE_ATTRIBUTES)
         print(
-            f"  spans exported: {exported}; the SDK alone takes "
-            f"{floor:.1f} us per span (two per message here: receive and FIN)"
+            f"median (range) of {args.rounds} rounds: msgs/s, and CPU us per message (this "
+            "process, the span processor's thread included)"
         )
+        for name in cpus:
+            if name in rates:
+                print(
+                    f"  {name:<24} {median_range(rates[name], '{:,.0f}'):>28}/s"
+                    f"  {median_range(cpus[name], '{:.2f}'):>22} us"
+                )
+        med = {name: statistics.median(values) for name, values in cpus.items()}
+        floor = med["aioclients"] + med["sdk floor"]
+        print(
+            "  SDK floor: two spans per message (receive and FIN, 8 attributes each, "
+            f"start_span, end, batch processor), no client: "
+            f"{median_range(cpus['sdk floor'], '{:.2f}')} us\n"
+            f"  ours {med['aioclients']:.2f} + SDK floor {med['sdk floor']:.2f} = {floor:.2f} "
+            f"us; instrumented {med['aioclients+otel']:.2f} us, so the instrumentation's own "
+            f"work is {med['aioclients+otel'] - floor:.2f} us"
+        )
+        if "pynsq" in med:
+            rate_ratio = statistics.median(rates["aioclients+otel"]) / statistics.median(
+                rates["pynsq"]
+            )
+            print(
+                f"  pynsq uninstrumented {med['pynsq']:.2f} us (instrumented / pynsq: "
+                f"{med['pynsq'] / med['aioclients+otel']:.2f}x by CPU, {rate_ratio:.2f}x by "
+                "median msgs/s)"
+            )
+        print(f"  spans exported: {telemetry.spans + with_metrics.spans}")
         telemetry.shutdown()
         with_metrics.shutdown()
 

@@ -305,7 +305,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
     record = inst.record
     consumed_add = inst.consumed.add
 
-    def received(owner: object, msg: Msg, start: int, *, group: bool = True) -> None:
+    def received(owner: object, msg: Msg, start: int, group: bool) -> None:
         # The hot path of a span per message: the SDK's start_span and end() are
         # most of its cost; around them only what differs per message is made.
         shared = receiving.get(owner)
@@ -349,7 +349,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
             except BaseException as exc:
                 receive_failed(owner, start, exc)
                 raise
-            received(owner, msg, start, group=group)
+            received(owner, msg, start, group)
             return msg
 
         return step
@@ -367,7 +367,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
                 except BaseException as exc:
                     receive_failed(self, start, exc)
                     raise
-                received(self, msg, start, group=group)
+                received(self, msg, start, group)
                 return msg
 
             return __anext__
@@ -432,7 +432,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
                     raise
                 finally:
                     _RECEIVING.reset(token)
-                received(self, msg, start, group=group)
+                received(self, msg, start, group)
                 return msg
 
             return next
