@@ -21,6 +21,15 @@ the emulators run in processes of their own).
     python benchmarks/fault_soak.py --duration 180              # each protocol 3 minutes
     python benchmarks/fault_soak.py --protocol nsq --duration 20 --fault-every 3
     python benchmarks/fault_soak.py --duration 60 --loop uvloop   # the clients on uvloop
+
+Against servers of your own (the proxy stands in front of each):
+
+    python benchmarks/fault_soak.py --duration 600 --nats-url nats://127.0.0.1:4222 \
+        --nsqd 127.0.0.1:4150 --liftbridge 127.0.0.1:9292 --proxy-port 9293
+
+A real Liftbridge broker must give the proxy's address as its own (Liftbridge config
+``listen: 127.0.0.1:9292``, ``host: 127.0.0.1``, ``port: 9293``), so that the client's
+every call, not only the first, goes through the proxy.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 from _loop import add_loop_argument, run_async, use_loop
@@ -204,22 +213,38 @@ async def soak_jetstream(args: argparse.Namespace) -> Tally:
         "reconnect_time_wait": 0.2,
         "max_reconnect_attempts": -1,
     }
-    async with NatsServer() as server, FaultProxy(server.url) as proxy:
-        async with await jetstream.connect(server.url) as admin:
-            await admin.create_stream("SOAK", subjects=["soak.>"], storage="memory")
+    stream = f"SOAK{uuid.uuid4().hex[:8]}"
+    subject = stream.lower()
+    async with contextlib.AsyncExitStack() as stack:
+        if args.nats_url:
+            server_url = args.nats_url
+        else:
+            server = await stack.enter_async_context(NatsServer())
+            server_url = server.url
+        proxy = await stack.enter_async_context(FaultProxy(server_url))
+        async with await jetstream.connect(server_url) as admin:
+            await admin.create_stream(stream, subjects=[f"{subject}.>"], storage="memory")
             await admin.create_consumer(
-                "SOAK", durable_name="soak", ack_policy="explicit", ack_wait=5.0
+                stream, durable_name="soak", ack_policy="explicit", ack_wait=5.0
             )
+
+        async def delete_stream() -> None:
+            async with await jetstream.connect(server_url) as admin:
+                await admin.delete_stream(stream)
+
+        stack.push_async_callback(delete_stream)
         url = f"nats://{proxy.address}"
         pub = await jetstream.connect(url, timeout=3.0, **nats_options)
         sub = await jetstream.connect(url, timeout=3.0, **nats_options)
         try:
 
             async def publish(n: int) -> object:
-                return await pub.publish(f"soak.{n % 8}", b"%d" % n, msg_id=str(n), timeout=3.0)
+                return await pub.publish(
+                    f"{subject}.{n % 8}", b"%d" % n, msg_id=str(n), timeout=3.0
+                )
 
             async def consume(received: Callable[[int], None]) -> None:
-                consumer = await sub.consumer("SOAK", "soak")
+                consumer = await sub.consumer(stream, "soak")
                 async with consumer.consume(
                     max_messages=200, expires=5.0, idle_heartbeat=1.0
                 ) as messages:
@@ -242,7 +267,7 @@ async def soak_nsq(args: argparse.Namespace) -> Tally:
     from aioclients.nsq import Producer, Reader
 
     topic = f"soak{uuid.uuid4().hex[:8]}"
-    with emulated_nsqd() as (nsqd_tcp, _http):
+    with external_or_emulated_nsqd(args.nsqd) as nsqd_tcp:
         async with FaultProxy(nsqd_tcp) as proxy:
             producer = Producer(proxy.address, timeout=3.0)
             reader = Reader(
@@ -287,7 +312,7 @@ async def soak_liftbridge(args: argparse.Namespace) -> Tally:
     stream = f"soak{uuid.uuid4().hex[:8]}"
     # The broker gives the proxy's address as its own, so that every call (RPCs,
     # Subscribe, PublishAsync) goes through the proxy, not only the first one.
-    proxy_port = free_port()
+    proxy_port = args.proxy_port or free_port()
     with emulated_cluster(args.liftbridge, advertise=[f"127.0.0.1:{proxy_port}"]) as addresses:
         async with FaultProxy(addresses[0], port=proxy_port) as proxy:
             async with await liftbridge.connect(addresses) as admin:
@@ -309,6 +334,19 @@ async def soak_liftbridge(args: argparse.Namespace) -> Tally:
             finally:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(client.close(), 10)
+                with contextlib.suppress(Exception):
+                    async with await liftbridge.connect(addresses) as admin:
+                        await admin.delete_stream(stream)
+
+
+@contextlib.contextmanager
+def external_or_emulated_nsqd(address: str | None) -> Iterator[str]:
+    """The nsqd at ``address`` (TCP), or an emulated one in a child process."""
+    if address:
+        yield address
+        return
+    with emulated_nsqd() as (tcp, _http):
+        yield tcp
 
 
 def free_port() -> int:
@@ -347,11 +385,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--freeze-for", type=float, default=2.0)
     parser.add_argument("--settle", type=float, default=60.0)
     parser.add_argument(
+        "--nats-url",
+        default=None,
+        help="a nats-server with JetStream to soak instead of a "
+        "nats-server of our own (a stream SOAK<random> is created and deleted)",
+    )
+    parser.add_argument(
+        "--nsqd", default=None, help="a real nsqd, TCP host:port, instead of the emulator"
+    )
+    parser.add_argument(
         "--liftbridge",
         type=lambda s: s.split(","),
         default=None,
         help="a real broker, host:port, to soak instead of the emulator (one broker: the proxy "
-        "can only stand in front of one; the broker must advertise the proxy's address)",
+        "can only stand in front of one; the broker must advertise the proxy's address, see "
+        "--proxy-port)",
+    )
+    parser.add_argument(
+        "--proxy-port",
+        type=int,
+        default=0,
+        help="the port the Liftbridge proxy listens on (with --liftbridge: the port the broker "
+        "advertises as its own); default: a free one",
     )
     parser.add_argument("-v", "--verbose", action="store_true")
     add_loop_argument(parser)

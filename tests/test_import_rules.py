@@ -5,6 +5,12 @@
 * no import of a sibling module inside a function (a cycle in hiding);
 * no module takes another module's ``_private`` name (share it under a public
   name in the module that owns it, or move it where both can import it).
+
+And for the modules listed below: pure modules outside a ``_protocol`` package
+import no I/O (``asyncio``, ``socket``, ``time``, ``random``, ...) at run time; the
+nsqd emulator's modules reach no private attribute of another module's object
+(the HTTP API and the TCP server work through the state's and the emulator's
+public methods).
 """
 
 from __future__ import annotations
@@ -16,6 +22,20 @@ import pytest
 from tests import import_rules as rules
 
 PACKAGES = ("nsq", "telemetry", "testing")
+
+#: Pure modules that do not live in a ``_protocol`` package (tests/test_structure.py
+#: checks those).
+PURE_MODULES = ("aioclients.testing._nsqd_state",)
+
+#: The nsqd emulator, split into parts that use each other's public names only.
+NSQD_EMULATOR = (
+    "aioclients.testing.nsqd",
+    "aioclients.testing._nsqd_state",
+    "aioclients.testing._nsqd_server",
+    "aioclients.testing._nsqd_lookup",
+    "aioclients.testing._nsq_http",
+    "aioclients.testing._nsq_wire",
+)
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -61,4 +81,46 @@ def test_the_rules_catch_each_fault(tmp_path: Path) -> None:
     ]
     assert rules.private_names_taken(["pkg"], root) == [
         "aioclients.pkg._c imports _secret from aioclients.pkg._a"
+    ]
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_pure_module_imports_no_io(module: str) -> None:
+    assert rules.io_imports([module]) == []
+
+
+@pytest.mark.parametrize("module", NSQD_EMULATOR)
+def test_no_private_attribute_of_another_modules_object(module: str) -> None:
+    assert rules.private_attributes_reached([module]) == []
+
+
+def test_the_io_and_attribute_rules_catch_each_fault(tmp_path: Path) -> None:
+    root = tmp_path / "aioclients"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "_pure.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import random\n"
+        "import collections\n"
+        "def f():\n    import time\n    from asyncio import sleep\n"
+    )
+    (root / "pkg" / "_api.py").write_text(
+        "from typing import Protocol\n"
+        "class Backend(Protocol):\n"
+        "    _topics: dict\n"
+        "class Api:\n"
+        "    __slots__ = ('_kept',)\n"
+        "    def __init__(self, backend):\n"
+        "        self._backend = backend\n"
+        "        self._kept = 1\n"
+        "    def topics(self):\n"
+        "        return self._backend._topics, self._kept, self._helper()\n"
+        "    def _helper(self):\n"
+        "        return self.__class__\n"
+    )
+    assert rules.io_imports(["aioclients.pkg._pure"], root) == [
+        "aioclients.pkg._pure imports asyncio",
+        "aioclients.pkg._pure imports time",
+    ]
+    assert rules.private_attributes_reached(["aioclients.pkg._api"], root) == [
+        "aioclients.pkg._api:10 reaches self._backend._topics"
     ]

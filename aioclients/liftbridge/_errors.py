@@ -31,6 +31,7 @@ __all__ = (
     "NoSuchStreamError",
     "PartitionPausedError",
     "ReadonlyPartitionError",
+    "SegmentDeletedError",
     "StreamDeletedError",
     "StreamExistsError",
     "SubscriptionLostError",
@@ -76,6 +77,24 @@ class PartitionPausedError(LiftbridgeServerError):
 
 class StreamDeletedError(LiftbridgeServerError):
     """The stream was deleted while subscribed to."""
+
+
+class SegmentDeletedError(LiftbridgeServerError):
+    """A subscription fell behind retention: the broker's cleaner deleted the log segment
+    it was reading (Liftbridge answers UNKNOWN "segment has been closed").
+
+    The messages after ``last_offset`` up to the partition's new oldest offset are gone.
+    Subscribe again from ``last_offset + 1`` to go on from the oldest offset kept.
+
+    Attributes:
+        last_offset: the offset of the last message delivered, or None.
+    """
+
+    def __init__(
+        self, message: str, *, code: str | None = None, last_offset: int | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.last_offset = last_offset
 
 
 class IncorrectOffsetError(LiftbridgeServerError):

@@ -43,6 +43,7 @@ from aioclients.liftbridge._errors import (
     NoSuchPartitionError,
     PartitionPausedError,
     ReadonlyPartitionError,
+    SegmentDeletedError,
     StreamDeletedError,
     SubscriptionLostError,
 )
@@ -80,8 +81,32 @@ def _paused_answer(code: grpc.StatusCode, details: str) -> bool:
     return code is grpc.StatusCode.FAILED_PRECONDITION and "commit log was closed" in text
 
 
+def _cleaner_answer(code: grpc.StatusCode, details: str) -> bool:
+    """Whether a "paused" answer may instead mean "the cleaner is at work".
+
+    While a partition's cleaner deletes or compacts segments, Liftbridge 1.9 opens
+    new readers on the old segment list and answers INTERNAL "Failed to create
+    stream reader: segment has been closed" too. Compaction rewrites every sealed
+    segment at each cleaner run: on a stream compacted every 100 ms most
+    subscribes can get this answer.
+    """
+    return code is grpc.StatusCode.INTERNAL and "segment has been closed" in details.lower()
+
+
+#: ambiguous "paused" answers taken for the cleaner, when the partition's metadata says
+#: paused (Liftbridge 1.9 keeps saying so once a partition was paused), before giving up
+_CLEANER_RETRIES = 3
+#: how long an open keeps asking again while the cleaner closes segments (not paused)
+_CLEANER_WAIT = 30.0
+
+
 class _Retry(Exception):
     """Internal: the attempt failed in a way worth retrying (not leader, unavailable)."""
+
+
+class _CleanerBusy(_Retry):
+    """Internal: the broker answered "segment has been closed" on a partition that is
+    not paused: the cleaner is at work; asked again (not counted as a failed attempt)."""
 
 
 class Subscription:
@@ -115,6 +140,7 @@ class Subscription:
         self._has_stop = request.stopPosition != pb.STOP_ON_CANCEL
         self._delivered = 0
         self._resubscribes = 0
+        self._cleaner_answers = 0  # "segment has been closed" answers in a row (see open)
 
     @property
     def last_offset(self) -> int | None:
@@ -192,12 +218,27 @@ class Subscription:
         """The first subscribe: a few quick retries while the leader is unknown or moving."""
         brokers = self._brokers
         attempts = 5
-        for attempt in range(attempts):
+        attempt = 0
+        busy_until: float | None = None
+        while True:
             try:
                 await self._subscribe_once(start_offset, refresh=attempt > 0)
                 return
+            except _CleanerBusy as exc:
+                now = brokers.clock()
+                if busy_until is None:
+                    busy_until = now + _CLEANER_WAIT
+                if now >= busy_until:
+                    raise LiftbridgeServerError(
+                        f"subscribe to {self.stream}/{self.partition}: {exc} for "
+                        f"{_CLEANER_WAIT:.0f}s",
+                        code="INTERNAL",
+                    ) from None
+                await asyncio.sleep(brokers.jitter())
+                continue
             except _Retry as exc:
-                if attempt == attempts - 1:
+                attempt += 1
+                if attempt == attempts:
                     raise LiftbridgeConnectError(
                         f"subscribe to {self.stream}/{self.partition}: {exc}; is the cluster up?"
                     ) from None
@@ -242,6 +283,16 @@ class Subscription:
             brokers.release_subscribe_channel(address, channel)
             code = exc.code()
             if _paused_answer(code, exc.details() or ""):
+                if _cleaner_answer(code, exc.details() or ""):
+                    if not await self._maybe_paused():
+                        raise _CleanerBusy(
+                            "the broker's cleaner keeps closing log segments"
+                        ) from None
+                    self._cleaner_answers += 1
+                    if self._cleaner_answers <= _CLEANER_RETRIES:
+                        raise _Retry(
+                            "a segment was closed (paused, or the cleaner at work)"
+                        ) from None
                 raise PartitionPausedError(
                     f"subscribe to {self.stream}/{self.partition}: the partition is paused; "
                     "subscribe with resume=True (or publish to it) to resume it",
@@ -273,6 +324,7 @@ class Subscription:
             call.cancel()
             brokers.release_subscribe_channel(address, channel)
             raise LiftbridgeClosedError("the subscription was closed while opening")
+        self._cleaner_answers = 0
         self._call = call
         self._address = address
         self._channel = channel
@@ -282,6 +334,22 @@ class Subscription:
 
     def __aiter__(self) -> Subscription:
         return self
+
+    async def _maybe_paused(self) -> bool:
+        """Whether the partition's metadata allows "paused" (False: it was never
+        paused, so a closed segment is the cleaner's doing)."""
+        req = pb.FetchPartitionMetadataRequest(stream=self.stream, partition=self.partition)
+        try:
+            resp = await self._brokers.leader_rpc(
+                self.stream,
+                self.partition,
+                "FetchPartitionMetadata",
+                req,
+                what="fetch_partition_metadata",
+            )
+        except LiftbridgeError:
+            return True
+        return bool(resp.metadata.paused)
 
     async def __anext__(self) -> Message:
         res = self._res
@@ -310,6 +378,11 @@ class Subscription:
                 raise
             if msg is grpc.aio.EOF:
                 # The broker ended the stream cleanly: a stop position was reached.
+                await self._finish()
+                raise StopAsyncIteration
+            if self._stop_offset is not None and msg.offset > self._stop_offset:
+                # The broker ends the stream only at the stop offset itself: when
+                # retention (or compaction) removed it, it reads on past it.
                 await self._finish()
                 raise StopAsyncIteration
             if res.on_message(msg.offset):
@@ -354,6 +427,16 @@ class Subscription:
         elif code is grpc.StatusCode.FAILED_PRECONDITION:
             err = PartitionPausedError(
                 f"{what}: the partition was paused; subscribe with resume=True", code=code.name
+            )
+        elif code is grpc.StatusCode.UNKNOWN and "segment has been closed" in details:
+            last = self._res.last_offset
+            again = "the start" if last is None else f"offset {last + 1}"
+            err = SegmentDeletedError(
+                f"{what}: retention deleted the log segment it was reading (the reader "
+                f"fell behind the oldest offset kept; messages after offset {last} may be "
+                f"gone); subscribe again from {again} to go on from the oldest kept",
+                code=code.name,
+                last_offset=last,
             )
         elif code is grpc.StatusCode.RESOURCE_EXHAUSTED:
             if self._has_stop:

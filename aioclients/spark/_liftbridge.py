@@ -261,23 +261,33 @@ async def _oldest_kept(
     """The offset of the oldest message the partition still keeps (retention trims it)."""
     if high_watermark < 0:
         return 0
-    subscription = client.subscribe(
-        config.stream,
-        partition=partition,
-        start_at=liftbridge.StartPosition.EARLIEST,
-        stop_offset=high_watermark,
-    )
-    async with subscription as sub:
-        try:
-            msg = await asyncio.wait_for(sub.__anext__(), config.timeout)
-        except StopAsyncIteration:
-            return high_watermark + 1
-        except TimeoutError:
-            raise liftbridge.LiftbridgeTimeoutError(
-                f"no message of {config.stream}/{partition} within {config.timeout}s while "
-                "looking up its oldest offset; raise the 'timeout' option if the brokers are slow"
-            ) from None
-        return int(msg.offset)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.timeout
+    while True:
+        subscription = client.subscribe(
+            config.stream,
+            partition=partition,
+            start_at=liftbridge.StartPosition.EARLIEST,
+            stop_offset=high_watermark,
+        )
+        async with subscription as sub:
+            try:
+                msg = await asyncio.wait_for(sub.__anext__(), max(deadline - loop.time(), 0))
+            except StopAsyncIteration:
+                return high_watermark + 1
+            except liftbridge.SegmentDeletedError:
+                # The partition's cleaner deleted the segment under the probe: the
+                # oldest offset just moved; look again.
+                if loop.time() < deadline:
+                    continue
+                raise
+            except TimeoutError:
+                raise liftbridge.LiftbridgeTimeoutError(
+                    f"no message of {config.stream}/{partition} within {config.timeout}s while "
+                    "looking up its oldest offset; raise the 'timeout' option if the brokers "
+                    "are slow"
+                ) from None
+            return int(msg.offset)
 
 
 async def _partition_state_async(config: ReadConfig, partitions: str | None) -> PartitionState:

@@ -27,6 +27,14 @@ What they do, as a Liftbridge v1.9 server does it:
   a reader that needs a segment of the closed log fails at once (INTERNAL
   ``Failed to create stream reader: segment has been closed``), one that would
   wait is confirmed and then ends as above.
+* Subscribe reads the partition's segmented log (``_liftbridge_log``) as the
+  server's committed reader does: a start below the oldest offset starts there;
+  the stop offset ends the stream only when read exactly (one retention or
+  compaction removed is passed by); a reader whose segment the cleaner deleted
+  fails with UNKNOWN "failed to read message headers: segment has been closed",
+  and one opened on a segment a clean in progress closed with INTERNAL "Failed to
+  create stream reader: segment has been closed". The stop-before-start check
+  compares with the start asked for.
 
 Status codes and messages follow the Liftbridge server source.
 """
@@ -52,6 +60,12 @@ from aioclients.jetstream._transport import NatsClient as FastNatsClient
 from aioclients.jetstream._transport import NatsTransport, RawHandler
 from aioclients.liftbridge._pb import api_pb2
 from aioclients.testing import _liftbridge_envelope as envelope
+from aioclients.testing._liftbridge_log import (
+    PLAIN_RECORD_SIZE,
+    LogReader,
+    ReaderOpenError,
+    SegmentClosedError,
+)
 from aioclients.testing._liftbridge_state import (
     ClusterState,
     ConsumerGroup,
@@ -432,9 +446,14 @@ class Ingester:
         msg.subject = subject
         msg.replySubject = reply
         headers = msg.headers
-        headers["subject"] = subject.encode()
-        headers["reply"] = reply.encode()
-        offset, ts = p.append_message(msg, reception)
+        # Its size in a segment, without walking the headers when there are only these.
+        size = None if headers else PLAIN_RECORD_SIZE + len(msg.key) + len(msg.value)
+        subject_bytes, reply_bytes = subject.encode(), reply.encode()
+        headers["subject"] = subject_bytes
+        headers["reply"] = reply_bytes
+        if size is not None:
+            size += len(subject_bytes) + len(reply_bytes)
+        offset, ts = p.append_message(msg, reception, size)
         if ack_policy != _NONE and ack_inbox:
             ack = _ack(
                 p,
@@ -943,7 +962,7 @@ class Broker:
 
     async def subscribe(self, req: api_pb2.SubscribeRequest, context: _Ctx) -> AsyncIterator[bytes]:
         try:
-            p, start, stop, member = await self._open_subscription(req)
+            p, reader, stop, member = await self._open_subscription(req)
         except RpcError as e:
             await context.abort(getattr(grpc.StatusCode, e.code), e.details)
         yield _EMPTY_MESSAGE
@@ -953,7 +972,6 @@ class Broker:
         state = self.state
         me = self.id
         try:
-            offset = start
             entries = p.entries
             while True:
                 if not self.running:
@@ -974,16 +992,25 @@ class Broker:
                     # leader's log is closed under the reader.
                     await context.abort(grpc.StatusCode.INTERNAL, "commit log closed")
                 # Readers see committed messages only: up to this broker's high watermark.
-                n = p.committed if p.leader == me else p.replica_hw(me) + 1
-                if offset < p.log_start:
-                    offset = p.log_start  # retention passed a slow reader
-                if offset < n:
-                    end = n if stop < 0 else min(n, stop + 1)
-                    while offset < end and self.running:
+                hw = p.committed - 1 if p.leader == me else p.replica_hw(me)
+                try:
+                    span = reader.span(hw)
+                except SegmentClosedError as e:
+                    # The cleaner deleted the segment this reader was in (a slow
+                    # reader behind retention): the server's read error, as is.
+                    await context.abort(grpc.StatusCode.UNKNOWN, str(e))
+                if span:
+                    segment = reader.segment
+                    assert segment is not None
+                    for offset in span:
                         yield entries[offset]
-                        offset += 1
-                    if stop >= 0 and offset > stop and self.running:
-                        await context.abort(_EXHAUSTED, "Stop offset reached")
+                        reader.offset = offset + 1
+                        if offset == stop:
+                            # Exactly there: a stop offset the reader passes by (removed
+                            # by retention or compaction) never ends the subscription.
+                            await context.abort(_EXHAUSTED, "Stop offset reached")
+                        if segment.closed or not self.running:
+                            break
                     continue
                 if readonly:
                     await context.abort(_EXHAUSTED, "End of readonly partition")
@@ -997,7 +1024,7 @@ class Broker:
 
     async def _open_subscription(
         self, req: api_pb2.SubscribeRequest
-    ) -> tuple[Partition, int, int, GroupMember | None]:
+    ) -> tuple[Partition, LogReader, int, GroupMember | None]:
         group = req.consumer.groupId if req.HasField("consumer") else ""
         if group and not req.consumer.consumerId:
             raise RpcError(
@@ -1033,34 +1060,25 @@ class Broker:
         elif pos == api_pb2.TIMESTAMP:
             start = p.offset_at_or_after(req.startTimestamp)
         elif pos == api_pb2.EARLIEST:
-            start = p.log_start if newest >= 0 else -1
+            start = p.oldest_offset  # -1 when retention left nothing: from 0, i.e. waits
         elif pos == api_pb2.LATEST:
             start = newest
         elif pos == api_pb2.NEW_ONLY:
             start = newest + 1
         else:
             raise RpcError("INVALID_ARGUMENT", f"Unknown StartPosition {pos}")
-        # Below the oldest offset kept (retention): the reader starts at the oldest.
-        start = max(start, p.log_start, 0)
+        start = max(start, 0)  # "If log is empty, next offset will be 0"
         if paused:
             # Liftbridge has no paused check here: the reader is opened on the
             # closed log. Reading committed messages needs a segment, which fails at
             # once; a reader that waits (log empty or start past the high
             # watermark) is confirmed, then ends when it looks at the log.
-            if start <= hw:
+            if start <= hw and p.oldest_offset != -1:
                 raise RpcError("INTERNAL", f"Failed to create stream reader: {_SEGMENT_CLOSED}")
-            return p, start, -1, None
-        # A start past the high watermark waits for the next committed message,
-        # whatever offset it has (commitlog reader: "If offset exceeds HW, wait for
-        # the next message").
-        start = min(start, hw + 1)
+            return p, _reader(p, start, hw), -1, None
         spos = req.stopPosition
         if spos == api_pb2.STOP_ON_CANCEL:
             stop = newest if readonly else -1
-            if readonly and stop < start:
-                raise RpcError(
-                    "INVALID_ARGUMENT", f"Stop offset is before start offset: {stop} < {start}"
-                )
         elif spos == api_pb2.STOP_OFFSET:
             stop = req.stopOffset
         elif spos == api_pb2.STOP_TIMESTAMP:
@@ -1071,10 +1089,17 @@ class Broker:
                 raise RpcError("RESOURCE_EXHAUSTED", "Stream is empty")
         else:
             raise RpcError("INVALID_ARGUMENT", f"Unknown StopPosition {spos}")
-        if spos != api_pb2.STOP_ON_CANCEL and stop < start:
+        # Checked against the start asked for, before the reader moves it (to the
+        # oldest kept offset, or to the next message past the high watermark).
+        if (spos != api_pb2.STOP_ON_CANCEL or readonly) and stop < start:
             raise RpcError(
                 "INVALID_ARGUMENT", f"Stop offset is before start offset: {stop} < {start}"
             )
+        # The reader starts at the oldest kept offset when asked for less, and a
+        # start past the high watermark waits for the next committed message,
+        # whatever offset it has (commitlog reader: "If offset exceeds HW, wait for
+        # the next message").
+        reader = _reader(p, start, hw)
         member = None
         if group:
             if existing is not None:
@@ -1082,7 +1107,7 @@ class Broker:
                 p.wake()
             member = GroupMember(req.consumer.consumerId, req.consumer.groupEpoch)
             p.group_members[group] = member
-        return p, start, stop, member
+        return p, reader, stop, member
 
     # cursors
 
@@ -1240,6 +1265,14 @@ class Broker:
             group.coordinator = others[0]
             self.state.rebalance(group)
         return api_pb2.ReportConsumerGroupCoordinatorResponse()
+
+
+def _reader(p: Partition, start: int, hw: int) -> LogReader:
+    """Open a reader on ``p``'s log (fails while a clean closed a segment it needs)."""
+    try:
+        return LogReader(p.log, start, hw)
+    except ReaderOpenError as e:
+        raise RpcError("INTERNAL", f"Failed to create stream reader: {e}") from None
 
 
 def _length_prefixed(tag: bytes, data: bytes) -> bytes:

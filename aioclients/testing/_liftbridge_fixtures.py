@@ -13,13 +13,16 @@ test. Otherwise it starts a :class:`LiftbridgeCluster` of 3 brokers (or
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import pytest
 
+from aioclients import liftbridge
 from aioclients.testing.liftbridge import (
+    REALISTIC_CLEAN_DURATION,
     REALISTIC_METADATA_DELAY,
     REALISTIC_REPLICA_MAX_IDLE_WAIT,
     LiftbridgeCluster,
@@ -33,7 +36,14 @@ else:
     except ImportError:  # pragma: no cover - without it async tests cannot run anyway
         _async_fixture = pytest.fixture
 
-__all__ = ("LAG_ENV", "LIFTBRIDGE_ENV", "ExternalLiftbridge", "liftbridge_cluster")
+__all__ = (
+    "LAG_ENV",
+    "LIFTBRIDGE_ENV",
+    "ExternalLiftbridge",
+    "liftbridge_cluster",
+    "oldest_offset",
+    "wait_for_oldest",
+)
 
 LIFTBRIDGE_ENV = "AIOCLIENTS_TEST_LIFTBRIDGE"
 #: "0": the fixture's emulator does not lag (by default it lags like a real cluster)
@@ -87,5 +97,77 @@ async def liftbridge_cluster(
         nats_url=nats.url,
         metadata_delay=REALISTIC_METADATA_DELAY if lag else 0.0,
         replica_max_idle_wait=REALISTIC_REPLICA_MAX_IDLE_WAIT if lag else 0.0,
+        clean_duration=REALISTIC_CLEAN_DURATION if lag else 0.0,
     ) as cluster:
         yield cluster
+
+
+# -- retention -------------------------------------------------------------------------
+
+
+async def oldest_offset(
+    client: liftbridge.Client, stream: str, partition: int = 0, *, timeout: float = 5.0
+) -> int | None:
+    """The oldest offset partition ``partition`` keeps, as a reader sees it: the first
+    offset an EARLIEST subscription gets (None when the partition holds no committed
+    message, or retention removed them all and nothing came since: then an EARLIEST
+    reader waits for the next one).
+
+    The cleaner may delete the segment the probe reads (SegmentDeletedError on a real
+    Liftbridge as on the emulator): the probe then looks again.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        meta = await client.fetch_partition_metadata(stream, partition)
+        if meta.high_watermark < 0:
+            return None
+        sub = client.subscribe(
+            stream,
+            partition=partition,
+            start_at=liftbridge.StartPosition.EARLIEST,
+            stop_offset=meta.high_watermark,
+        )
+        try:
+            async with sub:
+                left = max(deadline - loop.time(), 0.01)
+                msg = await asyncio.wait_for(sub.__anext__(), min(left, 1.0))
+                return msg.offset
+        except liftbridge.SegmentDeletedError:
+            pass  # the oldest moved while we read it
+        except (TimeoutError, StopAsyncIteration):
+            if loop.time() >= deadline:
+                return None  # an EARLIEST reader waits: nothing is kept
+        if loop.time() >= deadline:
+            raise TimeoutError(f"no stable oldest offset of {stream}/{partition} in {timeout}s")
+
+
+async def wait_for_oldest(
+    client: liftbridge.Client,
+    stream: str,
+    partition: int = 0,
+    *,
+    at_least: int,
+    timeout: float = 30.0,
+    poll: float = 0.05,
+) -> int:
+    """Wait until partition ``partition`` keeps nothing below offset ``at_least``
+    (retention runs when a segment rolls and the cleaner ticks, not at once); return
+    its oldest offset then.
+
+    Raises:
+        AssertionError: not so within ``timeout`` seconds (the message says what was seen).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    seen: int | None = None
+    while True:
+        seen = await oldest_offset(client, stream, partition)
+        if seen is not None and seen >= at_least:
+            return seen
+        if loop.time() >= deadline:
+            raise AssertionError(
+                f"{stream}/{partition} still keeps offset {seen} after {timeout}s "
+                f"(waited for the oldest to reach {at_least}): did its cleaner run?"
+            )
+        await asyncio.sleep(poll)  # the next look: the cleaner ticks on its own clock

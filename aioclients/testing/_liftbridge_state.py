@@ -31,7 +31,6 @@ client must cope with it; the real numbers are in the class docstrings):
 from __future__ import annotations
 
 import asyncio
-import bisect
 import math
 import time
 import zlib
@@ -40,6 +39,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aioclients.liftbridge._pb import api_pb2
+from aioclients.testing._liftbridge_log import (
+    LogConfig,
+    SegmentedLog,
+    TimestampLookupError,
+    record_size,
+)
 
 __all__ = (
     "CURSORS_STREAM",
@@ -112,12 +117,11 @@ class Partition:
         self.isr = list(replicas)
         self.leader = replicas[0]
         self.leader_epoch = 0
-        self.entries: list[bytes] = []
-        #: The oldest offset still kept: retention (``retentionMaxMessages``) moves it up;
-        #: entries below it are emptied but keep their place, so offsets stay indexes.
-        self.log_start = 0
-        self.timestamps: list[int] = []
-        self.keys: list[bytes] = []
+        #: the log: segments, retention and compaction as Liftbridge keeps them
+        #: (removed entries are emptied but keep their place: offsets stay indexes)
+        self.log = SegmentedLog(stream.log_config, created=now_ns())
+        #: the cleaner's timer (see ClusterState.arm_cleaner)
+        self.cleaner: asyncio.TimerHandle | None = None
         self.paused = False
         self.readonly = False
         self.deleted = False
@@ -154,8 +158,22 @@ class Partition:
     # -- log ---------------------------------------------------------------
 
     @property
+    def entries(self) -> list[bytes]:
+        """Serialized ``Message`` by offset (b"" where retention or compaction removed it)."""
+        return self.log.entries
+
+    @property
+    def timestamps(self) -> list[int]:
+        return self.log.timestamps
+
+    @property
     def newest_offset(self) -> int:
-        return len(self.entries) - 1
+        return self.log.newest_offset
+
+    @property
+    def oldest_offset(self) -> int:
+        """The oldest offset kept (-1: none, the log is empty or emptied by retention)."""
+        return self.log.oldest_offset
 
     def append(
         self,
@@ -174,30 +192,27 @@ class Partition:
         )
         return self.append_message(msg, timestamp)
 
-    def append_message(self, msg: api_pb2.Message, timestamp: int | None = None) -> tuple[int, int]:
+    def append_message(
+        self, msg: api_pb2.Message, timestamp: int | None = None, size: int | None = None
+    ) -> tuple[int, int]:
         """Append ``msg`` (key, value, subject, reply subject and headers set) received
         at ``timestamp`` (ns, default now); this fills in its offset, timestamp, stream
-        and partition. Returns its (offset, timestamp)."""
+        and partition. ``size``: its :func:`record_size` when the caller knows it.
+        Returns its (offset, timestamp)."""
         ts = now_ns() if timestamp is None else timestamp
-        timestamps = self.timestamps
+        log = self.log
+        timestamps = log.timestamps
         if timestamps and ts < timestamps[-1]:
             ts = timestamps[-1]  # keep the log's timestamps monotonic
-        offset = len(self.entries)
+        offset = log.next_offset
         msg.offset = offset
         msg.timestamp = ts
         msg.stream = self.stream.name
         msg.partition = self.id
-        self.entries.append(msg.SerializeToString())
-        limit = self.stream.retention_max_messages
-        if limit and offset + 1 - self.log_start > limit:
-            # Liftbridge deletes whole segments; the emulator trims message by message
-            # (as if every message had a segment of its own).
-            start = offset + 1 - limit
-            for old in range(self.log_start, start):
-                self.entries[old] = b""
-            self.log_start = start
-        timestamps.append(ts)
-        self.keys.append(msg.key)
+        if size is None:
+            size = record_size(msg.key, msg.value, msg.headers)
+        # The server stamps the message and checks the segment's age at the same time.
+        log.append(msg.SerializeToString(), size=size, key=msg.key, timestamp=ts, now=ts)
         self.messages_received.update(ts)
         self.last_activity = max(self.last_activity, ts)
         hook = self.on_append
@@ -255,12 +270,28 @@ class Partition:
         return self.deleted and (t is None or self.deleted_at <= t)
 
     def offset_at_or_after(self, ts: int) -> int:
-        """The first offset whose timestamp is >= ``ts`` (newest + 1 when none is)."""
-        return bisect.bisect_left(self.timestamps, ts)
+        """Where a TIMESTAMP start position starts (the first kept offset whose
+        timestamp is >= ``ts``, searched segment by segment as the server does).
+
+        Raises:
+            RpcError: INTERNAL, when the search meets a segment a clean closed.
+        """
+        try:
+            return self.log.earliest_offset_after_timestamp(ts)
+        except TimestampLookupError as e:
+            raise RpcError("INTERNAL", f"Failed to lookup offset for timestamp: {e}") from None
 
     def offset_at_or_before(self, ts: int) -> int:
-        """The last offset whose timestamp is <= ``ts`` (-1 when none is)."""
-        return bisect.bisect_right(self.timestamps, ts) - 1
+        """Where a STOP_TIMESTAMP subscription stops.
+
+        Raises:
+            RpcError: INTERNAL, as the server answers when the lookup fails (``ts`` before
+                the first kept message, or an empty segment met on the way).
+        """
+        try:
+            return self.log.latest_offset_before_timestamp(ts)
+        except TimestampLookupError as e:
+            raise RpcError("INTERNAL", f"Failed to lookup offset for timestamp: {e}") from None
 
     # -- waiting -----------------------------------------------------------
 
@@ -314,11 +345,7 @@ class Stream:
         self.creation_timestamp = now_ns()
         self.created_at = time.monotonic()
         self.deleted_at = math.inf
-        self.retention_max_messages = (
-            self.config.retentionMaxMessages.value
-            if self.config.HasField("retentionMaxMessages")
-            else 0
-        )
+        self.log_config = log_config(self.config)
         self.partitions: dict[int, Partition] = {}
         self.resume_all = False
         #: optimistic concurrency control (checked for every message, so kept as a flag)
@@ -370,6 +397,23 @@ class GroupSnapshot:
     assignments: dict[str, dict[str, list[int]]]
 
 
+def log_config(req: api_pb2.CreateStreamRequest) -> LogConfig:
+    """The log limits a CreateStream request sets (the server's defaults for the rest)."""
+
+    def opt(name: str) -> Any:
+        return getattr(req, name).value if req.HasField(name) else None
+
+    return LogConfig.from_stream_config(
+        segment_max_bytes=opt("segmentMaxBytes"),
+        segment_max_age_ms=opt("segmentMaxAge"),
+        retention_max_bytes=opt("retentionMaxBytes"),
+        retention_max_messages=opt("retentionMaxMessages"),
+        retention_max_age_ms=opt("retentionMaxAge"),
+        cleaner_interval_ms=opt("cleanerInterval"),
+        compact=opt("compactEnabled"),
+    )
+
+
 def is_valid_subject(subject: str) -> bool:
     """A NATS subject as the server checks it: no whitespace, no empty token."""
     if not subject or any(c in subject for c in " \t\r\n"):
@@ -387,8 +431,12 @@ class ClusterState:
         cursor_partitions: int = 1,
         metadata_delay: float = 0.0,
         replica_max_idle_wait: float = 0.0,
+        clean_duration: float = 0.0,
     ) -> None:
         self.broker_ids = list(broker_ids)
+        #: seconds a log's Clean() takes per segment it deletes or rewrites (readers
+        #: see the old segments meanwhile)
+        self.clean_duration = clean_duration
         #: seconds the brokers other than the metadata leader apply metadata late
         self.metadata_delay = metadata_delay
         #: seconds a caught-up follower waits between fetches (0: commit at once)
@@ -410,6 +458,8 @@ class ClusterState:
         # through NATS (see Ingester.send_ack).
         self.local_acks: dict[str, Callable[[api_pb2.Ack], None]] = {}
         self._placement = 0
+        #: whether partition cleaners run (between start_cleaners and stop_cleaners)
+        self.cleaners_running = False
         if cursor_partitions > 0:
             cursors = self._create(
                 api_pb2.CreateStreamRequest(
@@ -598,6 +648,57 @@ class ClusterState:
                 p.follower_hw[f] = end - 1
         p.commit(end)
 
+    # -- the cleaner -----------------------------------------------------------
+
+    def start_cleaners(self) -> None:
+        """Run every open partition's cleaner (on the running loop)."""
+        self.cleaners_running = True
+        for stream in self.streams.values():
+            for p in stream.partitions.values():
+                if not p.paused:
+                    self.arm_cleaner(p)
+
+    def stop_cleaners(self) -> None:
+        self.cleaners_running = False
+        for stream in self.streams.values():
+            for p in stream.partitions.values():
+                self.disarm_cleaner(p)
+
+    def arm_cleaner(self, p: Partition) -> None:
+        """Schedule the next cleaner tick of ``p``'s log (when the cleaners run)."""
+        if not self.cleaners_running or p.deleted:
+            return
+        self.disarm_cleaner(p)
+        delay = max(0.0, (p.log.get_timer() - now_ns()) / 1e9)
+        p.cleaner = asyncio.get_running_loop().call_later(delay, self._clean, p)
+
+    @staticmethod
+    def disarm_cleaner(p: Partition) -> None:
+        if p.cleaner is not None:
+            p.cleaner.cancel()
+            p.cleaner = None
+        p.log.settle()  # a clean in progress ends with the log's closing
+
+    def _clean(self, p: Partition) -> None:
+        p.cleaner = None
+        # Readers are not woken: one waiting for data meets a deleted segment
+        # when it reads next, as on the server.
+        log = p.log
+        log.handle_timer(now_ns(), hw=p.committed - 1, hold=self.clean_duration > 0)
+        if log.cleaning:
+            # Clean() takes a while, for each segment it deletes or rewrites: readers
+            # see the old segments until it is done.
+            p.cleaner = asyncio.get_running_loop().call_later(
+                self.clean_duration * log.touched, self._settle, p
+            )
+            return
+        self.arm_cleaner(p)
+
+    def _settle(self, p: Partition) -> None:
+        p.cleaner = None
+        p.log.settle()
+        self.arm_cleaner(p)
+
     # -- streams -----------------------------------------------------------
 
     def create_stream(self, req: api_pb2.CreateStreamRequest) -> None:
@@ -624,7 +725,12 @@ class ClusterState:
             raise RpcError(
                 "INVALID_ARGUMENT", f"Invalid replicationFactor {rf}, cluster size {len(live)}"
             )
-        stream = Stream(req)
+        try:
+            stream = Stream(req)
+        except ValueError as e:
+            # Liftbridge v1.9.0 takes these and then misbehaves (a negative cleaner
+            # interval panics its ticker); the emulator refuses them.
+            raise RpcError("INVALID_ARGUMENT", str(e)) from None
         replicated = rf > 1 and self.replica_max_idle_wait > 0
         for pid in range(req.partitions or 1):
             # Spread leaders over the live brokers in turn, as a balanced cluster would.
@@ -634,6 +740,7 @@ class ClusterState:
             p = stream.partitions[pid] = Partition(stream, pid, replicas)
             if replicated:
                 p.on_append = self._on_replicated_append
+            self.arm_cleaner(p)
         self.streams[stream.name] = stream
         self._next_index()
         now = self._lagging()
@@ -656,6 +763,7 @@ class ClusterState:
             self.deleted_streams.append(stream)
             self._extend(now)
         for partition in stream.partitions.values():
+            self.disarm_cleaner(partition)
             partition.deleted = True
             partition.deleted_at = stream.deleted_at
             partition.pending_acks.clear()
@@ -697,6 +805,8 @@ class ClusterState:
         return partitions
 
     def _pause(self, p: Partition, ts: int) -> None:
+        # The paused partition's log is closed, and its cleaner with it.
+        self.disarm_cleaner(p)
         p.paused = True
         p.pause_timestamps.update(ts)
         if p.first_paused_at is None:
@@ -719,6 +829,9 @@ class ClusterState:
             p.paused = False
             p.pause_timestamps.update(ts)
             p.last_activity = ts
+            # Resuming opens the log again: its cleaner ticks from now on.
+            p.log.reopen(ts)
+            self.arm_cleaner(p)
             # At once on every broker (a simplification: the publish or subscribe
             # that resumes must find the partition open where it goes next).
             p.flag_history.clear()

@@ -4,8 +4,11 @@ Answers as nsqd v1.3's ``http.go`` does: success bodies are plain (``OK`` or
 empty) or JSON; errors are ``{"message": "<CODE>"}`` with nsqd's status codes
 (400 ``MSG_EMPTY`` / ``MISSING_ARG_TOPIC`` / ``INVALID_TOPIC`` / ``INVALID_DEFER``,
 413 ``MSG_TOO_BIG`` / ``BODY_TOO_BIG`` / ``BAD_BODY`` / ``BAD_MESSAGE``, 404
-``NOT_FOUND`` / ``TOPIC_NOT_FOUND``, 405 ``METHOD_NOT_ALLOWED``), checked in
-nsqd's order. Every answer carries ``X-NSQ-Content-Type: nsq; version=1.0``.
+``NOT_FOUND`` / ``TOPIC_NOT_FOUND`` / ``CHANNEL_NOT_FOUND``, 405
+``METHOD_NOT_ALLOWED``), checked in nsqd's order. Every answer carries
+``X-NSQ-Content-Type: nsq; version=1.0``. The API works through the public
+methods of the emulator it serves (:class:`NsqdBackend`); it imports no
+emulator module.
 """
 
 from __future__ import annotations
@@ -45,8 +48,8 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class NsqdBackend(Protocol):
-    """What the HTTP API reads and changes of the nsqd emulator it serves (the
-    emulator's own attributes; this module imports no emulator module)."""
+    """What the HTTP API reads and changes of the nsqd emulator it serves: its
+    public settings and methods (this module imports no emulator module)."""
 
     broadcast_address: str
     host: str
@@ -57,16 +60,24 @@ class NsqdBackend(Protocol):
     max_msg_size: int
     max_body_size: int
     max_req_timeout: float
-    _start_time: int
-    _topics: dict[str, Any]
 
+    @property
+    def start_time(self) -> int: ...
     def stats(
         self, topic: str | None = None, channel: str | None = None, include_clients: bool = True
     ) -> dict[str, Any]: ...
-    def _get_topic(self, name: str) -> Any: ...
-    def _publish(self, topic: str, bodies: list[bytes], *, defer: float = 0.0) -> None: ...
-    def _delete_topic(self, name: str) -> None: ...
-    def _delete_channel(self, channel: Any) -> None: ...
+    def topic_names(self) -> list[str]: ...
+    def channel_names(self, topic: str) -> list[str]: ...
+    def publish(self, topic: str, *bodies: bytes, defer: float = 0.0) -> None: ...
+    def create_topic(self, topic: str, *channels: str) -> None: ...
+    def delete_topic(self, topic: str) -> None: ...
+    def delete_channel(self, topic: str, channel: str) -> None: ...
+    def empty_topic(self, topic: str) -> None: ...
+    def empty_channel(self, topic: str, channel: str) -> None: ...
+    def pause_topic(self, topic: str) -> None: ...
+    def unpause_topic(self, topic: str) -> None: ...
+    def pause_channel(self, topic: str, channel: str) -> None: ...
+    def unpause_channel(self, topic: str, channel: str) -> None: ...
 
 
 def nsq_error(status: int, code: str) -> web.Response:
@@ -140,7 +151,7 @@ class _Api:
                 "hostname": n.host,
                 "http_port": n.http_port,
                 "tcp_port": n.tcp_port,
-                "start_time": n._start_time,
+                "start_time": n.start_time,
                 "max_heartbeat_interval": int(n.max_heartbeat_interval * 1e9),
                 "max_output_buffer_size": 64 * 1024,
                 "max_output_buffer_timeout": 30_000_000_000,
@@ -160,7 +171,7 @@ class _Api:
         topic = self._topic(request)
         if isinstance(topic, web.Response):
             return topic
-        n._get_topic(topic)
+        n.create_topic(topic)  # nsqd creates it before it reads the defer parameter
         defer = 0.0
         if "defer" in request.query:
             raw = request.query.getall("defer")[0]
@@ -171,7 +182,7 @@ class _Api:
             if ms < 0 or ms > n.max_req_timeout * 1000:
                 return nsq_error(400, "INVALID_DEFER")
             defer = ms / 1000
-        n._publish(topic, [body], defer=defer)
+        n.publish(topic, body, defer=defer)
         return text_response("OK")
 
     async def mpub(self, request: web.Request) -> web.Response:
@@ -181,7 +192,7 @@ class _Api:
         topic = self._topic(request)
         if isinstance(topic, web.Response):
             return topic
-        n._get_topic(topic)
+        n.create_topic(topic)
         binary = False
         if "binary" in request.query:
             binary = _BOOL_PARAMS.get(request.query.getall("binary")[0], True)
@@ -205,7 +216,7 @@ class _Api:
                     return nsq_error(413, "MSG_TOO_BIG")
                 bodies.append(line)
         if bodies:
-            n._publish(topic, bodies)
+            n.publish(topic, *bodies)
         return text_response("OK")
 
     async def stats(self, request: web.Request) -> web.Response:
@@ -224,13 +235,15 @@ class _Api:
         if not doc["topics"]:
             lines.append("Topics: None")
         for t in doc["topics"]:
+            paused = "*P " if t["paused"] else "   "  # nsqd's mark of a paused topic
             lines.append(
-                f"   [{t['topic_name']:<15}] depth: {t['depth']:<5} be-depth: 0     "
+                f"{paused}[{t['topic_name']:<15}] depth: {t['depth']:<5} be-depth: 0     "
                 f"msgs: {t['message_count']:<8}"
             )
             for c in t["channels"]:
+                paused = "   *P " if c["paused"] else "      "
                 lines.append(
-                    f"      [{c['channel_name']:<25}] depth: {c['depth']:<5} be-depth: 0     "
+                    f"{paused}[{c['channel_name']:<25}] depth: {c['depth']:<5} be-depth: 0     "
                     f"inflt: {c['in_flight_count']:<4} def: {c['deferred_count']:<4} "
                     f"re-q: {c['requeue_count']:<5} timeout: {c['timeout_count']:<5} "
                     f"msgs: {c['message_count']:<8}"
@@ -241,19 +254,47 @@ class _Api:
         topic = self._topic(request)
         if isinstance(topic, web.Response):
             return topic
-        self.nsqd._get_topic(topic)
+        self.nsqd.create_topic(topic)
         return text_response(b"")
 
     async def topic_delete(self, request: web.Request) -> web.Response:
         name = request.query.get("topic")
         if name is None:
             return nsq_error(400, "MISSING_ARG_TOPIC")
-        if name not in self.nsqd._topics:
+        if name not in self.nsqd.topic_names():
             return nsq_error(404, "TOPIC_NOT_FOUND")
-        self.nsqd._delete_topic(name)
+        self.nsqd.delete_topic(name)
         return text_response(b"")
 
-    async def channel_create(self, request: web.Request) -> web.Response:
+    async def topic_empty(self, request: web.Request) -> web.Response:
+        name = request.query.get("topic")
+        if name is None:
+            return nsq_error(400, "MISSING_ARG_TOPIC")
+        if not is_valid_name(name):
+            return nsq_error(400, "INVALID_TOPIC")
+        if name not in self.nsqd.topic_names():
+            return nsq_error(404, "TOPIC_NOT_FOUND")
+        self.nsqd.empty_topic(name)
+        return text_response(b"")
+
+    async def topic_pause(self, request: web.Request) -> web.Response:
+        # nsqd's doPauseTopic checks no name: an invalid one is a topic not found
+        name = request.query.get("topic")
+        if name is None:
+            return nsq_error(400, "MISSING_ARG_TOPIC")
+        if name not in self.nsqd.topic_names():
+            return nsq_error(404, "TOPIC_NOT_FOUND")
+        if request.path.endswith("unpause"):
+            self.nsqd.unpause_topic(name)
+        else:
+            self.nsqd.pause_topic(name)
+        return text_response(b"")
+
+    def _topic_channel(
+        self, request: web.Request, *, existing: bool
+    ) -> tuple[str, str] | web.Response:
+        """nsqd's GetTopicChannelArgs, then the topic (and, if ``existing``, the channel)
+        must exist."""
         name = request.query.get("topic")
         if name is None:
             return nsq_error(400, "MISSING_ARG_TOPIC")
@@ -264,33 +305,42 @@ class _Api:
             return nsq_error(400, "MISSING_ARG_CHANNEL")
         if not is_valid_name(channel):
             return nsq_error(400, "INVALID_ARG_CHANNEL")
-        topic = self.nsqd._topics.get(name)
-        if topic is None:
+        if name not in self.nsqd.topic_names():
             return nsq_error(404, "TOPIC_NOT_FOUND")
-        topic.get_channel(channel)
+        if existing and channel not in self.nsqd.channel_names(name):
+            return nsq_error(404, "CHANNEL_NOT_FOUND")
+        return name, channel
+
+    async def channel_create(self, request: web.Request) -> web.Response:
+        got = self._topic_channel(request, existing=False)
+        if isinstance(got, web.Response):
+            return got
+        self.nsqd.create_topic(*got)
         return text_response(b"")
 
     async def channel_delete(self, request: web.Request) -> web.Response:
         # nsqd's doDeleteChannel: the channel's clients are closed with it
-        name = request.query.get("topic")
-        if name is None:
-            return nsq_error(400, "MISSING_ARG_TOPIC")
-        if not is_valid_name(name):
-            return nsq_error(400, "INVALID_ARG_TOPIC")
-        channel_name = request.query.get("channel")
-        if channel_name is None:
-            return nsq_error(400, "MISSING_ARG_CHANNEL")
-        if not is_valid_name(channel_name):
-            return nsq_error(400, "INVALID_ARG_CHANNEL")
-        topic = self.nsqd._topics.get(name)
-        if topic is None:
-            return nsq_error(404, "TOPIC_NOT_FOUND")
-        channel = topic.channels.get(channel_name)
-        if channel is None:
-            return nsq_error(404, "CHANNEL_NOT_FOUND")
-        for client in list(channel.clients):
-            client._abort()
-        self.nsqd._delete_channel(channel)
+        got = self._topic_channel(request, existing=True)
+        if isinstance(got, web.Response):
+            return got
+        self.nsqd.delete_channel(*got)
+        return text_response(b"")
+
+    async def channel_empty(self, request: web.Request) -> web.Response:
+        got = self._topic_channel(request, existing=True)
+        if isinstance(got, web.Response):
+            return got
+        self.nsqd.empty_channel(*got)
+        return text_response(b"")
+
+    async def channel_pause(self, request: web.Request) -> web.Response:
+        got = self._topic_channel(request, existing=True)
+        if isinstance(got, web.Response):
+            return got
+        if request.path.endswith("unpause"):
+            self.nsqd.unpause_channel(*got)
+        else:
+            self.nsqd.pause_channel(*got)
         return text_response(b"")
 
 
@@ -309,12 +359,15 @@ async def start_http(nsqd: NsqdBackend, host: str, port: int) -> tuple[web.AppRu
     app.router.add_post("/topic/delete", api.topic_delete)
     app.router.add_post("/channel/create", api.channel_create)
     app.router.add_post("/channel/delete", api.channel_delete)
+    app.router.add_post("/topic/empty", api.topic_empty)
+    app.router.add_post("/topic/pause", api.topic_pause)
+    app.router.add_post("/topic/unpause", api.topic_pause)
+    app.router.add_post("/channel/empty", api.channel_empty)
+    app.router.add_post("/channel/pause", api.channel_pause)
+    app.router.add_post("/channel/unpause", api.channel_pause)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
-    server = site._server
-    assert server is not None
-    sockets = getattr(server, "sockets", None) or []
-    bound = sockets[0].getsockname()[1] if sockets else port
-    return runner, int(bound)
+    bound = [address[1] for address in runner.addresses if isinstance(address, tuple)]
+    return runner, int(bound[0]) if bound else port

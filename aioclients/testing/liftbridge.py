@@ -9,12 +9,17 @@ NOT_FOUND / ALREADY_EXISTS, ack policies and ack inboxes, cursors, pause /
 read-only (and auto-pause), consumer groups and optional TLS.
 :meth:`LiftbridgeCluster.stop_broker` closes a broker's port (its subscriptions
 end with UNAVAILABLE) and moves leadership of its partitions to a live broker;
-the logs are shared in process, so nothing is lost. Retention is emulated for
-``retention_max_messages`` only, message by message (the real server drops whole
-segments when its cleaner runs). What it does not emulate: other retention
-limits, compaction, encryption at rest, authorization, and a replica falling out
-of sync. Behaviours taken from the Liftbridge server source are listed in
-``_liftbridge_broker``'s docstring.
+the logs are shared in process, so nothing is lost. Each partition log keeps
+segments as Liftbridge v1.9.0 does (``_liftbridge_log``): the stream options
+``segment_max_bytes`` / ``segment_max_age`` roll them (sizes counted in the
+server's bytes), and every ``cleaner_interval`` the partition's cleaner applies
+``retention_max_age`` / ``retention_max_messages`` / ``retention_max_bytes`` by
+whole segments, never the active one, then compaction (``compact_enabled``), with
+the server's defaults (256 MiB segments, 7 days, a 5-minute cleaner); nothing is
+removed when a publish goes past a limit, only when the cleaner runs. What it
+does not emulate: encryption at rest, authorization, and a replica falling out
+of sync (followers share the leader's log). Behaviours taken from the Liftbridge
+server source are listed in ``_liftbridge_broker``'s docstring.
 
 Like a real cluster (measured against Liftbridge v1.9.0), it lags where a
 client must cope with lag:
@@ -32,12 +37,19 @@ client must cope with lag:
   acks and readers wait for it too);
 * offsets in FetchMetadata are the answering broker's own (-1 on a broker that
   holds no replica); ``paused`` stays true once a partition was paused (a
-  Liftbridge v1.9.0 bug); group epochs are log indexes (0 for a new group).
+  Liftbridge v1.9.0 bug); group epochs are log indexes (0 for a new group);
+* a partition's cleaner takes ``clean_duration`` seconds per segment it deletes or
+  rewrites (compaction rewrites every sealed segment, every time); a reader opened
+  meanwhile on one of them fails with INTERNAL "Failed to create stream reader:
+  segment has been closed" (the answer for a paused partition too), and a reader
+  inside a deleted segment fails with UNKNOWN "failed to read message headers:
+  segment has been closed".
 
-Both lags are on by default (``REALISTIC_METADATA_DELAY``,
-``REALISTIC_REPLICA_MAX_IDLE_WAIT``), so that what passes here also holds on a
-real cluster. With ``metadata_delay=0`` and ``replica_max_idle_wait=0`` every
-broker sees every change at once and replicated partitions commit at once; the
+The lags are on by default (``REALISTIC_METADATA_DELAY``,
+``REALISTIC_REPLICA_MAX_IDLE_WAIT``, ``REALISTIC_CLEAN_DURATION``), so that what
+passes here also holds on a real cluster. With ``metadata_delay=0``,
+``replica_max_idle_wait=0`` and ``clean_duration=0`` every broker sees every
+change at once, replicated partitions commit at once and cleaning is instant; the
 rest above holds always.
 
 Not thread-safe: use it from one event loop.
@@ -66,6 +78,7 @@ from aioclients.testing._liftbridge_state import ClusterState, MonotonicTimer
 from aioclients.testing.nats_server import NatsServer
 
 __all__ = (
+    "REALISTIC_CLEAN_DURATION",
     "REALISTIC_METADATA_DELAY",
     "REALISTIC_REPLICA_MAX_IDLE_WAIT",
     "LiftbridgeCluster",
@@ -79,10 +92,14 @@ _AUTO_PAUSE_CHECK = 0.05  # seconds between idle checks for auto-pause
 REALISTIC_METADATA_DELAY = 0.05
 #: a ``replica_max_idle_wait`` that keeps tests fast (the server's default is 10 s)
 REALISTIC_REPLICA_MAX_IDLE_WAIT = 0.2
+#: a ``clean_duration``: how long a partition's cleaner takes per segment it deletes
+#: or rewrites (readers opened meanwhile can meet a closed segment, as on the server)
+REALISTIC_CLEAN_DURATION = 0.01
 # The lag is on by default: the client copes with it (create_stream and friends wait
 # for every broker, publish retries NOT_FOUND), and tests must too.
 DEFAULT_METADATA_DELAY = REALISTIC_METADATA_DELAY
 DEFAULT_REPLICA_MAX_IDLE_WAIT = REALISTIC_REPLICA_MAX_IDLE_WAIT
+DEFAULT_CLEAN_DURATION = REALISTIC_CLEAN_DURATION
 
 
 class LiftbridgeCluster:
@@ -107,6 +124,11 @@ class LiftbridgeCluster:
             (Liftbridge's ``clustering.replica.max.idle.wait``, 10 s by default on
             the server); the default, ``REALISTIC_REPLICA_MAX_IDLE_WAIT`` (0.2 s), keeps
             tests fast; 0: replicated partitions commit at once.
+        clean_duration: seconds a partition's cleaner takes for each segment it
+            deletes or rewrites (compaction rewrites every sealed segment each time);
+            meanwhile a reader opened on one of them fails, as on the server ("Failed
+            to create stream reader: segment has been closed"). The default,
+            ``REALISTIC_CLEAN_DURATION`` (0.01 s); 0: at once.
         ports: the brokers' ports, one per broker in broker order (0: a free one);
             free ports when ``None``. A port in use fails :meth:`start` with ``OSError``.
     """
@@ -121,6 +143,7 @@ class LiftbridgeCluster:
         server_credentials: grpc.ServerCredentials | None = None,
         metadata_delay: float = DEFAULT_METADATA_DELAY,
         replica_max_idle_wait: float = DEFAULT_REPLICA_MAX_IDLE_WAIT,
+        clean_duration: float = DEFAULT_CLEAN_DURATION,
         ports: Sequence[int] | None = None,
     ) -> None:
         check_int("brokers", brokers, minimum=1)
@@ -138,6 +161,7 @@ class LiftbridgeCluster:
         replica_max_idle_wait = check_float(
             "replica_max_idle_wait", replica_max_idle_wait, inclusive=True
         )
+        clean_duration = check_float("clean_duration", clean_duration, inclusive=True)
         self._nats_url = nats_url
         self._own_nats: NatsServer | None = None
         self._host = host
@@ -147,6 +171,7 @@ class LiftbridgeCluster:
             cursor_partitions=cursor_partitions,
             metadata_delay=metadata_delay,
             replica_max_idle_wait=replica_max_idle_wait,
+            clean_duration=clean_duration,
         )
         self._brokers = [Broker(i, self._state, "", host, self) for i in ids]
         for i, b in enumerate(self._brokers):
@@ -197,6 +222,7 @@ class LiftbridgeCluster:
                 b.nats_url = self._nats_url
                 await b.start()
             await self._ingester.sync()
+            self._state.start_cleaners()
             self._tasks = TaskOwner("LiftbridgeCluster")
             self._tasks.start(self._auto_pause_loop(), name="auto-pause")
         except BaseException:
@@ -211,6 +237,7 @@ class LiftbridgeCluster:
             Exception: the first error a task of the cluster (auto-pause, resync)
                 failed with, once everything is stopped.
         """
+        self._state.stop_cleaners()
         if self._resync is not None:
             self._resync.cancel()
             self._resync = None

@@ -23,6 +23,7 @@ import aioclients.liftbridge as lb
 from aioclients.liftbridge._client import Client
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._protocol._resubscribe import Resubscriber
+from aioclients.liftbridge._subscription import _CLEANER_RETRIES
 
 WAIT = 5.0
 
@@ -292,12 +293,18 @@ class FakeCall:
         return True
 
 
-def script_subscribe(client: Client, calls: list[FakeCall]) -> None:
+def script_subscribe(client: Client, calls: list[FakeCall], *, paused: bool = True) -> None:
+    """Subscribe calls answer from ``calls``; the partition's metadata says ``paused``."""
     client._metadata.update(metadata(), now=0.0)
 
     class Stub:
         def Subscribe(self, request: Any) -> FakeCall:
             return calls.pop(0)
+
+        async def FetchPartitionMetadata(self, request: Any, *, timeout: float) -> Any:
+            return pb.FetchPartitionMetadataResponse(
+                metadata=pb.PartitionMetadata(id=request.partition, paused=paused)
+            )
 
     async def acquire(address: str) -> Any:
         return address
@@ -318,10 +325,84 @@ def script_subscribe(client: Client, calls: list[FakeCall]) -> None:
 async def test_subscribing_to_a_paused_partition_says_to_resume(
     client: Client, code: grpc.StatusCode, details: str
 ) -> None:
-    script_subscribe(client, [FakeCall([RpcError(code, details)])])
+    # "segment has been closed" is also the cleaner at work: asked again a few times.
+    answers = 1 + (_CLEANER_RETRIES if "segment has been closed" in details else 0)
+    client._refresh_metadata = lambda: asyncio.sleep(0)  # type: ignore[method-assign, assignment, return-value]
+    script_subscribe(client, [FakeCall([RpcError(code, details)]) for _ in range(answers)])
     sub = client.subscribe("s")
     with pytest.raises(lb.PartitionPausedError, match=r"resume=True"):
         await asyncio.wait_for(sub.open(), WAIT)
+
+
+@pytest.mark.parametrize(("paused", "closed_answers"), [(False, 12), (True, _CLEANER_RETRIES)])
+async def test_a_segment_closed_by_the_cleaner_is_asked_again(
+    client: Client, paused: bool, closed_answers: int
+) -> None:
+    # While the cleaner deletes or compacts segments, Liftbridge 1.9 opens readers on
+    # the old segment list: INTERNAL "segment has been closed", a paused partition's
+    # answer. A partition whose metadata says it is not paused is asked again (a
+    # compacted stream answers so most of the time); one that says paused (which
+    # Liftbridge keeps saying once it was) a few times.
+    closed = RpcError(
+        grpc.StatusCode.INTERNAL, "Failed to create stream reader: segment has been closed"
+    )
+    calls = [FakeCall([closed]) for _ in range(closed_answers)]
+    calls.append(FakeCall([pb.Message(), pb.Message(offset=7, value=b"x")]))
+    client._refresh_metadata = lambda: asyncio.sleep(0)  # type: ignore[method-assign, assignment, return-value]
+    script_subscribe(client, calls, paused=paused)
+    async with asyncio.timeout(WAIT):
+        async with client.subscribe("s") as sub:
+            msg = await sub.__anext__()
+    assert msg.offset == 7
+    assert calls == []
+
+
+async def test_closed_segments_answered_too_often_on_a_paused_partition_mean_paused(
+    client: Client,
+) -> None:
+    closed = RpcError(
+        grpc.StatusCode.INTERNAL, "Failed to create stream reader: segment has been closed"
+    )
+    calls = [FakeCall([closed]) for _ in range(_CLEANER_RETRIES + 1)]
+    client._refresh_metadata = lambda: asyncio.sleep(0)  # type: ignore[method-assign, assignment, return-value]
+    script_subscribe(client, calls, paused=True)
+    with pytest.raises(lb.PartitionPausedError, match=r"resume=True"):
+        await asyncio.wait_for(client.subscribe("s").open(), WAIT)
+    assert calls == []
+
+
+async def test_a_stop_offset_the_broker_passes_by_ends_the_subscription(client: Client) -> None:
+    # A broker stops only at the stop offset itself; retention removed it, so the
+    # stream goes on past it.
+    call = FakeCall([pb.Message()] + [pb.Message(offset=o) for o in (3, 4, 9, 10)])
+    script_subscribe(client, [call])
+    async with asyncio.timeout(WAIT):
+        async with client.subscribe("s", start_offset=3, stop_offset=5) as sub:
+            got = [msg.offset async for msg in sub]
+    assert got == [3, 4]
+
+
+@pytest.mark.parametrize(
+    ("details", "last"),
+    [
+        ("failed to read message headers: segment has been closed", 4),
+        ("failed to reinitialize reader: segment has been closed", None),
+    ],
+)
+async def test_a_reader_behind_retention_gets_segment_deleted(
+    client: Client, details: str, last: int | None
+) -> None:
+    reads: list[Any] = [pb.Message()]
+    if last is not None:
+        reads.append(pb.Message(offset=last))
+    reads.append(RpcError(grpc.StatusCode.UNKNOWN, details))
+    script_subscribe(client, [FakeCall(reads)])
+    async with asyncio.timeout(WAIT):
+        async with client.subscribe("s") as sub:
+            with pytest.raises(lb.SegmentDeletedError, match="subscribe again") as info:
+                _ = [msg.offset async for msg in sub]
+    assert info.value.last_offset == last
+    assert info.value.code == "UNKNOWN"
 
 
 async def test_not_leader_on_subscribe_is_still_retried(client: Client) -> None:

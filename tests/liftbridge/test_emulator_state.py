@@ -91,8 +91,16 @@ def test_log_offsets_and_timestamps() -> None:
     assert p.offset_at_or_after(200) == 1
     assert p.offset_at_or_after(201) == 3
     assert p.offset_at_or_after(10_000) == 5
-    assert p.offset_at_or_before(200) == 2
-    assert p.offset_at_or_before(99) == -1
+    # Liftbridge v1.9.0's LatestOffsetBeforeTimestamp: the first message stamped
+    # exactly so, else the one before the first later one; before the log, an error.
+    assert p.offset_at_or_before(200) == 1
+    assert p.offset_at_or_before(250) == 2
+    with pytest.raises(
+        RpcError,
+        match="INTERNAL: Failed to lookup offset for timestamp: "
+        "timestamp is before the beginning of the log",
+    ):
+        p.offset_at_or_before(99)
     msg = pb.Message.FromString(p.entries[1])
     assert (msg.offset, msg.value, msg.timestamp, msg.stream) == (1, b"1", 200, "a")
 

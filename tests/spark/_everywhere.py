@@ -142,7 +142,11 @@ async def check_nsq(spark: Any, nsqd: NsqdEmulator, topic: str, tmp_path: Path) 
     bodies = sorted(f"n-{i}" for i in range(60))
     nsqd.publish(topic, *(b.encode() for b in bodies))
     out = tmp_path / "nsq-out"
-    channel = nsqd._topics[topic].channels["spark"]
+
+    def channel() -> dict[str, Any]:
+        (t,) = nsqd.stats(topic, "spark", include_clients=False)["topics"]
+        (c,) = t["channels"]
+        return c  # type: ignore[no-any-return]
 
     def start() -> Any:
         return (
@@ -164,7 +168,7 @@ async def check_nsq(spark: Any, nsqd: NsqdEmulator, topic: str, tmp_path: Path) 
     try:
         deadline = time.monotonic() + WAIT
         # Written, committed and finished (the last batch at the next trigger).
-        while len(json_rows(out)) < 60 or channel.in_flight or channel.queue:
+        while len(json_rows(out)) < 60 or channel()["in_flight_count"] or channel()["depth"]:
             assert time.monotonic() < deadline, "timed out waiting for 60 finished rows"
             await asyncio.sleep(0.2)
     finally:
@@ -172,4 +176,5 @@ async def check_nsq(spark: Any, nsqd: NsqdEmulator, topic: str, tmp_path: Path) 
     rows = json_rows(out)
     assert sorted(r["body"] for r in rows) == bodies, "each message once"
     assert len({r["id"] for r in rows}) == 60
-    assert (channel.requeue_count, channel.timeout_count) == (0, 0)
+    c = channel()
+    assert (c["requeue_count"], c["timeout_count"]) == (0, 0)

@@ -34,7 +34,7 @@ from aioclients.spark._lb_offsets import (
 from aioclients.spark._liftbridge import LiftbridgeBatchReader, LiftbridgeStreamReader
 from aioclients.spark._liftbridge import _write_config as write_config
 from aioclients.testing import LiftbridgeCluster
-from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge
+from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge, wait_for_oldest
 
 pytestmark = pytest.mark.spark
 
@@ -385,10 +385,32 @@ async def publish_values(client: liftbridge.Client, stream: str, first: int, cou
     await asyncio.wait_for(asyncio.gather(*futures), 60)
 
 
+async def retention_done(client: liftbridge.Client, stream: str, published: int) -> int:
+    """Wait until the cleaner has brought the partition down to ``KEEP`` messages or
+    fewer (whole segments: it may keep fewer); return its oldest offset."""
+    return await wait_for_oldest(client, stream, at_least=published - KEEP, timeout=60)
+
+
+KEEP = 1000
+
+
 @pytest.fixture
 async def retained(client: liftbridge.Client, unique_name: str) -> AsyncIterator[str]:
-    """A one-partition stream that keeps its newest 1000 messages."""
-    await client.create_stream(unique_name, unique_name, retention_max_messages=1000)
+    """A one-partition stream that keeps its newest 1000 messages or fewer.
+
+    Liftbridge deletes whole segments, when the partition's cleaner runs (every 5
+    minutes by default): segments of some 200 of these messages and a cleaner every
+    0.5 s make retention happen soon, a segment at a time. (Not smaller: Liftbridge
+    1.9.0 can crash when its cleaner rolls a full segment while a publish rolls it
+    too, and small segments are full more often.)
+    """
+    await client.create_stream(
+        unique_name,
+        unique_name,
+        retention_max_messages=KEEP,
+        segment_max_bytes=24_000,
+        cleaner_interval=0.5,
+    )
     yield unique_name
     try:
         await client.delete_stream(unique_name)
@@ -421,13 +443,15 @@ async def test_retention_past_the_checkpoint_fails_the_query_naming_the_range(
     await in_thread(spark, run)
     assert await in_thread(spark, offsets) == list(range(800))
     await publish_values(client, retained, 800, 4200)
+    oldest = await retention_done(client, retained, 5000)  # 4000 or a segment more
 
-    with pytest.raises(Exception, match=r"partition 0: offsets 800\.\.3999 .*failOnDataLoss"):
+    lost = rf"partition 0: offsets 800\.\.{oldest - 1} .*failOnDataLoss"
+    with pytest.raises(Exception, match=lost):
         await in_thread(spark, run)
     assert await in_thread(spark, offsets) == list(range(800)), "nothing read past the loss"
 
     await in_thread(spark, lambda: run(failOnDataLoss="false"))
-    assert await in_thread(spark, offsets) == [*range(800), *range(4000, 5000)]
+    assert await in_thread(spark, offsets) == [*range(800), *range(oldest, 5000)]
 
 
 async def test_data_loss_with_fail_false_warns_and_goes_on_from_the_oldest_kept(
@@ -446,17 +470,19 @@ async def test_data_loss_with_fail_false_warns_and_goes_on_from_the_oldest_kept(
     reader = await asyncio.to_thread(LiftbridgeStreamReader, options)
     start = await asyncio.to_thread(reader.initialOffset)
     assert start["offsets"] == {"0": 0}
-    await publish_values(client, retained, 0, 1100)  # keeps 100..1099
+    await publish_values(client, retained, 0, 1100)
+    oldest = await retention_done(client, retained, 1100)  # 100 or a segment more
     with caplog.at_level("WARNING", logger="aioclients.spark.liftbridge"):
         end = await asyncio.to_thread(reader.latestOffset, start, reader.getDefaultReadLimit())
-    assert end["offsets"] == {"0": 130}, "maxMessagesPerTrigger counts from the oldest kept"
+    assert end["offsets"] == {"0": oldest + 30}, "maxMessagesPerTrigger counts from the oldest"
     [record] = [r for r in caplog.records if "data loss" in r.getMessage()]
-    assert "partition 0: offsets 0..99" in record.getMessage()
+    assert f"partition 0: offsets 0..{oldest - 1}" in record.getMessage()
     assert record.name == "aioclients.spark.liftbridge"
     [part] = reader.partitions(start, end)
-    assert (part.first, part.last) == (100, 129)
+    assert (part.first, part.last) == (oldest, oldest + 29)
     batches = await asyncio.to_thread(lambda: list(reader.read(part)))
-    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(100, 130))
+    read = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert read == list(range(oldest, oldest + 30))
 
 
 async def test_stream_recreated_under_the_query_is_data_loss(
@@ -503,8 +529,11 @@ async def test_batch_start_below_the_oldest_kept_says_so(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     brokers = brokers_of(liftbridge_cluster)
-    await publish_values(client, retained, 0, 1050)  # keeps 50..1049
-    with pytest.raises(Exception, match=r"partition 0: offsets 5\.\.49 .*failOnDataLoss"):
+    await publish_values(client, retained, 0, 1050)
+    oldest = await retention_done(client, retained, 1050)  # 50 or a segment more
+    with pytest.raises(
+        Exception, match=rf"partition 0: offsets 5\.\.{oldest - 1} .*failOnDataLoss"
+    ):
         await in_thread(
             spark, lambda: read(spark, brokers, retained, startingOffsets={"0": 5}).count()
         )
@@ -514,15 +543,15 @@ async def test_batch_start_below_the_oldest_kept_says_so(
         reader = await asyncio.to_thread(
             LiftbridgeBatchReader, {**options, "failOnDataLoss": "false"}
         )
-    assert (reader.ranges[0].first, reader.ranges[0].last) == (50, 1049)
-    assert any("offsets 5..49" in r.getMessage() for r in caplog.records)
+    assert (reader.ranges[0].first, reader.ranges[0].last) == (oldest, 1049)
+    assert any(f"offsets 5..{oldest - 1}" in r.getMessage() for r in caplog.records)
     df = await in_thread(
         spark,
         lambda: read(spark, brokers, retained, startingOffsets={"0": 5}, failOnDataLoss="false"),
     )
-    assert await in_thread(spark, df.count) == 1000
+    assert await in_thread(spark, df.count) == 1050 - oldest
     # "earliest" (the default) starts at the oldest kept: no loss.
-    assert await in_thread(spark, read(spark, brokers, retained).count) == 1000
+    assert await in_thread(spark, read(spark, brokers, retained).count) == 1050 - oldest
 
 
 # -- writing ---------------------------------------------------------------------------------
