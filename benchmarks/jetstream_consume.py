@@ -33,6 +33,7 @@ import math
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import nats
 from _loop import add_loop_argument, run_async, use_loop
@@ -99,6 +100,34 @@ async def ours(url: str, n: int, ack: bool) -> float:
             async for msg in messages:
                 if ack:
                     await msg.ack()
+                got += 1
+                if got == n:
+                    break
+        elapsed = time.perf_counter() - start
+        await consumer.delete()
+        return n / elapsed
+
+
+async def ours_bare_spans(url: str, n: int, ack: bool, spans: Any) -> float:
+    """``ours`` uninstrumented, making the same SDK spans by hand (see BareSpans)."""
+    time_ns = spans.time_ns
+    async with await jetstream.connect(url) as js:
+        stream = await js.stream(STREAM)
+        consumer = await stream.create_consumer(
+            durable_name=_durable("bare"), ack_policy="explicit" if ack else "none"
+        )
+        got = 0
+        start = time.perf_counter()
+        async with consumer.consume(max_messages=1000) as messages:
+            while True:
+                begin = time_ns()
+                msg = await messages.__anext__()
+                message_id = str(got + 1)
+                spans.receive(begin, message_id)
+                if ack:
+                    span = spans.settle(message_id)
+                    await msg.ack()
+                    span.end(time_ns())
                 got += 1
                 if got == n:
                     break
@@ -249,11 +278,20 @@ async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool =
             with with_metrics.on():
                 return await ours(url, n, ack)
 
+        from _otel_common import BareSpans
+
+        bare_spans = BareSpans(telemetry)
+
+        async def bare(url: str, n: int, ack: bool) -> float:
+            return await ours_bare_spans(url, n, ack, bare_spans)
+
         scenarios[2:2] = [
             ("ours none +otel", traced, False),
+            ("ours none +bare spans", bare, False),
             ("ours none +otel+metrics", traced_metrics, False),
         ]
         scenarios.append(("ours explicit +otel", traced, True))
+        scenarios.append(("ours explicit +bare spans", bare, True))
         scenarios.append(("ours explicit +otel+metrics", traced_metrics, True))
     cpu: dict[str, float] = {}  # this process's CPU time per message, best round (us)
     rates: dict[str, list[float]] = {}  # every round's, for the medians
@@ -313,11 +351,14 @@ async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool =
         for name in (
             "nats-py none",
             "ours none",
+            "ours none +bare spans",
             "ours none +otel",
             "ours none +otel+metrics",
             "nats-py explicit",
             "ours explicit",
+            "ours explicit +bare spans",
             "ours explicit +otel",
+            "ours explicit +otel+metrics",
         ):
             print(
                 f"  {name:<25} {median_range(rates[name], '{:,.0f}'):>28}/s"
@@ -340,6 +381,15 @@ async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool =
             f"(instrumented / nats-py: {med['nats-py none'] / med['ours none +otel']:.2f}x "
             f"by CPU, {rate_ratio:.2f}x by median msgs/s)"
         )
+        for key, spans in (("none", "one span"), ("explicit", "two spans")):
+            bare_us, traced_us = med[f"ours {key} +bare spans"], med[f"ours {key} +otel"]
+            print(
+                f"  ack {key}, {spans} per message made by hand in the same loop (the SDK "
+                f"in situ): {bare_us:.2f} us (SDK {bare_us - med[f'ours {key}']:.2f}); "
+                f"instrumented {traced_us:.2f} us: the instrumentation's own work "
+                f"{traced_us - bare_us:.2f} us; nats-py uninstrumented "
+                f"{med[f'nats-py {key}']:.2f} us"
+            )
         print(f"  spans exported: {telemetry.spans + with_metrics.spans}")
         telemetry.shutdown()
         with_metrics.shutdown()

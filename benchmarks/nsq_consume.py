@@ -24,6 +24,7 @@ import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from _loop import add_loop_argument, run_async, use_loop
 from _nsq_common import PAYLOAD, emulated_nsqd, report
@@ -43,6 +44,26 @@ async def ours(tcp: str, topic: str, count: int, mif: int) -> float:
         n = 0
         async for msg in reader:
             await msg.finish()
+            n += 1
+            if n == count:
+                break
+        return count / (time.perf_counter() - start)
+
+
+async def ours_bare_spans(tcp: str, topic: str, count: int, mif: int, spans: Any) -> float:
+    """``ours`` uninstrumented, making the same SDK spans by hand (see BareSpans)."""
+    time_ns = spans.time_ns
+    async with Reader(topic, "bench", nsqd_tcp_addresses=[tcp], max_in_flight=mif) as reader:
+        start = time.perf_counter()
+        n = 0
+        while True:
+            begin = time_ns()
+            msg = await reader.__anext__()
+            message_id = msg.id.decode("ascii", "replace")
+            spans.receive(begin, message_id)
+            span = spans.settle(message_id)
+            await msg.finish()
+            span.end(time_ns())
             n += 1
             if n == count:
                 break
@@ -131,8 +152,16 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
             with with_metrics.on():
                 return await ours(tcp, topic, count, mif)
 
+        from _otel_common import BareSpans
+
+        bare_spans = BareSpans(telemetry, "nsq")
+
+        async def bare(tcp: str, topic: str, count: int, mif: int) -> float:
+            return await ours_bare_spans(tcp, topic, count, mif, bare_spans)
+
         clients = {
             "aioclients": ours,
+            "aioclients+bare spans": bare,
             "aioclients+otel": traced,
             "aioclients+otel+metrics": traced_metrics,
             "pynsq": pynsq,
@@ -202,6 +231,13 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
             f"  ours {med['aioclients']:.2f} + SDK floor {med['sdk floor']:.2f} = {floor:.2f} "
             f"us; instrumented {med['aioclients+otel']:.2f} us, so the instrumentation's own "
             f"work is {med['aioclients+otel'] - floor:.2f} us"
+        )
+        bare_us = med["aioclients+bare spans"]
+        print(
+            "  two spans per message made by hand in the same loop (the SDK in situ): "
+            f"{bare_us:.2f} us (SDK {bare_us - med['aioclients']:.2f}); instrumented "
+            f"{med['aioclients+otel']:.2f} us: the instrumentation's own work "
+            f"{med['aioclients+otel'] - bare_us:.2f} us"
         )
         if "pynsq" in med:
             rate_ratio = statistics.median(rates["aioclients+otel"]) / statistics.median(

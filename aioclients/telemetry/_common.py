@@ -91,6 +91,14 @@ class _Totals:
         # frozenset(attributes.items()) -> [attributes, count]
         self._counts: dict[frozenset[tuple[str, AttributeValue]], list[Any]] = {}
 
+    def entry(self, attributes: Attributes, key: Any) -> list[Any]:
+        """The ``[attributes, count]`` of one attribute set, made if new: a per-message
+        path keeps it and adds to ``entry[1]`` itself (no call per message)."""
+        entry = self._counts.get(key)
+        if entry is None:
+            entry = self._counts[key] = [attributes, 0]
+        return entry
+
     def add(self, amount: int, attributes: Attributes, key: Any = None) -> None:
         if key is None:
             key = frozenset(attributes.items())

@@ -168,17 +168,26 @@ def _message_link(msg: Msg) -> list[Link] | None:
     return creation_link(msg.headers)
 
 
+class _Nothing:
+    pass
+
+
+# A weak reference whose object is gone: calling it gives None, which no owner is.
+_dead_ref: weakref.ref[Any] = weakref.ref(_Nothing())
+
+
 class _Receiving:
     """What every receive span of one stream (consume, next) shares: its name, its
-    attributes without the message id, and the consumed counter's key."""
+    attributes without the message id, and its entry in the consumed counter (a
+    message adds 1 to ``consumed[1]``, no call)."""
 
-    __slots__ = ("attrs", "key", "name")
+    __slots__ = ("attrs", "consumed", "name")
 
-    def __init__(self, attrs: Attributes) -> None:
+    def __init__(self, attrs: Attributes, inst: Instruments) -> None:
         destination = attrs.get(DESTINATION)
         self.name = f"receive {destination}" if destination else "receive"
         self.attrs = attrs
-        self.key = frozenset(attrs.items())
+        self.consumed = inst.consumed.entry(attrs, frozenset(attrs.items()))
 
 
 class _Batch:
@@ -299,22 +308,34 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
 
     # -- receive, one span per message ---------------------------------------------
 
-    # per stream (or consumer): what its receive spans share
+    # per stream (or consumer): what its receive spans share; the last one used is
+    # also kept aside (a weak reference to it and its entry), so that a consume loop
+    # finds it with one call and one comparison
     receiving: weakref.WeakKeyDictionary[object, _Receiving] = weakref.WeakKeyDictionary()
+    last: list[Any] = [_dead_ref, None]
     start_span = inst.start_span
     record = inst.record
-    consumed_add = inst.consumed.add
+
+    def receiving_of(owner: object, msg: Msg, group: bool) -> _Receiving:
+        shared = receiving.get(owner)
+        if shared is None:
+            attrs = _receive_attributes(owner, msg, group=group)
+            shared = receiving[owner] = _Receiving(attrs, inst)
+        last[0] = weakref.ref(owner)
+        last[1] = shared
+        return shared
 
     def received(owner: object, msg: Msg, start: int, group: bool) -> None:
         # The hot path of a span per message: the SDK's start_span and end() are
         # most of its cost; around them only what differs per message is made.
-        shared = receiving.get(owner)
-        if shared is None:
-            shared = receiving[owner] = _Receiving(_receive_attributes(owner, msg, group=group))
+        shared: _Receiving = last[1] if last[0]() is owner else receiving_of(owner, msg, group)
         attrs = shared.attrs.copy()
-        seq = _message_id(msg)
-        if seq is not None:
-            attrs[MESSAGE_ID] = seq
+        if msg._metadata is None and (match := _ACK_V1(msg.reply)) is not None:
+            attrs[MESSAGE_ID] = match[3]
+        else:
+            seq = _message_id(msg)
+            if seq is not None:
+                attrs[MESSAGE_ID] = seq
         span = start_span(
             shared.name,
             None,
@@ -327,7 +348,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
         span.end(end)
         if record is not None:
             record((end - start) / 1e9, shared.attrs)
-        consumed_add(1, shared.attrs, shared.key)
+        shared.consumed[1] += 1
 
     def receive_failed(owner: object, start: int, error: BaseException) -> None:
         attrs = _receive_attributes(owner, None)
@@ -562,15 +583,15 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
         object, tuple[object, dict[tuple[str, str | None, str | None], tuple[str, Attributes]]]
     ] = weakref.WeakKeyDictionary()
 
-    def settle_attributes(msg: Msg, operation: str) -> tuple[str, Attributes]:
+    def settle_attributes(
+        msg: Msg, operation: str, stream: str | None, consumer: str | None
+    ) -> tuple[str, Attributes]:
         js = msg._js
         nc = getattr(js, "_nc", None)
         url = getattr(nc, "connected_url", None)
         by_context = settling.get(js)
         if by_context is None or by_context[0] is not url:
             by_context = settling[js] = (url, {})
-        position = _ack_position(msg)
-        stream, consumer = (None, None) if position is None else position
         entries = by_context[1]
         entry = entries.get((operation, stream, consumer))
         if entry is None:
@@ -594,9 +615,16 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
     def traced_settle(operation: str) -> Callable[[Any], Any]:
         def make(original: Any) -> Any:
             async def settle(self: Msg, *args: Any, **kwargs: Any) -> None:
-                name, attrs = settle_attributes(self, operation)
+                # stream, consumer and message id from one reading of the ack subject
+                match = None if self._metadata is not None else _ACK_V1(self.reply)
+                if match is not None:
+                    stream, consumer, seq = match.groups()
+                else:
+                    position = _ack_position(self)
+                    stream, consumer = (None, None) if position is None else position
+                    seq = _message_id(self)
+                name, attrs = settle_attributes(self, operation, stream, consumer)
                 span_attrs = attrs.copy()
-                seq = _message_id(self)
                 if seq is not None:
                     span_attrs[MESSAGE_ID] = seq
                 start = _time_ns()

@@ -50,24 +50,33 @@ _CONSUMER = SpanKind.CONSUMER
 _HANDED_OUT_LIMIT = 1 << 16
 
 
+class _Nothing:
+    pass
+
+
+# A weak reference whose object is gone: calling it gives None, which no Reader is.
+_dead_ref: weakref.ref[Any] = weakref.ref(_Nothing())
+
+
 class _ReaderAttributes:
     """What the spans of one Reader's messages from one nsqd share: the receive
     span's name and attributes (without the message id) and the consumed counter's
     key, and the names and attributes of the message's finish and requeue spans."""
 
     __slots__ = (
+        "consumed",
         "finish",
         "finish_name",
-        "key",
         "receive",
         "receive_name",
         "requeue",
         "requeue_name",
     )
 
-    def __init__(self, topic: str, base: Attributes) -> None:
+    def __init__(self, topic: str, base: Attributes, inst: Instruments) -> None:
         self.receive: Attributes = {OPERATION_TYPE: "receive", OPERATION_NAME: "receive", **base}
-        self.key = frozenset(self.receive.items())
+        # the consumed counter's [attributes, count]: a message adds 1, no call
+        self.consumed = inst.consumed.entry(self.receive, frozenset(self.receive.items()))
         self.finish: Attributes = {OPERATION_TYPE: "settle", OPERATION_NAME: "finish", **base}
         self.requeue: Attributes = {OPERATION_TYPE: "settle", OPERATION_NAME: "requeue", **base}
         self.receive_name = f"receive {topic}" if topic else "receive"
@@ -183,12 +192,17 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 CONSUMER_GROUP: reader.channel,
                 **server_of(address),
             }
-            cached = by_address[address] = _ReaderAttributes(reader.topic, base)
+            cached = by_address[address] = _ReaderAttributes(reader.topic, base, inst)
+        last[0] = weakref.ref(reader)
+        last[1] = address
+        last[2] = cached
         return cached
 
+    # the last (Reader, nsqd address) a message came from and its attributes: a
+    # Reader's loop finds them with one call and two comparisons
+    last: list[Any] = [_dead_ref, None, None]
     start_span_now = inst.start_span
     record = inst.record
-    consumed_add = inst.consumed.add
 
     def traced_anext(original: Any) -> Any:
         async def __anext__(self: Reader) -> Message:
@@ -210,18 +224,23 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 raise
             # The hot path: only the message id is made per message.
             address = msg.nsqd_address
-            cached = receive_attributes(self, address)
+            cached: _ReaderAttributes = (
+                last[2]
+                if last[1] == address and last[0]() is self
+                else receive_attributes(self, address)
+            )
             if len(handed_out) >= _HANDED_OUT_LIMIT:
                 del handed_out[next(iter(handed_out))]  # the oldest
-            handed_out[(msg.id, address)] = cached
+            message_id = msg.id
+            handed_out[(message_id, address)] = cached
             attrs = cached.receive.copy()
-            attrs[MESSAGE_ID] = msg.id.decode("ascii", "replace")
+            attrs[MESSAGE_ID] = message_id.decode("ascii", "replace")
             span = start_span_now(cached.receive_name, None, _CLIENT, attrs, None, start)
             end = _time_ns()
             span.end(end)
             if record is not None:
                 record((end - start) / 1e9, cached.receive)
-            consumed_add(1, cached.receive, cached.key)
+            cached.consumed[1] += 1
             return msg
 
         return __anext__
