@@ -3,12 +3,13 @@
 The aioclients loops of ``jetstream_consume.py`` (ack none, ack explicit) and
 ``nsq_consume.py`` (FIN each), run from a baseline checkout (``--base``: an export of
 main, say) and from this one, each run in a fresh process, alternating in every
-round, against one nats-server and one nsqd emulator. This checkout also runs once
-more per round after ``AioClientsInstrumentor().instrument()`` (with the SDK's tracer
-and meter providers) and ``.uninstrument()``: nothing of the instrumentation may
-stay behind on the per-message paths. Prints the median (and range) of the rounds:
-msgs/s and CPU time per message of the worker process, and this checkout's ratio to
-the baseline. Needs the ``otel`` and ``test`` extras.
+round, against one nats-server and one nsqd (the emulator, or the real one given with
+--nsqd-tcp/--nsqd-http). This checkout also runs once more per round after
+``AioClientsInstrumentor().instrument()`` (with the SDK's tracer and meter providers)
+and ``.uninstrument()``: nothing of the instrumentation may stay behind on the
+per-message paths. Prints the median (and range) of the rounds: msgs/s and CPU time
+per message of the worker process, and this checkout's ratio to the baseline. Needs
+the ``otel`` and ``test`` extras.
 
     git archive main | tar -x -C /tmp/base
     python benchmarks/telemetry_off.py --base /tmp/base --count 100000 --rounds 5
@@ -18,6 +19,7 @@ the baseline. Needs the ``otel`` and ``test`` extras.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -87,6 +89,8 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the baseline checkout (a directory)")
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--nsqd-tcp", help="a real nsqd's TCP address (host:port)")
+    parser.add_argument("--nsqd-http", help="the same nsqd's HTTP address (host:port)")
     add_loop_argument(parser)
     args = parser.parse_args()
     use_loop(args.loop)
@@ -97,7 +101,12 @@ def main() -> None:
     sys.path.insert(0, str(HERE / "benchmarks"))
     import jetstream_consume
 
-    with NatsServer() as nats_server, emulated_nsqd() as (tcp, http):
+    nsqd = (
+        contextlib.nullcontext((args.nsqd_tcp, args.nsqd_http))
+        if args.nsqd_tcp
+        else emulated_nsqd()
+    )
+    with NatsServer() as nats_server, nsqd as (tcp, http):
         print(f"filling a file stream with {args.count} messages ...", flush=True)
         run_async(jetstream_consume.fill_stream(nats_server.url, args.count))
         for round_ in range(args.rounds):

@@ -395,6 +395,31 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
 
         return make
 
+    def traced_stream_anext(original: Any) -> Any:
+        # consume()'s MessageStream: a buffered message (nearly every one) is taken
+        # with the stream's own fast path, a plain call, with no coroutine of the
+        # library's awaited inside this one
+        async def __anext__(self: MessageStream) -> Msg:
+            start = _time_ns()
+            msg = self._take_buffered()
+            if msg is None:
+                if _RECEIVING.get():
+                    nested: Msg = await original(self)
+                    return nested
+                try:
+                    msg = await original(self)
+                except (StopAsyncIteration, asyncio.CancelledError):
+                    raise
+                except BaseException as exc:
+                    receive_failed(self, start, exc)
+                    raise
+            elif _RECEIVING.get():
+                return msg
+            received(self, msg, start, True)
+            return msg
+
+        return __anext__
+
     def traced_aiter(group: bool) -> Callable[[Any], Any]:
         """A bare ``async for`` (outside ``async with``) gets an iterator of the
         library's own that does not pass through ``__anext__``: wrap it."""
@@ -429,7 +454,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
             if close is not None:
                 await close()
 
-    patches.wrap(MessageStream, "__anext__", traced_anext(True))
+    patches.wrap(MessageStream, "__anext__", traced_stream_anext)
     patches.wrap(MessageStream, "__aiter__", traced_aiter(True))
     # Ordered consumers replace their server-side consumer on every reset: its
     # name is no group.
