@@ -638,6 +638,10 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
         return entry
 
     def traced_settle(operation: str) -> Callable[[Any], Any]:
+        # the last (context, server, stream, consumer) settled and its name and
+        # attributes: an ack loop finds them with a few comparisons
+        last: list[Any] = [_dead_ref, None, None, None, None]
+
         def make(original: Any) -> Any:
             async def settle(self: Msg, *args: Any, **kwargs: Any) -> None:
                 # stream, consumer and message id from one reading of the ack subject
@@ -648,7 +652,25 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
                     position = _ack_position(self)
                     stream, consumer = (None, None) if position is None else position
                     seq = _message_id(self)
-                name, attrs = settle_attributes(self, operation, stream, consumer)
+                js = self._js
+                if (
+                    last[0]() is js
+                    and last[1] is getattr(getattr(js, "_nc", None), "connected_url", None)
+                    and last[2] == stream
+                    and last[3] == consumer
+                ):
+                    name, attrs = last[4]
+                else:
+                    entry = settle_attributes(self, operation, stream, consumer)
+                    name, attrs = entry
+                    if js is not None:
+                        last[:] = [
+                            weakref.ref(js),
+                            getattr(getattr(js, "_nc", None), "connected_url", None),
+                            stream,
+                            consumer,
+                            entry,
+                        ]
                 span_attrs = attrs.copy()
                 if seq is not None:
                     span_attrs[MESSAGE_ID] = seq

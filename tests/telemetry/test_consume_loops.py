@@ -1,6 +1,6 @@
 """The per-message receive paths of consume loops, instrumented: every message of
-several pulls (RDY windows) gets its span, in order, and two loops read in turn keep
-their own attributes (the instrumentation keeps the last stream's aside)."""
+several pulls (RDY windows) gets its span, in order, and two loops read and settled in
+turn keep their own attributes (the instrumentation keeps the last stream's aside)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ async def test_jetstream_consume_spans_every_message_of_many_pulls_in_order(
     assert otel.total("messaging.client.consumed.messages") == 35
 
 
-async def test_jetstream_streams_read_in_turn_keep_their_own_attributes(
+async def test_jetstream_streams_read_and_acked_in_turn_keep_their_own_attributes(
     js: JetStream, unique_name: str, otel: Otel
 ) -> None:
     names = [f"{unique_name}A", f"{unique_name}B"]
@@ -45,17 +45,18 @@ async def test_jetstream_streams_read_in_turn_keep_their_own_attributes(
         await js.create_stream(name, subjects=[f"{name}.>"])
         for i in range(6):
             await js.publish(f"{name}.data", b"%d" % i)
-    first = await js.create_consumer(names[0], durable_name="first", ack_policy="none")
-    second = await js.create_consumer(names[1], durable_name="second", ack_policy="none")
+    first = await js.create_consumer(names[0], durable_name="first", ack_policy="explicit")
+    second = await js.create_consumer(names[1], durable_name="second", ack_policy="explicit")
     async with first.consume(max_messages=4) as one, second.consume(max_messages=4) as two:
         async with asyncio.timeout(20):
             for _ in range(6):
-                await one.__anext__()
-                await two.__anext__()
+                await (await one.__anext__()).ack()
+                await (await two.__anext__()).ack()
     for name, group in zip(names, ("first", "second"), strict=True):
         receives = otel.spans(f"receive {name}")
-        assert len(receives) == 6
-        for span in receives:
+        acks = otel.spans(f"ack {name}")
+        assert len(receives) == len(acks) == 6
+        for span in receives + acks:
             assert span.attributes is not None
             assert span.attributes["messaging.destination.name"] == name
             assert span.attributes["messaging.consumer.group.name"] == group
