@@ -161,7 +161,7 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
 
         clients = {
             "aioclients": ours,
-            "aioclients+bare spans": bare,
+            "aioclients+bare": bare,
             "aioclients+otel": traced,
             "aioclients+otel+metrics": traced_metrics,
             "pynsq": pynsq,
@@ -232,7 +232,7 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
             f"us; instrumented {med['aioclients+otel']:.2f} us, so the instrumentation's own "
             f"work is {med['aioclients+otel'] - floor:.2f} us"
         )
-        bare_us = med["aioclients+bare spans"]
+        bare_us = med["aioclients+bare"]
         print(
             "  two spans per message made by hand in the same loop (the SDK in situ): "
             f"{bare_us:.2f} us (SDK {bare_us - med['aioclients']:.2f}); instrumented "
