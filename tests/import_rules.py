@@ -3,14 +3,15 @@
 Every ``import`` and ``from ... import`` counts, wherever it stands: at module
 level, under ``if TYPE_CHECKING:`` and inside functions (they are arrows of the
 import graph all the same). Used by ``tests/test_import_rules.py`` (no cycle, no
-sibling imported inside a function, no private name taken from another module)
-and ``tests/liftbridge/test_import_layers.py`` (the Liftbridge layers).
+sibling imported inside a function, no private name taken from another module),
+``tests/liftbridge/test_import_layers.py`` (the Liftbridge layers) and
+``tests/jetstream/test_jetstream_import_layers.py`` (the JetStream layers).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,4 +232,33 @@ def private_attributes_reached(names: Iterable[str], root: Path = ROOT) -> list[
             and node.attr not in defined
         }
         out.extend(f"{name}:{line} reaches {text}" for line, text in sorted(reached))
+    return out
+
+
+def layer(name: str, layers: Mapping[str, int]) -> int | None:
+    """The layer of a module: its own entry in ``layers``, or that of a package
+    prefix (an entry ending in ".") it starts with; None when it has neither."""
+    if name in layers:
+        return layers[name]
+    for prefix, value in layers.items():
+        if prefix.endswith(".") and name.startswith(prefix):
+            return value
+    return None
+
+
+def upward(
+    edges: dict[str, set[str]], layers: Mapping[str, int], same_layer_ok: Iterable[int] = ()
+) -> list[str]:
+    """``"importer -> imported"`` for each arrow that does not point to a lower
+    layer; modules of a layer in ``same_layer_ok`` may import each other."""
+    allowed = set(same_layer_ok)
+    out = []
+    for name, targets in sorted(edges.items()):
+        here = layer(name, layers)
+        for target in sorted(targets):
+            there = layer(target, layers)
+            if here is None or there is None:
+                out.append(f"{name} -> {target} (not placed in a layer)")
+            elif not (there < here or (here == there and here in allowed)):
+                out.append(f"{name} -> {target}")
     return out

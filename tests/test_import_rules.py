@@ -21,7 +21,7 @@ import pytest
 
 from tests import import_rules as rules
 
-PACKAGES = ("nsq", "telemetry", "testing")
+PACKAGES = ("jetstream", "nsq", "telemetry", "testing")
 
 #: Pure modules that do not live in a ``_protocol`` package (tests/test_structure.py
 #: checks those).

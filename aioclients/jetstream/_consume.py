@@ -10,6 +10,12 @@ Hot path: a user message becomes a :class:`Msg` and is appended to a deque;
 the iterator pops it without awaiting and, when the core says the threshold is
 crossed, writes the next pull into the connection's outgoing buffer. No task,
 timer or future per message.
+
+The one background task, the check after a reconnect that the consumer still
+exists, belongs to the stream's :class:`~aioclients._tasks.TaskOwner`: if it
+fails (a bug, never a JetStream error: those it handles), iteration ends with a
+``JetStreamError`` saying so, and ``aclose()`` (and ``async with``) cancels it
+and waits for it to end.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ import logging
 import random
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from aioclients._core._backoff import Backoff
 from aioclients._errors import AioClientsError, InvalidArgumentError
+from aioclients._tasks import TaskOwner
 from aioclients.jetstream._errors import (
     ConsumerDeletedError,
     ConsumerNotFoundError,
@@ -36,6 +43,7 @@ from aioclients.jetstream._errors import (
     StreamNotFoundError,
 )
 from aioclients.jetstream._message import Msg
+from aioclients.jetstream._models import ConsumerInfo
 from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._pull import (
     Disconnected,
@@ -54,7 +62,7 @@ from aioclients.jetstream._protocol._pull import (
 )
 
 if TYPE_CHECKING:
-    from aioclients.jetstream._consumer import Consumer
+    from aioclients.jetstream._api import JetStreamApi
     from aioclients.jetstream._transport import RawSubscription
 
 __all__ = (
@@ -63,11 +71,42 @@ __all__ = (
     "ConsumeStatistics",
     "FetchResult",
     "MessageStream",
+    "PullTarget",
+    "RawSink",
+    "check_on_event",
 )
 
 log = logging.getLogger("aioclients.jetstream.consume")
 
 ConsumeEvent = HeartbeatMissed | Pinned | Unpinned | StatusWarning | Disconnected | Reconnected
+
+
+class PullTarget(Protocol):
+    """The consumer a pull reads (a ``Consumer`` is one): its names, its cached
+    config (for the ADR-42 checks) and a fresh look at it (after a reconnect)."""
+
+    @property
+    def stream_name(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def cached_info(self) -> ConsumerInfo: ...
+    async def info(self) -> ConsumerInfo: ...
+
+
+def check_on_event(on_event: object) -> None:
+    """An ``on_event`` callback must be a plain callable (or ``None``).
+
+    Raises:
+        InvalidArgumentError: not callable, or a coroutine function.
+    """
+    if on_event is not None and not callable(on_event):
+        raise InvalidArgumentError("on_event must be a callable taking one event")
+    if on_event is not None and inspect.iscoroutinefunction(on_event):
+        raise InvalidArgumentError(
+            "on_event must be a plain function (it runs in the connection's read loop); "
+            "to do async work, hand the event to a queue or task from it"
+        )
 
 
 class ConsumeStatistics(NamedTuple):
@@ -94,28 +133,22 @@ class _Puller:
 
     def __init__(
         self,
-        consumer: Consumer,
+        api: JetStreamApi,
+        consumer: PullTarget,
         options: PullOptions,
         mode: Mode,
         on_event: Callable[[ConsumeEvent], object] | None = None,
     ) -> None:
-        if on_event is not None and not callable(on_event):
-            raise InvalidArgumentError("on_event must be a callable taking one event")
-        if on_event is not None and inspect.iscoroutinefunction(on_event):
-            raise InvalidArgumentError(
-                "on_event must be a plain function (it runs in the connection's read loop); "
-                "to do async work, hand the event to a queue or task from it"
-            )
+        check_on_event(on_event)
         _check_priority_options(consumer, options, mode)
-        js = consumer._js
         self._consumer = consumer
-        self._js = js
-        self._transport = js._transport
+        self._api = api
+        self._transport = api.transport
         self._core = PullBuffer(options, mode)
         self._on_event = on_event
         self._buffer: collections.deque[Msg] = collections.deque()
         self._sizes: collections.deque[int] = collections.deque()
-        self._subject = f"{js.api_prefix}.CONSUMER.MSG.NEXT.{consumer.stream_name}.{consumer.name}"
+        self._subject = api.subject(f"CONSUMER.MSG.NEXT.{consumer.stream_name}.{consumer.name}")
         self._sub: RawSubscription | None = None
         self._inbox = ""
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
@@ -127,6 +160,7 @@ class _Puller:
         self._timer_when = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._recovery: asyncio.Task[None] | None = None
+        self._tasks = TaskOwner(f"pull {consumer.stream_name}/{consumer.name}", self._task_failed)
         self._reconnects = 0
         # drain(): the buffer may still grow until the UNSUB round trip is done.
         self._draining = False
@@ -138,12 +172,12 @@ class _Puller:
         if self._started:
             return
         self._started = True
-        js = self._js
-        js._check_open()
+        api = self._api
+        api.check_open()
         loop = self._loop = asyncio.get_running_loop()
         self._inbox = self._transport.new_inbox()
         self._sub = await self._transport.subscribe_raw(self._inbox, self._on_raw)
-        js._add_listener(self)
+        api.add_listener(self)
         self._core.start(loop.time())
         self._process_events()
 
@@ -153,7 +187,7 @@ class _Puller:
             return
         self._finished = True
         self._cancel_timer()
-        self._js._listeners.discard(self)
+        self._api.remove_listener(self)
         if self._sub is not None:
             try:
                 self._sub.unsubscribe_nowait()
@@ -169,6 +203,19 @@ class _Puller:
         self._core.stop()
         self._release()
 
+    def _task_failed(self, exc: BaseException) -> None:
+        """The background task died of an error it does not handle: end the
+        iteration with it (as a ``JetStreamError``), raised where the user waits."""
+        if isinstance(exc, AioClientsError):
+            error: BaseException = exc
+        else:
+            error = JetStreamError(
+                f"pull on {self._consumer.stream_name}/{self._consumer.name}: a background "
+                f"task failed: {type(exc).__name__}: {exc}"
+            )
+            error.__cause__ = exc
+        self._fail(error)
+
     # -- receive path (called from the connection's read loop) --
 
     def _on_raw(self, subject: str, reply: str, data: bytes, header: bytes | None) -> None:
@@ -178,7 +225,7 @@ class _Puller:
         if header is None:
             size = len(subject) + len(reply) + len(data)
             core.receive_message(size, loop.time())
-            self._buffer.append(Msg(self._js, subject, reply, data, None))
+            self._buffer.append(Msg(self._api, subject, reply, data, None))
             self._sizes.append(size)
         elif header[8:9] == b" ":
             self._on_status(header, loop.time())
@@ -190,7 +237,7 @@ class _Puller:
                 value = decode_headers(header).get("Nats-Pin-Id")
                 pin = value[0] if isinstance(value, list) else value
             core.receive_message(size, loop.time(), pin)
-            self._buffer.append(Msg(self._js, subject, reply, data, header))
+            self._buffer.append(Msg(self._api, subject, reply, data, header))
             self._sizes.append(size)
         if core._events:
             self._process_events()
@@ -304,10 +351,10 @@ class _Puller:
         self._core.handle_timer(self._loop.time())
         self._process_events()
 
-    # -- connection notifications (JetStream calls these) --
+    # -- connection notifications (the request layer calls these) --
 
     def connection_lost(self) -> None:
-        if self._js.closed:
+        if self._api.closed:
             self.context_closed()
             return
         self._core.disconnected()
@@ -324,10 +371,10 @@ class _Puller:
         self._start_recovery()
 
     def _start_recovery(self) -> None:
-        if self._finished or self._core.finished:
+        if self._finished or self._core.finished or self._tasks.closed:
             return
         if self._recovery is None or self._recovery.done():
-            self._recovery = asyncio.get_running_loop().create_task(self._recover())
+            self._recovery = self._tasks.start(self._recover(), name="check after reconnect")
 
     def context_closed(self) -> None:
         self._fail(JetStreamClosedError("the JetStream context or its connection was closed"))
@@ -462,11 +509,12 @@ class MessageStream(_Puller):
 
     def __init__(
         self,
-        consumer: Consumer,
+        api: JetStreamApi,
+        consumer: PullTarget,
         options: PullOptions,
         on_event: Callable[[ConsumeEvent], object] | None = None,
     ) -> None:
-        super().__init__(consumer, options, Mode.CONSUME, on_event)
+        super().__init__(api, consumer, options, Mode.CONSUME, on_event)
 
     def __repr__(self) -> str:
         return f"<MessageStream {self._consumer.stream_name}/{self._consumer.name}>"
@@ -499,14 +547,16 @@ class MessageStream(_Puller):
         self._draining = True
         try:
             if self._sub is not None:
-                await self._sub.drain(self._js.timeout)
+                await self._sub.drain(self._api.timeout)
         finally:
             self._draining = False
             self._wake()
 
     async def aclose(self) -> None:
-        """Stop and release the subscription (what ``async with`` does on exit)."""
+        """Stop and release the subscription (what ``async with`` does on exit);
+        a background check still running is cancelled and waited for."""
         self.stop()
+        await self._tasks.aclose()
 
     async def __aenter__(self) -> MessageStream:
         self._entered = True
@@ -519,7 +569,7 @@ class MessageStream(_Puller):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        await self.aclose()
 
     def __aiter__(self) -> AsyncIterator[Msg]:
         # Inside ``async with`` the context manager owns the cleanup; a bare
@@ -574,12 +624,13 @@ class BatchStream(MessageStream):
 
     def __init__(
         self,
-        consumer: Consumer,
+        api: JetStreamApi,
+        consumer: PullTarget,
         options: PullOptions,
         sink: RawSink,
         on_event: Callable[[ConsumeEvent], object] | None = None,
     ) -> None:
-        super().__init__(consumer, options, on_event)
+        super().__init__(api, consumer, options, on_event)
         if options.group is not None:
             raise InvalidArgumentError("a batch stream does not take a priority group")
         self._sink = sink
@@ -610,6 +661,11 @@ class BatchStream(MessageStream):
             waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+
+    def fail(self, error: BaseException) -> None:
+        """End the stream with ``error`` (raised by :meth:`next_batch`); for the sink,
+        which sees what the stream cannot (e.g. a delivery that is no JetStream one)."""
+        self._fail(error)
 
     def _flush_received(self) -> None:
         count = self._count
@@ -674,8 +730,8 @@ class FetchResult(_Puller):
     context manager. Iteration ends when the batch (or the bytes) are delivered
     or the pull expires; terminal statuses raise."""
 
-    def __init__(self, consumer: Consumer, options: PullOptions) -> None:
-        super().__init__(consumer, options, Mode.FETCH)
+    def __init__(self, api: JetStreamApi, consumer: PullTarget, options: PullOptions) -> None:
+        super().__init__(api, consumer, options, Mode.FETCH)
 
     def __repr__(self) -> str:
         return f"<FetchResult {self._consumer.stream_name}/{self._consumer.name}>"
@@ -688,6 +744,7 @@ class FetchResult(_Puller):
         self._stopped = True
         self._core.stop()
         self._release()
+        await self._tasks.aclose()
 
     async def __aenter__(self) -> FetchResult:
         self._entered = True
@@ -733,7 +790,9 @@ def _int_header(value: object) -> int | None:
     return None
 
 
-def _terminal_error(consumer: Consumer, event: Terminated, max_bytes: int | None) -> JetStreamError:
+def _terminal_error(
+    consumer: PullTarget, event: Terminated, max_bytes: int | None
+) -> JetStreamError:
     where = f"{consumer.stream_name}/{consumer.name}"
     if event.code == 409 and event.description.lower().startswith("consumer deleted"):
         return ConsumerDeletedError(f"consumer {where} was deleted", code=409)
@@ -767,7 +826,7 @@ def _terminal_error(consumer: Consumer, event: Terminated, max_bytes: int | None
     )
 
 
-def _check_priority_options(consumer: Consumer, options: PullOptions, mode: Mode) -> None:
+def _check_priority_options(consumer: PullTarget, options: PullOptions, mode: Mode) -> None:
     """ADR-42 checks against the consumer's (cached) configuration."""
     config = consumer.cached_info.config
     groups = config.get("priority_groups") or []

@@ -3,25 +3,26 @@ messages with ``next``, ``fetch`` and ``consume`` (ADR-37, ADR-42)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from aioclients.jetstream._api import JetStreamApi
 from aioclients.jetstream._consume import ConsumeEvent, FetchResult, MessageStream
 from aioclients.jetstream._message import Msg
 from aioclients.jetstream._models import ConsumerInfo
 from aioclients.jetstream._protocol._pull import consume_options, fetch_options
 
-if TYPE_CHECKING:
-    from aioclients.jetstream._context import JetStream
-
-__all__ = ("Consumer",)
+__all__ = ("Consumer", "consumer_of", "upsert_consumer")
 
 
 class Consumer:
-    """A JetStream consumer. Obtain one from ``JetStream`` or ``Stream``."""
+    """A JetStream consumer. Obtain one from ``JetStream`` or ``Stream``.
 
-    def __init__(self, js: JetStream, stream_name: str, name: str, info: ConsumerInfo) -> None:
-        self._js = js
+    It talks to the server through the request layer (``api``) it is given.
+    """
+
+    def __init__(self, api: JetStreamApi, stream_name: str, name: str, info: ConsumerInfo) -> None:
+        self._api = api
         self.stream_name = stream_name
         self.name = name
         self.cached_info = info
@@ -35,16 +36,16 @@ class Consumer:
         Raises:
             ConsumerNotFoundError: the consumer is gone.
         """
-        self.cached_info = await self._js.consumer_info(self.stream_name, self.name)
+        self.cached_info = await self._api.consumer_info(self.stream_name, self.name)
         return self.cached_info
 
     async def delete(self) -> None:
         """Delete this consumer (raises ``ConsumerNotFoundError`` if gone already)."""
-        await self._js.delete_consumer(self.stream_name, self.name)
+        await self._api.delete_consumer(self.stream_name, self.name)
 
     async def unpin(self, group: str) -> None:
         """ADR-42: release the client pinned to ``group``."""
-        await self._js.unpin_consumer(self.stream_name, self.name, group)
+        await self._api.unpin_consumer(self.stream_name, self.name, group)
 
     async def next(
         self,
@@ -87,7 +88,7 @@ class Consumer:
             min_ack_pending=min_ack_pending,
             priority=priority,
         )
-        return await FetchResult(self, options).next_or_raise()
+        return await FetchResult(self._api, self, options).next_or_raise()
 
     def fetch(
         self,
@@ -123,7 +124,7 @@ class Consumer:
             min_ack_pending=min_ack_pending,
             priority=priority,
         )
-        return FetchResult(self, options)
+        return FetchResult(self._api, self, options)
 
     def consume(
         self,
@@ -183,4 +184,18 @@ class Consumer:
             min_ack_pending=min_ack_pending,
             priority=priority,
         )
-        return MessageStream(self, options, on_event)
+        return MessageStream(self._api, self, options, on_event)
+
+
+async def upsert_consumer(
+    api: JetStreamApi, stream: str, config: Mapping[str, Any], action: str
+) -> Consumer:
+    """Create, update (``action="update"``) or create-or-update (``""``) a consumer."""
+    info = await api.upsert_consumer(stream, config, action)
+    return Consumer(api, stream, info.name, info)
+
+
+async def consumer_of(api: JetStreamApi, stream: str, name: str) -> Consumer:
+    """Look up a consumer (raises ``ConsumerNotFoundError``)."""
+    info = await api.consumer_info(stream, name)
+    return Consumer(api, stream, name, info)

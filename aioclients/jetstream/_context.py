@@ -1,75 +1,51 @@
-"""The JetStream context: the ``$JS.API`` request layer, stream and consumer
-management, and publishing (ADR-37, "JetStream Context")."""
+"""The JetStream context: the public facade (ADR-37, "JetStream Context").
+
+``JetStream`` owns one :class:`~aioclients.jetstream._api.JetStreamApi` (the
+``$JS.API`` request layer) and turns its answers into the handles it returns
+(``Stream``, ``Consumer``, ``KeyValue``, ``OrderedConsumer``), each of which
+takes that layer, never this object. Nothing in the package imports this
+module but the package's ``__init__``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
-import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import nats
 import nats.errors
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg as NatsMsg
 
 from aioclients._core import redact_text, redact_url
 from aioclients._core._checks import check_int
 from aioclients._errors import InvalidArgumentError
-from aioclients.jetstream._errors import (
-    JetStreamClosedError,
-    JetStreamConnectError,
-    JetStreamNotEnabledError,
+from aioclients.jetstream._api import (
+    DEFAULT_MAX_PENDING,
+    ConnectionListener,
+    JetStreamApi,
+    api_prefix_for,
+    check_timeout,
 )
+from aioclients.jetstream._consumer import Consumer, consumer_of, upsert_consumer
+from aioclients.jetstream._errors import JetStreamClosedError, JetStreamConnectError
+from aioclients.jetstream._kv import KeyValue, create_key_value, delete_key_value, key_value
 from aioclients.jetstream._models import AccountInfo, ConsumerInfo, PubAck, StreamInfo
-from aioclients.jetstream._protocol._config import (
-    config_from_wire,
-    config_to_wire,
-    validate_priority_config,
+from aioclients.jetstream._ordered import (
+    OrderedConsumeEvent,
+    OrderedConsumer,
+    open_ordered_consumer,
 )
 from aioclients.jetstream._protocol._headers import publish_headers
-from aioclients.jetstream._protocol._names import (
-    validate_consumer_name,
-    validate_filter_subject,
-    validate_stream_name,
-)
-from aioclients.jetstream._publisher import AckMux, ReplyMux, json_answer
-from aioclients.jetstream._transport import (
-    NatsClient,
-    NatsTransport,
-    ReplyInbox,
-    close_connection,
-)
-
-if TYPE_CHECKING:
-    from aioclients.jetstream._consumer import Consumer
-    from aioclients.jetstream._kv import KeyValue
-    from aioclients.jetstream._ordered import OrderedConsumeEvent, OrderedConsumer
-    from aioclients.jetstream._stream import Stream
+from aioclients.jetstream._stream import Stream
+from aioclients.jetstream._transport import NatsClient, close_connection
 
 __all__ = ("DEFAULT_MAX_PENDING", "ConnectionListener", "JetStream", "connect")
 
-
-class ConnectionListener(Protocol):
-    """What a running fetch/consume needs to hear from its context."""
-
-    def connection_lost(self) -> None: ...
-    def connection_restored(self) -> None: ...
-    def context_closed(self) -> None: ...
-
-
 log = logging.getLogger("aioclients.jetstream")
-
-#: Default bound on outstanding ``publish_async`` acks.
-DEFAULT_MAX_PENDING = 4000
-
-#: Longest wait for a connection's queued bytes to be written when closing.
-_CLOSE_BOUND = 10.0
 
 #: Keepalive PINGs (seconds apart), and how many may go unanswered before the
 #: connection counts as stale and is replaced. nats-py's defaults (120 s, 2) take
@@ -98,23 +74,18 @@ class JetStream:
         timeout: float = 5.0,
         max_pending: int = DEFAULT_MAX_PENDING,
     ) -> None:
-        self._prefix = _api_prefix(domain, api_prefix)
-        _check_timeout(timeout)
-        self._nc = nc
-        self._transport = NatsTransport(nc)
+        api = JetStreamApi(
+            nc, domain=domain, api_prefix=api_prefix, timeout=timeout, max_pending=max_pending
+        )
+        #: the request layer every handle of this context talks through
+        self._jsapi = api
         self.domain = domain
         self.timeout = timeout
-        self._acks = AckMux(
-            self._transport, max_pending=check_int("max_pending", max_pending, minimum=1)
-        )
-        self._requests: ReplyMux[NatsMsg] = ReplyMux(self._transport)
-        # Open Direct Get reply inboxes, woken by close().
-        self._inboxes: weakref.WeakSet[ReplyInbox] = weakref.WeakSet()
-        # Running fetch/consume calls, told about disconnects, reconnects and close().
-        self._listeners: set[ConnectionListener] = set()
-        self._hooks_installed = False
-        self._owns_connection = False
-        self._closed = False
+        # The request layer's parts, under the names they had here before it existed.
+        self._nc = nc
+        self._transport = api.transport
+        self._requests = api.requests
+        self._acks = api.acks
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -125,45 +96,11 @@ class JetStream:
 
     @property
     def api_prefix(self) -> str:
-        return self._prefix
+        return self._jsapi.prefix
 
     @property
     def closed(self) -> bool:
-        return self._closed or self._nc.is_closed
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise JetStreamClosedError("this JetStream context is closed")
-        self._transport.check_open()
-
-    def _add_listener(self, listener: ConnectionListener) -> None:
-        """Register a running fetch/consume for connection notifications."""
-        if not self._hooks_installed:
-            self._install_hooks()
-        self._listeners.add(listener)
-
-    def _install_hooks(self) -> None:
-        """Chain our handlers in front of the connection's disconnect/reconnect callbacks."""
-        nc = self._nc
-        listeners = self._listeners
-        previous_disconnected = nc._disconnected_cb
-        previous_reconnected = nc._reconnected_cb
-
-        async def disconnected() -> None:
-            for listener in list(listeners):
-                listener.connection_lost()
-            if previous_disconnected is not None:
-                await previous_disconnected()
-
-        async def reconnected() -> None:
-            for listener in list(listeners):
-                listener.connection_restored()
-            if previous_reconnected is not None:
-                await previous_reconnected()
-
-        nc._disconnected_cb = disconnected
-        nc._reconnected_cb = reconnected
-        self._hooks_installed = True
+        return self._jsapi.closed
 
     async def _api(
         self,
@@ -172,18 +109,8 @@ class JetStream:
         *,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        """Send one ``$JS.API`` request; return the JSON answer or raise its error."""
-        self._check_open()
-        full = f"{self._prefix}.{subject}"
-        body = json.dumps(payload, separators=(",", ":")).encode() if payload is not None else b""
-        msg = await self._requests.request(full, body, timeout or self.timeout, full)
-        if msg.headers and msg.headers.get("Status") == "503":
-            raise JetStreamNotEnabledError(
-                f"nobody answers {full}",
-                code=503,
-                hint="enable JetStream on the server (nats-server -js) or check domain/api_prefix",
-            )
-        return json_answer(msg.data, full)
+        """Send one ``$JS.API`` request (see ``JetStreamApi.request``)."""
+        return await self._jsapi.request(subject, payload, timeout=timeout)
 
     async def close(self) -> None:
         """Close the context: outstanding acks fail with ``JetStreamClosedError``.
@@ -193,18 +120,7 @@ class JetStream:
         10) to be written, after which the socket is aborted, so that closing
         never hangs on a server that does not read. Idempotent.
         """
-        if self._closed:
-            return
-        self._closed = True
-        for inbox in list(self._inboxes):
-            inbox.close_now()
-        for listener in list(self._listeners):
-            listener.context_closed()
-        await self._requests.close()
-        await self._acks.close()
-        if self._owns_connection and not self._nc.is_closed:
-            # Bounded: a server that stops reading would hold nats-py's close forever.
-            await close_connection(self._nc, min(self.timeout, _CLOSE_BOUND))
+        await self._jsapi.close()
 
     async def __aenter__(self) -> JetStream:
         return self
@@ -225,7 +141,7 @@ class JetStream:
 
     async def account_info(self) -> AccountInfo:
         """Usage and limits of the account (``$JS.API.INFO``)."""
-        return AccountInfo.from_json(await self._api("INFO"))
+        return await self._jsapi.account_info()
 
     # -- streams ---------------------------------------------------------------------------
 
@@ -237,134 +153,41 @@ class JetStream:
         Creating a stream that exists with the same config returns it; with a
         different config raises ``StreamNameInUseError``.
         """
-        from aioclients.jetstream._stream import Stream
-
-        validate_stream_name(name)
-        cfg = dict(config, name=name)
         if subjects is not None:
-            if isinstance(subjects, str):
-                raise InvalidArgumentError("subjects must be a list of subjects, not a str")
-            for s in subjects:
-                validate_filter_subject(s)
-            cfg["subjects"] = list(subjects)
-        data = await self._api(f"STREAM.CREATE.{name}", config_to_wire(cfg))
-        return Stream(self, name, StreamInfo.from_json(data))
+            config["subjects"] = subjects
+        return Stream(self._jsapi, name, await self._jsapi.create_stream(name, config))
 
     async def update_stream(self, name: str, **config: Any) -> Stream:
         """Change a stream's config: the given keys are merged into the current config."""
-        from aioclients.jetstream._stream import Stream
-
-        validate_stream_name(name)
-        current = await self._api(f"STREAM.INFO.{name}")
-        merged = dict(current.get("config") or {})
-        merged.update(config_to_wire(config))
-        merged["name"] = name
-        data = await self._api(f"STREAM.UPDATE.{name}", merged)
-        return Stream(self, name, StreamInfo.from_json(data))
+        return Stream(self._jsapi, name, await self._jsapi.update_stream(name, config))
 
     async def stream(self, name: str) -> Stream:
         """Look up a stream (raises ``StreamNotFoundError``)."""
-        from aioclients.jetstream._stream import Stream
-
-        return Stream(self, name, await self.stream_info(name))
+        return Stream(self._jsapi, name, await self._jsapi.stream_info(name))
 
     async def stream_info(
         self, name: str, *, subjects_filter: str | None = None, deleted_details: bool = False
     ) -> StreamInfo:
         """Fetch ``StreamInfo``; ``subjects_filter`` fills ``state.subjects``."""
-        validate_stream_name(name)
-        payload: dict[str, Any] = {}
-        if subjects_filter is not None:
-            payload["subjects_filter"] = validate_filter_subject(subjects_filter)
-        if deleted_details:
-            payload["deleted_details"] = True
-        data = await self._api(f"STREAM.INFO.{name}", payload or None)
-        return StreamInfo.from_json(data)
+        return await self._jsapi.stream_info(
+            name, subjects_filter=subjects_filter, deleted_details=deleted_details
+        )
 
     async def delete_stream(self, name: str) -> None:
         """Delete a stream and all its messages (raises ``StreamNotFoundError``)."""
-        validate_stream_name(name)
-        await self._api(f"STREAM.DELETE.{name}")
+        await self._jsapi.delete_stream(name)
 
     async def list_streams(self, subject: str | None = None) -> AsyncIterator[StreamInfo]:
         """Every stream's info, optionally only those that store ``subject``."""
-        async for item in self._paged("STREAM.LIST", "streams", subject):
-            yield StreamInfo.from_json(item)
+        async for info in self._jsapi.list_streams(subject):
+            yield info
 
     async def stream_names(self, subject: str | None = None) -> AsyncIterator[str]:
         """Every stream's name, optionally only those that store ``subject``."""
-        async for item in self._paged("STREAM.NAMES", "streams", subject):
-            yield item
-
-    async def _paged(
-        self, subject: str, key: str, filter_subject: str | None = None
-    ) -> AsyncIterator[Any]:
-        offset = 0
-        while True:
-            payload: dict[str, Any] = {"offset": offset}
-            if filter_subject is not None:
-                payload["subject"] = validate_filter_subject(filter_subject)
-            data = await self._api(subject, payload)
-            items = data.get(key) or []
-            for item in items:
-                yield item
-            offset += len(items)
-            if not items or offset >= data.get("total", 0):
-                return
+        async for name in self._jsapi.stream_names(subject):
+            yield name
 
     # -- consumers -------------------------------------------------------------------------
-
-    async def _upsert_consumer(
-        self, stream: str, config: Mapping[str, Any], action: str
-    ) -> Consumer:
-        from aioclients.jetstream._consumer import Consumer
-
-        validate_stream_name(stream)
-        cfg = dict(config)
-        name = cfg.get("name") or cfg.get("durable_name")
-        if cfg.get("name") and cfg.get("durable_name") and cfg["name"] != cfg["durable_name"]:
-            raise InvalidArgumentError("name and durable_name must match when both are given")
-        if name is not None:
-            validate_consumer_name(name)
-            cfg.setdefault("name", name)
-        elif action == "update":
-            raise InvalidArgumentError("update_consumer needs the consumer's name or durable_name")
-        if "filter_subject" in cfg and "filter_subjects" in cfg:
-            raise InvalidArgumentError("give filter_subject or filter_subjects, not both")
-        if cfg.get("filter_subject") is not None:
-            validate_filter_subject(cfg["filter_subject"])
-        if cfg.get("filter_subjects") is not None:
-            if isinstance(cfg["filter_subjects"], str):
-                raise InvalidArgumentError("filter_subjects must be a list of subjects")
-            for s in cfg["filter_subjects"]:
-                validate_filter_subject(s)
-        if action == "update":
-            # Merge into the current config (user form), so that what is not given
-            # keeps its value rather than falling back to a create-time default.
-            current = await self._api(f"CONSUMER.INFO.{stream}.{name}")
-            merged = config_from_wire(current.get("config") or {})
-            if "filter_subject" in cfg:
-                merged.pop("filter_subjects", None)
-            if "filter_subjects" in cfg:
-                merged.pop("filter_subject", None)
-            merged.update(cfg)
-            cfg = merged
-        else:
-            cfg.setdefault("ack_policy", "explicit")
-        validate_priority_config(cfg)
-        wire = config_to_wire(cfg)
-        payload: dict[str, Any] = {"stream_name": stream, "config": wire}
-        if action:
-            payload["action"] = action
-        if name is None:
-            subject = f"CONSUMER.CREATE.{stream}"
-        elif wire.get("filter_subject") and not wire.get("filter_subjects"):
-            subject = f"CONSUMER.CREATE.{stream}.{name}.{wire['filter_subject']}"
-        else:
-            subject = f"CONSUMER.CREATE.{stream}.{name}"
-        data = await self._api(subject, payload)
-        info = ConsumerInfo.from_json(data)
-        return Consumer(self, stream, info.name, info)
 
     async def create_consumer(self, stream: str, **config: Any) -> Consumer:
         """Create a consumer.
@@ -378,48 +201,39 @@ class JetStream:
         Raises:
             ConsumerExistsError: one of that name exists with a different config.
         """
-        return await self._upsert_consumer(stream, config, "create")
+        return await upsert_consumer(self._jsapi, stream, config, "create")
 
     async def update_consumer(self, stream: str, **config: Any) -> Consumer:
         """Change an existing consumer: the given keys are merged into its current config.
 
         Giving ``filter_subject`` replaces ``filter_subjects`` and vice versa.
         """
-        return await self._upsert_consumer(stream, config, "update")
+        return await upsert_consumer(self._jsapi, stream, config, "update")
 
     async def create_or_update_consumer(self, stream: str, **config: Any) -> Consumer:
         """Create the consumer, or replace the config of an existing one."""
-        return await self._upsert_consumer(stream, config, "")
+        return await upsert_consumer(self._jsapi, stream, config, "")
 
     async def consumer(self, stream: str, name: str) -> Consumer:
         """Look up a consumer (raises ``ConsumerNotFoundError``)."""
-        from aioclients.jetstream._consumer import Consumer
-
-        info = await self.consumer_info(stream, name)
-        return Consumer(self, stream, name, info)
+        return await consumer_of(self._jsapi, stream, name)
 
     async def consumer_info(self, stream: str, name: str) -> ConsumerInfo:
-        validate_stream_name(stream)
-        validate_consumer_name(name)
-        return ConsumerInfo.from_json(await self._api(f"CONSUMER.INFO.{stream}.{name}"))
+        return await self._jsapi.consumer_info(stream, name)
 
     async def delete_consumer(self, stream: str, name: str) -> None:
         """Delete a consumer (raises ``ConsumerNotFoundError``)."""
-        validate_stream_name(stream)
-        validate_consumer_name(name)
-        await self._api(f"CONSUMER.DELETE.{stream}.{name}")
+        await self._jsapi.delete_consumer(stream, name)
 
     async def list_consumers(self, stream: str) -> AsyncIterator[ConsumerInfo]:
         """Every consumer of ``stream``."""
-        validate_stream_name(stream)
-        async for item in self._paged(f"CONSUMER.LIST.{stream}", "consumers"):
-            yield ConsumerInfo.from_json(item)
+        async for info in self._jsapi.list_consumers(stream):
+            yield info
 
     async def consumer_names(self, stream: str) -> AsyncIterator[str]:
         """The names of every consumer of ``stream``."""
-        validate_stream_name(stream)
-        async for item in self._paged(f"CONSUMER.NAMES.{stream}", "consumers"):
-            yield item
+        async for name in self._jsapi.consumer_names(stream):
+            yield name
 
     async def ordered_consumer(
         self,
@@ -443,22 +257,16 @@ class JetStream:
             StreamNotFoundError: no such stream.
             InvalidArgumentError: a bad start or filter.
         """
-        from aioclients.jetstream._ordered import OrderedConsumer
-        from aioclients.jetstream._protocol._ordered import ordered_consumer_config
-
-        validate_stream_name(stream)
-        config = ordered_consumer_config(
+        return await open_ordered_consumer(
+            self._jsapi,
+            stream,
             filter_subjects=filter_subjects,
             deliver_policy=deliver_policy,
             opt_start_seq=opt_start_seq,
             opt_start_time=opt_start_time,
             headers_only=headers_only,
+            on_event=on_event,
         )
-        for s in config.get("filter_subjects") or [config.get("filter_subject") or ">"]:
-            validate_filter_subject(s)
-        oc = OrderedConsumer(self, stream, config, on_event=on_event)
-        await oc._ensure()
-        return oc
 
     # -- Key-Value (ADR-8) -----------------------------------------------------------------
 
@@ -489,10 +297,8 @@ class JetStream:
             InvalidArgumentError: a bad name or setting (before any request).
             StreamNameInUseError: the bucket exists with other settings.
         """
-        from aioclients.jetstream._kv import create_key_value
-
         return await create_key_value(
-            self,
+            self._jsapi,
             bucket,
             history=history,
             ttl=ttl,
@@ -505,24 +311,15 @@ class JetStream:
 
     async def key_value(self, bucket: str) -> KeyValue:
         """Open an existing bucket (raises ``BucketNotFoundError``)."""
-        from aioclients.jetstream._kv import key_value
-
-        return await key_value(self, bucket)
+        return await key_value(self._jsapi, bucket)
 
     async def delete_key_value(self, bucket: str) -> None:
         """Delete a bucket and everything in it (raises ``BucketNotFoundError``)."""
-        from aioclients.jetstream._kv import delete_key_value
-
-        await delete_key_value(self, bucket)
+        await delete_key_value(self._jsapi, bucket)
 
     async def unpin_consumer(self, stream: str, consumer: str, group: str) -> None:
         """ADR-42: release the pinned client of ``group`` so another can take over."""
-        from aioclients.jetstream._protocol._names import validate_group_name
-
-        validate_stream_name(stream)
-        validate_consumer_name(consumer)
-        validate_group_name(group)
-        await self._api(f"CONSUMER.UNPIN.{stream}.{consumer}", {"group": group})
+        await self._jsapi.unpin_consumer(stream, consumer, group)
 
     # -- publishing ------------------------------------------------------------------------
 
@@ -583,7 +380,7 @@ class JetStream:
         sends and returns. The future fails like :meth:`publish` would, or with
         ``APITimeoutError`` when the ack does not arrive within ``timeout``.
         """
-        if self._closed:
+        if self._jsapi.closing:
             raise JetStreamClosedError("this JetStream context is closed")
         if (
             headers is None
@@ -606,7 +403,7 @@ class JetStream:
                 expected_last_msg_id=expected_last_msg_id,
             )
         if timeout is not None:
-            _check_timeout(timeout)
+            check_timeout(timeout)
         return await self._acks.publish(subject, payload, hdrs, timeout or self.timeout)
 
     async def publish_async_complete(self, timeout: float | None = None) -> None:
@@ -615,9 +412,9 @@ class JetStream:
         Raises:
             APITimeoutError: acks are still outstanding after ``timeout`` seconds.
         """
-        self._check_open()
+        self._jsapi.check_open()
         if timeout is not None:
-            _check_timeout(timeout)
+            check_timeout(timeout)
         await self._acks.wait_idle(timeout)
 
     @property
@@ -645,8 +442,8 @@ async def connect(
         JetStreamConnectError: the server cannot be reached.
     """
     # Check our own arguments before opening anything.
-    _api_prefix(domain, api_prefix)
-    _check_timeout(timeout, allow_infinite=False)  # it bounds the connect, too
+    api_prefix_for(domain, api_prefix)
+    check_timeout(timeout, allow_infinite=False)  # it bounds the connect, too
     check_int("max_pending", max_pending, minimum=1)
     if isinstance(servers, str):
         urls = [servers]
@@ -694,38 +491,8 @@ async def connect(
     js = JetStream(
         nc, domain=domain, api_prefix=api_prefix, timeout=timeout, max_pending=max_pending
     )
-    js._owns_connection = True
+    js._jsapi.owns_connection = True
     return js
-
-
-def _api_prefix(domain: object, api_prefix: object) -> str:
-    if domain is not None and not isinstance(domain, str):
-        raise InvalidArgumentError(f"domain must be a str, got {type(domain).__name__}")
-    if not isinstance(api_prefix, str):
-        raise InvalidArgumentError(f"api_prefix must be a str, got {type(api_prefix).__name__}")
-    if domain is not None:
-        if api_prefix != "$JS.API":
-            raise InvalidArgumentError("give domain or api_prefix, not both")
-        if not domain or any(c in domain for c in " .*>"):
-            raise InvalidArgumentError(f"invalid JetStream domain {domain!r}")
-        return f"$JS.{domain}.API"
-    if not api_prefix or api_prefix.endswith(".") or any(c.isspace() for c in api_prefix):
-        raise InvalidArgumentError(f"invalid api_prefix {api_prefix!r}")
-    return api_prefix
-
-
-def _check_timeout(timeout: object, *, allow_infinite: bool = True) -> float:
-    """A timeout in seconds: a number > 0; ``math.inf`` means no deadline where allowed."""
-    if (
-        not isinstance(timeout, (int, float))
-        or isinstance(timeout, bool)
-        or math.isnan(timeout)
-        or timeout <= 0
-        or (math.isinf(timeout) and not allow_infinite)
-    ):
-        kind = "a number" if allow_infinite else "a finite number"
-        raise InvalidArgumentError(f"timeout must be {kind} of seconds > 0, got {timeout!r}")
-    return float(timeout)
 
 
 async def _log_error(exc: Exception) -> None:

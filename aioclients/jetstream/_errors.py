@@ -172,6 +172,7 @@ _BY_ERR_CODE: dict[int, type[JetStreamError]] = {
     10060: WrongExpectedStreamError,  # expected stream does not match
     10039: JetStreamNotEnabledError,  # JetStream not enabled for account
     10076: JetStreamNotEnabledError,  # JetStream not enabled
+    10185: ServerTooOldError,  # JetStream minimum api level required (ADR-44)
 }
 
 

@@ -19,9 +19,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aioclients._errors import InvalidArgumentError, RemoteProtocolError
+from aioclients.jetstream._api import JetStreamApi, direct_get_error
+from aioclients.jetstream._consume import check_on_event
 from aioclients.jetstream._errors import (
     BucketNotFoundError,
     DirectGetUnavailableError,
@@ -37,10 +39,18 @@ from aioclients.jetstream._errors import (
     TooManySubjectsError,
     WrongLastSequenceError,
 )
+from aioclients.jetstream._message import Msg, header_block_of
 from aioclients.jetstream._models import StoredMessage, StreamInfo
-from aioclients.jetstream._ordered import ORDERED_HEARTBEAT, OrderedMessageStream, _check_on_event
+from aioclients.jetstream._ordered import (
+    OrderedConsumeEvent,
+    OrderedConsumer,
+    OrderedItems,
+    initial_pending,
+    open_ordered_consumer,
+    ordered_consume_options,
+)
 from aioclients.jetstream._protocol._direct import ReplyKind, classify_reply
-from aioclients.jetstream._protocol._headers import decode_headers
+from aioclients.jetstream._protocol._headers import decode_headers, publish_headers
 from aioclients.jetstream._protocol._kv import (
     DEL,
     KV_OPERATION,
@@ -58,16 +68,18 @@ from aioclients.jetstream._protocol._kv import (
     validate_key,
 )
 from aioclients.jetstream._protocol._ordered import ack_sequences
-from aioclients.jetstream._protocol._pull import consume_options
 from aioclients.jetstream._protocol._time import parse_server_time
+from aioclients.jetstream._stream import Stream
 
-if TYPE_CHECKING:
-    from aioclients.jetstream._context import JetStream
-    from aioclients.jetstream._message import Msg
-    from aioclients.jetstream._ordered import OrderedConsumeEvent, OrderedConsumer
-    from aioclients.jetstream._stream import Stream
-
-__all__ = ("KeyLister", "KeyValue", "KeyValueStatus", "KeyWatcher")
+__all__ = (
+    "KeyLister",
+    "KeyValue",
+    "KeyValueStatus",
+    "KeyWatcher",
+    "create_key_value",
+    "delete_key_value",
+    "key_value",
+)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: Buffer of the ordered consumers behind ``watch`` and ``history``.
@@ -140,16 +152,19 @@ _new_entry = _fast_entry_constructor()
 
 
 class KeyValue:
-    """A Key-Value bucket. Obtain one from ``js.create_key_value`` or ``js.key_value``."""
+    """A Key-Value bucket. Obtain one from ``js.create_key_value`` or ``js.key_value``.
 
-    def __init__(self, js: JetStream, bucket: str, stream: Stream) -> None:
-        self._js = js
+    It talks to the server through the request layer (``api``) it is given.
+    """
+
+    def __init__(self, api: JetStreamApi, bucket: str, stream: Stream) -> None:
+        self._api = api
         self.bucket = bucket
         self._stream = stream
         self._stream_name = stream.name
         self._prefix = f"$KV.{bucket}."
         self._direct = bool(stream.cached_info.config.get("allow_direct"))
-        self._get_prefix = f"{js.api_prefix}.DIRECT.GET.{stream.name}.{self._prefix}"
+        self._get_prefix = f"{api.prefix}.DIRECT.GET.{stream.name}.{self._prefix}"
 
     def __repr__(self) -> str:
         return f"<KeyValue {self.bucket}>"
@@ -173,14 +188,14 @@ class KeyValue:
             # The hot path, inline (one coroutine fewer per get): one Direct Get of
             # the key's last message, its reply read straight from the header block.
             validate_key(key)
-            js = self._js
-            js._check_open()
-            requests = js._requests
+            api = self._api
+            api.check_open()
+            requests = api.requests
             subject = self._get_prefix + key
             what = f"get of {key!r} in {self.bucket!r}"
-            started = requests.start_raw(subject, js.timeout, what)
+            started = requests.start_raw(subject, api.timeout, what)
             if started is None:
-                header, payload = await requests.request_raw(subject, js.timeout, what)
+                header, payload = await requests.request_raw(subject, api.timeout, what)
             else:
                 token, reply = started
                 try:
@@ -220,10 +235,10 @@ class KeyValue:
             return self._from_stored(key, stored)
         if not self._direct:
             return self._from_stored(key, await self._stored(key, seq=None))
-        js = self._js
-        js._check_open()
-        header, payload = await js._requests.request_raw(
-            self._get_prefix + key, js.timeout, f"get of {key!r} in {self.bucket!r}"
+        api = self._api
+        api.check_open()
+        header, payload = await api.requests.request_raw(
+            self._get_prefix + key, api.timeout, f"get of {key!r} in {self.bucket!r}"
         )
         fields = direct_entry_fields(header)
         if fields is None:
@@ -243,8 +258,8 @@ class KeyValue:
             if reply.kind is ReplyKind.NOT_FOUND:
                 raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}", code=404)
             if reply.kind is ReplyKind.NO_RESPONDERS:
-                raise await self._missing_bucket_or(self._stream._status_error(reply))
-            raise self._stream._status_error(reply)
+                raise await self._missing_bucket_or(direct_get_error(self._stream_name, reply))
+            raise direct_get_error(self._stream_name, reply)
         assert reply.seq is not None
         assert reply.time is not None
         return KeyValueEntry(
@@ -269,7 +284,7 @@ class KeyValue:
     async def _missing_bucket_or(self, error: Exception) -> Exception:
         """After "no responders": the bucket was deleted, or ``error`` stands."""
         try:
-            await self._js.stream_info(self._stream_name)
+            await self._api.stream_info(self._stream_name)
         except StreamNotFoundError:
             return _bucket_not_found(self.bucket)
         return error
@@ -310,7 +325,7 @@ class KeyValue:
                 entries = []
             else:
                 return self._deltas(key, entries)
-        oc = await self._js.ordered_consumer(self._stream_name, filter_subjects=[subject])
+        oc = await open_ordered_consumer(self._api, self._stream_name, filter_subjects=[subject])
         try:
             async for msg, pending in _scan(oc, initial_pending(oc)):
                 entries.append(self._from_msg(msg, pending))
@@ -338,8 +353,8 @@ class KeyValue:
             sseq,
             _created(ts),
             pending,
-            operation_of_header_block(msg._header_block),
-            msg._header_block,
+            operation_of_header_block(header_block_of(msg)),
+            header_block_of(msg),
         )
 
     def keys(self, *filters: str) -> KeyLister:
@@ -443,10 +458,19 @@ class KeyValue:
     ) -> int:
         if not isinstance(value, (bytes, bytearray, memoryview)):
             raise InvalidArgumentError(f"value must be bytes, got {type(value).__name__}")
-        try:
-            ack = await self._js.publish(
-                self._prefix + key, bytes(value), headers=headers, expected_last_subject_seq=last
+        if headers is None and last is None:
+            hdrs = None
+        else:
+            hdrs = publish_headers(
+                headers,
+                msg_id=None,
+                expected_stream=None,
+                expected_last_seq=None,
+                expected_last_subject_seq=last,
+                expected_last_msg_id=None,
             )
+        try:
+            ack = await self._api.publish(self._prefix + key, bytes(value), hdrs)
         except WrongLastSequenceError as exc:
             raise KeyWrongRevisionError(
                 f"key {key!r} of bucket {self.bucket!r} is not at revision {last}: "
@@ -495,7 +519,7 @@ class KeyValue:
             policy = "all"
         else:
             policy = "last_per_subject"
-        _check_on_event(on_event)
+        check_on_event(on_event)
         return KeyWatcher(self, subjects, policy, meta_only, ignore_deletes, updates_only, on_event)
 
 
@@ -510,11 +534,6 @@ def _bucket_not_found(bucket: str) -> BucketNotFoundError:
         code=404,
         hint=f"create it with js.create_key_value({bucket!r})",
     )
-
-
-def initial_pending(oc: OrderedConsumer) -> int:
-    consumer = oc._consumer
-    return consumer.cached_info.num_pending if consumer is not None else 0
 
 
 async def _scan(
@@ -560,7 +579,8 @@ class KeyLister:
                 return
             except (TooManySubjectsError, ServerTooOldError, DirectGetUnavailableError):
                 pass  # nothing was yielded yet: these come as the first answer
-        oc = await kv._js.ordered_consumer(
+        oc = await open_ordered_consumer(
+            kv._api,
             kv._stream_name,
             filter_subjects=self._subjects,
             deliver_policy="last_per_subject",
@@ -594,23 +614,20 @@ class KeyLister:
                         return None
                 return subject[cut:]
 
-            messages = OrderedMessageStream(
+            messages = OrderedItems(
                 oc,
-                consume_options(
-                    max_messages=min(_KEYS_BUFFER, max(pending_at_start, 10)),
-                    expires=30.0,
-                    idle_heartbeat=ORDERED_HEARTBEAT,
+                ordered_consume_options(
+                    max_messages=min(_KEYS_BUFFER, max(pending_at_start, 10)), expires=30.0
                 ),
-                None,
                 key_of,
             )
             async with messages:
-                ready = messages._ready
+                ready = messages.ready
                 while True:
-                    await messages._fill(any_batch=True)
+                    await messages.fill(any_batch=True)
                     while ready:
                         yield ready.popleft()
-                    if done and not messages._incoming:
+                    if done and not messages.incoming:
                         return
         finally:
             await oc.close()
@@ -657,7 +674,7 @@ class KeyWatcher:
         self._updates_only = updates_only
         self.initial_done = asyncio.Event()
         self._oc: OrderedConsumer | None = None
-        self._messages: OrderedMessageStream | None = None
+        self._messages: OrderedItems | None = None
         self._stopped = False
         self._entered = False
 
@@ -669,7 +686,8 @@ class KeyWatcher:
             return
         kv = self._kv
         try:
-            oc = await kv._js.ordered_consumer(
+            oc = await open_ordered_consumer(
+                kv._api,
                 kv._stream_name,
                 filter_subjects=self._subjects,
                 deliver_policy=self._policy,
@@ -706,8 +724,8 @@ class KeyWatcher:
                 header,
             )
 
-        options = oc.consume(max_messages=_SCAN_BUFFER)._options
-        messages = OrderedMessageStream(oc, options, self._on_event or oc._on_event, entry_of)
+        options = ordered_consume_options(max_messages=_SCAN_BUFFER)
+        messages = OrderedItems(oc, options, entry_of, self._on_event)
         await messages.__aenter__()
         self._messages = messages
 
@@ -722,11 +740,11 @@ class KeyWatcher:
             await self._start()
         messages = self._messages
         assert messages is not None
-        ready = messages._ready
+        ready = messages.ready
         done = self.initial_done
         while True:
             if not ready:
-                await messages._fill()
+                await messages.fill()
             entry: KeyValueEntry = ready.popleft()
             if entry.delta == 0 and not done.is_set():
                 done.set()
@@ -770,7 +788,7 @@ async def _owned_watch(watcher: KeyWatcher) -> AsyncGenerator[KeyValueEntry, Non
 
 
 async def create_key_value(
-    js: JetStream,
+    api: JetStreamApi,
     bucket: str,
     *,
     history: int,
@@ -794,9 +812,9 @@ async def create_key_value(
     )
     name = stream_name(bucket)
     try:
-        stream = await js.create_stream(name, **config)
+        stream = Stream(api, name, await api.create_stream(name, config))
     except StreamNameInUseError as exc:
-        stream = await js.stream(name)
+        stream = Stream(api, name, await api.stream_info(name))
         if not _same_settings(stream.cached_info.config, config):
             raise StreamNameInUseError(
                 f"bucket {bucket!r} exists with other settings",
@@ -804,7 +822,7 @@ async def create_key_value(
                 err_code=exc.err_code,
                 hint="open it with js.key_value() or delete it first",
             ) from None
-    return KeyValue(js, bucket, stream)
+    return KeyValue(api, bucket, stream)
 
 
 def _same_settings(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
@@ -814,18 +832,21 @@ def _same_settings(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
     return int(current.get("num_replicas") or 1) == int(wanted["num_replicas"])
 
 
-async def key_value(js: JetStream, bucket: str) -> KeyValue:
+async def key_value(api: JetStreamApi, bucket: str) -> KeyValue:
+    """``JetStream.key_value``'s body (see there)."""
     validate_bucket(bucket)
+    name = stream_name(bucket)
     try:
-        stream = await js.stream(stream_name(bucket))
+        stream = Stream(api, name, await api.stream_info(name))
     except StreamNotFoundError:
         raise _bucket_not_found(bucket) from None
-    return KeyValue(js, bucket, stream)
+    return KeyValue(api, bucket, stream)
 
 
-async def delete_key_value(js: JetStream, bucket: str) -> None:
+async def delete_key_value(api: JetStreamApi, bucket: str) -> None:
+    """``JetStream.delete_key_value``'s body (see there)."""
     validate_bucket(bucket)
     try:
-        await js.delete_stream(stream_name(bucket))
+        await api.delete_stream(stream_name(bucket))
     except StreamNotFoundError:
         raise _bucket_not_found(bucket) from None

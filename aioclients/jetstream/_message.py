@@ -17,9 +17,9 @@ from aioclients.jetstream._protocol._headers import Headers, decode_headers
 from aioclients.jetstream._protocol._metadata import MsgMetadata, parse_ack_subject
 
 if TYPE_CHECKING:
-    from aioclients.jetstream._context import JetStream
+    from aioclients.jetstream._api import JetStreamApi
 
-__all__ = ("Msg",)
+__all__ = ("Msg", "header_block_of")
 
 _ACK = b"+ACK"
 _NAK = b"-NAK"
@@ -38,9 +38,9 @@ class Msg:
 
     __slots__ = (
         "_acked",
+        "_api",
         "_header_block",
         "_headers",
-        "_js",
         "_metadata",
         "data",
         "reply",
@@ -48,9 +48,9 @@ class Msg:
     )
 
     def __init__(
-        self, js: JetStream, subject: str, reply: str, data: bytes, header_block: bytes | None
+        self, api: JetStreamApi, subject: str, reply: str, data: bytes, header_block: bytes | None
     ) -> None:
-        self._js = js
+        self._api = api
         self.subject = subject
         self.reply = reply
         self.data = data
@@ -98,7 +98,7 @@ class Msg:
 
     def _send(self, body: bytes) -> None:
         reply = self.reply
-        self._js._transport.send_nowait(b"PUB %s %d\r\n%s\r\n" % (reply.encode(), len(body), body))
+        self._api.transport.send_nowait(b"PUB %s %d\r\n%s\r\n" % (reply.encode(), len(body), body))
 
     async def ack(self) -> None:
         """Acknowledge the message (fire and forget).
@@ -118,9 +118,9 @@ class Msg:
                 message can be retried with ``ack_sync`` again).
         """
         self._claim("ack")
-        js = self._js
+        api = self._api
         try:
-            await js._requests.request(self.reply, _ACK, timeout or js.timeout, "ack")
+            await api.requests.request(self.reply, _ACK, timeout or api.timeout, "ack")
         except BaseException:
             self._acked = False  # unconfirmed: let the caller try again
             raise
@@ -164,3 +164,8 @@ class Msg:
             raise InvalidArgumentError("reason must be a str without CR or LF")
         self._claim("term")
         self._send(_TERM + (b" " + reason.encode() if reason else b""))
+
+
+def header_block_of(msg: Msg) -> bytes | None:
+    """The message's raw ``NATS/1.0`` header block, undecoded (``None``: no headers)."""
+    return msg._header_block

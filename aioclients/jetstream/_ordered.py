@@ -9,6 +9,12 @@ consumer's deletion make the driver drop the consumer (deleting it on the
 server in the background), create a fresh one at the last stream sequence + 1
 and report :class:`ConsumerReset` through ``on_event``.
 
+The background deletions of replaced consumers belong to the ordered consumer's
+:class:`~aioclients._tasks.TaskOwner`; ``close()`` and a stream's ``aclose()``
+wait for them (each is bounded by its request's timeout), and a deletion that
+fails with anything but a JetStream error (which it logs: the server expires the
+consumer) ends the current iteration with a ``JetStreamError``.
+
 Hot path (``consume()``): in the connection's read loop, one ``str.split`` of the
 ack subject, one cursor call and one append per message (a :class:`Msg`, or
 what KV's ``watch``/``keys`` make of it); the iterator pops from a deque and
@@ -19,21 +25,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import inspect
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aioclients._core import redact_text
 from aioclients._errors import AioClientsError, InvalidArgumentError, RemoteProtocolError
+from aioclients._tasks import TaskOwner
+from aioclients.jetstream._api import JetStreamApi
 from aioclients.jetstream._consume import (
     BatchStream,
     ConsumeEvent,
     ConsumeStatistics,
     FetchResult,
     RawSink,
+    check_on_event,
 )
+from aioclients.jetstream._consumer import Consumer, upsert_consumer
 from aioclients.jetstream._errors import (
     ConsumerDeletedError,
     JetStreamClosedError,
@@ -43,12 +53,14 @@ from aioclients.jetstream._errors import (
     StreamNotFoundError,
 )
 from aioclients.jetstream._message import Msg
+from aioclients.jetstream._protocol._names import validate_filter_subject, validate_stream_name
 from aioclients.jetstream._protocol._ordered import (
     ConsumerReset,
     CursorState,
     Delivery,
     OrderedCursor,
     ack_sequences,
+    ordered_consumer_config,
 )
 from aioclients.jetstream._protocol._pull import (
     Disconnected,
@@ -59,11 +71,18 @@ from aioclients.jetstream._protocol._pull import (
     fetch_options,
 )
 
-if TYPE_CHECKING:
-    from aioclients.jetstream._consumer import Consumer
-    from aioclients.jetstream._context import JetStream
-
-__all__ = ("OrderedConsumeEvent", "OrderedConsumer", "OrderedFetch", "OrderedMessageStream")
+__all__ = (
+    "ORDERED_HEARTBEAT",
+    "ItemMaker",
+    "OrderedConsumeEvent",
+    "OrderedConsumer",
+    "OrderedFetch",
+    "OrderedItems",
+    "OrderedMessageStream",
+    "initial_pending",
+    "open_ordered_consumer",
+    "ordered_consume_options",
+)
 
 log = logging.getLogger("aioclients.jetstream.ordered")
 
@@ -72,16 +91,6 @@ OrderedConsumeEvent = ConsumeEvent | ConsumerReset
 ORDERED_HEARTBEAT = 5.0
 #: A stream that is not found during a reset may be a cluster electing a leader.
 _STREAM_NOT_FOUND_RETRIES = 10
-
-
-def _check_on_event(on_event: object) -> None:
-    if on_event is not None and not callable(on_event):
-        raise InvalidArgumentError("on_event must be a callable taking one event")
-    if on_event is not None and inspect.iscoroutinefunction(on_event):
-        raise InvalidArgumentError(
-            "on_event must be a plain function (it runs in the connection's read loop); "
-            "to do async work, hand the event to a queue or task from it"
-        )
 
 
 class OrderedConsumer:
@@ -98,19 +107,23 @@ class OrderedConsumer:
 
     def __init__(
         self,
-        js: JetStream,
+        api: JetStreamApi,
         stream_name: str,
         config: dict[str, Any],
         *,
         on_event: Callable[[OrderedConsumeEvent], object] | None = None,
     ) -> None:
-        _check_on_event(on_event)
-        self._js = js
+        check_on_event(on_event)
+        self._api = api
         self.stream_name = stream_name
         self._cursor = OrderedCursor(config)
         self._consumer: Consumer | None = None
         self._on_event = on_event
-        self._cleanup: set[asyncio.Task[None]] = set()
+        # The deletions of replaced consumers (never closed: the ordered consumer
+        # is used again after close(); its deletions are waited for instead).
+        self._tasks = TaskOwner(f"ordered consumer on {stream_name}", self._task_failed)
+        #: what a failed background task left, raised by the current iteration
+        self._failure: JetStreamError | None = None
         #: the consume() in progress (its buffer may hold messages not yielded yet)
         self._active: OrderedMessageStream | None = None
 
@@ -146,10 +159,10 @@ class OrderedConsumer:
         loop = asyncio.get_running_loop()
         not_found = 0
         while True:
-            self._js._check_open()
+            self._api.check_open()
             try:
-                consumer = await self._js.create_consumer(
-                    self.stream_name, **cursor.consumer_config()
+                consumer = await upsert_consumer(
+                    self._api, self.stream_name, cursor.consumer_config(), "create"
                 )
             except (InvalidArgumentError, JetStreamClosedError):
                 raise
@@ -191,21 +204,46 @@ class OrderedConsumer:
 
     def _drop_consumer(self) -> None:
         old, self._consumer = self._consumer, None
-        if old is None or self._js.closed:
+        if old is None or self._api.closed:
             return
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:  # no loop any more: the server expires it
             return
-        task = loop.create_task(self._delete(old))
-        self._cleanup.add(task)
-        task.add_done_callback(self._cleanup.discard)
+        self._tasks.start(self._delete(old), name=f"delete {old.name}")
+
+    def _task_failed(self, exc: BaseException) -> None:
+        """A deletion died of an error it does not handle: the iteration ends with it."""
+        error = JetStreamError(
+            f"ordered consumer on {self.stream_name}: a background task failed: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        error.__cause__ = exc
+        self._failure = error
+        active = self._active
+        if active is not None:
+            active._fail_with(error)
+
+    def _close_later(self, stream: BatchStream) -> None:
+        """Close a stopped pull stream (its background task, if one still runs) as
+        a task of ours, so that :meth:`_settle` waits for it too."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop any more: nothing runs
+            return
+        self._tasks.start(stream.aclose(), name="close a replaced pull")
+
+    async def _settle(self) -> None:
+        """Wait for the deletions in flight (each bounded by its request's timeout)."""
+        tasks = self._tasks.tasks
+        if tasks:
+            await asyncio.wait(tasks, timeout=self._tasks.close_timeout)
 
     async def _delete(self, consumer: Consumer) -> None:
         try:
-            await self._js._api(
+            await self._api.request(
                 f"CONSUMER.DELETE.{consumer.stream_name}.{consumer.name}",
-                timeout=min(2.0, self._js.timeout),
+                timeout=min(2.0, self._api.timeout),
             )
         except AioClientsError as exc:  # gone already, or the server is away: it expires
             log.debug("deleting replaced consumer %s: %s", consumer, redact_text(str(exc)))
@@ -229,9 +267,7 @@ class OrderedConsumer:
         """Delete the server-side consumer (the ordered consumer can be used again:
         the next read creates a fresh one where this one stopped)."""
         self._release()
-        tasks = list(self._cleanup)
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._settle()
 
     # -- reading --
 
@@ -301,11 +337,7 @@ class OrderedConsumer:
         ``idle_heartbeat`` defaults to 5 s (at most half of ``expires``): a
         consumer deleted under a waiting pull is noticed after two missed beats.
         """
-        if idle_heartbeat is None and isinstance(expires, (int, float)):
-            # A deleted consumer (or a lost message at the tail) shows only as
-            # silence: listen for it sooner than a plain consume does.
-            idle_heartbeat = min(ORDERED_HEARTBEAT, max(0.5, expires / 2))
-        options = consume_options(
+        options = ordered_consume_options(
             max_messages=max_messages,
             max_bytes=max_bytes,
             expires=expires,
@@ -313,8 +345,36 @@ class OrderedConsumer:
             threshold_messages=threshold_messages,
             threshold_bytes=threshold_bytes,
         )
-        _check_on_event(on_event)
+        check_on_event(on_event)
         return OrderedMessageStream(self, options, on_event or self._on_event)
+
+
+def ordered_consume_options(
+    *,
+    max_messages: int | None = None,
+    max_bytes: int | None = None,
+    expires: float = 30.0,
+    idle_heartbeat: float | None = None,
+    threshold_messages: int | None = None,
+    threshold_bytes: int | None = None,
+) -> PullOptions:
+    """The pull options of an ordered consume (see ``OrderedConsumer.consume``).
+
+    Raises:
+        InvalidArgumentError: conflicting or out-of-range options.
+    """
+    if idle_heartbeat is None and isinstance(expires, (int, float)):
+        # A deleted consumer (or a lost message at the tail) shows only as
+        # silence: listen for it sooner than a plain consume does.
+        idle_heartbeat = min(ORDERED_HEARTBEAT, max(0.5, expires / 2))
+    return consume_options(
+        max_messages=max_messages,
+        max_bytes=max_bytes,
+        expires=expires,
+        idle_heartbeat=idle_heartbeat,
+        threshold_messages=threshold_messages,
+        threshold_bytes=threshold_bytes,
+    )
 
 
 #: ``make(subject, reply, data, header, stream_seq, pending, timestamp_ns)``: the
@@ -360,7 +420,9 @@ class OrderedMessageStream:
     async def _open(self) -> None:
         consumer, generation = await self._oc._ensure()
         self._oc._active = self
-        inner = BatchStream(consumer, self._options, self._sink(generation), self._inner_event)
+        inner = BatchStream(
+            self._oc._api, consumer, self._options, self._sink(generation), self._inner_event
+        )
         await inner.__aenter__()
         if self._stopped:
             inner.stop()
@@ -371,7 +433,7 @@ class OrderedMessageStream:
     def _sink(self, generation: int) -> RawSink:
         """The read loop's per-message work for one generation of consumer."""
         cursor = self._oc._cursor
-        js = self._oc._js
+        api = self._oc._api
         make = self._make
         incoming = self._incoming
         seqs = self._incoming_seqs
@@ -395,7 +457,7 @@ class OrderedMessageStream:
                 return
             if verdict is yield_:
                 if make is None:
-                    incoming.append(Msg(js, subject, reply, data, header))
+                    incoming.append(Msg(api, subject, reply, data, header))
                     seqs.append(sseq)
                     return
                 if len(tokens) == 9:
@@ -416,7 +478,13 @@ class OrderedMessageStream:
     def _fail(self, reply: str) -> None:
         inner = self._inner
         if inner is not None:
-            inner._fail(RemoteProtocolError(f"not a JetStream ack subject: {reply!r}"))
+            inner.fail(RemoteProtocolError(f"not a JetStream ack subject: {reply!r}"))
+
+    def _fail_with(self, error: BaseException) -> None:
+        """End the iteration with ``error`` (the pull stream in use raises it)."""
+        inner = self._inner
+        if inner is not None:
+            inner.fail(error)
 
     def _inner_event(self, event: ConsumeEvent) -> None:
         """Events of the current pull stream (in the connection's read loop)."""
@@ -445,6 +513,7 @@ class OrderedMessageStream:
         inner, self._inner = self._inner, None
         if inner is not None:
             inner.stop()
+            self._oc._close_later(inner)
 
     def _take_incoming(self) -> bool:
         incoming = self._incoming
@@ -489,6 +558,9 @@ class OrderedMessageStream:
         while True:
             if self._take_incoming():
                 return
+            if self._oc._failure is not None:
+                self._stopped = True
+                raise self._oc._failure
             inner = self._inner
             if inner is None:
                 if self._stopped:
@@ -541,11 +613,10 @@ class OrderedMessageStream:
             await self._inner.drain()
 
     async def aclose(self) -> None:
-        """Stop, and wait (bounded) for the server-side consumer's deletion."""
+        """Stop, and wait (bounded) for the server-side consumer's deletion and for
+        the pull stream's background task."""
         self.stop()
-        tasks = list(self._oc._cleanup)
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._oc._settle()
 
     def statistics(self) -> ConsumeStatistics | None:
         """The current pull stream's statistics (``None`` before the first).
@@ -575,6 +646,35 @@ class OrderedMessageStream:
         await self.aclose()
 
 
+class OrderedItems(OrderedMessageStream):
+    """An ordered consume whose deliveries become items in the read loop (what
+    ``make`` returns), read a batch at a time: the base of KV's ``keys`` and
+    ``watch``.
+
+    Read it with ``await items.fill()`` (wait until ``ready`` holds something)
+    and ``ready.popleft()``; ``incoming`` holds what the read loop kept and
+    ``fill`` has not moved to ``ready`` yet. ``on_event`` defaults to the
+    ordered consumer's own.
+    """
+
+    def __init__(
+        self,
+        oc: OrderedConsumer,
+        options: PullOptions,
+        make: ItemMaker,
+        on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+    ) -> None:
+        super().__init__(oc, options, on_event or oc._on_event, make)
+        #: handed out next, in order (the same deque as the base class's)
+        self.ready = self._ready
+        #: kept by the read loop, not yet moved to ``ready``
+        self.incoming = self._incoming
+
+    #: wait until ``ready`` holds something (``any_batch=True``: or until messages
+    #: came that ``make`` all left out). Raises ``StopAsyncIteration`` at the end.
+    fill = OrderedMessageStream._fill
+
+
 async def _owned(stream: OrderedMessageStream) -> AsyncGenerator[Msg, None]:
     try:
         while True:
@@ -600,8 +700,12 @@ class OrderedFetch:
         self.reset = False
 
     async def _open(self) -> None:
+        if self._oc._failure is not None:
+            # A deletion of an earlier fetch's consumer failed (a reset ends a fetch).
+            self._done = True
+            raise self._oc._failure
         consumer, generation = await self._oc._ensure()
-        inner = FetchResult(consumer, self._options)
+        inner = FetchResult(self._oc._api, consumer, self._options)
         await inner.__aenter__()
         self._inner = inner
         self._generation = generation
@@ -660,3 +764,43 @@ class OrderedFetch:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+async def open_ordered_consumer(
+    api: JetStreamApi,
+    stream: str,
+    *,
+    filter_subjects: list[str] | None = None,
+    deliver_policy: str = "all",
+    opt_start_seq: int | None = None,
+    opt_start_time: datetime | None = None,
+    headers_only: bool = False,
+    on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+) -> OrderedConsumer:
+    """An ordered consumer on ``stream`` with its first server-side consumer made
+    (see ``JetStream.ordered_consumer``).
+
+    Raises:
+        StreamNotFoundError: no such stream.
+        InvalidArgumentError: a bad start or filter.
+    """
+    validate_stream_name(stream)
+    config = ordered_consumer_config(
+        filter_subjects=filter_subjects,
+        deliver_policy=deliver_policy,
+        opt_start_seq=opt_start_seq,
+        opt_start_time=opt_start_time,
+        headers_only=headers_only,
+    )
+    for s in config.get("filter_subjects") or [config.get("filter_subject") or ">"]:
+        validate_filter_subject(s)
+    oc = OrderedConsumer(api, stream, config, on_event=on_event)
+    await oc._ensure()
+    return oc
+
+
+def initial_pending(oc: OrderedConsumer) -> int:
+    """How many messages the ordered consumer's current server-side consumer had
+    pending when it was created (0 without one)."""
+    consumer = oc._consumer
+    return consumer.cached_info.num_pending if consumer is not None else 0

@@ -272,13 +272,20 @@ class ReplyMux(Generic[T]):
             raise
         return future
 
-    async def request(self, subject: str, payload: bytes, timeout: float, what: str) -> T:
-        """Send a request and wait for its reply."""
+    async def request(
+        self,
+        subject: str,
+        payload: bytes,
+        timeout: float,
+        what: str,
+        headers: Mapping[str, str | list[str]] | None = None,
+    ) -> T:
+        """Send a request (with ``headers``, if given) and wait for its reply."""
         self._check_open()
         if self._sub is None:
             await self._ensure_open()
         token, reply = self._next_token()
-        frame = self._transport.frame(subject, payload, reply, None)
+        frame = self._transport.frame(subject, payload, reply, headers)
         future = await self._send(token, frame, what, timeout, immediate=True)
         try:
             return await future

@@ -7,20 +7,21 @@ import base64
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nats.aio.msg import Msg as NatsMsg
 
 from aioclients._core._checks import check_int
 from aioclients._errors import InvalidArgumentError
-from aioclients.jetstream._errors import (
-    DirectGetUnavailableError,
-    JetStreamError,
-    MessageNotFoundError,
-    ServerTooOldError,
-    TooManySubjectsError,
-)
+from aioclients.jetstream._api import JetStreamApi, direct_get_error
+from aioclients.jetstream._consumer import Consumer, consumer_of, upsert_consumer
+from aioclients.jetstream._errors import ServerTooOldError
 from aioclients.jetstream._models import StoredMessage, StreamInfo
+from aioclients.jetstream._ordered import (
+    OrderedConsumeEvent,
+    OrderedConsumer,
+    open_ordered_consumer,
+)
 from aioclients.jetstream._protocol._direct import (
     DirectReply,
     ReplyKind,
@@ -35,19 +36,17 @@ from aioclients.jetstream._protocol._names import validate_filter_subject
 from aioclients.jetstream._protocol._time import parse_server_time
 from aioclients.jetstream._transport import ReplyInbox
 
-if TYPE_CHECKING:
-    from aioclients.jetstream._consumer import Consumer
-    from aioclients.jetstream._context import JetStream
-    from aioclients.jetstream._ordered import OrderedConsumeEvent, OrderedConsumer
-
 __all__ = ("DirectGetBatch", "Stream")
 
 
 class Stream:
-    """A JetStream stream (ADR-37 "Streams"). Obtain one from ``JetStream``."""
+    """A JetStream stream (ADR-37 "Streams"). Obtain one from ``JetStream``.
 
-    def __init__(self, js: JetStream, name: str, info: StreamInfo) -> None:
-        self._js = js
+    It talks to the server through the request layer (``api``) it is given.
+    """
+
+    def __init__(self, api: JetStreamApi, name: str, info: StreamInfo) -> None:
+        self._api = api
         self.name = name
         self.cached_info = info
 
@@ -58,7 +57,7 @@ class Stream:
         self, *, subjects_filter: str | None = None, deleted_details: bool = False
     ) -> StreamInfo:
         """Fetch fresh info (also stored in ``cached_info``)."""
-        self.cached_info = await self._js.stream_info(
+        self.cached_info = await self._api.stream_info(
             self.name, subjects_filter=subjects_filter, deleted_details=deleted_details
         )
         return self.cached_info
@@ -85,7 +84,7 @@ class Stream:
             payload["seq"] = seq
         if keep is not None:
             payload["keep"] = keep
-        data = await self._js._api(f"STREAM.PURGE.{self.name}", payload or None)
+        data = await self._api.request(f"STREAM.PURGE.{self.name}", payload or None)
         purged: int = data.get("purged", 0)
         return purged
 
@@ -115,7 +114,7 @@ class Stream:
                 payload["next_by_subj"] = next_by_subj
         if not payload:
             raise InvalidArgumentError("get_msg needs seq, last_by_subj or next_by_subj")
-        data = await self._js._api(f"STREAM.MSG.GET.{self.name}", payload)
+        data = await self._api.request(f"STREAM.MSG.GET.{self.name}", payload)
         raw = data["message"]
         hdrs = base64.b64decode(raw["hdrs"]) if raw.get("hdrs") else b""
         headers = decode_headers(hdrs) if hdrs else None
@@ -130,7 +129,9 @@ class Stream:
     async def delete_msg(self, seq: int, *, erase: bool = False) -> None:
         """Delete one message; ``erase`` overwrites its bytes on disk too."""
         check_int("seq", seq, minimum=1)
-        await self._js._api(f"STREAM.MSG.DELETE.{self.name}", {"seq": seq, "no_erase": not erase})
+        await self._api.request(
+            f"STREAM.MSG.DELETE.{self.name}", {"seq": seq, "no_erase": not erase}
+        )
 
     # -- ADR-31 Direct Get ---------------------------------------------------------------------
 
@@ -156,42 +157,21 @@ class Stream:
         payload = single_request(
             seq=seq, last_by_subj=last_by_subj, next_by_subj=next_by_subj, start_time=start_time
         )
-        js = self._js
+        api = self._api
         if payload is None:
             assert last_by_subj is not None
-            subject = f"{js.api_prefix}.DIRECT.GET.{self.name}.{last_by_subj}"
+            subject = f"{api.prefix}.DIRECT.GET.{self.name}.{last_by_subj}"
             payload = b""
         else:
-            subject = f"{js.api_prefix}.DIRECT.GET.{self.name}"
-        js._check_open()
-        msg = await js._requests.request(
-            subject, payload, js.timeout, f"Direct Get on {self.name!r}"
+            subject = f"{api.prefix}.DIRECT.GET.{self.name}"
+        api.check_open()
+        msg = await api.requests.request(
+            subject, payload, api.timeout, f"Direct Get on {self.name!r}"
         )
         reply = classify_reply(msg.headers)
         if reply.kind is not ReplyKind.MESSAGE:
-            raise self._status_error(reply)
+            raise direct_get_error(self.name, reply)
         return _stored(reply, msg)
-
-    def _unavailable(self) -> DirectGetUnavailableError:
-        return DirectGetUnavailableError(
-            f"no Direct Get responder for stream {self.name!r}",
-            code=503,
-            hint=f"the stream does not exist or has allow_direct off; enable it with "
-            f"update_stream({self.name!r}, allow_direct=True)",
-        )
-
-    def _status_error(self, reply: DirectReply) -> JetStreamError:
-        code = int(reply.status) if reply.status and reply.status.isdigit() else None
-        desc = reply.description or f"status {reply.status}"
-        if reply.kind is ReplyKind.NOT_FOUND:
-            return MessageNotFoundError(f"{desc} in stream {self.name!r}", code=code)
-        if reply.kind is ReplyKind.TOO_MANY_SUBJECTS:
-            return TooManySubjectsError(
-                desc, code=code, hint="narrow the subjects; the server allows 1024 per request"
-            )
-        if reply.kind is ReplyKind.NO_RESPONDERS:
-            return self._unavailable()
-        return JetStreamError(f"Direct Get on {self.name!r}: {desc}", code=code)
 
     def direct_get_batch(
         self,
@@ -250,28 +230,28 @@ class Stream:
     # -- consumers -----------------------------------------------------------------------------
 
     async def create_consumer(self, **config: Any) -> Consumer:
-        return await self._js.create_consumer(self.name, **config)
+        return await upsert_consumer(self._api, self.name, config, "create")
 
     async def update_consumer(self, **config: Any) -> Consumer:
-        return await self._js.update_consumer(self.name, **config)
+        return await upsert_consumer(self._api, self.name, config, "update")
 
     async def create_or_update_consumer(self, **config: Any) -> Consumer:
-        return await self._js.create_or_update_consumer(self.name, **config)
+        return await upsert_consumer(self._api, self.name, config, "")
 
     async def consumer(self, name: str) -> Consumer:
-        return await self._js.consumer(self.name, name)
+        return await consumer_of(self._api, self.name, name)
 
     async def delete_consumer(self, name: str) -> None:
-        await self._js.delete_consumer(self.name, name)
+        await self._api.delete_consumer(self.name, name)
 
     def list_consumers(self) -> AsyncIterator[Any]:
-        return self._js.list_consumers(self.name)
+        return self._api.list_consumers(self.name)
 
     def consumer_names(self) -> AsyncIterator[str]:
-        return self._js.consumer_names(self.name)
+        return self._api.consumer_names(self.name)
 
     async def unpin_consumer(self, consumer: str, group: str) -> None:
-        await self._js.unpin_consumer(self.name, consumer, group)
+        await self._api.unpin_consumer(self.name, consumer, group)
 
     async def ordered_consumer(
         self,
@@ -284,7 +264,8 @@ class Stream:
         on_event: Callable[[OrderedConsumeEvent], object] | None = None,
     ) -> OrderedConsumer:
         """An ordered consumer (ADR-17) on this stream; see ``JetStream.ordered_consumer``."""
-        return await self._js.ordered_consumer(
+        return await open_ordered_consumer(
+            self._api,
             self.name,
             filter_subjects=filter_subjects,
             deliver_policy=deliver_policy,
@@ -343,11 +324,8 @@ class DirectGetBatch:
         return self._messages.__anext__()
 
     async def _read(self) -> AsyncGenerator[StoredMessage, None]:
-        js = self._stream._js
-        js._check_open()
-        inbox = ReplyInbox(js._transport)
-        js._inboxes.add(inbox)
-        await inbox.open()
+        api = self._stream._api
+        inbox = await api.open_inbox()
         what = f"Direct Get on {self._stream.name!r}"
         try:
             payload: bytes | None = self._payload
@@ -356,7 +334,7 @@ class DirectGetBatch:
                 await self._send(inbox, payload)
                 payload = None
                 while True:
-                    msg = await inbox.get(js.timeout, what)
+                    msg = await inbox.get(api.timeout, what)
                     reply = classify_reply(msg.headers)
                     if reply.kind is ReplyKind.MESSAGE:
                         if first and reply.num_pending is None:
@@ -379,17 +357,17 @@ class DirectGetBatch:
                         self.num_pending = 0
                         break
                     else:
-                        raise self._stream._status_error(reply)
+                        raise direct_get_error(self._stream.name, reply)
         finally:
             await inbox.close()
 
     async def _send(self, inbox: ReplyInbox, payload: bytes) -> None:
-        js = self._stream._js
-        js._check_open()
-        subject = f"{js.api_prefix}.DIRECT.GET.{self._stream.name}"
-        frame = js._transport.frame(subject, payload, inbox.subject, None)
-        deadline = asyncio.get_running_loop().time() + js.timeout
-        await js._transport.send(frame, deadline, f"the Direct Get on {self._stream.name!r}")
+        api = self._stream._api
+        api.check_open()
+        subject = f"{api.prefix}.DIRECT.GET.{self._stream.name}"
+        frame = api.transport.frame(subject, payload, inbox.subject, None)
+        deadline = asyncio.get_running_loop().time() + api.timeout
+        await api.transport.send(frame, deadline, f"the Direct Get on {self._stream.name!r}")
 
     def _next_page(self) -> bytes | None:
         """For multi_last: the request for the next page at the same point in time."""

@@ -429,6 +429,36 @@ class NatsTransport:
         if self.nc.is_closed:
             raise JetStreamClosedError("the NATS connection is closed; open a new one")
 
+    def chain_connection_callbacks(
+        self, lost: Callable[[], None], restored: Callable[[], None]
+    ) -> None:
+        """Call ``lost`` / ``restored`` when the connection drops / comes back,
+        before the callbacks the client had (which still run, after them)."""
+        nc = self.nc
+        previous_disconnected = nc._disconnected_cb
+        previous_reconnected = nc._reconnected_cb
+
+        async def disconnected() -> None:
+            lost()
+            if previous_disconnected is not None:
+                await previous_disconnected()
+
+        async def reconnected() -> None:
+            restored()
+            if previous_reconnected is not None:
+                await previous_reconnected()
+
+        nc._disconnected_cb = disconnected
+        nc._reconnected_cb = reconnected
+
+    def server_identity(self) -> tuple[str, str]:
+        """``(server_id, version)`` from the INFO of the server connected now
+        (empty strings where not known, e.g. before the first connect)."""
+        info = getattr(self.nc, "_server_info", None)
+        if not isinstance(info, dict):
+            return "", ""
+        return str(info.get("server_id") or ""), str(info.get("version") or "")
+
     def frame(
         self,
         subject: str,

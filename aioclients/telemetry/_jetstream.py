@@ -2,7 +2,8 @@
 
 - ``send`` (PRODUCER): ``JetStream.publish``, ``publish_async`` (the span lasts until
   the ack arrives or fails), ``KeyValue.put`` / ``create`` / ``update``. The span's
-  context goes into the message's headers through the global propagator.
+  context goes into the message's headers through the global propagator (a KV
+  write's through the request layer's ``JetStreamApi.publish``, which it calls).
   ``publish_batch`` (ADR-50) is not in this version; when it lands it is wrapped
   here as one ``send`` span with ``messaging.batch.message_count``, its context
   added to every message's headers (as NSQ's ``mpublish`` in ``_nsq.py``).
@@ -38,6 +39,7 @@ from aioclients.jetstream import (
     OrderedFetch,
     OrderedMessageStream,
 )
+from aioclients.jetstream._api import JetStreamApi
 from aioclients.telemetry._common import (
     BATCH_COUNT,
     CONSUMER_GROUP,
@@ -73,11 +75,14 @@ _RECEIVING: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 def _server(owner: object) -> Attributes:
     """``server.address`` / ``server.port`` of the connection behind ``owner`` (a
-    JetStream context, or an object holding one), empty when unknown."""
-    js = owner if isinstance(owner, JetStream) else getattr(owner, "_js", None)
-    if not isinstance(js, JetStream):
-        return {}
-    url = getattr(js.nc, "connected_url", None)
+    JetStream context, or a handle or stream holding its request layer, ``_api``),
+    empty when unknown."""
+    nc: object
+    if isinstance(owner, JetStream):
+        nc = owner.nc
+    else:
+        nc = getattr(getattr(owner, "_api", None), "nc", None)
+    url = getattr(nc, "connected_url", None)
     host = getattr(url, "hostname", None)
     if not host:
         return {}
@@ -282,7 +287,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
             if NESTED.get() is not None:
                 return await original(self, key, *args, **kwargs)
             destination = self.stream.name
-            attrs = _send_attributes(getattr(self, "_js", None), destination)
+            attrs = _send_attributes(self, destination)
             start = _time_ns()
             span = tracer_start("send", destination, _PRODUCER, attrs, start_ns=start)
             added: dict[str, str] = {}
@@ -301,8 +306,22 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
 
         return kv_write
 
+    def nested_api_publish(original: Any) -> Any:
+        # KeyValue writes publish through the request layer, not the JetStream
+        # facade: the context of kv_write's span goes into their headers here.
+        async def publish(
+            self: JetStreamApi, subject: str, payload: bytes, headers: Any, *args: Any
+        ) -> Any:
+            nested = NESTED.get()
+            if nested is not None:
+                headers = merge_nested(headers, nested)
+            return await original(self, subject, payload, headers, *args)
+
+        return publish
+
     patches.wrap(JetStream, "publish", traced_publish)
     patches.wrap(JetStream, "publish_async", traced_publish_async)
+    patches.wrap(JetStreamApi, "publish", nested_api_publish)
     for name in ("put", "create", "update"):
         patches.wrap(KeyValue, name, traced_kv)
 

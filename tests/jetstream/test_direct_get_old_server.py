@@ -37,7 +37,8 @@ async def test_batch_against_an_old_server_says_so(nats_server: object, unique_n
     sub = await nc.subscribe(f"$JS.API.DIRECT.GET.{unique_name}", cb=old_server)
     try:
         js = JetStream(nc, timeout=2.0)
-        stream = Stream(js, unique_name, StreamInfo.from_json({"config": {"name": unique_name}}))
+        info = StreamInfo.from_json({"config": {"name": unique_name}})
+        stream = Stream(js._jsapi, unique_name, info)  # a handle takes the request layer
         # A single Direct Get works the same on old servers (and their time format).
         single = await stream.direct_get(seq=1)
         assert (single.subject, single.seq, single.data) == ("old.a", 1, b"first")
