@@ -620,9 +620,10 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
 
     # -- settle --------------------------------------------------------------------
 
-    # Per JetStream context: the server its connection was on when the entries were
-    # made, and per (operation, stream, consumer) a settle span's name and attributes
-    # (without the message id). A reconnect to another server starts afresh.
+    # Per request layer (one per JetStream context): the server its connection was on
+    # when the entries were made, and per (operation, stream, consumer) a settle span's
+    # name and attributes (without the message id). A reconnect to another server
+    # starts afresh.
     settling: weakref.WeakKeyDictionary[
         object, tuple[object, dict[tuple[str, str | None, str | None], tuple[str, Attributes]]]
     ] = weakref.WeakKeyDictionary()
@@ -630,8 +631,8 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
     def settle_attributes(
         msg: Msg, operation: str, stream: str | None, consumer: str | None
     ) -> tuple[str, Attributes]:
-        js = msg._js
-        nc = getattr(js, "_nc", None)
+        js = msg._api
+        nc = getattr(js, "nc", None)
         url = getattr(nc, "connected_url", None)
         by_context = settling.get(js)
         if by_context is None or by_context[0] is not url:
@@ -671,10 +672,10 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
                     position = _ack_position(self)
                     stream, consumer = (None, None) if position is None else position
                     seq = _message_id(self)
-                js = self._js
+                js = self._api
                 if (
                     last[0]() is js
-                    and last[1] is getattr(getattr(js, "_nc", None), "connected_url", None)
+                    and last[1] is getattr(getattr(js, "nc", None), "connected_url", None)
                     and last[2] == stream
                     and last[3] == consumer
                 ):
@@ -685,7 +686,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
                     if js is not None:
                         last[:] = [
                             weakref.ref(js),
-                            getattr(getattr(js, "_nc", None), "connected_url", None),
+                            getattr(getattr(js, "nc", None), "connected_url", None),
                             stream,
                             consumer,
                             entry,
