@@ -131,6 +131,10 @@ class ConsumeStatistics(NamedTuple):
 class _Puller:
     """Shared machinery of :class:`FetchResult` and :class:`MessageStream`."""
 
+    #: ``_on_raw`` takes subject and reply undecoded (Msg decodes them if read);
+    #: consume() only: the inboxes of fetches stay as they were (str)
+    _raw_as_bytes = False
+
     def __init__(
         self,
         api: JetStreamApi,
@@ -147,7 +151,12 @@ class _Puller:
         self._core = PullBuffer(options, mode)
         self._on_event = on_event
         self._buffer: collections.deque[Msg] = collections.deque()
-        self._sizes: collections.deque[int] = collections.deque()
+        # Consume without a priority group: the core hears of messages received
+        # and taken in batches, at the latest when a pull may be due (_credit).
+        self._batched = mode is Mode.CONSUME and options.group is None
+        self._received = self._received_bytes = 0  # received, not yet told to the core
+        self._taken = self._taken_bytes = 0  # taken, not yet told to the core
+        self._credit = 0  # takes left before the core must hear of them
         self._subject = api.subject(f"CONSUMER.MSG.NEXT.{consumer.stream_name}.{consumer.name}")
         self._sub: RawSubscription | None = None
         self._inbox = ""
@@ -176,7 +185,9 @@ class _Puller:
         api.check_open()
         loop = self._loop = asyncio.get_running_loop()
         self._inbox = self._transport.new_inbox()
-        self._sub = await self._transport.subscribe_raw(self._inbox, self._on_raw)
+        self._sub = await self._transport.subscribe_raw(
+            self._inbox, self._on_raw, as_bytes=self._raw_as_bytes
+        )
         api.add_listener(self)
         self._core.start(loop.time())
         self._process_events()
@@ -218,36 +229,66 @@ class _Puller:
 
     # -- receive path (called from the connection's read loop) --
 
-    def _on_raw(self, subject: str, reply: str, data: bytes, header: bytes | None) -> None:
-        core = self._core
-        loop = self._loop
-        assert loop is not None
+    def _on_raw(
+        self, subject: str | bytes, reply: str | bytes, data: bytes, header: bytes | None
+    ) -> None:
+        # subject and reply: bytes from our client (subscribe_raw(as_bytes=True)),
+        # str from another nats-py client.
         if header is None:
             size = len(subject) + len(reply) + len(data)
-            core.receive_message(size, loop.time())
-            self._buffer.append(Msg(self._api, subject, reply, data, None))
-            self._sizes.append(size)
         elif header[8:9] == b" ":
-            self._on_status(header, loop.time())
+            assert self._loop is not None
+            self._on_status(header, self._loop.time())
             return
         else:
             size = len(subject) + len(reply) + len(header) + len(data)
+        self._buffer.append(Msg(self._api, subject, reply, data, header, size))
+        if self._batched:
+            self._received += 1
+            self._received_bytes += size
+        else:
+            core = self._core
+            assert self._loop is not None
             pin: str | None = None
-            if core.options.group is not None and b"Nats-Pin-Id" in header:
+            if header is not None and core.options.group is not None and b"Nats-Pin-Id" in header:
                 value = decode_headers(header).get("Nats-Pin-Id")
                 pin = value[0] if isinstance(value, list) else value
-            core.receive_message(size, loop.time(), pin)
-            self._buffer.append(Msg(self._api, subject, reply, data, header))
-            self._sizes.append(size)
-        if core._events:
-            self._process_events()
+            core.receive_message(size, self._loop.time(), pin)
+            if core._events:
+                self._process_events()
         waiters = self._waiters
         if waiters:
             waiter = waiters.popleft()  # one message, one waiting task
             if not waiter.done():
                 waiter.set_result(None)
 
+    def _sync(self) -> None:
+        """Tell the core of the messages received and taken since it last heard;
+        send the pull that may be due. Before anything else asks the core."""
+        core = self._core
+        count = self._received
+        if count:
+            assert self._loop is not None
+            core.receive_batch(count, self._received_bytes, self._loop.time())
+            self._received = self._received_bytes = 0
+        count = self._taken
+        if count:
+            assert self._loop is not None
+            pull = core.take_batch(count, self._taken_bytes, self._loop.time())
+            self._taken = self._taken_bytes = 0
+            if pull is not None:
+                self._send_pull(pull)
+                self._rearm()
+        self._credit = 0  # the next take asks the core again
+
+    def _settle(self) -> None:
+        """The takes reached the credit: tell the core, and learn the next credit."""
+        self._sync()
+        if self._batched:
+            self._credit = self._core.takes_before_pull()
+
     def _on_status(self, header: bytes, now: float) -> None:
+        self._sync()
         end = header.find(b"\r\n")
         line = header[9 : end if end >= 0 else len(header)].decode("utf-8", "replace")
         code_text, _, description = line.partition(" ")
@@ -347,6 +388,7 @@ class _Puller:
 
     def _on_timer(self) -> None:
         self._timer = None
+        self._sync()
         assert self._loop is not None
         self._core.handle_timer(self._loop.time())
         self._process_events()
@@ -358,11 +400,13 @@ class _Puller:
             self.context_closed()
             return
         self._core.disconnected()
+        self._sync()  # after: no pull now, it would wait in the reconnect buffer
         self._process_events()
 
     def connection_restored(self) -> None:
         if self._finished or self._core.finished:
             return
+        self._sync()
         if self._core.mode is Mode.FETCH:
             assert self._loop is not None
             self._core.reconnected(self._loop.time())
@@ -400,6 +444,7 @@ class _Puller:
                 continue
             assert self._loop is not None
             self._reconnects += 1
+            self._sync()
             self._core.reconnected(self._loop.time())
             self._process_events()
             return
@@ -429,6 +474,7 @@ class _Puller:
         self._release()
 
     def _statistics(self) -> ConsumeStatistics:
+        self._sync()
         core = self._core
         return ConsumeStatistics(
             delivered=core.delivered,
@@ -452,13 +498,12 @@ class _Puller:
             buffer = self._buffer
             if buffer:
                 msg = buffer.popleft()
-                core = self._core
-                assert self._loop is not None
-                pull = core.take(self._sizes.popleft(), self._loop.time())
-                if pull is not None:
-                    self._send_pull(pull)
-                    self._rearm()
+                self._taken += 1
+                self._taken_bytes += msg._size
+                if self._taken >= self._credit:
+                    self._settle()
                 return msg
+            self._sync()
             if self._core.finished and not self._draining:
                 self._release()
                 if self._error is not None:
@@ -506,6 +551,8 @@ class MessageStream(_Puller):
 
     ``async with consumer.consume() as messages: async for msg in messages``.
     """
+
+    _raw_as_bytes = True
 
     def __init__(
         self,
@@ -583,11 +630,10 @@ class MessageStream(_Puller):
         buffer = self._buffer
         if buffer and not self._stopped and self._error is None:
             msg = buffer.popleft()
-            assert self._loop is not None
-            pull = self._core.take(self._sizes.popleft(), self._loop.time())
-            if pull is not None:
-                self._send_pull(pull)
-                self._rearm()
+            self._taken += 1
+            self._taken_bytes += msg._size
+            if self._taken >= self._credit:
+                self._settle()
             return msg
         return await self._next_message()
 
@@ -622,6 +668,8 @@ class BatchStream(MessageStream):
     ``keys``): per message, only the sink's own work is done. No priority groups.
     """
 
+    _raw_as_bytes = False  # the sink takes str
+
     def __init__(
         self,
         api: JetStreamApi,
@@ -642,7 +690,9 @@ class BatchStream(MessageStream):
         self._held = 0
         self._held_bytes = 0
 
-    def _on_raw(self, subject: str, reply: str, data: bytes, header: bytes | None) -> None:
+    def _on_raw(  # type: ignore[override]  # subscribed with str (_raw_as_bytes)
+        self, subject: str, reply: str, data: bytes, header: bytes | None
+    ) -> None:
         if header is not None:
             if header[8:9] == b" ":
                 assert self._loop is not None

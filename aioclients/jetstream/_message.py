@@ -31,9 +31,7 @@ class Msg:
     """A message from a JetStream consumer.
 
     Attributes:
-        subject: the subject it was published to.
         data: the payload.
-        reply: the ack subject (it also encodes :attr:`metadata`).
     """
 
     __slots__ = (
@@ -42,25 +40,51 @@ class Msg:
         "_header_block",
         "_headers",
         "_metadata",
+        "_reply",
+        "_size",
+        "_subject",
         "data",
-        "reply",
-        "subject",
     )
 
     def __init__(
-        self, api: JetStreamApi, subject: str, reply: str, data: bytes, header_block: bytes | None
+        self,
+        api: JetStreamApi,
+        subject: str | bytes,
+        reply: str | bytes,
+        data: bytes,
+        header_block: bytes | None,
+        size: int = 0,
     ) -> None:
+        # subject and reply may come as the bytes on the wire: decoded when read
+        # (most consumers never read them; an ack sends the reply's bytes as they are).
         self._api = api
-        self.subject = subject
-        self.reply = reply
+        self._subject = subject
+        self._reply = reply
         self.data = data
         self._header_block = header_block
         self._headers: Headers | None = None
         self._metadata: MsgMetadata | None = None
         self._acked = False
+        self._size = size  # what the pull buffer counted for it
 
     def __repr__(self) -> str:
         return f"<Msg {self.subject} reply={self.reply!r} {len(self.data)}B>"
+
+    @property
+    def subject(self) -> str:
+        """The subject it was published to."""
+        subject = self._subject
+        if not isinstance(subject, str):
+            subject = self._subject = subject.decode("utf-8", "replace")
+        return subject
+
+    @property
+    def reply(self) -> str:
+        """The ack subject (it also encodes :attr:`metadata`)."""
+        reply = self._reply
+        if not isinstance(reply, str):
+            reply = self._reply = reply.decode("utf-8", "replace")
+        return reply
 
     @property
     def headers(self) -> Headers | None:
@@ -90,15 +114,17 @@ class Msg:
             raise MessageAlreadyAckedError(
                 f"cannot {what}: this message was already acknowledged (ack, nak or term)"
             )
-        if not self.reply:
+        if not self._reply:
             raise JetStreamError(
                 f"cannot {what}: the message has no reply subject (not delivered by a consumer)"
             )
         self._acked = True
 
     def _send(self, body: bytes) -> None:
-        reply = self.reply
-        self._api.transport.send_nowait(b"PUB %s %d\r\n%s\r\n" % (reply.encode(), len(body), body))
+        reply = self._reply
+        if isinstance(reply, str):
+            reply = reply.encode()
+        self._api.transport.send_nowait(b"PUB %s %d\r\n%s\r\n" % (reply, len(body), body))
 
     async def ack(self) -> None:
         """Acknowledge the message (fire and forget).
@@ -106,8 +132,13 @@ class Msg:
         Raises:
             MessageAlreadyAckedError: it was acknowledged already.
         """
-        self._claim("ack")
-        self._send(_ACK)
+        if self._acked or not self._reply:
+            self._claim("ack")  # raises
+        self._acked = True
+        reply = self._reply
+        if isinstance(reply, str):
+            reply = reply.encode()
+        self._api.transport.send_nowait(b"PUB %s 4\r\n+ACK\r\n" % reply)
 
     async def ack_sync(self, timeout: float | None = None) -> None:
         """Acknowledge and wait until the server confirms it recorded the ack.
@@ -150,7 +181,7 @@ class Msg:
         """Tell the server the message is still being worked on (resets its ack wait)."""
         if self._acked:
             raise MessageAlreadyAckedError("cannot mark in progress: already acknowledged")
-        if not self.reply:
+        if not self._reply:
             raise JetStreamError("the message has no reply subject (not delivered by a consumer)")
         self._send(_WPI)
 

@@ -63,6 +63,7 @@ __all__ = (
     "SUPPORTED_NATS_PY",
     "NatsClient",
     "NatsTransport",
+    "BytesHandler",
     "RawHandler",
     "RawSubscription",
     "ReplyInbox",
@@ -78,10 +79,14 @@ __all__ = (
 #: ``handler(subject, reply, payload, header_block_or_None)``; a status message's
 #: header block starts with ``NATS/1.0 <code> <description>``.
 RawHandler = Callable[[str, str, bytes, "bytes | None"], None]
+#: A :data:`RawHandler` that takes ``subject`` and ``reply`` as the bytes on the
+#: wire (undecoded; see ``subscribe_raw(..., as_bytes=True)``).
+BytesHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
 
 log = logging.getLogger("aioclients.jetstream")
 
 _CRLF = b"\r\n"
+_NO_HANDLERS: dict[int, BytesHandler] = {}
 
 #: How long a write may wait for a server that does not read, when no timeout applies.
 DEFAULT_WRITE_TIMEOUT = 5.0
@@ -166,6 +171,8 @@ class NatsClient(NATS):
         super().__init__()
         #: sid -> handler taking raw messages straight from the read loop
         self._raw_handlers: dict[int, RawHandler] = {}
+        #: sid -> handler taking them with subject and reply undecoded (pull consumers)
+        self._bytes_handlers: dict[int, BytesHandler] = {}
         #: those of them that take replies to requests: a reply that arrives alone
         #: is handed to them from the socket's read callback (see FastParser)
         self._reply_handlers: dict[int, RawHandler] = {}
@@ -174,6 +181,7 @@ class NatsClient(NATS):
         else:
             # Messages then go through nats-py's own parser and callbacks.
             self._raw_handlers = None  # type: ignore[assignment]
+            self._bytes_handlers = None  # type: ignore[assignment]
             report_fast_path_off("the fast protocol parser", "its client has no _ps.parse")
         self._written: asyncio.Future[None] | None = None
 
@@ -388,29 +396,45 @@ class FastParser:
         self._keep(buffer[used:], need)
         nc = self.nc
         handlers = nc._raw_handlers
+        fast = getattr(nc, "_bytes_handlers", None) or _NO_HANDLERS
         stats = nc.stats
-        for frame in frames:
-            kind = frame[0]
-            if kind == MSG:
-                _, subject, sid, reply, header, payload = frame
-                handler = handlers.get(sid)
-                if handler is None:
-                    await nc._process_msg(sid, subject, reply, payload, header)
-                    continue
-                stats["in_msgs"] += 1
-                stats["in_bytes"] += len(payload)
-                try:
-                    handler(subject.decode(), reply.decode(), payload, header)
-                except Exception:
-                    log.exception("message handler for %r failed", subject)
-            elif kind == PING:
-                await nc._process_ping()
-            elif kind == PONG:
-                await nc._process_pong()
-            elif kind == ERR:
-                await nc._process_err(frame[1].decode("utf-8", "replace").lower())
-            elif kind == INFO:
-                await nc._process_info(json.loads(frame[1]))
+        count = size = 0  # messages given to the fast handlers: added to stats once
+        try:
+            for frame in frames:
+                kind = frame[0]
+                if kind == MSG:
+                    _, subject, sid, reply, header, payload = frame
+                    handler = fast.get(sid)
+                    if handler is not None:  # a pull consumer: subject and reply as they came
+                        count += 1
+                        size += len(payload)
+                        try:
+                            handler(subject, reply, payload, header)
+                        except Exception:
+                            log.exception("message handler for %r failed", subject)
+                        continue
+                    named = handlers.get(sid)
+                    if named is None:
+                        await nc._process_msg(sid, subject, reply, payload, header)
+                        continue
+                    stats["in_msgs"] += 1
+                    stats["in_bytes"] += len(payload)
+                    try:
+                        named(subject.decode(), reply.decode(), payload, header)
+                    except Exception:
+                        log.exception("message handler for %r failed", subject)
+                elif kind == PING:
+                    await nc._process_ping()
+                elif kind == PONG:
+                    await nc._process_pong()
+                elif kind == ERR:
+                    await nc._process_err(frame[1].decode("utf-8", "replace").lower())
+                elif kind == INFO:
+                    await nc._process_info(json.loads(frame[1]))
+        finally:
+            if count:
+                stats["in_msgs"] += count
+                stats["in_bytes"] += size
 
 
 class NatsTransport:
@@ -617,7 +641,12 @@ class NatsTransport:
             raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
 
     async def subscribe_raw(
-        self, subject: str, handler: RawHandler, *, replies: bool = False
+        self,
+        subject: str,
+        handler: RawHandler,
+        *,
+        replies: bool = False,
+        as_bytes: bool = False,
     ) -> RawSubscription:
         """Subscribe with a handler of raw messages, called from the read loop.
 
@@ -626,14 +655,21 @@ class NatsTransport:
         with the parsed headers turned back into a block. With ``replies`` (an
         inbox of replies to requests), a message that arrives alone is handed to
         ``handler`` straight from the socket's read callback, one event-loop turn
-        sooner.
+        sooner. With ``as_bytes`` (not with ``replies``), our client hands
+        ``subject`` and ``reply`` over as the bytes on the wire, undecoded (a
+        :data:`BytesHandler`); another client still passes ``str``, so such a
+        handler must take both.
         """
         self.check_open()
         nc = self.nc
         raw = getattr(nc, "_raw_handlers", None)
+        fast = getattr(nc, "_bytes_handlers", None)
         try:
             if isinstance(raw, dict):
                 sub = await nc.subscribe(subject, pending_bytes_limit=0)
+                if as_bytes and not replies and isinstance(fast, dict):
+                    fast[sub._id] = cast("BytesHandler", handler)
+                    return RawSubscription(self, sub)
                 raw[sub._id] = handler
                 reply_handlers = getattr(nc, "_reply_handlers", None)
                 if replies and isinstance(reply_handlers, dict):
@@ -660,12 +696,17 @@ class NatsTransport:
         While disconnected, nats-py keeps the frame for after the reconnect, up to
         its reconnect buffer size.
         """
+        nc = self.nc
+        if nc.is_connected:  # the hot path (acks): open, and no reconnect buffer to fill
+            nc._pending.append(frame)
+            nc._pending_data_size += len(frame)
+            queue = nc._flush_queue
+            if queue is not None and queue.empty():
+                queue.put_nowait(_flushed())
+            return
         nc = self._admit(frame)
         nc._pending.append(frame)
         nc._pending_data_size += len(frame)
-        queue = nc._flush_queue
-        if queue is not None and queue.empty() and nc.is_connected:
-            queue.put_nowait(_flushed())
 
     async def round_trip(self, timeout: float) -> None:
         """PING and wait for the PONG: everything the server sent before is read.
@@ -716,7 +757,7 @@ class RawSubscription:
         self.closed = True
         nc = self._transport.nc
         sid = self._sub._id
-        for name in ("_reply_handlers", "_raw_handlers"):
+        for name in ("_reply_handlers", "_raw_handlers", "_bytes_handlers"):
             handlers = getattr(nc, name, None)
             if isinstance(handlers, dict):
                 handlers.pop(sid, None)

@@ -790,3 +790,68 @@ def test_batch_accounting_refuses_what_it_cannot_account() -> None:
     grouped = started(max_messages=10, group="g")
     with pytest.raises(LocalProtocolError):
         grouped.receive_batch(1, 10, 1.0)  # pins come per message
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    max_messages=st.integers(min_value=1, max_value=60),
+    threshold=st.one_of(st.none(), st.integers(min_value=0, max_value=60)),
+    steps=st.lists(
+        st.tuples(st.sampled_from(["recv", "take"]), st.integers(min_value=1, max_value=40)),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_taking_by_credit_pulls_when_taking_one_by_one_does(
+    max_messages: int, threshold: int | None, steps: list[tuple[str, int]]
+) -> None:
+    """A driver that tells the core of takes only when takes_before_pull() of them
+    are done (and of receipts only then) sends the same pulls after the same take
+    as one that tells it of each message at once."""
+    if threshold is not None and threshold > max_messages:
+        threshold = max_messages
+    one = started(max_messages=max_messages, threshold_messages=threshold)
+    lazy = started(max_messages=max_messages, threshold_messages=threshold)
+    (first,) = pulls(one.events())
+    assert pulls(lazy.events()) == [first]
+    received = taken = credit = 0  # the lazy driver's untold counts
+    for kind, n in steps:
+        for _ in range(n):
+            if kind == "recv":
+                if one.pending_messages == 0:
+                    break  # the server sends no more than was pulled
+                one.receive_message(7, 1.0)
+                received += 1
+                continue
+            if one.buffered_messages == 0:
+                break
+            expected = one.take(7, 1.0)
+            taken += 1
+            got = None
+            if taken >= credit:
+                if received:
+                    lazy.receive_batch(received, 7 * received, 1.0)
+                got = lazy.take_batch(taken, 7 * taken, 1.0)
+                received = taken = 0
+                credit = lazy.takes_before_pull()
+                assert credit >= 1
+            assert got == expected
+    if received:
+        lazy.receive_batch(received, 7 * received, 1.0)
+    if taken:
+        assert lazy.take_batch(taken, 7 * taken, 1.0) is None
+    assert (lazy.pending_messages, lazy.buffered_messages, lazy.pulls, lazy.delivered) == (
+        one.pending_messages,
+        one.buffered_messages,
+        one.pulls,
+        one.delivered,
+    )
+
+
+def test_takes_before_pull_is_one_where_each_take_must_be_told() -> None:
+    assert started(max_bytes=1000).takes_before_pull() == 1
+    assert started(Mode.FETCH, max_messages=10).takes_before_pull() == 1
+    buf = started(max_messages=10)
+    assert buf.takes_before_pull() == 5  # 10 pending, threshold 5
+    buf.drain()
+    assert buf.takes_before_pull() == 1

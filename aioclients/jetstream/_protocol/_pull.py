@@ -557,6 +557,22 @@ class PullBuffer:
             return self._pull_if_needed(now)
         return None
 
+    def takes_before_pull(self) -> int:
+        """How many buffered messages may be taken before a pull may be due: the
+        driver may tell :meth:`take_batch` of that many at once without sending a
+        pull late. 1 (tell each take) where it cannot be known in advance: pulls
+        by bytes, a fetch, or no pulls now (draining, disconnected)."""
+        opts = self.options
+        if (
+            self.mode is not Mode.CONSUME
+            or opts.max_bytes is not None
+            or self.state is not PullState.ACTIVE
+            or not self.connected
+        ):
+            return 1
+        left = self.pending_messages + self.buffered_messages - opts.threshold_messages
+        return left if left > 1 else 1
+
     def take(self, size: int, now: float) -> PullRequest | None:
         """The user took one buffered message; returns a pull to send, if one is due."""
         if self.buffered_messages <= 0:

@@ -71,44 +71,43 @@ def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int, int]:
             break
         op = buffer[pos]
         if op == 77 or op == 72:  # "M" or "H"
-            headered = op == 72
-            skip = 5 if headered else 4
-            args = buffer[pos + skip : eol].split()
+            # One split of the whole line: its first word checks the operation
+            # ("MSG" / "HMSG" followed by a space or a tab) at no extra cost.
+            args = buffer[pos:eol].split()
+            n = len(args)
             try:
-                if headered:
-                    if len(args) == 5:
-                        subject, sid_b, reply, hsize_b, total_b = args
-                    elif len(args) == 4:
-                        subject, sid_b, hsize_b, total_b = args
-                        reply = b""
-                    else:
-                        raise ValueError
-                    hsize = int(hsize_b)
-                    total = int(total_b)
-                else:
-                    if len(args) == 4:
-                        subject, sid_b, reply, total_b = args
-                    elif len(args) == 3:
-                        subject, sid_b, total_b = args
+                verb = args[0]
+                if verb == b"MSG":
+                    if n == 5:
+                        _, subject, sid_b, reply, total_b = args
+                    elif n == 4:
+                        _, subject, sid_b, total_b = args
                         reply = b""
                     else:
                         raise ValueError
                     hsize = 0
                     total = int(total_b)
+                elif verb == b"HMSG":
+                    if n == 6:
+                        _, subject, sid_b, reply, hsize_b, total_b = args
+                    elif n == 5:
+                        _, subject, sid_b, hsize_b, total_b = args
+                        reply = b""
+                    else:
+                        raise ValueError
+                    hsize = int(hsize_b)
+                    total = int(total_b)
+                    if hsize < 0 or hsize > total:
+                        raise ValueError
+                else:
+                    raise ValueError
                 sid = int(sid_b)
-            except ValueError:
+                if total < 0:
+                    raise ValueError
+            except (ValueError, IndexError):
                 raise RemoteProtocolError(
                     f"malformed message line {buffer[pos:eol][:200]!r}", offset=pos
                 ) from None
-            if (
-                total < 0
-                or hsize < 0
-                or hsize > total
-                or buffer[pos : pos + skip] not in (b"MSG ", b"HMSG ", b"MSG\t", b"HMSG\t")
-            ):
-                raise RemoteProtocolError(
-                    f"malformed message line {buffer[pos:eol][:200]!r}", offset=pos
-                )
             body = eol + 2
             end = body + total
             if end + 2 > size:

@@ -139,6 +139,10 @@ class FrameDecoder:
         frames: list[tuple[int, bytes]] = []
         pos = 0
         end = len(buf)
+        # Frames are sliced from one bytes copy of the buffer, made once the first
+        # frame is complete: slicing the bytearray and copying each slice to bytes
+        # costs twice as much per frame.
+        whole: bytes | None = None
         max_size = self.max_frame_size + 4
         unpack = _HEADER.unpack_from
         while end - pos >= 8:
@@ -193,7 +197,9 @@ class FrameDecoder:
                     f"{MESSAGE_HEADER_SIZE}-byte message header",
                     offset=self._consumed + pos,
                 )
-            frames.append((ftype, bytes(buf[pos + 8 : stop])))
+            if whole is None:
+                whole = bytes(buf)
+            frames.append((ftype, whole[pos + 8 : stop]))
             pos = stop
             if limit is not None and len(frames) >= limit:
                 break
