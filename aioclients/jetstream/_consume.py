@@ -627,6 +627,7 @@ class MessageStream(_Puller):
     async def __anext__(self) -> Msg:
         # The hot path, inlined: a buffered message is returned without another
         # coroutine; everything else (waiting, ending, errors) is _next_message's.
+        # _take_buffered is the same fast path for telemetry: keep the two in step.
         buffer = self._buffer
         if buffer and not self._stopped and self._error is None:
             msg = buffer.popleft()
@@ -646,11 +647,10 @@ class MessageStream(_Puller):
         buffer = self._buffer
         if buffer and not self._stopped and self._error is None:
             msg = buffer.popleft()
-            assert self._loop is not None
-            pull = self._core.take(self._sizes.popleft(), self._loop.time())
-            if pull is not None:
-                self._send_pull(pull)
-                self._rearm()
+            self._taken += 1
+            self._taken_bytes += msg._size
+            if self._taken >= self._credit:
+                self._settle()
             return msg
         return None
 

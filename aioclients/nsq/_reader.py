@@ -459,7 +459,7 @@ class Reader:
                 again by every later call.
         """
         queue = self._queue
-        while True:
+        while True:  # _take_queued is the first turn of this loop for telemetry
             if self._failure is not None:
                 raise self._failure
             if queue:
