@@ -128,6 +128,34 @@ class Bounds:
         return (self.lo is None or value >= self.lo) and (self.hi is None or value <= self.hi)
 
 
+def _time_lookups(times: Bounds) -> list[int]:
+    """The times whose first position at or after a time-bounded read must find."""
+    lookups = []
+    if times.lo is not None:
+        lookups.append(times.lo)
+    if times.hi is not None:
+        lookups.append(times.hi + 1)
+    return lookups
+
+
+def _narrow_by_times(
+    window: Bounds, times: Bounds, at_or_after: Mapping[int, int | None], end: int
+) -> Bounds:
+    """``window`` (positions up to ``end``) narrowed to the messages stored within ``times``.
+
+    ``at_or_after`` maps each time of :func:`_time_lookups` to the first position with a
+    time at or after it (``None``: none is).
+    """
+    if times.lo is not None:
+        first = at_or_after[times.lo]
+        window = window.narrow(lo=end + 1 if first is None else first)
+    if times.hi is not None:
+        after = at_or_after[times.hi + 1]
+        if after is not None:
+            window = window.narrow(hi=after - 1)
+    return window
+
+
 def _compare(bounds: Bounds, op: Op, value: int) -> Bounds | None:
     """``bounds`` narrowed by ``column op value`` for an integer-valued column."""
     if op is Op.EQ:
@@ -316,26 +344,14 @@ class JetStreamSelection:
         sequence range under the assumption the server's own start-time lookup
         makes: a stream's times do not go backwards.
         """
-        window = self.sequences.narrow(lo, hi)
-        if self.times.lo is not None:
-            seq = at_or_after[self.times.lo]
-            window = window.narrow(lo=hi + 1 if seq is None else seq)
-        if self.times.hi is not None:
-            seq = at_or_after[self.times.hi + 1]
-            if seq is not None:
-                window = window.narrow(hi=seq - 1)
+        window = _narrow_by_times(self.sequences.narrow(lo, hi), self.times, at_or_after, hi)
         if self.sequence_set:
             window = window.narrow(min(self.sequence_set), max(self.sequence_set))
         return window
 
     def time_lookups(self) -> list[int]:
         """The times (microseconds) whose first message at or after the driver must find."""
-        times = []
-        if self.times.lo is not None:
-            times.append(self.times.lo)
-        if self.times.hi is not None:
-            times.append(self.times.hi + 1)
-        return times
+        return _time_lookups(self.times)
 
     def read(
         self,
@@ -524,25 +540,13 @@ class LiftbridgeSelection:
         ``at_or_after`` maps each time of :meth:`time_lookups` to the partition's
         first offset with a timestamp at or after it (``None``: none is).
         """
-        window = self.offsets.narrow(start, end)
-        if self.times.lo is not None:
-            offset = at_or_after[self.times.lo]
-            window = window.narrow(lo=end + 1 if offset is None else offset)
-        if self.times.hi is not None:
-            offset = at_or_after[self.times.hi + 1]
-            if offset is not None:
-                window = window.narrow(hi=offset - 1)
+        window = _narrow_by_times(self.offsets.narrow(start, end), self.times, at_or_after, end)
         if self.offset_set:
             window = window.narrow(min(self.offset_set), max(self.offset_set))
         return window
 
     def time_lookups(self) -> list[int]:
-        times = []
-        if self.times.lo is not None:
-            times.append(self.times.lo)
-        if self.times.hi is not None:
-            times.append(self.times.hi + 1)
-        return times
+        return _time_lookups(self.times)
 
 
 def _liftbridge_step(
