@@ -33,6 +33,7 @@ import math
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import nats
 from _loop import add_loop_argument, run_async, use_loop
@@ -99,6 +100,34 @@ async def ours(url: str, n: int, ack: bool) -> float:
             async for msg in messages:
                 if ack:
                     await msg.ack()
+                got += 1
+                if got == n:
+                    break
+        elapsed = time.perf_counter() - start
+        await consumer.delete()
+        return n / elapsed
+
+
+async def ours_bare_spans(url: str, n: int, ack: bool, spans: Any) -> float:
+    """``ours`` uninstrumented, making the same SDK spans by hand (see BareSpans)."""
+    time_ns = spans.time_ns
+    async with await jetstream.connect(url) as js:
+        stream = await js.stream(STREAM)
+        consumer = await stream.create_consumer(
+            durable_name=_durable("bare"), ack_policy="explicit" if ack else "none"
+        )
+        got = 0
+        start = time.perf_counter()
+        async with consumer.consume(max_messages=1000) as messages:
+            while True:
+                begin = time_ns()
+                msg = await messages.__anext__()
+                message_id = str(got + 1)
+                spans.receive(begin, message_id)
+                if ack:
+                    span = spans.settle(message_id)
+                    await msg.ack()
+                    span.end(time_ns())
                 got += 1
                 if got == n:
                     break
@@ -249,13 +278,24 @@ async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool =
             with with_metrics.on():
                 return await ours(url, n, ack)
 
+        from _otel_common import BareSpans
+
+        bare_spans = BareSpans(telemetry)
+
+        async def bare(url: str, n: int, ack: bool) -> float:
+            return await ours_bare_spans(url, n, ack, bare_spans)
+
         scenarios[2:2] = [
             ("ours none +otel", traced, False),
+            ("ours none +bare spans", bare, False),
             ("ours none +otel+metrics", traced_metrics, False),
         ]
         scenarios.append(("ours explicit +otel", traced, True))
+        scenarios.append(("ours explicit +bare spans", bare, True))
         scenarios.append(("ours explicit +otel+metrics", traced_metrics, True))
     cpu: dict[str, float] = {}  # this process's CPU time per message, best round (us)
+    rates: dict[str, list[float]] = {}  # every round's, for the medians
+    cpus: dict[str, list[float]] = {}
     for _ in range(rounds):
         for name, fn, ack in scenarios:
             used = time.process_time()
@@ -263,6 +303,13 @@ async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool =
             used = (time.process_time() - used) / count * 1e6
             best[name] = max(best.get(name, 0.0), rate)
             cpu[name] = min(cpu.get(name, math.inf), used)
+            rates.setdefault(name, []).append(rate)
+            cpus.setdefault(name, []).append(used)
+        if telemetry is not None:
+            from _otel_common import sdk_floor_us
+
+            # the SDK alone, in the same round: one span per message (ack none)
+            cpus.setdefault("sdk floor", []).append(sdk_floor_us(telemetry, 1))
         best["ceiling"] = max(best.get("ceiling", 0.0), await ceiling_ours(url, count))
         best["core nats-py"] = max(best.get("core nats-py", 0.0), await ceiling_nats_py(url, count))
     print(
@@ -282,11 +329,11 @@ async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool =
         f"{best['ours none'] / best['core nats-py']:.0%} of nats-py's)"
     )
     if telemetry is not None:
-        from _otel_common import per_message_us
+        from _otel_common import median_range, per_message_us
 
         print(
             "instrumented (SDK, BatchSpanProcessor, dropping exporter; +metrics: also the SDK "
-            "MeterProvider), against nats-py uninstrumented:"
+            "MeterProvider), against nats-py uninstrumented (best round):"
         )
         for label, key in (("ack none", "none"), ("ack explicit", "explicit")):
             for variant in ("+otel", "+otel+metrics"):
@@ -297,14 +344,53 @@ async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool =
                     f"{traced_rate / best[f'nats-py {key}']:>6.2f}x"
                     f"  (+{per_message_us(best[f'ours {key}'], traced_rate):.1f} us per message)"
                 )
-        from _otel_common import RECEIVE_ATTRIBUTES, sdk_span_us
-
-        exported = telemetry.spans + with_metrics.spans
-        floor = sdk_span_us(with_metrics, RECEIVE_ATTRIBUTES)
         print(
-            f"spans exported: {exported}; the SDK alone takes "
-            f"{floor:.1f} us per span (start and end, 8 attributes, batch processor)"
+            f"median (range) of {rounds} rounds: msgs/s, and CPU us per message (this "
+            "process, the span processor's thread included)"
         )
+        for name in (
+            "nats-py none",
+            "ours none",
+            "ours none +bare spans",
+            "ours none +otel",
+            "ours none +otel+metrics",
+            "nats-py explicit",
+            "ours explicit",
+            "ours explicit +bare spans",
+            "ours explicit +otel",
+            "ours explicit +otel+metrics",
+        ):
+            print(
+                f"  {name:<25} {median_range(rates[name], '{:,.0f}'):>28}/s"
+                f"  {median_range(cpus[name], '{:.2f}'):>22} us"
+            )
+        import statistics
+
+        med = {name: statistics.median(values) for name, values in cpus.items()}
+        rate_ratio = statistics.median(rates["ours none +otel"]) / statistics.median(
+            rates["nats-py none"]
+        )
+        floor = med["ours none"] + med["sdk floor"]
+        print(
+            f"  SDK floor: one span per message (8 attributes, start_span, end, batch "
+            f"processor), no client: {median_range(cpus['sdk floor'], '{:.2f}')} us\n"
+            f"  ack none: ours {med['ours none']:.2f} + SDK floor {med['sdk floor']:.2f} = "
+            f"{floor:.2f} us; instrumented {med['ours none +otel']:.2f} us, so the "
+            f"instrumentation's own work is {med['ours none +otel'] - floor:.2f} us; "
+            f"nats-py uninstrumented {med['nats-py none']:.2f} us "
+            f"(instrumented / nats-py: {med['nats-py none'] / med['ours none +otel']:.2f}x "
+            f"by CPU, {rate_ratio:.2f}x by median msgs/s)"
+        )
+        for key, spans in (("none", "one span"), ("explicit", "two spans")):
+            bare_us, traced_us = med[f"ours {key} +bare spans"], med[f"ours {key} +otel"]
+            print(
+                f"  ack {key}, {spans} per message made by hand in the same loop (the SDK "
+                f"in situ): {bare_us:.2f} us (SDK {bare_us - med[f'ours {key}']:.2f}); "
+                f"instrumented {traced_us:.2f} us: the instrumentation's own work "
+                f"{traced_us - bare_us:.2f} us; nats-py uninstrumented "
+                f"{med[f'nats-py {key}']:.2f} us"
+            )
+        print(f"  spans exported: {telemetry.spans + with_metrics.spans}")
         telemetry.shutdown()
         with_metrics.shutdown()
     if memory_count:

@@ -24,6 +24,7 @@ import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from _loop import add_loop_argument, run_async, use_loop
 from _nsq_common import PAYLOAD, emulated_nsqd, report
@@ -43,6 +44,26 @@ async def ours(tcp: str, topic: str, count: int, mif: int) -> float:
         n = 0
         async for msg in reader:
             await msg.finish()
+            n += 1
+            if n == count:
+                break
+        return count / (time.perf_counter() - start)
+
+
+async def ours_bare_spans(tcp: str, topic: str, count: int, mif: int, spans: Any) -> float:
+    """``ours`` uninstrumented, making the same SDK spans by hand (see BareSpans)."""
+    time_ns = spans.time_ns
+    async with Reader(topic, "bench", nsqd_tcp_addresses=[tcp], max_in_flight=mif) as reader:
+        start = time.perf_counter()
+        n = 0
+        while True:
+            begin = time_ns()
+            msg = await reader.__anext__()
+            message_id = msg.id.decode("ascii", "replace")
+            spans.receive(begin, message_id)
+            span = spans.settle(message_id)
+            await msg.finish()
+            span.end(time_ns())
             n += 1
             if n == count:
                 break
@@ -131,14 +152,24 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
             with with_metrics.on():
                 return await ours(tcp, topic, count, mif)
 
+        from _otel_common import BareSpans
+
+        bare_spans = BareSpans(telemetry, "nsq")
+
+        async def bare(tcp: str, topic: str, count: int, mif: int) -> float:
+            return await ours_bare_spans(tcp, topic, count, mif, bare_spans)
+
         clients = {
             "aioclients": ours,
+            "aioclients+bare": bare,
             "aioclients+otel": traced,
             "aioclients+otel+metrics": traced_metrics,
             "pynsq": pynsq,
             "ansq": ansq,
         }
     cpu: dict[str, float] = {}
+    rates: dict[str, list[float]] = {}  # every round's, for the medians
+    cpus: dict[str, list[float]] = {}
     for _ in range(args.rounds):
         for name, run in clients.items():
             if name.split("+")[0] not in args.clients:
@@ -154,6 +185,13 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
             used = (time.process_time() - used) / args.count * 1e6
             best[name] = max(best.get(name, 0.0), rate)
             cpu[name] = min(cpu.get(name, math.inf), used)
+            rates.setdefault(name, []).append(rate)
+            cpus.setdefault(name, []).append(used)
+        if telemetry is not None:
+            from _otel_common import sdk_floor_us
+
+            # the SDK alone, in the same round: two spans per message (receive, FIN)
+            cpus.setdefault("sdk floor", []).append(sdk_floor_us(telemetry, 2))
     report(
         f"consume {args.count} x {len(PAYLOAD)}-byte messages, max_in_flight {args.max_in_flight}",
         best,
@@ -162,7 +200,9 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
     for name, us in cpu.items():
         print(f"  {name:<12} {us:>9.2f} us")
     if telemetry is not None:
-        from _otel_common import per_message_us
+        import statistics
+
+        from _otel_common import median_range, per_message_us
 
         peer = best.get("pynsq")
         for variant in ("aioclients+otel", "aioclients+otel+metrics"):
@@ -172,14 +212,43 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
                 f"message; {traced_rate / peer if peer else float('nan'):.2f}x pynsq "
                 "(uninstrumented)"
             )
-        from _otel_common import RECEIVE_ATTRIBUTES, sdk_span_us
-
-        exported = telemetry.spans + with_metrics.spans
-        floor = sdk_span_us(with_metrics, RECEIVE_ATTRIBUTES)
         print(
-            f"  spans exported: {exported}; the SDK alone takes "
-            f"{floor:.1f} us per span (two per message here: receive and FIN)"
+            f"median (range) of {args.rounds} rounds: msgs/s, and CPU us per message (this "
+            "process, the span processor's thread included)"
         )
+        for name in cpus:
+            if name in rates:
+                print(
+                    f"  {name:<24} {median_range(rates[name], '{:,.0f}'):>28}/s"
+                    f"  {median_range(cpus[name], '{:.2f}'):>22} us"
+                )
+        med = {name: statistics.median(values) for name, values in cpus.items()}
+        floor = med["aioclients"] + med["sdk floor"]
+        print(
+            "  SDK floor: two spans per message (receive and FIN, 8 attributes each, "
+            f"start_span, end, batch processor), no client: "
+            f"{median_range(cpus['sdk floor'], '{:.2f}')} us\n"
+            f"  ours {med['aioclients']:.2f} + SDK floor {med['sdk floor']:.2f} = {floor:.2f} "
+            f"us; instrumented {med['aioclients+otel']:.2f} us, so the instrumentation's own "
+            f"work is {med['aioclients+otel'] - floor:.2f} us"
+        )
+        bare_us = med["aioclients+bare"]
+        print(
+            "  two spans per message made by hand in the same loop (the SDK in situ): "
+            f"{bare_us:.2f} us (SDK {bare_us - med['aioclients']:.2f}); instrumented "
+            f"{med['aioclients+otel']:.2f} us: the instrumentation's own work "
+            f"{med['aioclients+otel'] - bare_us:.2f} us"
+        )
+        if "pynsq" in med:
+            rate_ratio = statistics.median(rates["aioclients+otel"]) / statistics.median(
+                rates["pynsq"]
+            )
+            print(
+                f"  pynsq uninstrumented {med['pynsq']:.2f} us (instrumented / pynsq: "
+                f"{med['pynsq'] / med['aioclients+otel']:.2f}x by CPU, {rate_ratio:.2f}x by "
+                "median msgs/s)"
+            )
+        print(f"  spans exported: {telemetry.spans + with_metrics.spans}")
         telemetry.shutdown()
         with_metrics.shutdown()
 

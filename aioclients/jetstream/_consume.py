@@ -627,6 +627,7 @@ class MessageStream(_Puller):
     async def __anext__(self) -> Msg:
         # The hot path, inlined: a buffered message is returned without another
         # coroutine; everything else (waiting, ending, errors) is _next_message's.
+        # _take_buffered is the same fast path for telemetry: keep the two in step.
         buffer = self._buffer
         if buffer and not self._stopped and self._error is None:
             msg = buffer.popleft()
@@ -636,6 +637,22 @@ class MessageStream(_Puller):
                 self._settle()
             return msg
         return await self._next_message()
+
+    def _take_buffered(self) -> Msg | None:
+        """:meth:`__anext__`'s fast path as a plain call: the next buffered message,
+        or None where ``__anext__`` would wait, end or raise. For
+        ``aioclients.telemetry``, whose receive span then needs no second coroutine
+        per message; ``__anext__`` keeps its own inlined copy, so that the path
+        without telemetry is not one call longer."""
+        buffer = self._buffer
+        if buffer and not self._stopped and self._error is None:
+            msg = buffer.popleft()
+            self._taken += 1
+            self._taken_bytes += msg._size
+            if self._taken >= self._credit:
+                self._settle()
+            return msg
+        return None
 
 
 #: ``sink(subject, reply, data, header)`` of a :class:`BatchStream`.

@@ -5,7 +5,9 @@ in the subject-appended form, ``keys`` one ``multi_last`` pass over the
 bucket's subjects, ``history`` one batched read of the key's subject. Writes
 are publishes with the ADR-8 headers. ``watch`` (and ``keys`` on buckets too
 large for one ``multi_last`` answer) runs an ordered consumer, so it survives
-reconnects and server restarts. Behaviour follows nats.go ``jetstream/kv.go``.
+reconnects and server restarts. Behaviour follows nats.go ``jetstream/kv.go``;
+``keys``, ``history`` and ``watch``'s initial values are snapshots judged by
+``_protocol/_snapshot.py`` (exact while others write, also across a reset).
 
 Their per-message work happens in the read loop (see ``OrderedMessageStream``'s
 ``make``): ``keys`` turns each headers-only message straight into its key (or
@@ -68,6 +70,7 @@ from aioclients.jetstream._protocol._kv import (
     validate_key,
 )
 from aioclients.jetstream._protocol._ordered import ack_sequences
+from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan
 from aioclients.jetstream._protocol._time import parse_server_time
 from aioclients.jetstream._stream import Stream
 
@@ -302,7 +305,8 @@ class KeyValue:
         )
 
     async def history(self, key: str) -> list[KeyValueEntry]:
-        """Every kept revision of ``key``, oldest first (markers included).
+        """Every kept revision of ``key``, oldest first (markers included), up to
+        the stream's last sequence at the call (later writes are left out).
 
         Raises:
             KeyNotFoundError: the key has no message at all.
@@ -310,24 +314,34 @@ class KeyValue:
         validate_key(key)
         subject = self._prefix + key
         entries: list[KeyValueEntry] = []
+        # A snapshot: the revisions up to the stream's last sequence now (those
+        # written while it is read are left out).
+        last = await _last_seq(self)
         if self._direct:
             try:
                 seq = 1
-                while True:
+                while seq <= last:
                     batch = self._stream.direct_get_batch(batch=64, seq=seq, next_by_subj=subject)
+                    newer = False
                     async with batch:
                         async for stored in batch:
-                            entries.append(self._from_stored(key, stored))
-                    if not batch.num_pending or not entries:
+                            if stored.seq > last:
+                                newer = True
+                            elif not entries or stored.seq > entries[-1].revision:
+                                entries.append(self._from_stored(key, stored))
+                    if newer or not batch.num_pending or not entries:
                         break
                     seq = entries[-1].revision + 1
             except ServerTooOldError:
                 entries = []
             else:
                 return self._deltas(key, entries)
+        if last == 0:
+            return self._deltas(key, entries)
         oc = await open_ordered_consumer(self._api, self._stream_name, filter_subjects=[subject])
         try:
-            async for msg, pending in _scan(oc, initial_pending(oc)):
+            scan = SnapshotScan(last, latest_only=False)
+            async for msg, pending in _scan(oc, scan):
                 entries.append(self._from_msg(msg, pending))
         finally:
             await oc.close()
@@ -364,6 +378,8 @@ class KeyValue:
         ``async for key in kv.keys("config.>")``. One ``multi_last`` Direct Get
         pass; buckets with more than 1024 matching keys are listed through a
         headers-only ordered consumer instead (the server's ``multi_last`` limit).
+        Either way a snapshot: each key holding a value at the start once, none
+        created later; a key written since may be left out if not reached yet.
         """
         subjects = key_filter_subjects(self.bucket, list(filters))
         return KeyLister(self, subjects)
@@ -536,19 +552,31 @@ def _bucket_not_found(bucket: str) -> BucketNotFoundError:
     )
 
 
-async def _scan(
-    oc: OrderedConsumer, pending_at_start: int
-) -> AsyncGenerator[tuple[Msg, int], None]:
-    """The messages an ordered consumer had pending when created, with their
-    pending counts; ends after the one with nothing pending."""
-    if pending_at_start == 0:
+async def _last_seq(kv: KeyValue) -> int:
+    """The last sequence of the bucket's stream: the snapshot a listing reads."""
+    try:
+        info = await kv._api.stream_info(kv._stream_name)
+    except StreamNotFoundError:
+        raise _bucket_not_found(kv.bucket) from None
+    return info.state.last_seq
+
+
+async def _scan(oc: OrderedConsumer, scan: SnapshotScan) -> AsyncGenerator[tuple[Msg, int], None]:
+    """The messages of the snapshot ``scan`` reads, with their pending counts."""
+    generation = oc.generation
+    scan.opened(initial_pending(oc))
+    if scan.done:
         return
-    messages = oc.consume(max_messages=min(_SCAN_BUFFER, max(pending_at_start, 10)))
+    messages = oc.consume(max_messages=min(_SCAN_BUFFER, max(initial_pending(oc), 10)))
     async with messages:
         async for msg in messages:
-            pending = ack_sequences(msg.reply)[2]
-            yield msg, pending
-            if pending == 0:
+            if oc.generation != generation:  # a replacement, after a reset
+                generation = oc.generation
+                scan.opened(initial_pending(oc))
+            sseq, _, pending, _ = ack_sequences(msg.reply)
+            if scan.deliver(sseq) is ScanVerdict.TAKE:
+                yield msg, pending
+            if scan.done:
                 return
 
 
@@ -579,6 +607,11 @@ class KeyLister:
                 return
             except (TooManySubjectsError, ServerTooOldError, DirectGetUnavailableError):
                 pass  # nothing was yielded yet: these come as the first answer
+        # The snapshot: the stream's last sequence now. Keys written after it are
+        # not listed; a reset starts last_per_subject over (see _snapshot.py).
+        scan = SnapshotScan(await _last_seq(kv), latest_only=True)
+        if scan.done:
+            return
         oc = await open_ordered_consumer(
             kv._api,
             kv._stream_name,
@@ -586,11 +619,19 @@ class KeyLister:
             deliver_policy="last_per_subject",
             headers_only=True,
         )
+        oc.restart_on_reset()
         try:
             pending_at_start = initial_pending(oc)
             if pending_at_start == 0:
                 return
-            done = False
+            deliver = scan.deliver
+            take = ScanVerdict.TAKE
+
+            def opened(generation: int) -> None:
+                # The first consumer, or a replacement that starts over.
+                scan.opened(initial_pending(oc))
+                if scan.done:  # a replacement with nothing to deliver: no key left
+                    asyncio.get_running_loop().call_soon(messages.stop)
 
             def key_of(
                 subject: str,
@@ -602,11 +643,8 @@ class KeyLister:
                 ts: int,
             ) -> str | None:
                 # The read loop's work per key: no Msg, no entry.
-                nonlocal done
-                if done:
-                    return None  # after the last one present at the start
-                if pending == 0:
-                    done = True
+                if deliver(sseq) is not take:
+                    return None  # listed already, or written after the start
                 if header is not None and (
                     b"KV-Operation" in header or b"Nats-Marker-Reason" in header
                 ):
@@ -620,14 +658,18 @@ class KeyLister:
                     max_messages=min(_KEYS_BUFFER, max(pending_at_start, 10)), expires=30.0
                 ),
                 key_of,
+                on_open=opened,
             )
             async with messages:
                 ready = messages.ready
                 while True:
-                    await messages.fill(any_batch=True)
+                    try:
+                        await messages.fill(any_batch=True)
+                    except StopAsyncIteration:
+                        return
                     while ready:
                         yield ready.popleft()
-                    if done and not messages.incoming:
+                    if scan.done and not messages.incoming:
                         return
         finally:
             await oc.close()
@@ -677,6 +719,8 @@ class KeyWatcher:
         self._messages: OrderedItems | None = None
         self._stopped = False
         self._entered = False
+        #: the last initial value: ``initial_done`` is set when it is handed out
+        self._last_initial: KeyValueEntry | None = None
 
     def __repr__(self) -> str:
         return f"<KeyWatcher {self._kv.bucket} {self._subjects}>"
@@ -685,6 +729,11 @@ class KeyWatcher:
         if self._messages is not None:
             return
         kv = self._kv
+        latest = self._policy == "last_per_subject"
+        # The initial values are a snapshot: the messages up to the stream's last
+        # sequence now, each key once (see _snapshot.py); what comes after them
+        # are updates.
+        scan = SnapshotScan(0 if self._updates_only else await _last_seq(kv), latest_only=latest)
         try:
             oc = await open_ordered_consumer(
                 kv._api,
@@ -696,12 +745,59 @@ class KeyWatcher:
         except StreamNotFoundError:
             raise _bucket_not_found(kv.bucket) from None
         self._oc = oc
-        if self._updates_only or initial_pending(oc) == 0:
+        scanning = not scan.done and initial_pending(oc) > 0
+        if not scanning:
             self.initial_done.set()
+        elif latest:
+            # A reset before the snapshot is read starts last_per_subject over
+            # (resuming by sequence would give older revisions as initial values).
+            oc.restart_on_reset()
         bucket = kv.bucket
         cut = len(kv._prefix)
         meta_only = self._meta_only
         new_entry = _new_entry
+        deliver = scan.deliver
+        TAKE = ScanVerdict.TAKE
+
+        last: KeyValueEntry | None = None  # the last initial value made so far
+
+        def opened(generation: int) -> None:
+            # The first consumer, or a replacement while the snapshot is read
+            # (with last_per_subject, it starts over).
+            if scanning:
+                scan.opened(initial_pending(oc))
+                if scan.done:  # a replacement with nothing to deliver
+                    end_scan()
+                    oc.resume_after(scan.last_seq)
+
+        def end_scan(taking: KeyValueEntry | None = None) -> None:
+            """The snapshot is read: initial_done is set when the last initial value
+            (``taking``, the one being made, or else ``last``) is handed out, at once
+            if that happened already."""
+            nonlocal scanning
+            scanning = False
+            if taking is not None:
+                self._last_initial = taking
+                return
+            incoming, ready = messages.incoming, messages.ready
+            queued = (incoming[-1] is last) if incoming else bool(ready) and ready[-1] is last
+            if last is not None and queued:
+                self._last_initial = last
+            else:
+                self.initial_done.set()
+
+        def scan_over(verdict: ScanVerdict, entry: KeyValueEntry, sseq: int) -> bool:
+            """The delivery that ended the scan: False to leave it out."""
+            end_scan(entry if verdict is TAKE else None)
+            if scan.restarts:
+                # A restarted consumer's skip list would give only the last of the
+                # updates since the snapshot: read them all, by sequence, from there.
+                oc.resume_after(scan.last_seq)
+                messages.request_reset("snapshot")
+                return verdict is TAKE
+            # A reset resumes after the last delivery, and never before the snapshot.
+            oc.resume_after(max(sseq, scan.last_seq))
+            return verdict is not ScanVerdict.SKIP
 
         def entry_of(
             subject: str,
@@ -711,9 +807,10 @@ class KeyWatcher:
             sseq: int,
             pending: int,
             ts: int,
-        ) -> KeyValueEntry:
+        ) -> KeyValueEntry | None:
             # Built in the read loop as the message arrives (no Msg in between).
-            return new_entry(
+            nonlocal last
+            entry = new_entry(
                 bucket,
                 subject[cut:],
                 b"" if meta_only else data,
@@ -723,9 +820,17 @@ class KeyWatcher:
                 PUT if header is None else operation_of_header_block(header),
                 header,
             )
+            if scanning:
+                verdict = deliver(sseq)
+                if scan.done:
+                    return entry if scan_over(verdict, entry, sseq) else None
+                if verdict is not TAKE:
+                    return None
+                last = entry
+            return entry
 
         options = ordered_consume_options(max_messages=_SCAN_BUFFER)
-        messages = OrderedItems(oc, options, entry_of, self._on_event)
+        messages = OrderedItems(oc, options, entry_of, self._on_event, on_open=opened)
         await messages.__aenter__()
         self._messages = messages
 
@@ -746,7 +851,7 @@ class KeyWatcher:
             if not ready:
                 await messages.fill()
             entry: KeyValueEntry = ready.popleft()
-            if entry.delta == 0 and not done.is_set():
+            if entry is self._last_initial:
                 done.set()
             if self._ignore_deletes and entry.operation != PUT:
                 continue

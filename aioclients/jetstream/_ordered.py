@@ -140,6 +140,20 @@ class OrderedConsumer:
         return self._cursor.resets
 
     @property
+    def generation(self) -> int:
+        """How many server-side consumers were created so far (1 for the first)."""
+        return self._cursor.generation
+
+    def restart_on_reset(self) -> None:
+        """Replacements start over at the consumer's own start rather than after
+        the last message yielded (``last_per_subject`` listings of KV keys)."""
+        self._cursor.restart = True
+
+    def resume_after(self, stream_seq: int) -> None:
+        """Replacements resume at ``stream_seq + 1`` again (ends ``restart_on_reset``)."""
+        self._cursor.resume_after(stream_seq)
+
+    @property
     def last_stream_seq(self) -> int:
         """The stream sequence of the last message yielded (0 before any)."""
         active = self._active
@@ -413,6 +427,8 @@ class OrderedMessageStream:
         #: handed out next, in order (the stream sequences of the whole batch)
         self._ready: collections.deque[Any] = collections.deque()
         self._ready_seqs: list[int] = []
+        #: told the generation of each server-side consumer it reads (OrderedItems)
+        self._on_open: Callable[[int], object] | None = None
 
     def __repr__(self) -> str:
         return f"<OrderedMessageStream {self._oc.stream_name}>"
@@ -420,6 +436,8 @@ class OrderedMessageStream:
     async def _open(self) -> None:
         consumer, generation = await self._oc._ensure()
         self._oc._active = self
+        if self._on_open is not None:
+            self._on_open(generation)  # before any delivery of this consumer
         inner = BatchStream(
             self._oc._api, consumer, self._options, self._sink(generation), self._inner_event
         )
@@ -654,7 +672,8 @@ class OrderedItems(OrderedMessageStream):
     Read it with ``await items.fill()`` (wait until ``ready`` holds something)
     and ``ready.popleft()``; ``incoming`` holds what the read loop kept and
     ``fill`` has not moved to ``ready`` yet. ``on_event`` defaults to the
-    ordered consumer's own.
+    ordered consumer's own. ``on_open(generation)`` is called each time it starts
+    reading a server-side consumer, before that consumer's first delivery.
     """
 
     def __init__(
@@ -663,12 +682,19 @@ class OrderedItems(OrderedMessageStream):
         options: PullOptions,
         make: ItemMaker,
         on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+        *,
+        on_open: Callable[[int], object] | None = None,
     ) -> None:
         super().__init__(oc, options, on_event or oc._on_event, make)
+        self._on_open = on_open
         #: handed out next, in order (the same deque as the base class's)
         self.ready = self._ready
         #: kept by the read loop, not yet moved to ``ready``
         self.incoming = self._incoming
+
+    def request_reset(self, reason: str) -> None:
+        """Replace the server-side consumer (from ``make``, in the read loop)."""
+        self._request_reset(reason)
 
     #: wait until ``ready`` holds something (``any_batch=True``: or until messages
     #: came that ``make`` all left out). Raises ``StopAsyncIteration`` at the end.

@@ -462,7 +462,7 @@ class Reader:
                 again by every later call.
         """
         queue = self._queue
-        while True:
+        while True:  # _take_queued is the first turn of this loop for telemetry
             if self._failure is not None:
                 raise self._failure
             if queue:
@@ -477,6 +477,17 @@ class Reader:
             if waiter is None or waiter.done():
                 waiter = self._waiter = loop.create_future()
             await waiter
+
+    def _take_queued(self) -> Message | None:
+        """:meth:`__anext__`'s fast path as a plain call: the next queued message, or
+        None where ``__anext__`` would wait, end or raise. For
+        ``aioclients.telemetry``, whose receive span then needs no second coroutine
+        per message; ``__anext__`` keeps its own loop, so that the path without
+        telemetry is not one call longer."""
+        queue = self._queue
+        if queue and self._failure is None:
+            return queue.popleft()
+        return None
 
     def _wake(self) -> None:
         waiter = self._waiter

@@ -12,6 +12,7 @@ pyarrow, pandas < 3). Formats and options: docs/spark.md.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 try:
@@ -32,6 +33,7 @@ from aioclients.spark._errors import (
     PublishFailedError,
 )
 from aioclients.spark._jetstream import JETSTREAM_SCHEMA, JetStreamDataSource
+from aioclients.spark._pushdown import CONF as PUSHDOWN_CONF
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,6 +48,8 @@ __all__ = (
     "register_data_sources",
 )
 
+log = logging.getLogger("aioclients.spark")
+
 #: The formats ``register_data_sources`` registers.
 FORMATS = ("jetstream", "liftbridge", "nsq")
 
@@ -58,7 +62,7 @@ def _default_parallelism(spark: SparkSession) -> int:
     return max(1, value)
 
 
-def register_data_sources(spark: SparkSession) -> None:
+def register_data_sources(spark: SparkSession, *, filter_pushdown: bool = True) -> None:
     """Register the ``jetstream``, ``liftbridge`` and ``nsq`` formats with ``spark``.
 
     ``jetstream`` and ``liftbridge`` read and write; ``nsq`` writes and reads as a
@@ -68,19 +72,53 @@ def register_data_sources(spark: SparkSession) -> None:
     The ``jetstream`` source's default ``numPartitions`` becomes the session's
     default parallelism.
 
+    Batch reads of ``jetstream`` and ``liftbridge`` take filter pushdown. pyspark
+    calls a reader's ``pushFilters`` only when the session's
+    ``spark.sql.python.filterPushdown.enabled`` is true (false by default) and
+    refuses, for every batch read, a reader that defines it while it is false; so
+    this sets it to true (and logs that it did, when it was not). With
+    ``filter_pushdown=False`` the setting is left alone and the readers push
+    nothing: every filter runs in Spark, as before pushdown existed.
+
     Args:
-        spark: the active ``SparkSession``.
+        spark: the active ``SparkSession`` (classic or Spark Connect).
+        filter_pushdown: push filters down to the servers (see above).
     """
     parallelism = _default_parallelism(spark)
-    # A subclass made here (so pickled by value, with its class attribute) carries
-    # the session's parallelism to the planner processes.
+    if filter_pushdown:
+        _enable_filter_pushdown(spark)
+    # Subclasses made here (so pickled by value, with their class attributes) carry
+    # the session's parallelism and the pushdown choice to the planner processes.
+    module = __name__ + "._session"
     jetstream_source = type(
         "JetStreamDataSource",
         (JetStreamDataSource,),
-        {"default_partitions": parallelism, "__module__": __name__ + "._session"},
+        {
+            "default_partitions": parallelism,
+            "filter_pushdown": filter_pushdown,
+            "__module__": module,
+        },
     )
-    for source in (jetstream_source, _liftbridge.data_source(), _nsq.data_source()):
+    liftbridge_source = type(
+        "LiftbridgeDataSource",
+        (_liftbridge.LiftbridgeDataSource,),
+        {"filter_pushdown": filter_pushdown, "__module__": module},
+    )
+    for source in (jetstream_source, liftbridge_source, _nsq.data_source()):
         spark.dataSource.register(source)
+
+
+def _enable_filter_pushdown(spark: SparkSession) -> None:
+    current = spark.conf.get(PUSHDOWN_CONF, None)
+    if str(current).lower() != "true":
+        spark.conf.set(PUSHDOWN_CONF, "true")
+        log.info(
+            "set %s=true (it was %s) so that the jetstream and liftbridge batch readers "
+            "can push filters down; register_data_sources(spark, filter_pushdown=False) "
+            "leaves it alone",
+            PUSHDOWN_CONF,
+            current,
+        )
 
 
 # Errors carry the name users import them by (aioclients.<package>.XError), in tracebacks

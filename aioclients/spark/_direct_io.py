@@ -39,7 +39,14 @@ from aioclients.spark._protocol._direct_reader import (
     StatusReply,
 )
 
-__all__ = ("DirectGetConnection", "TlsFiles", "read_sequence_range")
+__all__ = (
+    "DirectGetConnection",
+    "TlsFiles",
+    "count_from",
+    "count_in_range",
+    "read_last_for",
+    "read_sequence_range",
+)
 
 log = logging.getLogger("aioclients.spark.jetstream")
 
@@ -285,11 +292,38 @@ class DirectGetConnection(asyncio.Protocol):
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> asyncio.Future[tuple[Columns, BatchEnd]]:
         """Send one batched Direct Get; the future resolves when its batch has ended."""
-        if self._batch is not None and not self._batch.done():
-            raise RuntimeError("one Direct Get batch at a time per connection")
         body: dict[str, object] = {"seq": seq, "batch": batch, "max_bytes": max_bytes}
         if subject is not None:
             body["next_by_subj"] = subject
+        return self._send(stream, body)
+
+    def request_last_for(
+        self,
+        stream: str,
+        subjects: list[str],
+        *,
+        up_to_seq: int,
+        batch: int,
+        seq: int | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> asyncio.Future[tuple[Columns, BatchEnd]]:
+        """Send one ``multi_last`` Direct Get: the last message of each of ``subjects``
+        (at most 1024) stored up to sequence ``up_to_seq``, from sequence ``seq`` on."""
+        body: dict[str, object] = {
+            "multi_last": subjects,
+            "up_to_seq": up_to_seq,
+            "batch": batch,
+            "max_bytes": max_bytes,
+        }
+        if seq is not None:
+            body["seq"] = seq
+        return self._send(stream, body)
+
+    def _send(
+        self, stream: str, body: dict[str, object]
+    ) -> asyncio.Future[tuple[Columns, BatchEnd]]:
+        if self._batch is not None and not self._batch.done():
+            raise RuntimeError("one Direct Get batch at a time per connection")
         payload = json.dumps(body, separators=(",", ":")).encode()
         future: asyncio.Future[tuple[Columns, BatchEnd]] = (
             asyncio.get_running_loop().create_future()
@@ -319,6 +353,29 @@ class DirectGetConnection(asyncio.Protocol):
         await asyncio.sleep(0)  # let the transport run connection_lost
 
 
+async def count_from(conn: DirectGetConnection, stream: str, subject: str, seq: int) -> int:
+    """How many stored messages match ``subject`` at or after sequence ``seq``.
+
+    One single-message batch: the server counts what follows (``Nats-Num-Pending``).
+    """
+    columns, end = await conn.result(conn.request(stream, seq=seq, batch=1, subject=subject))
+    if end.not_found:
+        return 0
+    return len(columns) + end.num_pending
+
+
+async def count_in_range(
+    conn: DirectGetConnection, stream: str, subject: str, first: int, last: int
+) -> int:
+    """About how many messages in ``[first, last]`` match ``subject``: a hint for batch sizes.
+
+    The end is counted first, so messages stored meanwhile make the count too high,
+    not too low; a deletion meanwhile can make it low, which costs a request more.
+    """
+    after = await count_from(conn, stream, subject, last + 1)
+    return max(0, await count_from(conn, stream, subject, first) - after)
+
+
 async def read_sequence_range(
     conn: DirectGetConnection,
     stream: str,
@@ -327,27 +384,68 @@ async def read_sequence_range(
     last: int,
     subject: str | None,
     batch_size: int,
+    matching: int | None = None,
 ) -> AsyncIterator[Columns]:
     """Yield the messages with sequences in ``[first, last]`` (filtered by ``subject``).
 
     Batches may run past ``last`` when sequences are missing (deleted, or not
-    matching the filter); the caller drops those rows. The request for the next
-    batch is sent before the current one is yielded.
+    matching the filter); the caller drops those rows. ``matching`` (how many
+    messages of the range match ``subject``, see :func:`count_in_range`) sizes the
+    requests of a filtered read, which the server would otherwise fill with matches
+    from beyond the range; once that many have come, single-message requests (growing
+    while matches still come: the count is a hint, taken while the stream may change)
+    find the range's end. The request for the next batch is sent before the current
+    one is yielded.
     """
     if first > last:
         return
+    left = matching
+    probe = 1  # once the count is used up: ask for 1 message, doubling while they still come
+
+    def size(seq: int) -> int:
+        nonlocal probe
+        wanted = min(batch_size, last - seq + 1)
+        if left is None:
+            return wanted
+        if left > 0:
+            return min(wanted, left)
+        ask, probe = probe, probe * 2
+        return min(wanted, ask)
+
     seq = first
     pending: asyncio.Future[tuple[Columns, BatchEnd]] | None = conn.request(
-        stream, seq=seq, batch=min(batch_size, last - seq + 1), subject=subject
+        stream, seq=seq, batch=size(seq), subject=subject
     )
     while pending is not None:
         columns, end = await conn.result(pending)
         pending = None
+        if left is not None:
+            left -= len(columns)
         if not end.not_found and end.last_seq is not None:
             if end.num_pending > 0 and end.last_seq < last:
                 seq = end.last_seq + 1
-                pending = conn.request(
-                    stream, seq=seq, batch=min(batch_size, last - seq + 1), subject=subject
-                )
+                pending = conn.request(stream, seq=seq, batch=size(seq), subject=subject)
         if len(columns):
             yield columns
+
+
+async def read_last_for(
+    conn: DirectGetConnection,
+    stream: str,
+    subjects: list[str],
+    *,
+    up_to_seq: int,
+    batch_size: int,
+) -> AsyncIterator[Columns]:
+    """Yield the last message of each of ``subjects`` (at most 1024, literal) stored up
+    to sequence ``up_to_seq``, in pages of at most ``batch_size``, in sequence order."""
+    seq: int | None = None
+    while True:
+        columns, end = await conn.result(
+            conn.request_last_for(stream, subjects, up_to_seq=up_to_seq, batch=batch_size, seq=seq)
+        )
+        if len(columns):
+            yield columns
+        if end.not_found or not end.num_pending or end.last_seq is None:
+            return
+        seq = end.last_seq + 1

@@ -6,7 +6,14 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
   stream once (``aioclients.jetstream``), checks ``allow_direct``, and splits the
   sequence range into :class:`SequenceRange` partitions. Everything ``read()``
   needs travels inside the partition (it is pickled to the executors, where
-  another process, with another reader instance, does the reading).
+  another process, with another reader instance, does the reading). The reading
+  half (partitions, the Direct Get passes) is :mod:`aioclients.spark._stream_read`.
+- Filter pushdown (:class:`JetStreamPushdownReader`, registered by
+  ``register_data_sources``): ``pushFilters`` folds Spark's filters into a
+  selection (:mod:`aioclients.spark._protocol._pushdown`); planning turns its times
+  into sequences (Direct Get ``start_time``) and reads its subjects one pass each.
+- With the ``bucket`` option the format reads and writes a Key-Value bucket
+  (:mod:`aioclients.spark._kv_table`); the stream reader is then its change feed.
 - ``read()`` runs on an executor: one event loop and one NATS connection per
   partition, reading the range with batched Direct Get (ADR-31) through the lean
   reader in :mod:`aioclients.spark._direct_io`, and yielding Arrow record batches.
@@ -35,11 +42,10 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -48,7 +54,7 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
-    InputPartition,
+    Filter,
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
@@ -68,22 +74,49 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from aioclients import jetstream
-from aioclients._core import redact_text, redact_url
-from aioclients._errors import ConnectError, OperationTimeoutError, RemoteProtocolError
-from aioclients.spark._arrow import to_record_batch
-from aioclients.spark._direct_io import DirectGetConnection, TlsFiles, read_sequence_range
-from aioclients.spark._errors import DataSourceOptionError, PublishFailedError
+from aioclients.spark._direct_io import TlsFiles
+from aioclients.spark._errors import DataSourceOptionError
+from aioclients.spark._kv_table import (
+    BUCKET_STREAM_OPTIONS,
+    KV_SCHEMA,
+    KeyValueBatchReader,
+    KeyValueStreamWriter,
+    KeyValueWriter,
+    bucket_read_config,
+    bucket_write_config,
+)
 from aioclients.spark._protocol._data_loss import OPTION as FAIL_ON_DATA_LOSS
 from aioclients.spark._protocol._data_loss import lost_range, report_data_loss
 from aioclients.spark._protocol._options import OptionReader
-from aioclients.spark._write_io import JetStreamPublishConnection, publish_record_batches
+from aioclients.spark._protocol._pushdown import (
+    JetStreamSelection,
+    filter_tokens,
+    plan_jetstream,
+)
+from aioclients.spark._pushdown import to_predicate
+from aioclients.spark._stream_read import (
+    ROWS_PER_PARTITION,
+    ReadConfig,
+    SequenceRange,
+    StreamBounds,
+    check_options,
+    expected_rows,
+    first_at_or_after,
+    read_partition,
+    run,
+    split_range,
+    stream_bounds,
+    tls_files,
+)
+from aioclients.spark._write_io import publish_and_check
 
 __all__ = (
     "JETSTREAM_SCHEMA",
+    "KV_SCHEMA",
     "JetStreamDataSource",
     "ReadConfig",
     "SequenceRange",
+    "read_partition",
     "split_range",
 )
 
@@ -130,53 +163,6 @@ WRITE_OPTIONS = {
 }
 WRITE_COLUMNS = {"subject", "data", "headers", "msg_id"}
 
-T = TypeVar("T")
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run one coroutine on a fresh event loop (planning code is synchronous)."""
-    return asyncio.run(coro)
-
-
-# -- reading --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ReadConfig:
-    """What a partition reader needs besides its range (pickled with every partition)."""
-
-    servers: tuple[str, ...] = field(repr=False)  # the URLs may carry credentials
-    stream: str
-    subject: str | None
-    batch_size: int
-    timeout: float
-    tls: TlsFiles = field(default_factory=TlsFiles)
-
-
-@dataclass(frozen=True)
-class SequenceRange(InputPartition):
-    """The sequences ``first`` to ``last`` (inclusive) of one stream."""
-
-    config: ReadConfig
-    first: int
-    last: int
-
-
-def split_range(first: int, last: int, parts: int) -> list[tuple[int, int]]:
-    """Split ``[first, last]`` into at most ``parts`` contiguous ranges of near-equal size."""
-    count = last - first + 1
-    if count <= 0:
-        return []
-    parts = max(1, min(parts, count))
-    size, extra = divmod(count, parts)
-    ranges = []
-    start = first
-    for i in range(parts):
-        end = start + size - 1 + (1 if i < extra else 0)
-        ranges.append((start, end))
-        start = end + 1
-    return ranges
-
 
 def _read_config(opts: OptionReader) -> ReadConfig:
     servers = opts.servers()
@@ -193,109 +179,14 @@ def _read_config(opts: OptionReader) -> ReadConfig:
         subject=opts.get("subject"),
         batch_size=batch_size,
         timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
-        tls=_tls_files(opts),
+        tls=tls_files(opts),
     )
 
 
-def _tls_files(opts: OptionReader) -> TlsFiles:
-    """The TLS options, checked here (on the driver) so that a bad file fails the plan."""
-    tls = TlsFiles(opts.get("tlsCaFile"), opts.get("tlsCertFile"), opts.get("tlsKeyFile"))
-    if tls:
-        tls.context()
-    return tls
-
-
-def _nats_tls(tls: TlsFiles) -> dict[str, Any]:
-    """``jetstream.connect`` options for ``tls``."""
-    return {"tls": tls.context()} if tls else {}
-
-
-# Options Spark itself passes on to sources and sinks.
-SPARK_OPTIONS = {"path", "checkpointLocation", "queryName"}
-
-
-def _check_options(opts: OptionReader, known: set[str], what: str) -> None:
-    unknown = opts.unknown(known | SPARK_OPTIONS)
-    if unknown:
+def _check_schema(schema: StructType, fixed: StructType = JETSTREAM_SCHEMA) -> None:
+    if schema != fixed:
         raise DataSourceOptionError(
-            f"unknown option(s) {unknown} for the {FORMAT} {what}; "
-            f"it takes {sorted(known)} (names are case-insensitive)"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class StreamBounds:
-    """The stream's first and last sequence and when it was created (ISO text or None)."""
-
-    first: int
-    last: int
-    created: str | None
-
-
-async def _stream_bounds(config: ReadConfig) -> StreamBounds:
-    """The stream's first and last sequence; checks that it exists and allows Direct Get."""
-    try:
-        js = await jetstream.connect(
-            list(config.servers), timeout=min(config.timeout, 10.0), **_nats_tls(config.tls)
-        )
-    except jetstream.JetStreamConnectError as exc:
-        raise jetstream.JetStreamConnectError(f"{exc}; check the 'servers' option") from None
-    async with js:
-        try:
-            stream = await js.stream(config.stream)
-        except jetstream.StreamNotFoundError:
-            raise DataSourceOptionError(
-                f"option 'stream': there is no stream {config.stream!r} at "
-                f"{', '.join(redact_url(u) for u in config.servers)}; create it or fix the option"
-            ) from None
-        info = stream.cached_info
-        if not info.config.get("allow_direct"):
-            raise jetstream.DirectGetUnavailableError(
-                f"stream {config.stream!r} does not allow Direct Get, which the {FORMAT} "
-                "data source reads with",
-                hint=f"enable it with update_stream({config.stream!r}, allow_direct=True) "
-                f"(nats CLI: nats stream edit {config.stream} --allow-direct)",
-            )
-        created = info.created.isoformat() if info.created is not None else None
-        return StreamBounds(info.state.first_seq, info.state.last_seq, created)
-
-
-def read_partition(partition: SequenceRange) -> Iterator[pa.RecordBatch]:
-    """Read one partition's range: one event loop and one connection for the whole range."""
-    config = partition.config
-    loop = asyncio.new_event_loop()
-    try:
-        conn = loop.run_until_complete(
-            DirectGetConnection.open(list(config.servers), timeout=config.timeout, tls=config.tls)
-        )
-        batches = read_sequence_range(
-            conn,
-            config.stream,
-            first=partition.first,
-            last=partition.last,
-            subject=config.subject,
-            batch_size=config.batch_size,
-        )
-        try:
-            while True:
-                try:
-                    columns = loop.run_until_complete(anext(batches))
-                except StopAsyncIteration:
-                    break
-                batch = to_record_batch(columns, up_to=partition.last)
-                if batch.num_rows:
-                    yield batch
-        finally:
-            loop.run_until_complete(batches.aclose())  # type: ignore[attr-defined]
-            loop.run_until_complete(conn.close())
-    finally:
-        loop.close()
-
-
-def _check_schema(schema: StructType) -> None:
-    if schema != JETSTREAM_SCHEMA:
-        raise DataSourceOptionError(
-            f"the {FORMAT} source has a fixed schema ({JETSTREAM_SCHEMA.simpleString()}); "
+            f"the {FORMAT} source has a fixed schema ({fixed.simpleString()}); "
             "do not pass .schema(...) to the reader"
         )
 
@@ -305,42 +196,84 @@ class JetStreamBatchReader(DataSourceReader):
 
     def __init__(self, options: Mapping[str, str], default_partitions: int) -> None:
         opts = OptionReader(options, FORMAT)
-        _check_options(opts, READ_OPTIONS - {"maxMessagesPerTrigger"}, "batch reader")
+        check_options(opts, READ_OPTIONS - {"maxMessagesPerTrigger"}, "batch reader", FORMAT)
         self.config = _read_config(opts)
         start = opts.sequence("startSequence")
         end = opts.sequence("endSequence")
-        parts = opts.integer("numPartitions", default=default_partitions, minimum=1, example="4")
-        assert parts is not None
+        parts = opts.integer("numPartitions", default=None, minimum=1, example="4")
+        # Without the option: the session's parallelism, but fewer partitions for a
+        # read expected to be small (a Spark task costs more than a small read).
+        self.parts = parts if parts is not None else default_partitions
+        self.adapt_parts = parts is None
         if isinstance(start, int) and isinstance(end, int) and start > end:
             raise DataSourceOptionError(
                 f"option 'startSequence' ({start}) is after 'endSequence' ({end}); "
                 "swap them or drop one"
             )
-        fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
-        bounds = _run(_stream_bounds(self.config))
-        first, last = bounds.first, bounds.last
-        lo = start if isinstance(start, int) else max(first, 1)
-        hi = end if isinstance(end, int) else last
-        lost = lost_range(lo, first, hi)
+        self.start = start if isinstance(start, int) else None
+        self.end = end if isinstance(end, int) else None
+        self.fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
+        self.bounds = run(stream_bounds(self.config))
+        # What pushFilters (a subclass) leaves to the server; everything by default.
+        self.selection = JetStreamSelection()
+
+    def partitions(self) -> list[SequenceRange]:
+        config = self.config
+        first, last = self.bounds.first, self.bounds.last
+        found = run(first_at_or_after(config, self.selection.time_lookups()))
+        plan = self.selection.read(
+            subject=config.subject,
+            start=self.start,
+            end=self.end,
+            first=first,
+            last=last,
+            at_or_after=found,
+        )
+        lo = plan.first
+        lost = None if plan.empty else lost_range(lo, first, plan.last)
         if lost is not None:
             report_data_loss(
-                f"option 'startSequence' is {lo}, but stream {self.config.stream!r} now "
+                f"option 'startSequence' is {lo}, but stream {config.stream!r} now "
                 f"starts at sequence {first}: sequences {lost[0]}..{lost[1]} are no longer "
                 "kept (retention, purge or deletion)",
-                fail=fail_on_data_loss,
+                fail=self.fail_on_data_loss,
                 resume=f"sequence {first}",
                 log=log,
             )
             lo = first
-        self.ranges = split_range(lo, hi, parts)
-
-    def partitions(self) -> list[SequenceRange]:
+        parts = self.parts
+        if self.adapt_parts and not plan.empty and parts > 1:
+            expected = run(expected_rows(config, plan.subjects, lo, plan.last))
+            parts = max(1, min(parts, -(-expected // ROWS_PER_PARTITION)))
+        ranges = [] if plan.empty else split_range(lo, plan.last, parts)
         # An empty range still needs one partition: with none, Spark plans its own.
-        ranges = self.ranges or [(1, 0)]
-        return [SequenceRange(self.config, a, b) for a, b in ranges]
+        return [
+            SequenceRange(config, a, b, subjects=plan.subjects, residual=plan.residual)
+            for a, b in ranges or [(1, 0)]
+        ]
 
     def read(self, partition: SequenceRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_partition(partition)
+
+
+class JetStreamPushdownReader(JetStreamBatchReader):
+    """The batch reader with filter pushdown (see :mod:`aioclients.spark._pushdown`).
+
+    ``subject`` (=, IN, LIKE 'prefix.%'), ``sequence`` ranges and ``timestamp``
+    bounds become the Direct Get requests' subject filters, sequence range and
+    start time; the rest is returned to Spark.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        predicates = [to_predicate(f) for f in filters]
+        if self.config.subject is not None and filter_tokens(self.config.subject) is None:
+            # An option we cannot reason about: leave subject filters to Spark.
+            predicates = [
+                None if p is not None and p.column.lower() == "subject" else p for p in predicates
+            ]
+        self.selection, pushed = plan_jetstream(predicates)
+        log.debug("jetstream pushdown: %s (pushed %s)", self.selection, pushed)
+        return [f for f, exact in zip(filters, pushed, strict=True) if not exact]
 
 
 def _offset(stream: str, sequence: int, created: str | None = None) -> dict[str, Any]:
@@ -363,8 +296,13 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def __init__(self, options: Mapping[str, str], default_partitions: int) -> None:
         opts = OptionReader(options, FORMAT)
-        _check_options(opts, READ_OPTIONS - {"endSequence"}, "stream reader")
-        self.config = _read_config(opts)
+        if opts.get("bucket") is not None:
+            # A bucket's change feed: its stream, every key, the entries' columns.
+            check_options(opts, BUCKET_STREAM_OPTIONS, "bucket change feed", FORMAT)
+            self.config = bucket_read_config(opts)
+        else:
+            check_options(opts, READ_OPTIONS - {"endSequence"}, "stream reader", FORMAT)
+            self.config = _read_config(opts)
         self.start = opts.sequence("startSequence", words=("earliest", "latest"))
         self.max_per_trigger = opts.integer(
             "maxMessagesPerTrigger", default=None, minimum=1, example="10000"
@@ -392,13 +330,13 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return sequence
 
     def initialOffset(self) -> dict[str, Any]:
-        bounds = _run(_stream_bounds(self.config))
+        bounds = run(stream_bounds(self.config))
         if self.start == "latest":
             sequence = bounds.last
         elif isinstance(self.start, int):
             sequence = self.start - 1
             lost = lost_range(self.start, bounds.first)
-            if lost is not None:
+            if lost is not None and self.config.bucket is None:
                 report_data_loss(
                     f"option 'startSequence' is {self.start}, but stream "
                     f"{self.config.stream!r} now starts at sequence {bounds.first}: sequences "
@@ -417,11 +355,11 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadMaxRows(self.max_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = _run(_stream_bounds(self.config)).last
+        self._target = run(stream_bounds(self.config)).last
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         covered = self._sequence(start)
-        bounds = _run(_stream_bounds(self.config))
+        bounds = run(stream_bounds(self.config))
         first, last = bounds.first, bounds.last
         if _recreated_between(start, _offset(self.config.stream, last, bounds.created)):
             self._recreated(start, bounds)
@@ -438,6 +376,11 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return _offset(self.config.stream, max(top, covered), bounds.created)
 
     def _check_kept(self, start: Mapping[str, Any], first: int, last_wanted: int | None) -> None:
+        if self.config.bucket is not None:
+            # A bucket drops a key's older revisions by design (its history setting, a
+            # purge, a TTL): what is below the first kept sequence was replaced, and the
+            # feed goes on with what replaced it. Not data loss.
+            return
         lost = lost_range(self._sequence(start) + 1, first, last_wanted)
         if lost is not None:
             report_data_loss(
@@ -480,7 +423,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 kept = self._checked[1]
             elif first <= last:
                 # Not planned by this reader (replayed after a restart): check it here.
-                kept = _run(_stream_bounds(self.config)).first
+                kept = run(stream_bounds(self.config)).first
                 self._check_kept(start, kept, last)
             else:
                 kept = first
@@ -518,7 +461,7 @@ class WriteResult(WriterCommitMessage):
 
 def _write_config(options: Mapping[str, str], schema: StructType) -> WriteConfig:
     opts = OptionReader(options, FORMAT)
-    _check_options(opts, WRITE_OPTIONS, "writer")
+    check_options(opts, WRITE_OPTIONS, "writer", FORMAT)
     servers = opts.servers()
     fields: dict[str, DataType] = {f.name: f.dataType for f in schema.fields}
     extra = sorted(set(fields) - WRITE_COLUMNS)
@@ -559,42 +502,26 @@ def _write_config(options: Mapping[str, str], schema: StructType) -> WriteConfig
         timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
         max_pending=max_pending,
         data_is_text=isinstance(data_type, StringType),
-        tls=_tls_files(opts),
+        tls=tls_files(opts),
     )
-
-
-def _publish_failed(conn: JetStreamPublishConnection) -> Callable[[str], NoReturn]:
-    def fail(text: str) -> NoReturn:
-        failed = max(conn.acks.failed, 1)
-        raise PublishFailedError(
-            f"{failed} publish(es) failed, the first with: {redact_text(text)}; the task "
-            "fails so that nothing is dropped (its retry publishes again; a msg_id column "
-            "de-duplicates)"
-        )
-
-    return fail
 
 
 async def _publish(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
     """Publish every row column-wise (see :mod:`aioclients.spark._write_io`); check every ack."""
-    conn = await JetStreamPublishConnection.connect(
-        list(config.servers), timeout=config.timeout, tls=config.tls
+    stored, duplicates = await publish_and_check(
+        list(config.servers),
+        batches,
+        timeout=config.timeout,
+        tls=config.tls,
+        window=config.max_pending,
+        subject=config.subject,
+        retry_note="its retry publishes again; a msg_id column de-duplicates",
     )
-    fail = _publish_failed(conn)
-    try:
-        try:
-            await publish_record_batches(
-                conn, batches, subject=config.subject, window=config.max_pending, on_failure=fail
-            )
-        except (ConnectError, OperationTimeoutError, RemoteProtocolError) as exc:
-            fail(f"{exc} ({conn.sent - conn.acks.settled} publishes without an ack)")
-    finally:
-        await conn.close()
-    return WriteResult(stored=conn.acks.stored, duplicates=conn.acks.duplicates)
+    return WriteResult(stored=stored, duplicates=duplicates)
 
 
 def _write(config: WriteConfig, batches: Iterator[pa.RecordBatch]) -> WriteResult:
-    return _run(_publish(config, batches))
+    return run(_publish(config, batches))
 
 
 def _log_commit(messages: list[WriteResult | None], what: str) -> None:
@@ -638,29 +565,46 @@ class JetStreamDataSource(DataSource):
     #: numPartitions when the option is not given (``register_data_sources`` sets
     #: it to the session's default parallelism).
     default_partitions = 2
+    #: Whether batch reads take filter pushdown (``pushFilters``). pyspark refuses a
+    #: reader that defines it unless ``spark.sql.python.filterPushdown.enabled`` is
+    #: true, so it is off here (a session that registers this class itself reads as
+    #: before) and ``register_data_sources`` turns it on with the setting.
+    filter_pushdown = False
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
-    def schema(self) -> StructType:
-        return JETSTREAM_SCHEMA
+    def _bucket(self) -> bool:
+        return OptionReader(self.options, FORMAT).get("bucket") is not None
 
-    def reader(self, schema: StructType) -> JetStreamBatchReader:
+    def schema(self) -> StructType:
+        return KV_SCHEMA if self._bucket() else JETSTREAM_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if self._bucket():
+            _check_schema(schema, KV_SCHEMA)
+            return KeyValueBatchReader(self.options, self.default_partitions)
         _check_schema(schema)
-        return JetStreamBatchReader(self.options, self.default_partitions)
+        kind = JetStreamPushdownReader if self.filter_pushdown else JetStreamBatchReader
+        return kind(self.options, self.default_partitions)
 
     def streamReader(self, schema: StructType) -> JetStreamStreamReader:
-        _check_schema(schema)
+        _check_schema(schema, KV_SCHEMA if self._bucket() else JETSTREAM_SCHEMA)
         return JetStreamStreamReader(self.options, self.default_partitions)
 
-    def writer(self, schema: StructType, overwrite: bool) -> JetStreamWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         _check_overwrite(overwrite)
+        if self._bucket():
+            return KeyValueWriter(bucket_write_config(self.options, schema))
         return JetStreamWriter(_write_config(self.options, schema))
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> JetStreamStreamWriter:
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         # Complete output mode asks to overwrite: a stream is a log, so every
-        # trigger's full result is appended (readers take the last per subject).
+        # trigger's full result is appended (readers take the last per subject), and
+        # a bucket takes every row as a put.
+        if self._bucket():
+            return KeyValueStreamWriter(bucket_write_config(self.options, schema))
         return JetStreamStreamWriter(_write_config(self.options, schema))
 
 

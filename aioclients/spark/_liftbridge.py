@@ -22,11 +22,14 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
   does not consume. Offsets also carry the stream's creation timestamp, so that
   a stream deleted and recreated under a query (offsets from 0 again) is noticed.
 - Data loss (``failOnDataLoss``, default true): the planner learns each
-  partition's oldest kept offset (by subscribing from ``EARLIEST`` and reading
-  one message). When a micro-batch would start below it (retention) or the
-  stream was recreated, the query fails with :class:`DataLossError` naming the
-  lost offsets; with ``false`` it logs a warning and goes on from the oldest
-  kept. A batch read whose ``startingOffsets`` lie below it does the same.
+  partition's oldest kept offset (a start-at-time subscription from the epoch,
+  which the broker refuses at once when nothing is kept; else, when its time
+  index is inconclusive, an ``EARLIEST`` one: see ``_oldest_kept``). When a
+  micro-batch would start below it (retention) or the stream was recreated, the
+  query fails with :class:`DataLossError` naming the lost offsets; with
+  ``false`` it logs a warning and goes on from the oldest kept. A batch read
+  whose ``startingOffsets`` lie below it does the same, and so does a task
+  whose segment the cleaner deletes while it reads (``SegmentDeletedError``).
 - Writers publish each row on the PublishAsync stream (``AckPolicy.LEADER``) of
   one client per task, with columns converted in C and publish_async's per-call
   checks done once per task (see ``_publish``), and wait for every ack; a
@@ -51,6 +54,7 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
+    Filter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -92,6 +96,8 @@ from aioclients.spark._lb_offsets import (
 from aioclients.spark._protocol._data_loss import OPTION as FAIL_ON_DATA_LOSS
 from aioclients.spark._protocol._data_loss import lost_range, report_data_loss
 from aioclients.spark._protocol._options import OptionReader
+from aioclients.spark._protocol._pushdown import LiftbridgeSelection, plan_liftbridge
+from aioclients.spark._pushdown import to_predicate
 
 __all__ = (
     "LIFTBRIDGE_ARROW_SCHEMA",
@@ -202,16 +208,24 @@ class ReadConfig:
     stream: str
     batch_size: int
     timeout: float
+    #: the ``failOnDataLoss`` option: a task that finds part of its range deleted by
+    #: retention under it fails (true) or warns and goes on from the oldest kept
+    fail_on_data_loss: bool = True
 
 
 @dataclass(frozen=True)
 class OffsetRange(InputPartition):
-    """The offsets ``first`` to ``last`` (inclusive) of one Liftbridge partition."""
+    """The offsets ``first`` to ``last`` (inclusive) of one Liftbridge partition.
+
+    ``residual``: the pushed selection, when rows must be checked against it as they
+    are read (time bounds, ``IN`` lists).
+    """
 
     config: ReadConfig
     partition: int
     first: int
     last: int
+    residual: LiftbridgeSelection | None = None
 
 
 def _read_config(opts: OptionReader) -> tuple[ReadConfig, str | None]:
@@ -224,6 +238,7 @@ def _read_config(opts: OptionReader) -> tuple[ReadConfig, str | None]:
         stream=stream,
         batch_size=batch_size,
         timeout=opts.seconds("timeout", default=DEFAULT_TIMEOUT),
+        fail_on_data_loss=opts.boolean(FAIL_ON_DATA_LOSS, default=True),
     )
     return config, opts.get("partitions")
 
@@ -258,36 +273,108 @@ class PartitionState:
 async def _oldest_kept(
     client: liftbridge.Client, config: ReadConfig, partition: int, high_watermark: int
 ) -> int:
-    """The offset of the oldest message the partition still keeps (retention trims it)."""
+    """The offset of the oldest message the partition still keeps up to
+    ``high_watermark`` (retention trims it), or ``high_watermark + 1`` when it keeps
+    none of them (the cleaner emptied the partition)."""
     if high_watermark < 0:
         return 0
     loop = asyncio.get_running_loop()
     deadline = loop.time() + config.timeout
     while True:
-        subscription = client.subscribe(
-            config.stream,
-            partition=partition,
-            start_at=liftbridge.StartPosition.EARLIEST,
-            stop_offset=high_watermark,
-        )
+        try:
+            found = await _oldest_by_time(client, config, partition, high_watermark, deadline)
+            if found is None:
+                found = await _oldest_by_reading(
+                    client, config, partition, high_watermark, deadline
+                )
+            return found
+        except liftbridge.SegmentDeletedError:
+            # The partition's cleaner deleted the segment under the probe: the
+            # oldest offset just moved; look again.
+            if loop.time() < deadline:
+                continue
+            raise
+
+
+#: how long an EARLIEST probe waits for a first message once the broker has confirmed
+#: it, when the time index says that nothing up to the high watermark may be kept
+_EMPTIED_WAIT = 2.0
+
+
+def _stop_before_start(exc: liftbridge.LiftbridgeServerError) -> bool:
+    return exc.code == "INVALID_ARGUMENT" and "before start offset" in str(exc)
+
+
+async def _oldest_by_time(
+    client: liftbridge.Client,
+    config: ReadConfig,
+    partition: int,
+    high_watermark: int,
+    deadline: float,
+) -> int | None:
+    """The oldest kept offset by a start-at-time subscription from the epoch (the
+    first entry of the first segment's time index), which never waits on a partition
+    the cleaner emptied: the broker then starts past the high watermark and refuses
+    the subscription (stop before start). None: it refused, which it also does when
+    the log's newest segment is empty and it reads that as the end of the log (only
+    when the log has one or two segments), so the answer is not final."""
+    loop = asyncio.get_running_loop()
+    subscription = client.subscribe(
+        config.stream, partition=partition, start_time=1, stop_offset=high_watermark
+    )
+    try:
         async with subscription as sub:
             try:
                 msg = await asyncio.wait_for(sub.__anext__(), max(deadline - loop.time(), 0))
             except StopAsyncIteration:
                 return high_watermark + 1
-            except liftbridge.SegmentDeletedError:
-                # The partition's cleaner deleted the segment under the probe: the
-                # oldest offset just moved; look again.
-                if loop.time() < deadline:
-                    continue
-                raise
             except TimeoutError:
-                raise liftbridge.LiftbridgeTimeoutError(
-                    f"no message of {config.stream}/{partition} within {config.timeout}s while "
-                    "looking up its oldest offset; raise the 'timeout' option if the brokers "
-                    "are slow"
-                ) from None
-            return int(msg.offset)
+                raise _probe_timeout(config, partition) from None
+            return min(int(msg.offset), high_watermark + 1)
+    except liftbridge.LiftbridgeServerError as e:
+        if isinstance(e, liftbridge.SegmentDeletedError) or not _stop_before_start(e):
+            raise
+        return None
+
+
+async def _oldest_by_reading(
+    client: liftbridge.Client,
+    config: ReadConfig,
+    partition: int,
+    high_watermark: int,
+    deadline: float,
+) -> int:
+    """The oldest kept offset by an EARLIEST subscription: a kept message comes right
+    after the broker confirms it; on a partition the cleaner emptied the broker waits
+    for the next message instead, so no message within ``_EMPTIED_WAIT`` (or the
+    timeout, when shorter) means that none up to the high watermark is kept."""
+    loop = asyncio.get_running_loop()
+    subscription = client.subscribe(
+        config.stream,
+        partition=partition,
+        start_at=liftbridge.StartPosition.EARLIEST,
+        stop_offset=high_watermark,
+    )
+    try:
+        async with subscription as sub:
+            wait = min(_EMPTIED_WAIT, max(deadline - loop.time(), 0))
+            try:
+                msg = await asyncio.wait_for(sub.__anext__(), wait)
+            except (StopAsyncIteration, TimeoutError):
+                return high_watermark + 1
+            return min(int(msg.offset), high_watermark + 1)
+    except liftbridge.LiftbridgeServerError as e:
+        if isinstance(e, liftbridge.SegmentDeletedError) or not _stop_before_start(e):
+            raise
+        return high_watermark + 1  # the oldest kept is past it
+
+
+def _probe_timeout(config: ReadConfig, partition: int) -> liftbridge.LiftbridgeTimeoutError:
+    return liftbridge.LiftbridgeTimeoutError(
+        f"no message of {config.stream}/{partition} within {config.timeout}s while "
+        "looking up its oldest offset; raise the 'timeout' option if the brokers "
+        "are slow"
+    )
 
 
 async def _partition_state_async(config: ReadConfig, partitions: str | None) -> PartitionState:
@@ -344,38 +431,81 @@ def _to_record_batch(stream: str, partition: int, messages: list[liftbridge.Mess
 
 
 async def _read_messages(part: OffsetRange) -> AsyncIterator[list[liftbridge.Message]]:
-    """The range's messages in lists of up to ``batch_size``."""
+    """The range's messages in lists of up to ``batch_size``.
+
+    The planner checked that ``part.first`` was kept, but retention goes on while the
+    task reads: when the cleaner deletes the segment the task reads from
+    (``SegmentDeletedError``), or everything left of the range (the read then waits
+    for the next message until the timeout), the offsets from the next one to read up
+    to the oldest kept are lost. ``failOnDataLoss`` (in ``part.config``) then fails the
+    task naming them, or warns and reads on from the oldest kept.
+    """
     config = part.config
+    residual = part.residual
     client = await _connect(config.brokers, config.timeout)
     async with client:
-        # The planner checked that part.first is still kept (failOnDataLoss).
-        subscription = client.subscribe(
-            config.stream, partition=part.partition, start_offset=part.first, stop_offset=part.last
+        chunk: list[liftbridge.Message] = []
+        next_offset = part.first  # the next offset the range needs
+        while next_offset <= part.last:
+            subscription = client.subscribe(
+                config.stream,
+                partition=part.partition,
+                start_offset=next_offset,
+                stop_offset=part.last,
+            )
+            try:
+                async with subscription as sub:
+                    while True:
+                        try:
+                            msg = await asyncio.wait_for(sub.__anext__(), config.timeout)
+                        except StopAsyncIteration:
+                            next_offset = part.last + 1
+                            break
+                        except TimeoutError:
+                            kept = await _oldest_kept(client, config, part.partition, part.last)
+                            if kept <= next_offset:
+                                raise liftbridge.LiftbridgeTimeoutError(
+                                    f"no message of {config.stream}/{part.partition} within "
+                                    f"{config.timeout}s while reading offsets {part.first}.."
+                                    f"{part.last} (next: {next_offset}); raise the 'timeout' "
+                                    "option if the brokers are slow"
+                                ) from None
+                            next_offset = _lost_under_read(part, next_offset, kept)
+                            break
+                        if msg.offset > part.last:
+                            next_offset = part.last + 1
+                            break
+                        next_offset = msg.offset + 1
+                        if residual is None or residual.admits(
+                            part.partition, msg.offset, msg.timestamp // 1000
+                        ):
+                            chunk.append(msg)
+                        if len(chunk) >= config.batch_size:
+                            yield chunk
+                            chunk = []
+                        if msg.offset >= part.last:
+                            break
+            except liftbridge.SegmentDeletedError:
+                kept = await _oldest_kept(client, config, part.partition, part.last)
+                next_offset = _lost_under_read(part, next_offset, kept)
+        if chunk:
+            yield chunk
+
+
+def _lost_under_read(part: OffsetRange, next_offset: int, kept: int) -> int:
+    """Report ``next_offset .. kept - 1`` of the range lost to retention under the
+    read (``failOnDataLoss``); return where the read goes on."""
+    lost = lost_range(next_offset, kept, part.last)
+    if lost is not None:
+        report_data_loss(
+            f"of stream {part.config.stream!r}, partition {part.partition}: offsets "
+            f"{lost[0]}..{lost[1]} are no longer kept (retention deleted them while a task "
+            f"read offsets {part.first}..{part.last})",
+            fail=part.config.fail_on_data_loss,
+            resume="the oldest offset kept",
+            log=log,
         )
-        async with subscription as sub:
-            chunk: list[liftbridge.Message] = []
-            while True:
-                try:
-                    msg = await asyncio.wait_for(sub.__anext__(), config.timeout)
-                except StopAsyncIteration:
-                    break
-                except TimeoutError:
-                    raise liftbridge.LiftbridgeTimeoutError(
-                        f"no message of {config.stream}/{part.partition} within "
-                        f"{config.timeout}s while reading offsets {part.first}..{part.last} "
-                        f"(last read: {chunk[-1].offset if chunk else sub.last_offset}); "
-                        "raise the 'timeout' option if the brokers are slow"
-                    ) from None
-                if msg.offset > part.last:
-                    break
-                chunk.append(msg)
-                if len(chunk) >= config.batch_size:
-                    yield chunk
-                    chunk = []
-                if msg.offset >= part.last:
-                    break
-            if chunk:
-                yield chunk
+    return max(next_offset, kept)
 
 
 def read_partition(part: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -428,7 +558,7 @@ class LiftbridgeBatchReader(DataSourceReader):
             words=("latest",),
             stream=stream,
         )
-        fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
+        self.fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
         state = partition_state(self.config, partitions)
         hws = state.high_watermarks
         start = resolve_start(start_spec, hws, stream=stream, earliest=state.earliest)
@@ -445,30 +575,161 @@ class LiftbridgeBatchReader(DataSourceReader):
                         f"option 'startingOffsets' ({start[p]}) is after 'endingOffsets' "
                         f"({end[p]}) for partition {p}; the ending offset is inclusive"
                     )
+        self.state = state
+        self.start = start
+        self.end = end
+        # What pushFilters (a subclass) leaves to the brokers; everything by default.
+        self.selection = LiftbridgeSelection()
+
+    def partitions(self) -> list[OffsetRange]:
+        selection, state, stream = self.selection, self.state, self.config.stream
+        chosen = selection.choose(state.high_watermarks)
+        found = _run(_first_offsets_at_or_after(self.config, state, chosen, selection))
+        windows = {
+            p: selection.offset_window(self.start[p], self.end[p], found.get(p, {})) for p in chosen
+        }
         losses = {}
-        for p in sorted(hws):
-            lost = lost_range(start[p], state.earliest[p], end[p])
+        for p, window in windows.items():
+            assert window.lo is not None
+            assert window.hi is not None
+            lost = lost_range(window.lo, state.earliest[p], window.hi)
             if lost is not None:
                 losses[p] = lost
-            start[p] = max(start[p], state.earliest[p])
+                windows[p] = window.narrow(lo=state.earliest[p])
         if losses:
             report_data_loss(
                 "option 'startingOffsets' starts below the oldest offsets kept: "
                 + _losses_text(stream, losses),
-                fail=fail_on_data_loss,
+                fail=self.fail_on_data_loss,
                 resume="the oldest offsets kept",
                 log=log,
             )
-        self.ranges = [
-            OffsetRange(self.config, p, start[p], end[p]) for p in sorted(hws) if start[p] <= end[p]
+        residual = selection if selection.residual else None
+        ranges = [
+            OffsetRange(self.config, p, w.lo, w.hi, residual)
+            for p, w in sorted(windows.items())
+            if w.lo is not None and w.hi is not None and w.lo <= w.hi
         ]
-
-    def partitions(self) -> list[OffsetRange]:
         # An empty read still needs one partition: with none, Spark plans its own.
-        return self.ranges or [OffsetRange(self.config, 0, 0, -1)]
+        return ranges or [OffsetRange(self.config, 0, 0, -1)]
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_partition(partition)
+
+
+class LiftbridgePushdownReader(LiftbridgeBatchReader):
+    """The batch reader with filter pushdown (see :mod:`aioclients.spark._pushdown`).
+
+    ``partition`` (=, IN), ``offset`` ranges and ``timestamp`` bounds become the
+    partitions read, their offset ranges and start-at-time positions; the rest is
+    returned to Spark.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        predicates = [to_predicate(f) for f in filters]
+        self.selection, pushed = plan_liftbridge(predicates, self.config.stream)
+        log.debug("liftbridge pushdown: %s (pushed %s)", self.selection, pushed)
+        return [f for f, exact in zip(filters, pushed, strict=True) if not exact]
+
+
+async def _first_offsets_at_or_after(
+    config: ReadConfig,
+    state: PartitionState,
+    partitions: list[int],
+    selection: LiftbridgeSelection,
+) -> dict[int, dict[int, int | None]]:
+    """Per partition, the first offset with a timestamp at or after each time lookup."""
+    times = selection.time_lookups()
+    if not times or not partitions:
+        return {}
+    client = await _connect(config.brokers, config.timeout)
+    async with client:
+        found: dict[int, dict[int, int | None]] = {}
+        for p in partitions:
+            hw = state.high_watermarks[p]
+            if state.earliest[p] > hw:
+                # Nothing kept (the cleaner emptied it): no message at or after any
+                # time, and a lookup would wait for the next message.
+                found[p] = dict.fromkeys(times)
+                continue
+            found[p] = {t: await _offset_at_or_after(client, config, p, hw, t) for t in times}
+        return found
+
+
+async def _offset_at_or_after(
+    client: liftbridge.Client, config: ReadConfig, partition: int, high_watermark: int, micros: int
+) -> int | None:
+    """The partition's first offset stamped at or after ``micros`` (None: there is none).
+
+    Liftbridge finds it by time (a start-at-time subscription, exact while a
+    partition's times do not go backwards); the newest message is looked at first,
+    because a start time past it would leave nothing to read up to the high watermark.
+    """
+    if high_watermark < 0:
+        return None
+    nanos = micros * 1000
+    newest = await _first_message(
+        client, config, partition, high_watermark, start_offset=high_watermark
+    )
+    if newest is None or newest.timestamp < nanos:
+        return None
+    try:
+        found = await _first_message(client, config, partition, high_watermark, start_time=nanos)
+    except liftbridge.LiftbridgeServerError as e:
+        if isinstance(e, liftbridge.SegmentDeletedError) or not _stop_before_start(e):
+            raise
+        # The newest message is at or after the time, yet the broker started past it:
+        # its time lookup stops at an empty segment (the newest one, just sealed) and
+        # answers the end of the log. Search by offset instead.
+        return await _offset_at_or_after_by_offset(client, config, partition, high_watermark, nanos)
+    return None if found is None else int(found.offset)
+
+
+async def _offset_at_or_after_by_offset(
+    client: liftbridge.Client, config: ReadConfig, partition: int, high_watermark: int, nanos: int
+) -> int | None:
+    """The first offset stamped at or after ``nanos`` by a binary search over the kept
+    offsets, one single-message subscription per step (times do not go backwards
+    along a partition; compaction may leave gaps, each step reads the first message
+    at or after its offset)."""
+    lo = await _oldest_kept(client, config, partition, high_watermark)
+    hi = high_watermark
+    while lo < hi:
+        mid = (lo + hi) // 2
+        msg = await _first_message(client, config, partition, high_watermark, start_offset=mid)
+        if msg is None:
+            return None
+        if msg.timestamp >= nanos:
+            hi = mid
+        else:
+            lo = int(msg.offset) + 1
+    if lo > high_watermark:
+        return None
+    msg = await _first_message(client, config, partition, high_watermark, start_offset=lo)
+    return None if msg is None or msg.timestamp < nanos else int(msg.offset)
+
+
+async def _first_message(
+    client: liftbridge.Client,
+    config: ReadConfig,
+    partition: int,
+    high_watermark: int,
+    **start: Any,
+) -> liftbridge.Message | None:
+    subscription = client.subscribe(
+        config.stream, partition=partition, stop_offset=high_watermark, **start
+    )
+    async with subscription as sub:
+        try:
+            return await asyncio.wait_for(sub.__anext__(), config.timeout)
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            raise liftbridge.LiftbridgeTimeoutError(
+                f"no message of {config.stream}/{partition} within {config.timeout}s while "
+                "looking up an offset by time; raise the 'timeout' option if the brokers "
+                "are slow"
+            ) from None
 
 
 class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -1004,6 +1265,9 @@ class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
 class LiftbridgeDataSource(DataSource):
     """The ``liftbridge`` format (see the module docstring and docs/spark.md)."""
 
+    #: Whether batch reads take filter pushdown (see ``JetStreamDataSource``).
+    filter_pushdown = False
+
     @classmethod
     def name(cls) -> str:
         return FORMAT
@@ -1013,7 +1277,8 @@ class LiftbridgeDataSource(DataSource):
 
     def reader(self, schema: StructType) -> LiftbridgeBatchReader:
         _check_schema(schema)
-        return LiftbridgeBatchReader(self.options)
+        kind = LiftbridgePushdownReader if self.filter_pushdown else LiftbridgeBatchReader
+        return kind(self.options)
 
     def streamReader(self, schema: StructType) -> LiftbridgeStreamReader:
         _check_schema(schema)

@@ -35,6 +35,7 @@ from aioclients._errors import (
     RemoteProtocolError,
 )
 from aioclients.spark._direct_io import DirectGetConnection, TlsFiles
+from aioclients.spark._errors import PublishFailedError
 from aioclients.spark._protocol._direct_reader import Ping, Pong, ServerErr, ServerInfo
 from aioclients.spark._protocol._mpub_frames import Mpub, MpubBuilder
 from aioclients.spark._protocol._publish_frames import (
@@ -44,7 +45,12 @@ from aioclients.spark._protocol._publish_frames import (
     publish_frames,
 )
 
-__all__ = ("JetStreamPublishConnection", "nsq_publish", "publish_record_batches")
+__all__ = (
+    "JetStreamPublishConnection",
+    "nsq_publish",
+    "publish_and_check",
+    "publish_record_batches",
+)
 
 #: Rows per write: small enough to start the server early, large enough that a
 #: write's fixed cost vanishes.
@@ -204,6 +210,46 @@ async def publish_record_batches(
     text = _failure_text(conn)
     if text is not None:
         on_failure(text)
+
+
+async def publish_and_check(
+    servers: list[str],
+    batches: Iterator[pa.RecordBatch],
+    *,
+    timeout: float,
+    tls: TlsFiles,
+    window: int,
+    subject: str | None,
+    retry_note: str,
+) -> tuple[int, int]:
+    """One task's publish: connect, publish every row, check every ack, close.
+
+    Returns (stored, duplicates). A refused publish, a lost connection or no ack in
+    time raises :class:`PublishFailedError` (``retry_note`` says what a retry does).
+    """
+    conn = await JetStreamPublishConnection.connect(servers, timeout=timeout, tls=tls)
+
+    def fail(text: str) -> NoReturn:
+        failed = max(conn.acks.failed, 1)
+        raise PublishFailedError(
+            f"{failed} publish(es) failed, the first with: {redact_text(text)}; the task "
+            f"fails so that nothing is dropped ({retry_note})"
+        )
+
+    try:
+        try:
+            await publish_record_batches(
+                conn, batches, subject=subject, window=window, on_failure=fail
+            )
+        except (ConnectError, OperationTimeoutError, RemoteProtocolError) as exc:
+            refused = _failure_text(conn)
+            fail(
+                f"{exc} ({conn.sent - conn.acks.settled} publishes without an ack"
+                + (f"; refused before that: {refused})" if refused else ")")
+            )
+    finally:
+        await conn.close()
+    return conn.acks.stored, conn.acks.duplicates
 
 
 def _subjects(

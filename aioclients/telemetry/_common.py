@@ -16,10 +16,13 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 from opentelemetry import propagate, trace
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
-from opentelemetry.propagators.textmap import Getter, Setter
+from opentelemetry.metrics import CallbackOptions, Meter, NoOpHistogram, Observation
+from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.propagators.textmap import Getter, Setter, TextMapPropagator
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
 __all__ = (
@@ -38,6 +41,7 @@ __all__ = (
     "Attributes",
     "Instruments",
     "Patches",
+    "block_may_carry_context",
     "creation_link",
     "extract",
     "inject_into",
@@ -87,6 +91,14 @@ class _Totals:
         # frozenset(attributes.items()) -> [attributes, count]
         self._counts: dict[frozenset[tuple[str, AttributeValue]], list[Any]] = {}
 
+    def entry(self, attributes: Attributes, key: Any) -> list[Any]:
+        """The ``[attributes, count]`` of one attribute set, made if new: a per-message
+        path keeps it and adds to ``entry[1]`` itself (no call per message)."""
+        entry = self._counts.get(key)
+        if entry is None:
+            entry = self._counts[key] = [attributes, 0]
+        return entry
+
     def add(self, amount: int, attributes: Attributes, key: Any = None) -> None:
         if key is None:
             key = frozenset(attributes.items())
@@ -103,10 +115,17 @@ class _Totals:
 
 
 class Instruments:
-    """The tracer and the three instruments of one ``instrument()`` call."""
+    """The tracer and the three instruments of one ``instrument()`` call.
+
+    The per-message paths (a receive span per message, a settle span per ack) call
+    ``start_span`` (the tracer's own method) and ``record`` directly rather than
+    :meth:`start` and :meth:`finish`: ``record`` is ``None`` when the meter is the
+    API's no-op one, so that nothing at all is called for the histogram then.
+    """
 
     def __init__(self, tracer: Tracer, meter: Meter) -> None:
         self.tracer = tracer
+        self.start_span = tracer.start_span
         self.sent = _Totals()
         self.consumed = _Totals()
         meter.create_observable_counter(
@@ -127,6 +146,9 @@ class Instruments:
             description="Duration of messaging operation initiated by a producer or consumer "
             "client.",
             explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+        )
+        self.record: Callable[[float, Attributes], None] | None = (
+            None if isinstance(self.duration, NoOpHistogram) else self.duration.record
         )
 
     def start(
@@ -167,7 +189,8 @@ class Instruments:
             metric_attributes = {**metric_attributes, ERROR_TYPE: error_type}
             key = None
         span.end(end)
-        self.duration.record((end - start_ns) / 1e9, metric_attributes)
+        if self.record is not None:
+            self.record((end - start_ns) / 1e9, metric_attributes)
         if sent:
             self.sent.add(sent, metric_attributes, key)
         if consumed:
@@ -216,14 +239,79 @@ _BYTES_SETTER = _BytesSetter()
 
 def extract(headers: Mapping[str, Any] | None) -> Context:
     """The context the global propagator finds in ``headers`` (empty if none)."""
-    if not headers:
+    if not headers or not _headers_may_carry_context(headers):
         return Context()
     return propagate.extract(headers, context=Context(), getter=_GETTER)
 
 
+# -- does a message carry a context at all? ------------------------------------------
+
+# The propagators whose extract() reads no header but the ones their ``fields`` name
+# (the W3C ones, the default): with these, a message none of whose header names is one
+# of those fields carries no context, and the propagator need not be asked. With any
+# other propagator (B3 reads a header it does not list, for one) it always is.
+_FIELDS_TRUSTED = (TraceContextTextMapPropagator, W3CBaggagePropagator)
+
+# (the propagator the names were taken from, its field names as text, the same as
+# lower-case bytes); the names are None when the propagator must always be asked
+_fields_cache: tuple[object, frozenset[str] | None, tuple[bytes, ...] | None] = (None, None, None)
+
+
+def _fields_of(propagator: TextMapPropagator) -> frozenset[str] | None:
+    if isinstance(propagator, CompositePropagator):
+        parts = getattr(propagator, "_propagators", None)
+        if not isinstance(parts, (list, tuple)):
+            return None
+    else:
+        parts = [propagator]
+    names: set[str] = set()
+    for part in parts:
+        if type(part) not in _FIELDS_TRUSTED:
+            return None
+        names.update(name.lower() for name in part.fields)
+    return frozenset(names)
+
+
+def _context_fields() -> tuple[frozenset[str] | None, tuple[bytes, ...] | None]:
+    """The header names the global propagator reads (lower case), as text and as
+    bytes; ``(None, None)`` when it cannot be told (then always extract)."""
+    global _fields_cache
+    propagator = propagate.get_global_textmap()
+    cached = _fields_cache
+    if cached[0] is not propagator:
+        names = _fields_of(propagator)
+        encoded = None if names is None else tuple(name.encode() for name in names)
+        cached = _fields_cache = (propagator, names, encoded)
+    return cached[1], cached[2]
+
+
+def block_may_carry_context(block: bytes) -> bool:
+    """Whether a raw ``NATS/1.0`` header block may carry a trace context: False only
+    when none of the global propagator's header names occurs in it (any case), so
+    that a message without one costs no header decoding and no extract()."""
+    names = _context_fields()[1]
+    if names is None:
+        return True
+    lowered = block.lower()
+    for name in names:
+        if name in lowered:
+            return True
+    return False
+
+
+def _headers_may_carry_context(headers: Mapping[str, Any]) -> bool:
+    names = _context_fields()[0]
+    if names is None:
+        return True
+    for key in headers:
+        if isinstance(key, str) and key.lower() in names:
+            return True
+    return False
+
+
 def creation_link(headers: Mapping[str, Any] | None) -> list[Link] | None:
     """A link to the creation context carried by ``headers``, if there is one."""
-    if not headers:
+    if not headers or not _headers_may_carry_context(headers):
         return None
     context = trace.get_current_span(extract(headers)).get_span_context()
     if not context.is_valid:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import re
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable
@@ -53,6 +54,7 @@ from aioclients.telemetry._common import (
     Attributes,
     Instruments,
     Patches,
+    block_may_carry_context,
     creation_link,
     inject_into,
     merge_nested,
@@ -116,16 +118,81 @@ def _receive_attributes(owner: object, msg: Msg | None, *, group: bool = True) -
     return attrs
 
 
+# A regular JetStream ack subject: ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.
+# <dseq>.<ts>.<pending>``, or with a domain and account hash in front (and tokens
+# after). Read with these, ``(stream, consumer, stream sequence)`` costs a fraction of
+# parsing all of ``msg.metadata`` (five integers and a datetime: some 5 us, more than
+# the rest of a receive span's own work). What they match, the parse reads alike.
+_NUMBERS = r"\.[0-9]+\.(0|[1-9][0-9]*)\.[0-9]+\.[0-9]+\.[0-9]+"
+_ACK_V1 = re.compile(r"\$JS\.ACK\.([^.]+)\.([^.]+)" + _NUMBERS).fullmatch
+_ACK_V2 = re.compile(
+    r"\$JS\.ACK\.[^.]*\.[^.]*\.([^.]+)\.([^.]+)" + _NUMBERS + r"(?:\.[^.]*)*"
+).fullmatch
+
+
+def _ack_tokens(reply: str) -> tuple[str, ...] | None:
+    """``(stream, consumer, stream sequence)`` of a regular ack subject, None for
+    anything else (then the full parse decides)."""
+    match = _ACK_V1(reply) or _ACK_V2(reply)
+    return None if match is None else match.groups()
+
+
 def _message_id(msg: Msg) -> str | None:
+    """The stream sequence of a delivered message, its ``messaging.message.id``
+    (None when its reply is no JetStream ack subject)."""
+    if msg._metadata is None:
+        tokens = _ack_tokens(msg.reply)
+        if tokens is not None:
+            return tokens[2]
     try:
         return str(msg.metadata.sequence.stream)
     except AioClientsError:
         return None
 
 
-def _with_id(attrs: Attributes, msg: Msg) -> Attributes:
-    seq = _message_id(msg)
-    return attrs if seq is None else {**attrs, MESSAGE_ID: seq}
+def _ack_position(msg: Msg) -> tuple[str, str] | None:
+    """``(stream, consumer)`` of a delivered message (None when it has none)."""
+    if msg._metadata is None:
+        tokens = _ack_tokens(msg.reply)
+        if tokens is not None:
+            return tokens[0], tokens[1]
+    try:
+        metadata = msg.metadata
+    except AioClientsError:
+        return None
+    return metadata.stream, metadata.consumer
+
+
+def _message_link(msg: Msg) -> list[Link] | None:
+    """The link to the creation context a message carries, looking at the raw
+    header block first: a message with no headers, or with none the propagator
+    reads, is neither decoded nor given to the propagator."""
+    block = msg._header_block
+    if block is None or not block_may_carry_context(block):
+        return None
+    return creation_link(msg.headers)
+
+
+class _Nothing:
+    pass
+
+
+# A weak reference whose object is gone: calling it gives None, which no owner is.
+_dead_ref: weakref.ref[Any] = weakref.ref(_Nothing())
+
+
+class _Receiving:
+    """What every receive span of one stream (consume, next) shares: its name, its
+    attributes without the message id, and its entry in the consumed counter (a
+    message adds 1 to ``consumed[1]``, no call)."""
+
+    __slots__ = ("attrs", "consumed", "name")
+
+    def __init__(self, attrs: Attributes, inst: Instruments) -> None:
+        destination = attrs.get(DESTINATION)
+        self.name = f"receive {destination}" if destination else "receive"
+        self.attrs = attrs
+        self.consumed = inst.consumed.entry(attrs, frozenset(attrs.items()))
 
 
 class _Batch:
@@ -260,26 +327,47 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
 
     # -- receive, one span per message ---------------------------------------------
 
-    # per stream (or consumer): the receive attributes and their counter key
-    stream_attrs: weakref.WeakKeyDictionary[object, tuple[Attributes, Any]] = (
-        weakref.WeakKeyDictionary()
-    )
+    # per stream (or consumer): what its receive spans share; the last one used is
+    # also kept aside (a weak reference to it and its entry), so that a consume loop
+    # finds it with one call and one comparison
+    receiving: weakref.WeakKeyDictionary[object, _Receiving] = weakref.WeakKeyDictionary()
+    last: list[Any] = [_dead_ref, None]
+    start_span = inst.start_span
+    record = inst.record
 
-    def received(owner: object, msg: Msg, start: int, *, group: bool = True) -> None:
-        cached = stream_attrs.get(owner)
-        if cached is None:
+    def receiving_of(owner: object, msg: Msg, group: bool) -> _Receiving:
+        shared = receiving.get(owner)
+        if shared is None:
             attrs = _receive_attributes(owner, msg, group=group)
-            cached = stream_attrs[owner] = (attrs, frozenset(attrs.items()))
-        attrs, key = cached
-        span = tracer_start(
-            "receive",
-            attrs.get(DESTINATION),  # type: ignore[arg-type]
+            shared = receiving[owner] = _Receiving(attrs, inst)
+        last[0] = weakref.ref(owner)
+        last[1] = shared
+        return shared
+
+    def received(owner: object, msg: Msg, start: int, group: bool) -> None:
+        # The hot path of a span per message: the SDK's start_span and end() are
+        # most of its cost; around them only what differs per message is made.
+        shared: _Receiving = last[1] if last[0]() is owner else receiving_of(owner, msg, group)
+        attrs = shared.attrs.copy()
+        if msg._metadata is None and (match := _ACK_V1(msg.reply)) is not None:
+            attrs[MESSAGE_ID] = match[3]
+        else:
+            seq = _message_id(msg)
+            if seq is not None:
+                attrs[MESSAGE_ID] = seq
+        span = start_span(
+            shared.name,
+            None,
             _CLIENT,
-            _with_id(attrs, msg),
-            links=creation_link(msg.headers),
-            start_ns=start,
+            attrs,
+            None if msg._header_block is None else _message_link(msg),
+            start,
         )
-        finish(span, attrs, start, consumed=1, key=key)
+        end = _time_ns()
+        span.end(end)
+        if record is not None:
+            record((end - start) / 1e9, shared.attrs)
+        shared.consumed[1] += 1
 
     def receive_failed(owner: object, start: int, error: BaseException) -> None:
         attrs = _receive_attributes(owner, None)
@@ -301,7 +389,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
             except BaseException as exc:
                 receive_failed(owner, start, exc)
                 raise
-            received(owner, msg, start, group=group)
+            received(owner, msg, start, group)
             return msg
 
         return step
@@ -319,12 +407,37 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
                 except BaseException as exc:
                     receive_failed(self, start, exc)
                     raise
-                received(self, msg, start, group=group)
+                received(self, msg, start, group)
                 return msg
 
             return __anext__
 
         return make
+
+    def traced_stream_anext(original: Any) -> Any:
+        # consume()'s MessageStream: a buffered message (nearly every one) is taken
+        # with the stream's own fast path, a plain call, with no coroutine of the
+        # library's awaited inside this one
+        async def __anext__(self: MessageStream) -> Msg:
+            start = _time_ns()
+            msg = self._take_buffered()
+            if msg is None:
+                if _RECEIVING.get():
+                    nested: Msg = await original(self)
+                    return nested
+                try:
+                    msg = await original(self)
+                except (StopAsyncIteration, asyncio.CancelledError):
+                    raise
+                except BaseException as exc:
+                    receive_failed(self, start, exc)
+                    raise
+            elif _RECEIVING.get():
+                return msg
+            received(self, msg, start, True)
+            return msg
+
+        return __anext__
 
     def traced_aiter(group: bool) -> Callable[[Any], Any]:
         """A bare ``async for`` (outside ``async with``) gets an iterator of the
@@ -360,7 +473,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
             if close is not None:
                 await close()
 
-    patches.wrap(MessageStream, "__anext__", traced_anext(True))
+    patches.wrap(MessageStream, "__anext__", traced_stream_anext)
     patches.wrap(MessageStream, "__aiter__", traced_aiter(True))
     # Ordered consumers replace their server-side consumer on every reset: its
     # name is no group.
@@ -384,7 +497,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
                     raise
                 finally:
                     _RECEIVING.reset(token)
-                received(self, msg, start, group=group)
+                received(self, msg, start, group)
                 return msg
 
             return next
@@ -408,7 +521,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
         batch.count += 1
         if batch.attrs is None:
             batch.attrs = _receive_attributes(owner, msg, group=group)
-        link = creation_link(msg.headers)
+        link = _message_link(msg)
         if link:
             seq = _message_id(msg)
             if seq is not None:
@@ -507,38 +620,91 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
 
     # -- settle --------------------------------------------------------------------
 
+    # Per request layer (one per JetStream context): the server its connection was on
+    # when the entries were made, and per (operation, stream, consumer) a settle span's
+    # name and attributes (without the message id). A reconnect to another server
+    # starts afresh.
+    settling: weakref.WeakKeyDictionary[
+        object, tuple[object, dict[tuple[str, str | None, str | None], tuple[str, Attributes]]]
+    ] = weakref.WeakKeyDictionary()
+
+    def settle_attributes(
+        msg: Msg, operation: str, stream: str | None, consumer: str | None
+    ) -> tuple[str, Attributes]:
+        js = msg._api
+        nc = getattr(js, "nc", None)
+        url = getattr(nc, "connected_url", None)
+        by_context = settling.get(js)
+        if by_context is None or by_context[0] is not url:
+            by_context = settling[js] = (url, {})
+        entries = by_context[1]
+        entry = entries.get((operation, stream, consumer))
+        if entry is None:
+            attrs: Attributes = {
+                SYSTEM: "nats",
+                OPERATION_TYPE: "settle",
+                OPERATION_NAME: operation,
+            }
+            if stream is not None and consumer is not None:
+                attrs[DESTINATION] = stream
+                attrs[CONSUMER_GROUP] = consumer
+            attrs.update(_server(msg))
+            if len(entries) > 1024:
+                entries.clear()
+            entry = entries[(operation, stream, consumer)] = (
+                f"{operation} {stream}" if stream else operation,
+                attrs,
+            )
+        return entry
+
     def traced_settle(operation: str) -> Callable[[Any], Any]:
+        # the last (context, server, stream, consumer) settled and its name and
+        # attributes: an ack loop finds them with a few comparisons
+        last: list[Any] = [_dead_ref, None, None, None, None]
+
         def make(original: Any) -> Any:
             async def settle(self: Msg, *args: Any, **kwargs: Any) -> None:
-                attrs: Attributes = {
-                    SYSTEM: "nats",
-                    OPERATION_TYPE: "settle",
-                    OPERATION_NAME: operation,
-                }
-                try:
-                    metadata = self.metadata
-                except AioClientsError:
-                    seq = None
+                # stream, consumer and message id from one reading of the ack subject
+                match = None if self._metadata is not None else _ACK_V1(self.reply)
+                if match is not None:
+                    stream, consumer, seq = match.groups()
                 else:
-                    attrs[DESTINATION] = metadata.stream
-                    attrs[CONSUMER_GROUP] = metadata.consumer
-                    seq = str(metadata.sequence.stream)
-                attrs.update(_server(self))
-                span_attrs = attrs if seq is None else {**attrs, MESSAGE_ID: seq}
+                    position = _ack_position(self)
+                    stream, consumer = (None, None) if position is None else position
+                    seq = _message_id(self)
+                js = self._api
+                if (
+                    last[0]() is js
+                    and last[1] is getattr(getattr(js, "nc", None), "connected_url", None)
+                    and last[2] == stream
+                    and last[3] == consumer
+                ):
+                    name, attrs = last[4]
+                else:
+                    entry = settle_attributes(self, operation, stream, consumer)
+                    name, attrs = entry
+                    if js is not None:
+                        last[:] = [
+                            weakref.ref(js),
+                            getattr(getattr(js, "nc", None), "connected_url", None),
+                            stream,
+                            consumer,
+                            entry,
+                        ]
+                span_attrs = attrs.copy()
+                if seq is not None:
+                    span_attrs[MESSAGE_ID] = seq
                 start = _time_ns()
-                span = tracer_start(
-                    operation,
-                    attrs.get(DESTINATION),  # type: ignore[arg-type]
-                    _CLIENT,
-                    span_attrs,
-                    start_ns=start,
-                )
+                span = start_span(name, None, _CLIENT, span_attrs, None, start)
                 try:
                     await original(self, *args, **kwargs)
                 except BaseException as exc:
                     finish(span, attrs, start, exc)
                     raise
-                finish(span, attrs, start)
+                end = _time_ns()
+                span.end(end)
+                if record is not None:
+                    record((end - start) / 1e9, attrs)
 
             return settle
 

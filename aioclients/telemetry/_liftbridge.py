@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
+import weakref
 from functools import partial
 from typing import Any
 
@@ -125,24 +126,64 @@ def instrument_liftbridge(inst: Instruments, patches: Patches) -> None:
 
     # -- receive -------------------------------------------------------------------
 
-    def received(attrs: Attributes, msg: Message, start: int) -> None:
-        span = start_span(
-            "receive",
-            msg.stream,
+    start_span_now = inst.start_span
+    record = inst.record
+    consumed_add = inst.consumed.add
+
+    class _Receiving:
+        """What the receive spans of one subscription (or of one group's stream)
+        share: their name, attributes without the per-message ones, counter key."""
+
+        __slots__ = ("attrs", "key", "name")
+
+        def __init__(self, attrs: Attributes) -> None:
+            destination = attrs.get(DESTINATION)
+            self.name = f"receive {destination}" if destination else "receive"
+            self.attrs = attrs
+            self.key = frozenset(attrs.items())
+
+    def received(shared: _Receiving, msg: Message, start: int) -> None:
+        attrs = shared.attrs.copy()
+        attrs[DESTINATION_PARTITION] = str(msg.partition)
+        attrs[MESSAGE_ID] = str(msg.offset)
+        headers = msg.headers
+        span = start_span_now(
+            shared.name,
+            None,
             SpanKind.CLIENT,
-            {
-                **attrs,
-                DESTINATION_PARTITION: str(msg.partition),
-                MESSAGE_ID: str(msg.offset),
-            },
-            links=creation_link(msg.headers),
-            start_ns=start,
+            attrs,
+            creation_link(headers) if headers else None,
+            start,
         )
-        finish(span, attrs, start, consumed=1)
+        end = _time_ns()
+        span.end(end)
+        if record is not None:
+            record((end - start) / 1e9, shared.attrs)
+        consumed_add(1, shared.attrs, shared.key)
 
     def failed(attrs: Attributes, destination: str | None, start: int, exc: BaseException) -> None:
         span = start_span("receive", destination, SpanKind.CLIENT, attrs, start_ns=start)
         finish(span, attrs, start, exc)
+
+    def _receive_attributes(stream: str | None, group: str | None) -> Attributes:
+        attrs: Attributes = {
+            SYSTEM: "liftbridge",
+            OPERATION_TYPE: "receive",
+            OPERATION_NAME: "receive",
+        }
+        if stream is not None:
+            attrs[DESTINATION] = stream
+        if group is not None:
+            attrs[CONSUMER_GROUP] = group
+        return attrs
+
+    # per subscription; per group consumer and stream
+    by_subscription: weakref.WeakKeyDictionary[Subscription, _Receiving] = (
+        weakref.WeakKeyDictionary()
+    )
+    by_group: weakref.WeakKeyDictionary[GroupConsumer, dict[str, _Receiving]] = (
+        weakref.WeakKeyDictionary()
+    )
 
     def traced_subscription_anext(original: Any) -> Any:
         async def __anext__(self: Subscription) -> Message:
@@ -150,20 +191,17 @@ def instrument_liftbridge(inst: Instruments, patches: Patches) -> None:
                 msg: Message = await original(self)
                 return msg
             start = _time_ns()
-            attrs: Attributes = {
-                SYSTEM: "liftbridge",
-                OPERATION_TYPE: "receive",
-                OPERATION_NAME: "receive",
-                DESTINATION: self.stream,
-            }
             try:
                 msg = await original(self)
             except (StopAsyncIteration, asyncio.CancelledError):
                 raise
             except BaseException as exc:
-                failed(attrs, self.stream, start, exc)
+                failed(_receive_attributes(self.stream, None), self.stream, start, exc)
                 raise
-            received(attrs, msg, start)
+            shared = by_subscription.get(self)
+            if shared is None:
+                shared = by_subscription[self] = _Receiving(_receive_attributes(self.stream, None))
+            received(shared, msg, start)
             return msg
 
         return __anext__
@@ -176,22 +214,17 @@ def instrument_liftbridge(inst: Instruments, patches: Patches) -> None:
             except (StopAsyncIteration, asyncio.CancelledError):
                 raise
             except BaseException as exc:
-                attrs: Attributes = {
-                    SYSTEM: "liftbridge",
-                    OPERATION_TYPE: "receive",
-                    OPERATION_NAME: "receive",
-                    CONSUMER_GROUP: self.group_id,
-                }
-                failed(attrs, None, start, exc)
+                failed(_receive_attributes(None, self.group_id), None, start, exc)
                 raise
-            attrs = {
-                SYSTEM: "liftbridge",
-                OPERATION_TYPE: "receive",
-                OPERATION_NAME: "receive",
-                DESTINATION: msg.stream,
-                CONSUMER_GROUP: self.group_id,
-            }
-            received(attrs, msg, start)
+            streams = by_group.get(self)
+            if streams is None:
+                streams = by_group[self] = {}
+            shared = streams.get(msg.stream)
+            if shared is None:
+                shared = streams[msg.stream] = _Receiving(
+                    _receive_attributes(msg.stream, self.group_id)
+                )
+            received(shared, msg, start)
             return msg
 
         return __anext__

@@ -18,7 +18,7 @@ import inspect
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
@@ -45,14 +45,43 @@ from aioclients.telemetry._common import (
 __all__ = ("instrument_nsq",)
 
 _time_ns = time.time_ns
+_CLIENT = SpanKind.CLIENT
+_CONSUMER = SpanKind.CONSUMER
 _HANDED_OUT_LIMIT = 1 << 16
 
 
-class _ReaderAttributes(NamedTuple):
-    receive: Attributes
-    key: Any  # frozenset(receive.items()): the consumed counter's key
-    finish: Attributes
-    requeue: Attributes
+class _Nothing:
+    pass
+
+
+# A weak reference whose object is gone: calling it gives None, which no Reader is.
+_dead_ref: weakref.ref[Any] = weakref.ref(_Nothing())
+
+
+class _ReaderAttributes:
+    """What the spans of one Reader's messages from one nsqd share: the receive
+    span's name and attributes (without the message id) and the consumed counter's
+    key, and the names and attributes of the message's finish and requeue spans."""
+
+    __slots__ = (
+        "consumed",
+        "finish",
+        "finish_name",
+        "receive",
+        "receive_name",
+        "requeue",
+        "requeue_name",
+    )
+
+    def __init__(self, topic: str, base: Attributes, inst: Instruments) -> None:
+        self.receive: Attributes = {OPERATION_TYPE: "receive", OPERATION_NAME: "receive", **base}
+        # the consumed counter's [attributes, count]: a message adds 1, no call
+        self.consumed = inst.consumed.entry(self.receive, frozenset(self.receive.items()))
+        self.finish: Attributes = {OPERATION_TYPE: "settle", OPERATION_NAME: "finish", **base}
+        self.requeue: Attributes = {OPERATION_TYPE: "settle", OPERATION_NAME: "requeue", **base}
+        self.receive_name = f"receive {topic}" if topic else "receive"
+        self.finish_name = f"finish {topic}" if topic else "finish"
+        self.requeue_name = f"requeue {topic}" if topic else "requeue"
 
 
 def _producer_server(producer: object) -> Attributes:
@@ -163,49 +192,62 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 CONSUMER_GROUP: reader.channel,
                 **server_of(address),
             }
-            attrs = {OPERATION_TYPE: "receive", OPERATION_NAME: "receive", **base}
-            cached = by_address[address] = _ReaderAttributes(
-                attrs,
-                frozenset(attrs.items()),
-                {OPERATION_TYPE: "settle", OPERATION_NAME: "finish", **base},
-                {OPERATION_TYPE: "settle", OPERATION_NAME: "requeue", **base},
-            )
+            cached = by_address[address] = _ReaderAttributes(reader.topic, base, inst)
+        last[0] = weakref.ref(reader)
+        last[1] = address
+        last[2] = cached
         return cached
 
-    def hand_out(msg: Message, cached: _ReaderAttributes) -> None:
-        if len(handed_out) >= _HANDED_OUT_LIMIT:
-            del handed_out[next(iter(handed_out))]  # the oldest
-        handed_out[(msg.id, msg.nsqd_address)] = cached
+    # the last (Reader, nsqd address) a message came from and its attributes: a
+    # Reader's loop finds them with one call and two comparisons
+    last: list[Any] = [_dead_ref, None, None]
+    start_span_now = inst.start_span
+    record = inst.record
+
+    def failed(reader: Reader, start: int, exc: BaseException) -> None:
+        attrs: Attributes = {
+            SYSTEM: "nsq",
+            OPERATION_TYPE: "receive",
+            OPERATION_NAME: "receive",
+            DESTINATION: reader.topic,
+            CONSUMER_GROUP: reader.channel,
+        }
+        span = start_span("receive", reader.topic, SpanKind.CLIENT, attrs, start_ns=start)
+        finish(span, attrs, start, exc)
 
     def traced_anext(original: Any) -> Any:
         async def __anext__(self: Reader) -> Message:
             start = _time_ns()
-            try:
-                msg: Message = await original(self)
-            except (StopAsyncIteration, asyncio.CancelledError):
-                raise
-            except BaseException as exc:
-                attrs: Attributes = {
-                    SYSTEM: "nsq",
-                    OPERATION_TYPE: "receive",
-                    OPERATION_NAME: "receive",
-                    DESTINATION: self.topic,
-                    CONSUMER_GROUP: self.channel,
-                }
-                span = start_span("receive", self.topic, SpanKind.CLIENT, attrs, start_ns=start)
-                finish(span, attrs, start, exc)
-                raise
-            cached = receive_attributes(self, msg.nsqd_address)
-            hand_out(msg, cached)
-            attrs = cached.receive
-            span = start_span(
-                "receive",
-                self.topic,
-                SpanKind.CLIENT,
-                {**attrs, MESSAGE_ID: msg.id.decode("ascii", "replace")},
-                start_ns=start,
+            # a queued message (nearly every one) is taken with the Reader's own
+            # fast path, a plain call, with no coroutine of the library's awaited
+            msg = self._take_queued()
+            if msg is None:
+                try:
+                    msg = await original(self)
+                except (StopAsyncIteration, asyncio.CancelledError):
+                    raise
+                except BaseException as exc:
+                    failed(self, start, exc)
+                    raise
+            # The hot path: only the message id is made per message.
+            address = msg.nsqd_address
+            cached: _ReaderAttributes = (
+                last[2]
+                if last[1] == address and last[0]() is self
+                else receive_attributes(self, address)
             )
-            finish(span, attrs, start, consumed=1, key=cached.key)
+            if len(handed_out) >= _HANDED_OUT_LIMIT:
+                del handed_out[next(iter(handed_out))]  # the oldest
+            message_id = msg.id
+            handed_out[(message_id, address)] = cached
+            attrs = cached.receive.copy()
+            attrs[MESSAGE_ID] = message_id.decode("ascii", "replace")
+            span = start_span_now(cached.receive_name, None, _CLIENT, attrs, None, start)
+            end = _time_ns()
+            span.end(end)
+            if record is not None:
+                record((end - start) / 1e9, cached.receive)
+            cached.consumed[1] += 1
             return msg
 
         return __anext__
@@ -230,16 +272,20 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 CONSUMER_GROUP: self.channel,
             }
 
+            name = f"process {topic}" if topic else "process"
+            by_address: dict[str, Attributes] = {}
+
             async def traced_handler(msg: Message) -> object:
-                attrs = {**base, **server_of(msg.nsqd_address)}
+                address = msg.nsqd_address
+                attrs = by_address.get(address)
+                if attrs is None:
+                    if len(by_address) > 1024:
+                        by_address.clear()
+                    attrs = by_address[address] = {**base, **server_of(address)}
+                span_attrs = attrs.copy()
+                span_attrs[MESSAGE_ID] = msg.id.decode("ascii", "replace")
                 start = _time_ns()
-                span = start_span(
-                    "process",
-                    topic,
-                    SpanKind.CONSUMER,
-                    {**attrs, MESSAGE_ID: msg.id.decode("ascii", "replace")},
-                    start_ns=start,
-                )
+                span = start_span_now(name, None, _CONSUMER, span_attrs, None, start)
                 token = otel_context.attach(trace.set_span_in_context(span))
                 try:
                     result = handler(msg)
@@ -262,27 +308,27 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
     # -- settle --------------------------------------------------------------------
 
     def traced_settle(operation: str) -> Callable[[Any], Any]:
+        is_finish = operation == "finish"
+
         def make(original: Any) -> Any:
             async def settle(self: Message, *args: Any, **kwargs: Any) -> None:
                 cached = handed_out.pop((self.id, self.nsqd_address), None)
                 if cached is None:  # handed out before instrument(), or aged out
+                    name = operation
                     attrs: Attributes = {
                         SYSTEM: "nsq",
                         OPERATION_TYPE: "settle",
                         OPERATION_NAME: operation,
                         **server_of(self.nsqd_address),
                     }
+                elif is_finish:
+                    name, attrs = cached.finish_name, cached.finish
                 else:
-                    attrs = cached.finish if operation == "finish" else cached.requeue
-                topic = attrs.get(DESTINATION)
+                    name, attrs = cached.requeue_name, cached.requeue
+                span_attrs = attrs.copy()
+                span_attrs[MESSAGE_ID] = self.id.decode("ascii", "replace")
                 start = _time_ns()
-                span = start_span(
-                    operation,
-                    topic if isinstance(topic, str) else None,
-                    SpanKind.CLIENT,
-                    {**attrs, MESSAGE_ID: self.id.decode("ascii", "replace")},
-                    start_ns=start,
-                )
+                span = start_span_now(name, None, _CLIENT, span_attrs, None, start)
                 try:
                     await original(self, *args, **kwargs)
                 except BaseException as exc:
@@ -290,7 +336,10 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                         handed_out[(self.id, self.nsqd_address)] = cached  # may try again
                     finish(span, attrs, start, exc)
                     raise
-                finish(span, attrs, start)
+                end = _time_ns()
+                span.end(end)
+                if record is not None:
+                    record((end - start) / 1e9, attrs)
 
             return settle
 

@@ -303,3 +303,26 @@ def test_rewind_goes_back_to_the_last_message_handed_out() -> None:
     assert c.stream_seq == 4
     c.rewind(0)  # nothing handed out: the user's own start again
     assert c.consumer_config()["deliver_policy"] == "all"
+
+
+def test_restart_mode_starts_each_replacement_over_at_the_user_start() -> None:
+    c = cursor(deliver_policy="last_per_subject", filter_subjects=["$KV.b.>"])
+    c.restart = True
+    gen = c.created()
+    assert c.deliver(gen, 1, 10) is Delivery.YIELD
+    assert c.deliver(gen, 3, 12) is Delivery.RESET  # a gap
+    assert c.gap_event() == ConsumerReset(1, "gap")
+    cfg = c.consumer_config()
+    assert cfg["deliver_policy"] == "last_per_subject"
+    assert "opt_start_seq" not in cfg
+    gen2 = c.created()
+    # The replacement's skip list begins anew: lower sequences are delivered again.
+    assert c.deliver(gen2, 1, 4) is Delivery.YIELD
+    assert c.deliver(gen2, 2, 10) is Delivery.YIELD
+    # resume_after() ends the mode: the next replacement resumes by sequence.
+    c.resume_after(10)
+    assert c.reset("snapshot") == ConsumerReset(11, "snapshot")
+    cfg = c.consumer_config()
+    assert (cfg["deliver_policy"], cfg["opt_start_seq"]) == ("by_start_sequence", 11)
+    gen3 = c.created()
+    assert c.deliver(gen3, 1, 11) is Delivery.YIELD

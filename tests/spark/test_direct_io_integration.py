@@ -8,8 +8,14 @@ import pytest
 
 from aioclients import ConnectError, jetstream
 from aioclients.spark._arrow import ARROW_SCHEMA, to_record_batch
-from aioclients.spark._direct_io import DirectGetConnection, read_sequence_range
+from aioclients.spark._direct_io import (
+    DirectGetConnection,
+    count_from,
+    count_in_range,
+    read_sequence_range,
+)
 from aioclients.spark._jetstream import ReadConfig, SequenceRange, read_partition
+from aioclients.spark._protocol._pushdown import Bounds, JetStreamSelection, to_micros
 
 pytestmark = pytest.mark.spark
 
@@ -28,7 +34,11 @@ async def filled(js: jetstream.JetStream, unique_name: str) -> str:
     return name
 
 
-async def _read(url: str, name: str, first: int, last: int, **kw: object) -> list[int]:
+async def _read(
+    url: str, name: str, first: int, last: int, received: list[int] | None = None, **kw: object
+) -> list[int]:
+    """The sequences read in ``[first, last]``; ``received`` gets every row the server
+    sent (batches run past ``last``; the caller drops those rows)."""
     conn = await DirectGetConnection.open([url], timeout=5)
     try:
         seqs: list[int] = []
@@ -39,7 +49,10 @@ async def _read(url: str, name: str, first: int, last: int, **kw: object) -> lis
             last=last,
             subject=kw.get("subject"),  # type: ignore[arg-type]
             batch_size=kw.get("batch_size", 16),  # type: ignore[arg-type]
+            matching=kw.get("matching"),  # type: ignore[arg-type]
         ):
+            if received is not None:
+                received.extend(int(s) for s in columns.sequences)
             batch = to_record_batch(columns, up_to=last)
             assert batch.schema.equals(ARROW_SCHEMA)
             seqs.extend(batch.column("sequence").to_pylist())
@@ -63,6 +76,42 @@ async def test_a_subject_filter_stops_at_the_range_end(nats_server: object, fill
     url = nats_server.url  # type: ignore[attr-defined]
     got = await _read(url, filled, 1, 100, subject=f"{filled}.1", batch_size=1000)
     assert got == [s for s in range(1, 101, 3) if s != 7]
+
+
+async def test_counting_matches_of_a_subject(nats_server: object, filled: str) -> None:
+    conn = await DirectGetConnection.open([nats_server.url], timeout=5)  # type: ignore[attr-defined]
+    try:
+        # Subject <name>.1 holds the sequences 1, 4, 7, ... 250 (7 deleted).
+        assert await count_from(conn, filled, f"{filled}.1", 1) == 83
+        assert await count_from(conn, filled, f"{filled}.1", 248) == 1
+        assert await count_from(conn, filled, f"{filled}.1", 251) == 0
+        assert await count_from(conn, filled, f"{filled}.>", 240) == 11
+        assert await count_in_range(conn, filled, f"{filled}.1", 1, 100) == 33
+        assert await count_in_range(conn, filled, f"{filled}.1", 7, 9) == 0
+    finally:
+        await conn.close()
+
+
+async def test_a_counted_filter_asks_for_no_more_than_the_range_holds(
+    nats_server: object, filled: str
+) -> None:
+    """Without a count, the server fills a filtered batch with matches from far past the
+    range's end (which the reader then drops); with one, it sends about what is needed."""
+    url = nats_server.url  # type: ignore[attr-defined]
+    subject = f"{filled}.1"
+    expected = [s for s in range(1, 100, 3) if s != 7]  # 1, 4, ... 97 of 1..99
+    uncounted: list[int] = []
+    assert await _read(url, filled, 1, 99, uncounted, subject=subject, batch_size=1000) == expected
+    assert max(uncounted) == 250, "the server went on to the end of the stream"
+    counted: list[int] = []
+    got = await _read(
+        url, filled, 1, 99, counted, subject=subject, batch_size=1000, matching=len(expected)
+    )
+    assert got == expected
+    assert counted == [*expected, 100], "one message past the range ends the read"
+    # A count that is too low costs requests, never rows.
+    low: list[int] = []
+    assert await _read(url, filled, 1, 99, low, subject=subject, matching=3) == expected
 
 
 def test_read_partition_yields_columns_and_headers(nats_server: object, filled: str) -> None:
@@ -103,3 +152,38 @@ async def test_unreachable_servers_fail_with_the_option_named() -> None:
         port = s.getsockname()[1]
     with pytest.raises(ConnectError, match="'servers' option"):
         await DirectGetConnection.open([f"nats://127.0.0.1:{port}"], timeout=2)
+
+
+def test_read_partition_reads_each_subject_and_keeps_the_residual(
+    nats_server: object, filled: str
+) -> None:
+    url = nats_server.url  # type: ignore[attr-defined]
+    config = ReadConfig((url,), filled, None, 10, 5.0)
+    two = (f"{filled}.1", f"{filled}.2")
+    rows = [
+        r["sequence"]
+        for b in read_partition(SequenceRange(config, 1, 30, subjects=two))
+        for r in b.to_pylist()
+    ]
+    assert sorted(rows) == [s for s in range(1, 31) if s % 3 != 0 and s not in (7, 8)]
+    assert len(rows) == len(set(rows))
+    keep = JetStreamSelection(sequence_set=frozenset({2, 5, 8, 13, 99}))
+    rows = [
+        r["sequence"]
+        for b in read_partition(SequenceRange(config, 1, 30, subjects=two, residual=keep))
+        for r in b.to_pylist()
+    ]
+    assert sorted(rows) == [2, 5, 13]
+    # Times: keep only what is stamped at or after sequence 20's time.
+    everything = [r for b in read_partition(SequenceRange(config, 1, 30)) for r in b.to_pylist()]
+    stamp = to_micros(next(r["timestamp"] for r in everything if r["sequence"] == 20))
+    assert stamp is not None
+    late = JetStreamSelection(times=Bounds(stamp, None))
+    rows = [
+        r["sequence"]
+        for b in read_partition(SequenceRange(config, 1, 30, residual=late))
+        for r in b.to_pylist()
+    ]
+    expected = [r["sequence"] for r in everything if (to_micros(r["timestamp"]) or 0) >= stamp]
+    assert rows == expected
+    assert 20 in rows

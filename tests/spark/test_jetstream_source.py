@@ -367,7 +367,7 @@ def test_batch_start_below_the_first_kept_says_so(
     options = {"servers": streams.url, "stream": name, "startSequence": "10"}
     with caplog.at_level("WARNING", logger="aioclients.spark.jetstream"):
         reader = JetStreamBatchReader({**options, "failOnDataLoss": "false"}, 2)
-    assert reader.ranges[0][0] == 71
+        assert reader.partitions()[0].first == 71
     assert any("sequences 10..70" in r.getMessage() for r in caplog.records)
     df = _reader(spark, streams.url, name, startSequence=10, failOnDataLoss="false")
     assert sorted(r.sequence for r in df.collect()) == list(range(71, 121))

@@ -12,11 +12,12 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from pyspark.sql.datasource import GreaterThanOrEqual
 from pyspark.sql.types import StructType
 
 from aioclients import liftbridge
@@ -31,10 +32,19 @@ from aioclients.spark._lb_offsets import (
     resolve_start,
     to_checkpoint,
 )
-from aioclients.spark._liftbridge import LiftbridgeBatchReader, LiftbridgeStreamReader
+from aioclients.spark._liftbridge import (
+    LiftbridgeBatchReader,
+    LiftbridgePushdownReader,
+    LiftbridgeStreamReader,
+    _oldest_kept,
+)
 from aioclients.spark._liftbridge import _write_config as write_config
 from aioclients.testing import LiftbridgeCluster
-from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge, wait_for_oldest
+from aioclients.testing._liftbridge_fixtures import (
+    ExternalLiftbridge,
+    oldest_offset,
+    wait_for_oldest,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -543,7 +553,8 @@ async def test_batch_start_below_the_oldest_kept_says_so(
         reader = await asyncio.to_thread(
             LiftbridgeBatchReader, {**options, "failOnDataLoss": "false"}
         )
-    assert (reader.ranges[0].first, reader.ranges[0].last) == (oldest, 1049)
+        ranges = await asyncio.to_thread(reader.partitions)
+    assert (ranges[0].first, ranges[0].last) == (oldest, 1049)
     assert any(f"offsets 5..{oldest - 1}" in r.getMessage() for r in caplog.records)
     df = await in_thread(
         spark,
@@ -675,3 +686,237 @@ async def test_stream_writer_and_bad_writer_input(
             assert expected in str(excinfo.value), (expected, str(excinfo.value))
     finally:
         await client.delete_stream(sink)
+
+
+# -- retention under a read: an emptied partition, a segment deleted mid-read ---------------
+
+
+async def wait_emptied(client: liftbridge.Client, stream: str) -> int:
+    """Wait until the cleaner has deleted every message of partition 0 (an EARLIEST
+    reader then waits for the next one); return its high watermark."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while await oldest_offset(client, stream, timeout=1.0) is not None:
+        assert loop.time() < deadline, f"{stream}/0 still keeps messages after 60s"
+    return (await client.fetch_partition_metadata(stream, 0)).high_watermark
+
+
+@pytest.fixture
+async def emptied(client: liftbridge.Client, unique_name: str) -> AsyncIterator[str]:
+    """A one-partition stream whose 50 messages (offsets 0..49) the cleaner deleted.
+
+    Liftbridge deletes a sealed segment once its last write is older than
+    ``retention_max_age``, and seals the active one once ``segment_max_age`` has
+    passed: an idle partition ends up with nothing kept, its offsets going on at 50.
+    """
+    await client.create_stream(
+        unique_name,
+        unique_name,
+        retention_max_age=0.5,
+        segment_max_age=0.2,
+        cleaner_interval=0.1,
+    )
+    await publish_values(client, unique_name, 0, 50)
+    assert await wait_emptied(client, unique_name) == 49
+    yield unique_name
+    try:
+        await client.delete_stream(unique_name)
+    except liftbridge.NoSuchStreamError:
+        pass
+
+
+async def test_batch_read_of_a_partition_the_cleaner_emptied_finishes(
+    spark: Any,
+    liftbridge_cluster: Cluster,
+    emptied: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nothing is kept: the read is empty (an EARLIEST reader would wait for the next
+    message; the planner must not)."""
+    from aioclients.spark import DataLossError
+
+    brokers = brokers_of(liftbridge_cluster)
+    options = {"brokers": brokers, "stream": emptied, "timeout": "5"}
+    reader = await asyncio.to_thread(LiftbridgeBatchReader, options)
+    assert reader.state.earliest == {0: 50}
+    [part] = await asyncio.to_thread(reader.partitions)
+    assert part.first > part.last, "nothing to read"
+
+    # Asked for offsets the cleaner deleted: data loss, reported as such.
+    lost = {**options, "startingOffsets": '{"0": 10}'}
+    reader = await asyncio.to_thread(LiftbridgeBatchReader, lost)
+    with pytest.raises(DataLossError, match=r"partition 0: offsets 10\.\.49 "):
+        await asyncio.to_thread(reader.partitions)
+    with caplog.at_level("WARNING", logger="aioclients.spark.liftbridge"):
+        reader = await asyncio.to_thread(LiftbridgeBatchReader, {**lost, "failOnDataLoss": "false"})
+        [part] = await asyncio.to_thread(reader.partitions)
+    assert part.first > part.last
+    assert any("offsets 10..49" in r.getMessage() for r in caplog.records)
+
+    # A pushed time bound looks nothing up by time on it (that lookup would wait too).
+    reader = await asyncio.to_thread(LiftbridgePushdownReader, options)
+    since = datetime(2020, 1, 1, tzinfo=timezone.utc)
+    assert reader.pushFilters([GreaterThanOrEqual(("timestamp",), since)]) == []
+    [part] = await asyncio.to_thread(reader.partitions)
+    assert part.first > part.last
+
+    df = await in_thread(spark, lambda: read(spark, brokers, emptied, timeout="5"))
+    assert await in_thread(spark, df.count) == 0
+
+
+async def test_stream_read_of_a_partition_the_cleaner_emptied_goes_on(
+    liftbridge_cluster: Cluster,
+    client: liftbridge.Client,
+    unique_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A query that started before the messages came and a new one: neither waits on
+    the partition; the first reports the messages it never read."""
+    await client.create_stream(
+        unique_name, unique_name, retention_max_age=0.5, segment_max_age=0.2, cleaner_interval=0.1
+    )
+    options = {
+        "brokers": brokers_of(liftbridge_cluster),
+        "stream": unique_name,
+        "startingOffsets": "earliest",
+        "timeout": "5",
+        "failOnDataLoss": "false",
+    }
+    try:
+        reader = await asyncio.to_thread(LiftbridgeStreamReader, options)
+        start = await asyncio.to_thread(reader.initialOffset)
+        assert start["offsets"] == {"0": 0}
+        await publish_values(client, unique_name, 0, 50)
+        assert await wait_emptied(client, unique_name) == 49
+        with caplog.at_level("WARNING", logger="aioclients.spark.liftbridge"):
+            end = await asyncio.to_thread(reader.latestOffset, start, reader.getDefaultReadLimit())
+        assert end["offsets"] == {"0": 50}
+        assert any("partition 0: offsets 0..49" in r.getMessage() for r in caplog.records)
+        assert reader.partitions(start, end) == []
+
+        fresh = await asyncio.to_thread(LiftbridgeStreamReader, options)
+        first = await asyncio.to_thread(fresh.initialOffset)
+        assert first["offsets"] == {"0": 50}
+        last = await asyncio.to_thread(fresh.latestOffset, first, fresh.getDefaultReadLimit())
+        assert last["offsets"] == {"0": 50}
+        # A message after the loss is read as usual.
+        await publish_values(client, unique_name, 50, 1)
+        later = await asyncio.to_thread(fresh.latestOffset, last, fresh.getDefaultReadLimit())
+        [part] = fresh.partitions(last, later)
+        assert (part.first, part.last) == (50, 50)
+        batches = await asyncio.to_thread(lambda: list(fresh.read(part)))
+        assert [o for b in batches for o in b.column("offset").to_pylist()] == [50]
+    finally:
+        await client.delete_stream(unique_name)
+
+
+async def test_segment_deleted_under_a_partition_read(
+    liftbridge_cluster: Cluster,
+    client: liftbridge.Client,
+    unique_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Retention deletes the segment a Spark task is reading (the task reads slowly:
+    Spark consumes its batches as it goes). failOnDataLoss=true fails the task naming
+    the lost offsets; false warns and goes on from the oldest offset kept."""
+    from aioclients.spark import DataLossError
+
+    await client.create_stream(
+        unique_name,
+        unique_name,
+        retention_max_messages=2000,
+        segment_max_bytes=1_000_000,
+        cleaner_interval=0.2,
+    )
+    value = b"v" * 8000  # large, so that the broker is held back by flow control
+
+    async def publish_many(first: int, count: int) -> None:
+        futures = [
+            await client.publish_async(unique_name, value, partition=0, key=str(i).encode())
+            for i in range(first, first + count)
+        ]
+        await asyncio.wait_for(asyncio.gather(*futures), 120)
+
+    try:
+        await publish_many(0, 1500)
+        options = {"brokers": brokers_of(liftbridge_cluster), "stream": unique_name}
+        readers, parts, batches = [], [], []
+        for fail in ("true", "false"):
+            opts = {**options, "batchSize": "10", "failOnDataLoss": fail}
+            reader = await asyncio.to_thread(LiftbridgeBatchReader, opts)
+            [part] = await asyncio.to_thread(reader.partitions)
+            assert (part.first, part.last) == (0, 1499)
+            it = reader.read(part)
+            first = await asyncio.to_thread(next, it)  # under way
+            assert first.column("offset").to_pylist() == list(range(10))
+            readers.append(reader)
+            parts.append(part)
+            batches.append(it)
+        strict, lenient = batches
+
+        await publish_many(1500, 1500)  # the cleaner keeps the newest 2000 or fewer
+        oldest = await wait_for_oldest(client, unique_name, at_least=1000, timeout=60)
+
+        with pytest.raises(
+            DataLossError, match=r"partition 0: offsets \d+\.\.\d+ .*failOnDataLoss"
+        ):
+            await asyncio.to_thread(lambda: list(strict))
+        with caplog.at_level("WARNING", logger="aioclients.spark.liftbridge"):
+            rest = await asyncio.to_thread(lambda: list(lenient))
+        offsets = list(range(10)) + [o for b in rest for o in b.column("offset").to_pylist()]
+        gap = next(i for i, o in enumerate(offsets) if o != i)  # the first offset lost
+        resume = offsets[gap]
+        assert gap < oldest <= resume
+        assert offsets == [*range(gap), *range(resume, 1500)], "a prefix, then the rest kept"
+        assert resume == await oldest_offset(client, unique_name)
+        # What a task finds of a range that retention passed entirely: nothing.
+        async with await liftbridge.connect(liftbridge_cluster.addresses) as probe:
+            kept = await _oldest_kept(probe, parts[1].config, 0, 600)
+        assert kept == 601
+        records = [r.getMessage() for r in caplog.records if "data loss" in r.getMessage()]
+        assert records, "a warning"
+        assert f"partition 0: offsets {gap}.." in records[0]
+        assert f"..{resume - 1} are no longer kept" in records[-1]
+    finally:
+        await client.delete_stream(unique_name)
+
+
+async def test_a_time_bound_on_a_partition_whose_newest_segment_is_empty(
+    liftbridge_cluster: Cluster, client: liftbridge.Client, unique_name: str
+) -> None:
+    """Once the cleaner seals a segment by age, the newest segment is empty until the
+    next message, and Liftbridge's time lookup reads that as the end of the log (it
+    answers the next offset, past the high watermark). A pushed time bound and the
+    oldest-offset probe then search by offset."""
+    await client.create_stream(unique_name, unique_name, segment_max_age=0.2, cleaner_interval=0.1)
+    try:
+        await publish_values(client, unique_name, 0, 50)
+        async with client.subscribe(unique_name, start_offset=0, stop_offset=49) as sub:
+            stamps = [m.timestamp async for m in sub]
+        assert len(stamps) == 50
+
+        async def lookup_past_the_newest() -> bool:
+            try:
+                async with client.subscribe(unique_name, start_time=1, stop_offset=49):
+                    return False
+            except liftbridge.LiftbridgeServerError as e:
+                return "Stop offset is before start offset: 49 < 50" in str(e)
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not await lookup_past_the_newest():
+            assert loop.time() < deadline, "the newest segment was not sealed in 30s"
+            await asyncio.sleep(0.05)  # the cleaner's next tick
+
+        options = {"brokers": brokers_of(liftbridge_cluster), "stream": unique_name}
+        reader = await asyncio.to_thread(LiftbridgePushdownReader, options)
+        assert reader.state.earliest == {0: 0}
+        micros = stamps[25] // 1000
+        since = EPOCH.replace(tzinfo=timezone.utc) + timedelta(microseconds=micros)
+        assert reader.pushFilters([GreaterThanOrEqual(("timestamp",), since)]) == []
+        [part] = await asyncio.to_thread(reader.partitions)
+        first = min(o for o, t in enumerate(stamps) if t >= micros * 1000)
+        assert first <= 25
+        assert (part.first, part.last) == (first, 49)
+    finally:
+        await client.delete_stream(unique_name)

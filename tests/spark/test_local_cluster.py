@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _everywhere import check_jetstream, check_liftbridge, check_nsq
+from _everywhere import (
+    check_jetstream,
+    check_jetstream_pushdown,
+    check_liftbridge,
+    check_liftbridge_pushdown,
+    check_nsq,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -79,3 +85,13 @@ async def test_liftbridge(
 
 async def test_nsq(cluster_spark: Any, nsqd_factory: Any, unique_name: str, tmp_path: Path) -> None:
     await check_nsq(cluster_spark, await nsqd_factory(), unique_name[-60:], tmp_path)
+
+
+async def test_jetstream_pushdown(cluster_spark: Any, nats_server: Any, unique_name: str) -> None:
+    await check_jetstream_pushdown(cluster_spark, nats_server.url, unique_name)
+
+
+async def test_liftbridge_pushdown(
+    cluster_spark: Any, liftbridge_cluster: Any, unique_name: str
+) -> None:
+    await check_liftbridge_pushdown(cluster_spark, list(liftbridge_cluster.addresses), unique_name)

@@ -23,11 +23,11 @@ from aioclients.spark._jetstream import (
     WriteConfig,
     _publish,
     _read_config,
-    _stream_bounds,
     _write_config,
     read_partition,
 )
 from aioclients.spark._protocol._options import OptionReader
+from aioclients.spark._stream_read import stream_bounds
 from aioclients.testing import NatsServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -113,7 +113,7 @@ def test_read_partition_and_planning_connect_with_the_tls_options(
     tls_server: NatsServer, pki: Pki, stream: str
 ) -> None:
     config = _config(tls_server, pki.files)
-    bounds = asyncio.run(_stream_bounds(config))
+    bounds = asyncio.run(stream_bounds(config))
     assert (bounds.first, bounds.last) == (1, 10)
     rows = sum(b.num_rows for b in read_partition(SequenceRange(config, 3, 7)))
     assert rows == 5

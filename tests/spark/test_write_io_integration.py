@@ -111,3 +111,30 @@ async def test_a_null_or_empty_subject_falls_back_on_the_option(
     assert subjects == [f"{name}.own", f"{name}.fallback", f"{name}.fallback"]
     with pytest.raises(PublishFailedError, match="null subject and there is no 'subject' option"):
         await _publish(_config(url), iter([batch]))
+
+
+async def test_a_timeout_also_names_the_publishes_refused_before_it(
+    nats_server: object, unique_name: str
+) -> None:
+    """Rows 0-1 go where no stream is (refused at once), rows 2-3 to a subscriber that
+    never answers: the task times out, and says what was refused meanwhile."""
+    import nats
+
+    url = nats_server.url  # type: ignore[attr-defined]
+    nc = await nats.connect(url)
+    try:
+        await nc.subscribe(f"{unique_name}.silent")
+        await nc.flush()
+        batch = pa.RecordBatch.from_pydict(
+            {
+                "subject": [f"{unique_name}.nostream"] * 2 + [f"{unique_name}.silent"] * 2,
+                "data": pa.array([b"a", b"b", b"c", b"d"], pa.binary()),
+            }
+        )
+        with pytest.raises(PublishFailedError) as excinfo:
+            await _publish(_config(url, timeout=1.0), iter([batch]))
+        text = str(excinfo.value)
+        assert "no publish ack" in text
+        assert "refused before that: row 0: no stream takes the subject" in text
+    finally:
+        await nc.close()

@@ -7,9 +7,12 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import propagate, trace
+from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from otel_support import Otel, hex_ids
+from test_fast_paths import OwnHeaderPropagator
 
 from aioclients.jetstream import (
     JetStream,
@@ -19,7 +22,7 @@ from aioclients.jetstream import (
     connect,
 )
 from aioclients.telemetry import context_of
-from aioclients.testing import FaultProxy
+from aioclients.testing import FaultProxy, NatsServer
 
 
 async def _stream(js: JetStream, name: str) -> str:
@@ -352,3 +355,85 @@ async def test_a_cancelled_publish_ends_its_span(
             await js.delete_stream(unique_name)
         finally:
             await js.close()
+
+
+async def test_receive_links_the_messages_that_carry_a_context_in_any_header_case(
+    js: JetStream, unique_name: str, otel: Otel
+) -> None:
+    subject = await _stream(js, unique_name)
+    contexts = [f"00-{'%032x' % (0xA0 + i)}-{'%016x' % (0xB0 + i)}-01" for i in range(2)]
+    otel_free = await connect(js.nc.connected_url.geturl())  # type: ignore[union-attr]
+    try:
+        # published through nats-py directly: the headers are exactly these
+        await otel_free.nc.publish(subject, b"go", headers={"Traceparent": contexts[0]})
+        await otel_free.nc.publish(subject, b"other", headers={"X-Mine": "1"})
+        await otel_free.nc.publish(subject, b"own", headers={"X-Own-Trace": contexts[1]})
+        await otel_free.nc.flush()
+    finally:
+        await otel_free.close()
+
+    async def receive_all(durable: str) -> list[tuple[int, int] | None]:
+        consumer = await js.create_consumer(unique_name, durable_name=durable, ack_policy="none")
+        for _ in range(3):
+            await consumer.next(expires=5)
+        spans = [s for s in otel.spans(f"receive {unique_name}") if s not in seen]
+        seen.extend(spans)
+        links = []
+        for span in spans:
+            assert len(span.links) <= 1
+            links.append(
+                (span.links[0].context.trace_id, span.links[0].context.span_id)
+                if span.links
+                else None
+            )
+        return links
+
+    seen: list[object] = []
+    expected = [(0xA0, 0xB0), None, (0xA1, 0xB1)]
+    # the default propagator (W3C): the header other than its own is not read
+    assert await receive_all("w3c") == [expected[0], None, None]
+    saved = propagate.get_global_textmap()
+    propagate.set_global_textmap(
+        CompositePropagator([TraceContextTextMapPropagator(), OwnHeaderPropagator()])
+    )
+    try:
+        # a propagator that reads another header is always asked
+        assert await receive_all("own") == expected
+    finally:
+        propagate.set_global_textmap(saved)
+
+
+@pytest.mark.usefixtures("own_server_allowed")
+async def test_settle_spans_follow_the_connection_to_another_server(
+    unique_name: str, otel: Otel
+) -> None:
+    with NatsServer() as first, NatsServer() as second:
+        js = await connect(
+            [first.url, second.url],
+            dont_randomize=True,
+            reconnect_time_wait=0.1,
+            max_reconnect_attempts=-1,
+        )
+        try:
+            subject = await _stream(js, unique_name)
+            await js.publish(subject, b"1")
+            await js.publish(subject, b"2")
+            consumer = await js.create_consumer(unique_name, durable_name="moving")
+            one = await consumer.next(expires=5)
+            two = await consumer.next(expires=5)
+            await one.ack()
+            first_port = _server_port(js)
+            first.stop()
+            await wait_until(
+                lambda: (
+                    not js.nc.is_closed and js.nc.is_connected and _server_port(js) != first_port
+                )
+            )
+            await two.ack()  # to a server that knows nothing of it: only the span matters
+        finally:
+            await js.close()
+    acks = otel.spans(f"ack {unique_name}")
+    assert [s.attributes["server.port"] for s in acks] == [  # type: ignore[index]
+        int(urlsplit(first.url).port or 0),
+        int(urlsplit(second.url).port or 0),
+    ]

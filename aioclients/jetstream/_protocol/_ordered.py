@@ -26,6 +26,11 @@ Rules:
       (``deliver_policy by_start_sequence``); before anything was yielded, at
       the user's own start (``consumer_config``). A new generation begins with
       ``created()``, expecting consumer sequence 1 again.
+    - With ``restart`` set, the replacement starts over at the user's own start
+      instead (a ``last_per_subject`` listing of KV keys: resuming by sequence
+      would deliver older revisions); the stream sequences begin anew with each
+      generation, and the caller drops what it already had (``_snapshot.py``).
+      ``resume_after(seq)`` ends that mode: the next consumer starts at ``seq + 1``.
     - A failed create is retried after a delay that doubles from
       ``retry_initial`` up to ``retry_max``: ``get_timer()`` / ``handle_timer(now)``.
 
@@ -175,6 +180,8 @@ class OrderedCursor:
         #: the consumer sequence the next delivery must carry
         self.expected = 1
         self.resets = 0
+        #: replacements start over at the user's start (see the module doc)
+        self.restart = False
         self._retry_initial = retry_initial
         self._retry_max = retry_max
         self._failures = 0
@@ -186,7 +193,7 @@ class OrderedCursor:
         """The config of the next consumer: the user's start, or just after the
         last stream sequence yielded."""
         config = dict(self._user_config)
-        if self.stream_seq:
+        if self.stream_seq and not self.restart:
             config["deliver_policy"] = "by_start_sequence"
             config["opt_start_seq"] = self.stream_seq + 1
             config.pop("opt_start_time", None)
@@ -201,8 +208,10 @@ class OrderedCursor:
 
     @property
     def next_seq(self) -> int:
-        """The stream sequence a replacement consumer starts at."""
-        if self.stream_seq:
+        """The stream sequence a replacement consumer starts at (with ``restart``:
+        1, or the user's own start; ``last_per_subject`` begins at each subject's
+        last message)."""
+        if self.stream_seq and not self.restart:
             return self.stream_seq + 1
         start = self._user_config.get("opt_start_seq")
         return int(start) if start else 1
@@ -216,6 +225,8 @@ class OrderedCursor:
             raise LocalProtocolError("the ordered consumer is stopped")
         self.generation += 1
         self.expected = 1
+        if self.restart:
+            self.stream_seq = 0
         self.state = CursorState.RUNNING
         self._failures = 0
         self._retry_at = None
@@ -260,6 +271,12 @@ class OrderedCursor:
             raise LocalProtocolError("rewind() while a consumer is running")
         if 0 <= stream_seq < self.stream_seq:
             self.stream_seq = stream_seq
+
+    def resume_after(self, stream_seq: int) -> None:
+        """Leave ``restart`` mode: the next consumer starts at ``stream_seq + 1``
+        (the caller then resets the current one)."""
+        self.restart = False
+        self.stream_seq = stream_seq
 
     def gap_event(self) -> ConsumerReset:
         """The ``ConsumerReset`` to report after ``deliver`` answered RESET."""

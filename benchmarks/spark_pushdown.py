@@ -1,0 +1,199 @@
+"""Filter pushdown of the ``jetstream`` Spark data source: the same query pushed and not.
+
+Fills a stream with ``--count`` 100-byte messages over ``--subjects`` subjects
+(round robin), then times two batch queries on ``--master`` (default ``local[2]``),
+each written twice: in a form Spark pushes to the reader, and in a form it cannot
+push (so the whole stream is read and Spark filters it):
+
+- one subject: ``subject = 'pushbench.42'`` against ``concat(subject, '') = ...``;
+- the newest 1%: ``timestamp >= <time of the message at 99%>`` against
+  ``timestamp + interval 0 seconds >= ...``.
+
+Every query reads a fresh DataFrame (pyspark 4.3.0 reuses a pushed read for a later
+query on the same one). The two forms alternate for ``--rounds`` rounds after one
+warm-up each; the best time of each is reported with the speed-up. A floor is timed
+in the same rounds: the same query over a Python data source that reads nothing and
+yields the same number of rows at once (what any pyspark Python data source query
+with pushdown costs: planning in Python processes, one of them for pushFilters, a
+task, a Python worker).
+
+    python benchmarks/spark_pushdown.py                  # 1M messages, 100 subjects
+    python benchmarks/spark_pushdown.py --count 200000   # a quicker run
+    python benchmarks/spark_pushdown.py --payload 1000   # 1 KB messages
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from aioclients import jetstream
+from aioclients.testing import NatsServer
+
+STREAM = "SPARK_PUSHDOWN_BENCH"
+
+
+def floor_source(rows: int) -> type:
+    """A Python data source that yields ``rows`` rows of the jetstream schema at once."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from aioclients.spark import JETSTREAM_SCHEMA
+
+    class FloorReader(DataSourceReader):
+        def pushFilters(self, filters: list[Any]) -> list[Any]:
+            # Pushes nothing, but has pyspark plan the query as it plans a jetstream
+            # read: with the Python process that calls pushFilters.
+            return list(filters)
+
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(rows)]
+
+        def read(self, partition: InputPartition) -> object:
+            n = partition.value
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "subject": pa.array(["pushbench.42"] * n),
+                    "sequence": pa.array(range(n), pa.int64()),
+                    "timestamp": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+                    "headers": pa.nulls(n, pa.map_(pa.string(), pa.string())),
+                    "data": pa.array([b"x"] * n, pa.binary()),
+                }
+            )
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "pushbench_floor"
+
+        def schema(self) -> object:
+            return JETSTREAM_SCHEMA
+
+        def reader(self, schema: object) -> FloorReader:
+            return FloorReader()
+
+    return FloorSource
+
+
+async def fill(url: str, count: int, subjects: int, storage: str, payload: bytes) -> str:
+    """Fill the stream; return the time of the message at 99% (for the time query)."""
+    async with await jetstream.connect(url, timeout=30) as js:
+        try:
+            await js.delete_stream(STREAM)
+        except jetstream.StreamNotFoundError:
+            pass
+        await js.create_stream(STREAM, subjects=["pushbench.>"], storage=storage, allow_direct=True)
+        start = time.perf_counter()
+        for i in range(count):
+            await js.publish_async(f"pushbench.{i % subjects}", payload)
+        await js.publish_async_complete(timeout=300)
+        print(f"filled {count} messages in {time.perf_counter() - start:.1f}s", flush=True)
+        stream = await js.stream(STREAM)
+        cut = (await stream.direct_get(count - count // 100 + 1)).time
+    return cut.astimezone(timezone.utc).replace(tzinfo=None).isoformat(sep=" ")
+
+
+def measure(url: str, count: int, subjects: int, cut: str, rounds: int, master: str) -> None:
+    from pyspark.sql import SparkSession
+
+    from aioclients.spark import register_data_sources
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("aioclients-spark-pushdown-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register_data_sources(spark)
+    spark.dataSource.register(floor_source(count // 100))
+    one = "pushbench.42"
+    queries = {
+        "one subject of 100": (
+            f"subject = '{one}'",
+            f"concat(subject, '') = '{one}'",
+            count // subjects + (1 if 42 < count % subjects else 0),
+        ),
+        "timestamp >= newest 1%": (
+            f"timestamp >= timestamp'{cut}'",
+            f"timestamp + interval 0 seconds >= timestamp'{cut}'",
+            None,
+        ),
+    }
+
+    def timed(where: str, fmt: str = "jetstream") -> tuple[float, int]:
+        df = spark.read.format(fmt).option("servers", url)
+        df = df.option("stream", STREAM).load().where(where)  # a fresh DataFrame per query
+        start = time.perf_counter()
+        rows = df.count()
+        return time.perf_counter() - start, rows
+
+    floor = "sequence >= 0"
+    results = {}
+    try:
+        for name, (pushed, plain, expected) in queries.items():
+            timed(pushed)  # warm-up: starts the Python workers
+            timed(plain)
+            timed(floor, "pushbench_floor")
+            best_pushed = best_plain = best_floor = float("inf")
+            for _ in range(rounds):
+                seconds, rows_pushed = timed(pushed)
+                best_pushed = min(best_pushed, seconds)
+                seconds, rows_plain = timed(plain)
+                best_plain = min(best_plain, seconds)
+                best_floor = min(best_floor, timed(floor, "pushbench_floor")[0])
+                if rows_pushed != rows_plain or (expected is not None and rows_pushed != expected):
+                    raise SystemExit(f"{name}: {rows_pushed} rows pushed, {rows_plain} not")
+            results[name] = (rows_pushed, best_plain, best_pushed, best_floor)
+    finally:
+        spark.stop()
+    print(f"\n{count} messages over {subjects} subjects, {master}, best of {rounds} rounds")
+    print(
+        f"{'query':<24} {'rows':>7} {'not pushed':>11} {'pushed':>8} {'speed-up':>9} {'floor':>7}"
+    )
+    for name, (rows, plain_s, pushed_s, floor_s) in results.items():
+        ratio = plain_s / pushed_s
+        print(
+            f"{name:<24} {rows:>7} {plain_s:>10.2f}s {pushed_s:>7.2f}s {ratio:>8.1f}x "
+            f"{floor_s:>6.2f}s"
+        )
+    print(
+        "floor: the same count over a Python data source that pushes nothing and yields "
+        "its rows at once"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=1_000_000)
+    parser.add_argument("--subjects", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--storage", default="file", choices=("file", "memory"))
+    parser.add_argument("--payload", type=int, default=100, help="bytes per message")
+    parser.add_argument("--nats-url", help="an existing nats-server with JetStream")
+    args = parser.parse_args()
+    started = datetime.now(timezone.utc)
+    if args.nats_url:
+        payload = b"x" * args.payload
+        cut = asyncio.run(fill(args.nats_url, args.count, args.subjects, args.storage, payload))
+        measure(args.nats_url, args.count, args.subjects, cut, args.rounds, args.master)
+    else:
+        with NatsServer() as server:
+            payload = b"x" * args.payload
+            cut = asyncio.run(fill(server.url, args.count, args.subjects, args.storage, payload))
+            measure(server.url, args.count, args.subjects, cut, args.rounds, args.master)
+    print(f"(run took {(datetime.now(timezone.utc) - started).total_seconds():.0f}s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""KV listings are snapshots (issue 26), on a real nats-server: ``keys()`` and
+``watch()``'s initial values give each key that held a value when the call started
+exactly once while other tasks write, on buckets below and above the 1,024 keys of
+one ``multi_last`` answer, and across a reset of the ordered consumer mid-scan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from aioclients.jetstream import BucketNotFoundError, ConsumerReset, JetStream, KeyValue
+from aioclients.jetstream._protocol._ordered import ack_sequences
+
+pytestmark = pytest.mark.timeout(90)
+
+RawHandler = Callable[[str, str, bytes, "bytes | None"], None]
+
+
+@pytest.fixture
+def bucket(unique_name: str) -> str:
+    return unique_name.replace(".", "_")[-60:]
+
+
+async def _open(js: JetStream, bucket: str, n: int, history: int) -> KeyValue:
+    kv = await js.create_key_value(bucket, history=history)
+    for i in range(n):
+        await js.publish_async(f"$KV.{bucket}.k.{i}", b"v0")
+    await js.publish_async_complete(timeout=30)
+    return kv
+
+
+@contextlib.asynccontextmanager
+async def _cleanup(js: JetStream, bucket: str) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        with contextlib.suppress(BucketNotFoundError):
+            await js.delete_key_value(bucket)
+
+
+class Writers:
+    """Tasks that keep writing a bucket until stopped: re-puts of the ``hot`` keys
+    (from before the listing starts), and, once ``after_start()`` is called, new
+    keys and deletes of the ``doomed`` keys."""
+
+    def __init__(self, js: JetStream, kv: KeyValue, hot: list[str], doomed: list[str]) -> None:
+        self.js = js
+        self.kv = kv
+        self.hot = hot
+        self.doomed = doomed
+        self.stop = asyncio.Event()
+        self.writes = 0
+        self.created: list[str] = []
+        self.deleted: list[str] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._going = asyncio.Event()
+
+    async def _reput(self, offset: int) -> None:
+        # Bursts of pipelined publishes to the keys' subjects: puts as fast as the
+        # server takes them.
+        js, prefix = self.js, f"$KV.{self.kv.bucket}."
+        for burst in itertools.count():
+            if self.stop.is_set():
+                return
+            acks = [
+                await js.publish_async(prefix + self.hot[(offset + burst * 64 + i) % len(self.hot)])
+                for i in range(64)
+            ]
+            await asyncio.wait_for(asyncio.gather(*acks), 10)
+            self.writes += len(acks)
+            if self.writes >= 500:
+                self._going.set()
+
+    async def _create_and_delete(self) -> None:
+        for i in itertools.count():
+            if self.stop.is_set():
+                return
+            key = f"new.{i}"
+            await self.kv.put(key, b"n")
+            self.created.append(key)
+            if i < len(self.doomed):
+                await self.kv.delete(self.doomed[i])
+                self.deleted.append(self.doomed[i])
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._reput(k * 7919)) for k in range(3)]
+        await asyncio.wait_for(self._going.wait(), 10)  # they are writing
+
+    def after_start(self) -> None:
+        self._tasks.append(asyncio.create_task(self._create_and_delete()))
+
+    async def close(self) -> None:
+        self.stop.set()
+        await asyncio.wait_for(asyncio.gather(*self._tasks), 10)
+
+
+@pytest.mark.parametrize("n", [300, 3000, 30_000])
+async def test_keys_lists_each_key_once_while_others_write(
+    js: JetStream, bucket: str, n: int
+) -> None:
+    async with _cleanup(js, bucket):
+        kv = await _open(js, bucket, n, history=1)
+        everything = [f"k.{i}" for i in range(n)]
+        hot, doomed = everything[: n // 3], everything[n // 3 : n // 3 + 50]
+        untouched = set(everything) - set(hot) - set(doomed)
+        writers = Writers(js, kv, hot, doomed)
+        await writers.start()
+        listed: list[str] = []
+        try:
+            async with kv.keys() as keys:
+                async for key in keys:
+                    if not listed:
+                        writers.after_start()  # the snapshot is taken by now
+                    listed.append(key)
+                    if len(listed) > 2 * n:
+                        break  # far too many already: fail below, don't run on
+                    await asyncio.sleep(0)  # let the writers in between keys
+        finally:
+            await writers.close()
+        assert writers.created  # keys were created during the listing...
+        assert len(listed) == len(set(listed)), f"{len(listed) - len(set(listed))} listed twice"
+        assert not set(listed) & set(writers.created), "a key created after the start"
+        assert set(listed) <= set(everything)
+        assert untouched <= set(listed), "a key nobody wrote is missing"
+
+
+@pytest.mark.parametrize("n", [300, 3000])
+async def test_watch_gives_each_key_once_before_initial_done_while_others_write(
+    js: JetStream, bucket: str, n: int
+) -> None:
+    async with _cleanup(js, bucket):
+        kv = await _open(js, bucket, n, history=1)
+        everything = [f"k.{i}" for i in range(n)]
+        hot, doomed = everything[: n // 3], everything[n // 3 : n // 3 + 50]
+        untouched = set(everything) - set(hot) - set(doomed)
+        writers = Writers(js, kv, hot, doomed)
+        await writers.start()
+        initial: list[str] = []
+        flipped = False  # the entry during which initial_done was set: either kind
+        updates = 0
+        try:
+            async with kv.watch() as watcher:
+                writers.after_start()  # the snapshot is taken by now
+                async for entry in watcher:
+                    if flipped:
+                        updates += 1
+                        if updates >= 20:
+                            break  # updates come after the initial values
+                    elif watcher.initial_done.is_set():
+                        flipped = True
+                    else:
+                        initial.append(entry.key)
+                        if len(initial) > 2 * n:
+                            break  # far too many already: fail below, don't run on
+        finally:
+            await writers.close()
+        assert flipped, "initial_done was never set"
+        assert len(initial) == len(set(initial)), "a key given twice as an initial value"
+        assert not set(initial) & set(writers.created), "a key created after the start"
+        assert len(untouched - set(initial)) <= 1, "a key nobody wrote is missing"
+        assert updates == 20
+
+
+class LoseOne:
+    """Loses the delivery numbered ``consumer_seq`` by the first consumer that gets
+    that far: the ordered consumer sees a gap and replaces its consumer."""
+
+    def __init__(self, js: JetStream, consumer_seq: int) -> None:
+        self.nc: Any = js.nc
+        self.consumer_seq = consumer_seq
+        self.lost: list[int] = []
+        lossy = self
+
+        class Handlers(dict[int, RawHandler]):
+            def __setitem__(self, sid: int, handler: RawHandler) -> None:
+                super().__setitem__(sid, lossy.wrap(handler))
+
+        self._original = self.nc._raw_handlers
+        self.nc._raw_handlers = Handlers(self._original)
+
+    def wrap(self, handler: RawHandler) -> RawHandler:
+        def lossy(subject: str, reply: str, data: bytes, header: bytes | None) -> None:
+            if not self.lost and reply.startswith("$JS.ACK"):
+                sseq, cseq, _, _ = ack_sequences(reply)
+                if cseq == self.consumer_seq:
+                    self.lost.append(sseq)
+                    return
+            handler(subject, reply, data, header)
+
+        return lossy
+
+
+async def _bucket_with_deleted_keys(
+    js: JetStream, bucket: str, n: int
+) -> tuple[KeyValue, set[str]]:
+    """``n`` keys, two revisions each (history 5); then every third key is deleted:
+    its last message is a marker, its older values still stored after the place
+    where the scan is interrupted."""
+    kv = await _open(js, bucket, n, history=5)
+    for i in range(n):
+        await js.publish_async(f"$KV.{bucket}.k.{i}", b"v1")
+    await js.publish_async_complete(timeout=30)
+    deleted = set()
+    for i in range(0, n, 3):
+        await kv.delete(f"k.{i}")
+        deleted.add(f"k.{i}")
+    return kv, {f"k.{i}" for i in range(n)} - deleted
+
+
+async def test_a_reset_mid_keys_starts_last_per_subject_over(js: JetStream, bucket: str) -> None:
+    async with _cleanup(js, bucket):
+        kv, holding = await _bucket_with_deleted_keys(js, bucket, 3000)
+        loss = LoseOne(js, consumer_seq=700)
+        listed = [key async for key in kv.keys()]
+        assert loss.lost, "no delivery was lost: the test did not reset the scan"
+        assert len(listed) == len(set(listed)), "a key listed twice"
+        assert set(listed) == holding, sorted(set(listed) ^ holding)[:10]
+
+
+async def test_a_reset_mid_watch_keeps_the_initial_values_exact(js: JetStream, bucket: str) -> None:
+    async with _cleanup(js, bucket):
+        kv, holding = await _bucket_with_deleted_keys(js, bucket, 3000)
+        loss = LoseOne(js, consumer_seq=700)
+        events: list[object] = []
+        initial: dict[str, tuple[str, bytes]] = {}
+        twice: list[str] = []
+        late: list[tuple[str, int]] = []
+        revisions: list[int] = []
+        async with kv.watch(on_event=events.append) as watcher:
+            async for entry in watcher:
+                if revisions:
+                    late.append((entry.key, entry.revision))
+                    if len(late) == 2:
+                        break
+                    continue
+                if entry.key in initial:
+                    twice.append(entry.key)
+                initial[entry.key] = (entry.operation, entry.value)
+                if watcher.initial_done.is_set():
+                    # Then two updates, both given, in order, after the initial values.
+                    revisions += [await kv.put("late", b"1"), await kv.put("late", b"2")]
+        assert loss.lost, "no delivery was lost: the test did not reset the watch"
+        assert any(isinstance(e, ConsumerReset) for e in events)
+        assert not twice, f"given twice before initial_done: {twice[:5]}"
+        puts = {k for k, (op, _) in initial.items() if op == "PUT"}
+        assert puts == holding
+        assert all(value == b"v1" for op, value in initial.values() if op == "PUT")
+        assert late == [("late", r) for r in revisions]

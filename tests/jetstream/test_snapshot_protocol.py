@@ -1,0 +1,319 @@
+"""The snapshot core of KV listings (``_protocol/_snapshot.py``): synchronous rules,
+and properties against a model of the bucket and of the server's consumers, for any
+interleaving of puts, deletes, purges, deliveries and consumer resets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan
+
+TAKE, SKIP, AFTER, RESUME = (
+    ScanVerdict.TAKE,
+    ScanVerdict.SKIP,
+    ScanVerdict.AFTER,
+    ScanVerdict.RESUME,
+)
+
+# -- the rules, one by one --
+
+
+def test_an_empty_snapshot_is_done_at_once() -> None:
+    scan = SnapshotScan(0, latest_only=True)
+    assert scan.done
+    assert scan.deliver(1) is AFTER
+
+
+def test_a_consumer_with_nothing_pending_ends_the_scan() -> None:
+    scan = SnapshotScan(10, latest_only=True)
+    assert not scan.done
+    scan.opened(0)
+    assert scan.done
+
+
+def test_each_delivery_is_taken_and_the_scan_ends_at_the_snapshot() -> None:
+    scan = SnapshotScan(5, latest_only=True)
+    scan.opened(9)
+    assert scan.deliver(1) is TAKE
+    assert scan.deliver(3) is TAKE
+    assert not scan.done
+    assert scan.deliver(5) is TAKE  # the snapshot's last message
+    assert scan.done
+    assert scan.deliver(6) is AFTER
+    assert scan.taken == 3
+
+
+def test_a_delivery_beyond_the_snapshot_ends_it_unread() -> None:
+    scan = SnapshotScan(5, latest_only=True)
+    scan.opened(4)
+    assert scan.deliver(2) is TAKE
+    assert scan.deliver(7) is AFTER  # written after the start
+    assert scan.done
+    assert scan.taken == 1
+
+
+def test_the_scan_ends_after_as_many_deliveries_as_were_pending() -> None:
+    # A filter whose last message lies below the stream's last sequence: the
+    # count the consumer was created with ends it, not a later write.
+    scan = SnapshotScan(9, latest_only=False)
+    scan.opened(2)
+    assert scan.deliver(2) is TAKE
+    assert not scan.done
+    assert scan.deliver(4) is TAKE
+    assert scan.done
+
+
+def test_a_restarted_scan_skips_what_it_reached_and_asks_to_resume_beyond() -> None:
+    scan = SnapshotScan(6, latest_only=True)
+    scan.opened(5)
+    assert scan.deliver(1) is TAKE
+    assert scan.deliver(3) is TAKE
+    scan.opened(5)  # a replacement after a reset: its skip list starts over
+    assert scan.restarts == 1
+    assert scan.deliver(1) is SKIP
+    assert scan.deliver(3) is SKIP
+    assert scan.deliver(4) is TAKE
+    assert scan.reached == 4
+    assert scan.deliver(8) is RESUME  # the watch reads its updates from 7
+    assert scan.done
+    assert scan.taken == 3
+
+
+def test_every_revision_is_taken_once_in_order() -> None:
+    scan = SnapshotScan(6, latest_only=False)
+    scan.opened(4)
+    assert scan.deliver(1) is TAKE
+    assert scan.deliver(2) is TAKE
+    scan.opened(2)  # a replacement resumes by sequence: no restart
+    assert scan.restarts == 0
+    assert scan.deliver(2) is SKIP  # never twice
+    assert scan.deliver(6) is TAKE
+    assert scan.done
+
+
+def test_a_bad_snapshot_is_refused() -> None:
+    with pytest.raises(ValueError, match="last_seq"):
+        SnapshotScan(-1, latest_only=True)
+
+
+# -- a model of the bucket and of the server's consumers --
+
+PUT, DEL, PURGE = "PUT", "DEL", "PURGE"
+KEYS = ("a", "b", "c", "d", "e")
+
+
+@dataclass
+class Bucket:
+    """A KV stream: messages by sequence; ``history`` revisions kept per key; a
+    purge marker removes the key's earlier messages (``Nats-Rollup: sub``)."""
+
+    history: int
+    stored: dict[int, tuple[str, str]] = field(default_factory=dict)
+    last_seq: int = 0
+
+    def write(self, key: str, op: str) -> None:
+        self.last_seq += 1
+        self.stored[self.last_seq] = (key, op)
+        mine = sorted(s for s, (k, _) in self.stored.items() if k == key)
+        drop = mine[:-1] if op == PURGE else mine[: max(0, len(mine) - self.history)]
+        for s in drop:
+            del self.stored[s]
+
+    def last_of(self) -> dict[str, tuple[int, str]]:
+        out: dict[str, tuple[int, str]] = {}
+        for seq in sorted(self.stored):
+            key, op = self.stored[seq]
+            out[key] = (seq, op)
+        return out
+
+
+@dataclass
+class Consumer:
+    """A server-side consumer as nats-server runs it. ``last_per_subject``: the
+    last message of each key at creation, in stream order (those removed since
+    are passed over), then every message after the stream's last sequence at
+    creation. Otherwise every message from ``start``. ``pending`` counts what
+    it would still deliver."""
+
+    bucket: Bucket
+    skip: list[int]
+    cursor: int  # deliveries after the skip list are above this
+
+    @classmethod
+    def last_per_subject(cls, bucket: Bucket) -> Consumer:
+        skip = sorted(seq for seq, _ in bucket.last_of().values())
+        return cls(bucket, skip, bucket.last_seq)
+
+    @classmethod
+    def from_seq(cls, bucket: Bucket, start: int) -> Consumer:
+        return cls(bucket, [], start - 1)
+
+    def _remaining(self) -> list[int]:
+        stored = self.bucket.stored
+        return [s for s in self.skip if s in stored] + sorted(s for s in stored if s > self.cursor)
+
+    def pending(self) -> int:
+        return len(self._remaining())
+
+    def next(self) -> tuple[str, int, int, str] | None:
+        """(key, stream sequence, pending after it, operation), or None."""
+        remaining = self._remaining()
+        if not remaining:
+            return None
+        seq = remaining[0]
+        if self.skip and seq in self.skip:
+            self.skip = self.skip[self.skip.index(seq) + 1 :]
+        else:
+            self.skip = []
+            self.cursor = seq
+        key, op = self.bucket.stored[seq]
+        return key, seq, len(remaining) - 1, op
+
+
+writes = st.tuples(st.sampled_from(KEYS), st.sampled_from((PUT, PUT, DEL, PURGE)))
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), writes),
+        st.tuples(st.just("deliver"), st.none()),
+        st.tuples(st.just("reset"), st.none()),
+    ),
+    max_size=60,
+)
+
+
+@dataclass
+class Run:
+    taken: list[tuple[str, int, str]]  # (key, seq, op) taken, in order
+    written_after: set[str]  # keys written after the snapshot
+    snapshot: Bucket  # the bucket at the start (a copy)
+    end: Bucket  # the bucket at the end
+    first_beyond: ScanVerdict | None  # the verdict of the first delivery beyond it
+
+
+def run_scan(
+    history: int,
+    before: list[tuple[str, str]],
+    between: list[tuple[str, str]],
+    script: list[tuple[str, tuple[str, str] | None]],
+    *,
+    latest_only: bool,
+) -> Run:
+    """Drive a SnapshotScan as the KV drivers do: the snapshot is the stream's last
+    sequence, the consumer is created after ``between`` more writes, ``script``
+    interleaves writes, deliveries and resets (a ``last_per_subject`` scan starts
+    over; an every-revision scan resumes after its last delivery); then the
+    deliveries are drained."""
+    bucket = Bucket(history)
+    for key, op in before:
+        bucket.write(key, op)
+    snapshot = Bucket(history, dict(bucket.stored), bucket.last_seq)
+    scan = SnapshotScan(bucket.last_seq, latest_only=latest_only)
+    written_after: set[str] = set()
+    for key, op in between:
+        bucket.write(key, op)
+        written_after.add(key)
+
+    def create() -> Consumer:
+        if latest_only:
+            return Consumer.last_per_subject(bucket)
+        return Consumer.from_seq(bucket, last_delivered + 1)
+
+    last_delivered = 0
+    consumer = create()
+    scan.opened(consumer.pending())
+    taken: list[tuple[str, int, str]] = []
+    first_beyond: list[ScanVerdict] = []
+
+    def deliver() -> bool:
+        nonlocal last_delivered
+        got = consumer.next()
+        if got is None:
+            return False
+        key, seq, _, op = got  # the pending count each delivery carries is not used
+        last_delivered = seq
+        was_done = scan.done
+        verdict = scan.deliver(seq)
+        if verdict is TAKE:
+            taken.append((key, seq, op))
+        if seq > snapshot.last_seq and not was_done and not first_beyond:
+            first_beyond.append(verdict)
+            # After a restart, a watch must go back to read its updates by sequence.
+            assert verdict is (RESUME if scan.restarts and latest_only else AFTER)
+        return True
+
+    for action, arg in script:
+        if scan.done:
+            break
+        if action == "write":
+            assert arg is not None
+            bucket.write(*arg)
+            written_after.add(arg[0])
+        elif action == "deliver":
+            deliver()
+        else:
+            consumer = create()
+            scan.opened(consumer.pending())
+    # Drain: the scan must end (nothing can leave it waiting for ever).
+    while not scan.done:
+        assert deliver(), "the scan waits for a delivery that never comes"
+    return Run(taken, written_after, snapshot, bucket, first_beyond[0] if first_beyond else None)
+
+
+histories = st.integers(min_value=1, max_value=3)
+ops = st.lists(writes, max_size=15)
+
+
+@settings(max_examples=400)
+@given(histories, ops, st.lists(writes, max_size=3), steps)
+def test_keys_lists_each_key_holding_a_value_at_the_start_once(
+    history: int,
+    before: list[tuple[str, str]],
+    between: list[tuple[str, str]],
+    script: list[tuple[str, tuple[str, str] | None]],
+) -> None:
+    run = run_scan(history, before, between, script, latest_only=True)
+    listed = [key for key, _, op in run.taken if op == PUT]
+    holding = {k for k, (_, op) in run.snapshot.last_of().items() if op == PUT}
+    assert len(listed) == len(set(listed)), "a key listed twice"
+    assert set(listed) <= holding, "a key listed that held no value at the start"
+    untouched = holding - run.written_after
+    assert untouched <= set(listed), "a key not written since the start is missing"
+
+
+@settings(max_examples=400)
+@given(histories, ops, st.lists(writes, max_size=3), steps)
+def test_watch_initial_values_are_each_keys_message_at_the_start(
+    history: int,
+    before: list[tuple[str, str]],
+    between: list[tuple[str, str]],
+    script: list[tuple[str, tuple[str, str] | None]],
+) -> None:
+    run = run_scan(history, before, between, script, latest_only=True)
+    at_start = run.snapshot.last_of()
+    keys = [key for key, _, _ in run.taken]
+    assert len(keys) == len(set(keys)), "a key given twice as an initial value"
+    for key, seq, op in run.taken:
+        assert at_start[key] == (seq, op), "an initial value that is not the key's at the start"
+    assert set(at_start) - run.written_after <= set(keys)
+
+
+@settings(max_examples=400)
+@given(histories, ops, st.lists(writes, max_size=3), steps)
+def test_history_lists_each_revision_of_the_snapshot_once_in_order(
+    history: int,
+    before: list[tuple[str, str]],
+    between: list[tuple[str, str]],
+    script: list[tuple[str, tuple[str, str] | None]],
+) -> None:
+    run = run_scan(history, before, between, script, latest_only=False)
+    seqs = [seq for _, seq, _ in run.taken]
+    assert seqs == sorted(set(seqs)), "a revision twice or out of order"
+    assert all(seq <= run.snapshot.last_seq for seq in seqs), "a revision written later"
+    for key, seq, op in run.taken:
+        assert run.snapshot.stored[seq] == (key, op)
+    still_there = {s for s in run.snapshot.stored if s in run.end.stored}
+    assert still_there <= set(seqs), "a revision of the snapshot still stored is missing"

@@ -1,0 +1,136 @@
+"""Filter pushdown of the jetstream and liftbridge batch readers on the local[2] session:
+every pushed shape gives the rows of the same query written so that Spark cannot push
+it, and ``explain`` reports what was pushed. The same checks run on local-cluster
+(test_local_cluster.py), whose executors are JVMs of their own as on a standalone cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _everywhere import check_jetstream_pushdown, check_liftbridge_pushdown, pushed_filters
+from pyspark.sql.datasource import EqualTo, LessThanOrEqual
+
+from aioclients import jetstream
+from aioclients.spark import register_data_sources
+from aioclients.spark._jetstream import JetStreamPushdownReader
+from aioclients.spark._pushdown import CONF
+
+pytestmark = pytest.mark.spark
+
+
+async def test_jetstream_shapes(spark: Any, nats_server: Any, unique_name: str) -> None:
+    await check_jetstream_pushdown(spark, nats_server.url, unique_name)
+
+
+async def test_liftbridge_shapes(spark: Any, liftbridge_cluster: Any, unique_name: str) -> None:
+    await check_liftbridge_pushdown(spark, list(liftbridge_cluster.addresses), unique_name)
+
+
+@pytest.fixture
+def small_stream(nats_server: Any, unique_name: str) -> Iterator[str]:
+    async def create() -> None:
+        async with await jetstream.connect(nats_server.url) as js:
+            await js.create_stream(unique_name, subjects=[f"{unique_name}.>"], allow_direct=True)
+            for i in range(10):
+                await js.publish(f"{unique_name}.{i % 2}", b"x")
+
+    async def delete() -> None:
+        async with await jetstream.connect(nats_server.url) as js:
+            await js.delete_stream(unique_name)
+
+    asyncio.run(create())
+    yield unique_name
+    asyncio.run(delete())
+
+
+def test_register_turns_pushdown_on_so_reads_keep_working(
+    spark: Any, nats_server: Any, small_stream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pyspark refuses a reader that defines pushFilters while the setting is off (its
+    default), for every batch read, filtered or not: registering switches it on."""
+
+    def load() -> Any:
+        reader = spark.read.format("jetstream").option("servers", nats_server.url)
+        return reader.option("stream", small_stream).load()
+
+    spark.conf.set(CONF, "false")
+    try:
+        with pytest.raises(Exception, match="DATA_SOURCE_PUSHDOWN_DISABLED"):
+            load().count()
+        with caplog.at_level("INFO", logger="aioclients.spark"):
+            register_data_sources(spark)
+        assert spark.conf.get(CONF) == "true"
+        [said] = [r.getMessage() for r in caplog.records if CONF in r.getMessage()]
+        assert "true (it was false)" in said, "registering says that it turned it on"
+        assert load().count() == 10
+        assert load().where(f"subject = '{small_stream}.1'").count() == 5
+    finally:
+        register_data_sources(spark)
+
+
+def test_registering_without_pushdown_leaves_the_setting_alone(
+    spark: Any, nats_server: Any, small_stream: str
+) -> None:
+    def load() -> Any:
+        reader = spark.read.format("jetstream").option("servers", nats_server.url)
+        return reader.option("stream", small_stream).load()
+
+    spark.conf.set(CONF, "false")
+    try:
+        register_data_sources(spark, filter_pushdown=False)
+        assert spark.conf.get(CONF) == "false"
+        filtered = load().where(f"subject = '{small_stream}.1' AND sequence > 2")
+        assert filtered.count() == 4
+        assert "EqualTo" not in pushed_filters(filtered)
+    finally:
+        register_data_sources(spark)
+    filtered = load().where(f"subject = '{small_stream}.1' AND sequence > 2")
+    assert f"EqualTo(subject,{small_stream}.1)" in pushed_filters(filtered)
+    assert filtered.count() == 4
+
+
+async def test_default_partitions_follow_what_the_read_is_expected_to_yield(
+    js: jetstream.JetStream, nats_server: Any, unique_name: str
+) -> None:
+    """Planning code called directly (as Spark's planner process does): without the
+    numPartitions option a read gets one partition per 20,000 expected messages, at most
+    the session's parallelism; pushed filters make reads small."""
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"], allow_direct=True)
+    for i in range(45_000):
+        await js.publish_async(f"{unique_name}.{'ab'[i % 2]}", b"x")
+    await js.publish_async_complete(timeout=60)
+
+    def parts(*filters: Any, parallelism: int = 8, **options: str) -> int:
+        given = {"servers": nats_server.url, "stream": unique_name, **options}
+        reader = JetStreamPushdownReader(given, parallelism)
+        assert reader.pushFilters(list(filters)) == []
+        return len(reader.partitions())
+
+    subject_a = EqualTo(("subject",), f"{unique_name}.a")
+    assert await asyncio.to_thread(parts) == 3
+    assert await asyncio.to_thread(parts, parallelism=2) == 2
+    assert await asyncio.to_thread(parts, subject_a) == 2
+    assert await asyncio.to_thread(parts, LessThanOrEqual(("sequence",), 100)) == 1
+    assert await asyncio.to_thread(parts, subject_a, numPartitions="5") == 5
+
+
+def test_a_session_that_registers_the_class_itself_reads_as_before(
+    spark: Any, nats_server: Any, small_stream: str
+) -> None:
+    """``JetStreamDataSource`` is public: registered directly on a session that never
+    heard of the pushdown setting, it reads (without pushing anything)."""
+    from aioclients.spark import JetStreamDataSource
+
+    spark.conf.set(CONF, "false")
+    try:
+        spark.dataSource.register(JetStreamDataSource)
+        df = spark.read.format("jetstream").option("servers", nats_server.url)
+        df = df.option("stream", small_stream).load().where(f"subject = '{small_stream}.1'")
+        assert df.count() == 5
+        assert "EqualTo" not in pushed_filters(df)
+    finally:
+        register_data_sources(spark)
