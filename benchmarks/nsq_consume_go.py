@@ -9,8 +9,10 @@ nsqd's HTTP ``/mpub``, not timed) before each client reads it:
   ``async for msg in reader: await msg.finish()`` until --count in all;
 - ``bench_reader``: given with --go-bin, run as a process of its own for
   --go-runfor seconds (it runs for a time, not a count) with ``--rdy --size 100``;
-  its ``ops/s`` is taken. The fill is --count messages, more than it can read in
-  that time (a run that drained the channel is flagged);
+  its ``ops/s`` is taken. The fill is --count messages (and 10 RDY-fulls per
+  connection more, so that no reader drains the channel and waits for nsqd's
+  output buffer timeout at its end), more than it can read in that time (a run
+  that drained the channel is flagged);
 - ``floor``: a bare ``asyncio.Protocol`` per connection in the same loop: ``SUB``,
   ``RDY``, find each frame, write ``FIN <id>`` per message (one write per read);
   no message object, no iterator. What a Python consumer costs at least here.
@@ -45,6 +47,7 @@ from nsq_consume import fill
 from aioclients.nsq import Reader
 
 _TICK = os.sysconf("SC_CLK_TCK")
+_SPARE = 10  # RDY-fulls per connection filled beyond --count
 _SIZE = struct.Struct(">l")
 
 
@@ -209,7 +212,10 @@ async def run(args: argparse.Namespace) -> None:
     for number in range(1, args.rounds + 1):
         for name, fn in clients:
             topic = f"bench_go_{uuid.uuid4().hex[:8]}"
-            await fill(args.nsqd_http, topic, args.count)
+            # More than a reader takes: a channel drained to its last message holds
+            # the tail back until nsqd's output buffer timeout (250 ms by default),
+            # which would round a reader's time up to the next quarter second.
+            await fill(args.nsqd_http, topic, args.count + _SPARE * args.connections * args.rdy)
             server = _proc_cpu(args.nsqd_pid)
             rate, client_cpu, read = await fn(args, topic)
             server = _proc_cpu(args.nsqd_pid) - server

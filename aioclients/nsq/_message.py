@@ -6,6 +6,7 @@ by the Reader that received it (``nsq/_responder.py``); it knows no Reader.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Protocol
 
 from aioclients.nsq._errors import MessageRespondedError
@@ -24,8 +25,10 @@ class MessageResponder(Protocol):
         ``None``; raises ``InvalidArgumentError`` for a bad delay."""
         ...
 
-    async def finish(self, msg: Message) -> None:
-        """Send FIN for ``msg`` (nothing when its connection is gone)."""
+    def finish(self, msg: Message) -> Awaitable[None] | None:
+        """Send FIN for ``msg`` (nothing when its connection is gone); returns
+        something to await (e.g. a coroutine: ``async def finish`` fits), or
+        ``None`` when there is nothing to wait for."""
         ...
 
     async def requeue(self, msg: Message, delay_ms: int, backoff: bool) -> None:
@@ -124,8 +127,12 @@ class Message:
         Raises:
             MessageRespondedError: the message was already finished or requeued.
         """
-        self._claim("finish()")
-        await self._responder.finish(self)
+        if self._responded:
+            self._claim("finish()")  # raises
+        self._responded = True
+        waiting = self._responder.finish(self)
+        if waiting is not None:
+            await waiting
 
     async def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
         """Give the message back to nsqd for a later attempt (REQ).

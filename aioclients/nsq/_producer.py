@@ -259,6 +259,9 @@ class Producer:
     def on_message(self, conn: NsqdConnection, event: MessageReceived, now: float) -> None:
         conn.abort()  # a publishing connection never subscribed
 
+    def on_messages(self, conn: NsqdConnection, items: list[Any], now: float) -> None:
+        conn.abort()  # never: a publisher's core makes no messages
+
     def on_oversized_message(
         self, conn: NsqdConnection, event: OversizedMessage, now: float
     ) -> None:

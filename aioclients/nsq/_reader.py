@@ -2,9 +2,12 @@
 
 Theory of operation (client library guide, every section): the Reader owns one
 :class:`NsqdConnection` per nsqd (given directly or discovered through nsqlookupd)
-and one pure :class:`RdyDistributor`. Connections report messages synchronously
-(``on_message``); the Reader wraps each in a :class:`Message`, appends it to a deque
-(bounded by RDY, so by ``max_in_flight``) and wakes the one waiting consumer. The
+and one pure :class:`RdyDistributor`. Each connection's core makes the
+:class:`Message` of every frame as it decodes it (``make_message``), and the
+connection hands the Reader one read's worth at once (``on_messages``): counted,
+told to the distributor in one call, appended to a deque (bounded by RDY, so by
+``max_in_flight``), and the one waiting consumer woken. A message delivered more than
+``max_attempts`` times comes alone (``on_message``) and is given up on. The
 message answers (FIN, REQ, TOUCH) through the Reader's :class:`ReaderResponder`
 (``_responder.py``), which writes into the connection's buffer, flushed once per
 loop iteration, and tells the distributor. The distributor's RDY decisions are
@@ -602,6 +605,20 @@ class Reader:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def on_messages(self, conn: NsqdConnection, items: list[Any], now: float) -> None:
+        """The messages of one read, made by the core (``make_message``; none of
+        them above ``max_attempts``): counted and queued in one go."""
+        self._received += len(items)
+        dist = self._dist
+        assert dist is not None
+        updates = dist.on_messages(conn.address, len(items), now)
+        if updates:
+            self._apply(updates)
+        self._queue.extend(items)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     def on_oversized_message(
         self, conn: NsqdConnection, event: OversizedMessage, now: float
     ) -> None:
@@ -731,6 +748,12 @@ class Reader:
             heartbeat_interval=self._heartbeat_interval,
         )
         conn = NsqdConnection(address, core, self, tls_context=self._tls_context)
+        assert self._responder is not None
+        # The core makes each Message as it decodes it (on_messages gets a read's
+        # worth); those delivered too often come to on_message, to be given up.
+        core.make_message = Message
+        core.make_with = (conn, self._responder)
+        core.attempts_limit = self._max_attempts
         await conn.open(self._connect_timeout)
         if self._closed:
             conn.abort()

@@ -3,8 +3,9 @@
 Theory of operation. A :class:`~aioclients.nsq.Message` knows only a
 :class:`~aioclients.nsq._message.MessageResponder`; the Reader hands each message
 its :class:`ReaderResponder`. An answer goes into the core of the connection that
-delivered the message and is written at the end of the loop iteration (at once
-when about 40 FINs wait, so that nsqd can refill while the application works),
+delivered the message and is written at the end of the loop iteration with the
+other answers of the batch (earlier when the first has waited about 1 ms, so that
+nsqd can refill while the application works: ``NsqdConnection.answered``),
 counted, and reported to the :class:`RdyDistributor`: a slot is free, and the
 message succeeded (FIN), failed (REQ with backoff) or neither (REQ without
 backoff). The RDY changes that follow go out through the Reader's ``apply``.
@@ -17,17 +18,14 @@ guide's default).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aioclients._core import check_float
 from aioclients.nsq._message import Message
+from aioclients.nsq._protocol._connection import ConnectionState
 from aioclients.nsq._protocol._rdy import RdyDistributor, RdyUpdate
 
 __all__ = ("ReaderResponder",)
-
-# Responses are written at the end of the loop iteration, or as soon as this many
-# bytes wait (about 40 FINs), so that nsqd can send more while we work.
-EARLY_FLUSH_BYTES = 1024
 
 
 class ReaderResponder:
@@ -75,30 +73,29 @@ class ReaderResponder:
             seconds = check_float("delay", delay, minimum=0.0, inclusive=True)
         return int(seconds * 1000)
 
-    async def finish(self, msg: Message) -> None:
-        """FIN (success for backoff)."""
+    def finish(self, msg: Message) -> Awaitable[None] | None:
+        """FIN (success for backoff). Returns what to await while the socket's
+        buffer is full, else ``None`` (no coroutine made per message)."""
         conn = msg._conn
-        if not conn.usable:
-            return  # nsqd re-delivers it after its timeout; nothing to say on a dead link
         core = conn.core
+        if conn.lost or core.state is ConnectionState.CLOSED:
+            return None  # nsqd re-delivers it after its timeout; nothing to say on a dead link
         dist = self._dist
-        if msg.id not in core.in_flight:
+        if not core.fin_if_in_flight(msg.id):
             # The same id was delivered again (msg_timeout expired) and that copy was
             # answered already: nothing to send, but this copy still frees its slot.
             self._apply(dist.on_response(conn.address, self._clock(), None))
-            return
-        core.fin(msg.id)
+            return None
         conn.finished += 1
         self.finished += 1
-        if core.pending_bytes >= EARLY_FLUSH_BYTES:
-            conn.flush()  # let nsqd refill while we go on with the messages we hold
-        else:
-            conn.schedule_flush()
+        conn.answered()
         updates = dist.on_response(conn.address, self._clock(), True)
-        if updates or dist.backoff.active:
+        backoff = dist.backoff
+        if updates or backoff.level or backoff.window_until is not None:
             self._apply(updates)  # also re-arms the timer: a backoff window may have ended
         if conn._paused:
-            await conn.drain()
+            return conn.drain()
+        return None
 
     async def requeue(self, msg: Message, delay_ms: int, backoff: bool) -> None:
         """REQ after ``delay_ms``; a failure for backoff when ``backoff``."""
@@ -113,10 +110,7 @@ class ReaderResponder:
         core.req(msg.id, delay_ms)
         conn.requeued += 1
         self.requeued += 1
-        if core.pending_bytes >= EARLY_FLUSH_BYTES:
-            conn.flush()
-        else:
-            conn.schedule_flush()
+        conn.answered()
         success = False if backoff else None
         updates = dist.on_response(conn.address, self._clock(), success)
         if updates or backoff or dist.backoff.active:

@@ -80,6 +80,54 @@ def test_messages_in_flight_fin_req_touch() -> None:
         core.fin(MID)
 
 
+def test_made_messages_collect_per_read_and_the_too_often_delivered_stay_events() -> None:
+    core = subscribed()
+    core.send_rdy(4)
+    core.data_to_send()
+    core.make_message = lambda *args: ("made", *args)
+    core.make_with = ("conn", "responder")
+    core.attempts_limit = 3
+    mid2, mid3 = b"0000000000000002", b"0000000000000003"
+    events = core.receive_data(
+        msg(MID, b"one")
+        + msg(mid2, b"two", attempts=4)
+        + frame(0, b"_heartbeat_")
+        + msg(mid3, b"three", attempts=3),
+        2.0,
+    )
+    # the made ones wait in `received` for the owner; the rest are events, in order
+    assert core.received == [
+        ("made", MID, b"one", 5, 1, "conn", "responder"),
+        ("made", mid3, b"three", 5, 3, "conn", "responder"),
+    ]
+    assert events == [C.MessageReceived(5, 4, mid2, b"two"), C.Heartbeat()]
+    assert core.in_flight == {MID: 2.0, mid2: 2.0, mid3: 2.0}
+    assert core.data_to_send() == b"NOP\n"
+    # a frame split over two reads is made when it is complete
+    core.received = []
+    mid4 = b"0000000000000004"
+    whole = msg(mid4, b"four")
+    assert core.receive_data(whole[:20], 3.0) == []
+    assert core.received == []
+    assert core.receive_data(whole[20:], 3.0) == []
+    assert core.received == [("made", mid4, b"four", 5, 1, "conn", "responder")]
+
+
+def test_fin_if_in_flight_answers_once() -> None:
+    core = subscribed()
+    core.send_rdy(1)
+    core.data_to_send()
+    core.receive_data(msg(MID), 0.0)
+    assert core.fin_if_in_flight(MID) is True
+    assert core.fin_if_in_flight(MID) is False  # answered already: nothing queued
+    assert core.data_to_send() == b"FIN %b\n" % MID
+    assert not core.in_flight
+    core.receive_data(msg(MID), 0.0)
+    core.connection_lost()
+    with pytest.raises(LocalProtocolError, match="closed"):
+        core.fin_if_in_flight(MID)
+
+
 def test_heartbeat_is_answered_with_nop() -> None:
     core = subscribed()
     assert core.receive_data(frame(0, b"_heartbeat_"), 0.0) == [C.Heartbeat()]
@@ -424,3 +472,75 @@ def test_a_short_heartbeat_interval_gets_a_short_margin() -> None:
     assert core.get_timer() == pytest.approx(1.0 + 0.4 + 0.2)
     (ev,) = core.handle_timer(1.6)
     assert isinstance(ev, C.TimedOut)
+
+
+def _made_core(max_message_size: int = 1024 * 1024) -> C.ConnectionCore:
+    core = C.ConnectionCore(identify={}, topic="t", channel="c", max_message_size=max_message_size)
+    core.start(0.0)
+    core.receive_data(frame(0, b"OK") + frame(0, b"OK"), 0.0)
+    core.send_rdy(1000)
+    core.data_to_send()
+    return core
+
+
+_frames_st = st.lists(
+    st.one_of(
+        st.tuples(st.just("msg"), st.binary(max_size=40), st.integers(1, 6)),
+        st.tuples(st.just("heartbeat"), st.just(b""), st.just(0)),
+        st.tuples(st.just("ok"), st.just(b""), st.just(0)),
+        st.tuples(st.just("fin_failed"), st.just(b""), st.just(0)),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_frames_st, st.lists(st.integers(1, 80), max_size=40), st.integers(0, 4))
+def test_made_messages_are_the_events_any_chunking(
+    frames: list[tuple[str, bytes, int]], cuts: list[int], limit: int
+) -> None:
+    """A core that makes its messages reads any stream, cut anywhere, into the same
+    messages, events, in-flight ids and bytes to send as one that reports each
+    message as an event (bodies above max_message_size included)."""
+    stream = b""
+    for i, (kind, body, attempts) in enumerate(frames):
+        if kind == "msg":
+            stream += msg(b"%016d" % i, body, attempts=attempts)
+        elif kind == "heartbeat":
+            stream += frame(0, b"_heartbeat_")
+        elif kind == "ok":
+            stream += frame(0, b"OK")
+        else:
+            stream += frame(1, b"E_FIN_FAILED FIN x failed")
+    plain, made = _made_core(30), _made_core(30)
+    made.make_message = lambda *args: C.MessageReceived(args[2], args[3], args[0], args[1])
+    made.attempts_limit = limit
+    plain_events: list[object] = []
+    made_events: list[object] = []
+    pos = 0
+    for cut in [*cuts, len(stream)]:
+        chunk, pos = stream[pos : pos + cut], pos + cut
+        plain_events += plain.receive_data(chunk, 1.0)
+        made_events += made.receive_data(chunk, 1.0)
+        assert plain.decoder.offset == made.decoder.offset
+        assert plain.decoder.buffered == made.decoder.buffered
+    messages = [e for e in plain_events if isinstance(e, C.MessageReceived)]
+    over = [m for m in messages if limit and m.attempts > limit]
+    assert made.received == [m for m in messages if m not in over]
+    # (NSQError compares by identity: the events are compared by their repr)
+    assert [repr(e) for e in made_events] == [
+        repr(e) for e in plain_events if e not in made.received
+    ]
+    assert made.in_flight == plain.in_flight
+    assert made.data_to_send() == plain.data_to_send()
+
+
+def test_made_messages_keep_the_decoders_errors() -> None:
+    core = _made_core()
+    core.make_message = lambda *args: args
+    good = msg(MID, b"x")
+    start = core.decoder.offset
+    with pytest.raises(NSQProtocolError, match="unknown frame type") as err:
+        core.receive_data(good + struct.pack(">II", 8, 7) + b"\0" * 4, 0.0)
+    assert err.value.offset == start + len(good) + 4
+    assert core.received == [(MID, b"x", 5, 1, None, None)]

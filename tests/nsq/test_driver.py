@@ -428,3 +428,46 @@ async def test_a_refused_connect_leaves_no_unretrieved_future(
     del producer
     gc.collect()
     assert "never retrieved" not in caplog.text
+
+
+async def test_answers_go_out_together_unless_the_first_waited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """FINs made while the application holds the loop are written in one go at the
+    end of the loop iteration; once the first has waited EARLY_FLUSH_DELAY (the
+    application works long on what it holds) they are written at the next answer."""
+    from aioclients.nsq._io import _connection
+
+    clock = [100.0]
+    monkeypatch.setattr(_connection, "perf_counter", lambda: clock[0])
+    mids = [b"00000000000000b%d" % i for i in range(4)]
+    async with FakeNsqd() as fake:
+        async with Reader("t", "c", nsqd_tcp_addresses=[fake.address], max_in_flight=4) as reader:
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(message_frame(mids[0], b"x"))
+            await fake.wait_for(lambda c: b"RDY 4" in c)
+            fake.send(b"".join(message_frame(m, b"x") for m in mids[1:]))
+            held = [await asyncio.wait_for(reader.__anext__(), 5) for _ in range(4)]
+            (conn,) = reader._conns.values()
+            writes: list[bytes] = []
+            flush = conn.flush
+
+            def recording_flush() -> None:
+                if conn.core.has_data_to_send:
+                    writes.append(conn.core._out[:])
+                flush()
+
+            monkeypatch.setattr(conn, "flush", recording_flush)
+            # no await that yields between these: the loop is held
+            await held[0].finish()
+            clock[0] += _connection.EARLY_FLUSH_DELAY / 2
+            await held[1].finish()
+            assert writes == []  # waiting for the end of the loop iteration
+            clock[0] += _connection.EARLY_FLUSH_DELAY / 2
+            await held[2].finish()  # the first has waited the delay: all three go now
+            assert writes == [b"".join(b"FIN %b\n" % m for m in mids[:3])]
+            await held[3].finish()
+            assert len(writes) == 1
+            await fake.wait_for(lambda c: b"FIN " + mids[3] in c)
+            assert len(writes) == 2
+    assert [c for c in fake.commands if c.startswith(b"FIN")] == [b"FIN " + m for m in mids]

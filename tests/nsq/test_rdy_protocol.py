@@ -292,3 +292,72 @@ def test_no_producer_with_messages_starves(conns: int, mif: int, seed: int) -> N
             timer = d.get_timer()
         assert sum(server.rdy.values()) <= mif
     assert served == set(range(conns))
+
+
+batch_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("connect"), st.integers(1, 3000)),
+        st.tuples(st.just("disconnect"), st.integers(0, 20)),
+        st.tuples(st.just("messages"), st.integers(0, 20), st.integers(0, 300)),
+        st.tuples(st.just("finish"), st.integers(0, 20), st.sampled_from([True, False, None])),
+        st.tuples(st.just("set_max_in_flight"), st.integers(0, 800)),
+        st.tuples(st.just("advance"), st.floats(0.0, 30.0)),
+    ),
+    max_size=60,
+)
+
+
+def _state(d: RdyDistributor) -> tuple[object, ...]:
+    return (
+        [(k, d.rdy(k), d.in_flight(k)) for k in d.connections],
+        [(c.remaining, c.last_message_at, c.bootstrapped) for c in d._conns.values()],
+        d.get_timer(),
+        d.is_starved(),
+        d.backoff.level,
+        d.backoff.window_until,
+        d._deficit,
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(batch_ops, st.integers(0, 800), st.integers(0, 1000))
+def test_on_messages_is_that_many_on_message(operations: list, mif: int, seed: int) -> None:
+    """The messages of one read told at once: the same updates and state as one by one."""
+    one = RdyDistributor(
+        mif, rng=random.Random(seed), low_rdy_idle_timeout=5.0, max_backoff_duration=16.0
+    )
+    batch = RdyDistributor(
+        mif, rng=random.Random(seed), low_rdy_idle_timeout=5.0, max_backoff_duration=16.0
+    )
+    now = 0.0
+    next_id = 0
+    for op in operations:
+        kind = op[0]
+        conns = list(one.connections)
+        if kind == "connect":
+            key = f"c{next_id}"
+            next_id += 1
+            assert one.add_connection(key, op[1], now) == batch.add_connection(key, op[1], now)
+        elif kind == "disconnect" and conns:
+            key = conns[op[1] % len(conns)]
+            assert one.remove_connection(key, now) == batch.remove_connection(key, now)
+        elif kind == "messages" and conns:
+            key = conns[op[1] % len(conns)]
+            expected: list[RdyUpdate] = []
+            for _ in range(op[2]):
+                expected.extend(one.on_message(key, now))
+            assert list(batch.on_messages(key, op[2], now)) == expected
+        elif kind == "finish" and conns:
+            key = conns[op[1] % len(conns)]
+            assert one.on_response(key, now, op[2]) == batch.on_response(key, now, op[2])
+        elif kind == "set_max_in_flight":
+            assert one.set_max_in_flight(op[1], now) == batch.set_max_in_flight(op[1], now)
+        elif kind == "advance":
+            now += op[1]
+            timer = one.get_timer()
+            if timer is not None and timer <= now:
+                assert one.handle_timer(timer) == batch.handle_timer(timer)
+        assert _state(one) == _state(batch)
+    # unknown connections and empty reads change nothing
+    assert batch.on_messages("gone", 5, now) == ()
+    assert _state(one) == _state(batch)

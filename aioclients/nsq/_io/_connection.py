@@ -3,9 +3,11 @@
 Theory of operation: an :class:`asyncio.Protocol`, so received bytes are handled
 in ``data_received`` without a task or a queue per message. Each read cycle is
 read -> (decompress) -> ``core.receive_data`` -> events to the owner (Reader or
-Producer) -> one write of everything queued (RDY, NOP, FIN...). Responses made
-outside a read cycle (``Message.finish()``) are queued in the core and written by
-one ``call_soon`` flush per loop iteration, so a burst of FINs is one write.
+Producer) -> one write of everything queued (RDY, NOP, FIN...). Messages made by
+the owner's ``make_message`` in the core go to the owner as one list per read
+(``on_messages``). Responses made outside a read cycle (``Message.finish()``) are
+queued in the core and written by one ``call_soon`` flush per loop iteration, so a
+burst of FINs is one write (earlier when the first has waited ``EARLY_FLUSH_DELAY``).
 The core's one deadline (handshake timeout, heartbeat watchdog) is one
 ``loop.call_at`` handle, re-armed when it fires (deadlines only move later while
 data flows, so it never needs re-arming per read).
@@ -18,7 +20,8 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Callable
-from typing import Protocol
+from time import perf_counter
+from typing import Any, Protocol
 
 from aioclients.nsq._errors import NSQConnectError, NSQError
 from aioclients.nsq._io._compression import Codec, make_codec
@@ -44,11 +47,16 @@ __all__ = ("ConnectionOwner", "NsqdConnection")
 
 log = logging.getLogger("aioclients.nsq.connection")
 
+#: Seconds an answer made outside a read may wait for the end of the loop iteration
+#: (where the answers of a batch go out in one write) before it is written early.
+EARLY_FLUSH_DELAY = 0.001
+
 
 class ConnectionOwner(Protocol):
     """What a connection reports to its Reader or Producer (all synchronous)."""
 
     def on_message(self, conn: NsqdConnection, event: MessageReceived, now: float) -> None: ...
+    def on_messages(self, conn: NsqdConnection, items: list[Any], now: float) -> None: ...
     def on_oversized_message(
         self, conn: NsqdConnection, event: OversizedMessage, now: float
     ) -> None: ...
@@ -90,6 +98,7 @@ class NsqdConnection(asyncio.Protocol):
         self._close_wait: asyncio.Future[None] | None = None
         self._closed = self._loop.create_future()
         self._flush_scheduled = False
+        self._flush_since = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._paused = False
@@ -205,8 +214,14 @@ class NsqdConnection(asyncio.Protocol):
 
     def _feed(self, data: bytes) -> None:
         now = self._clock()
-        events = self.core.receive_data(data, now)
+        core = self.core
+        events = core.receive_data(data, now)
         owner = self._owner
+        made = core.received
+        if made:  # the messages of this read, made by the owner's make_message
+            core.received = []
+            self.messages_received += len(made)
+            owner.on_messages(self, made, now)
         for event in events:
             if type(event) is MessageReceived:  # the hot path: one per message
                 self.messages_received += 1
@@ -278,6 +293,19 @@ class NsqdConnection(asyncio.Protocol):
         if self._codec is not None:
             data = self._codec.encode(data)
         transport.write(data)
+
+    def answered(self) -> None:
+        """An answer (FIN, REQ) was queued in the core outside a read: write it at
+        the end of this loop iteration with the others, or now when the first one
+        waiting has waited ``EARLY_FLUSH_DELAY`` (an application that works long on
+        the messages it holds lets nsqd refill meanwhile)."""
+        if self._flush_scheduled:
+            if perf_counter() - self._flush_since >= EARLY_FLUSH_DELAY:
+                self.flush()
+        else:
+            self._flush_scheduled = True
+            self._flush_since = perf_counter()
+            self._loop.call_soon(self.flush)
 
     def schedule_flush(self) -> None:
         """Write what the core has queued at the end of this loop iteration."""

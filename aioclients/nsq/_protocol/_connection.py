@@ -39,7 +39,7 @@ from __future__ import annotations
 import enum
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -311,6 +311,18 @@ class ConnectionCore:
         self._deadline = math.inf
         self._last_received = 0.0
         self.pending_responses = 0  # PUB/MPUB/DPUB sent and not answered yet
+        #: A consumer's owner may set these: then each message frame received in
+        #: the steady state becomes ``make_message(id, body, timestamp, attempts,
+        #: *make_with)`` (``make_with``: two values of the owner's, passed as they
+        #: are), appended to ``received`` (which the owner empties) instead of a
+        #: :class:`MessageReceived` event, saving an event and a dispatch per
+        #: message. A message delivered more than ``attempts_limit`` times (when
+        #: above 0) is still a :class:`MessageReceived` event, for the owner to
+        #: give up on.
+        self.make_message: Callable[[bytes, bytes, int, int, Any, Any], Any] | None = None
+        self.make_with: tuple[Any, Any] = (None, None)
+        self.attempts_limit = 0
+        self.received: list[Any] = []
 
     # ---- outgoing -------------------------------------------------------------------
 
@@ -359,6 +371,20 @@ class ConnectionCore:
         self._respond_check(message_id, "FIN")
         self.in_flight.pop(message_id, None)
         self._out += b"FIN " + message_id + b"\n"
+
+    def fin_if_in_flight(self, message_id: bytes) -> bool:
+        """Queue FIN when the message is in flight here; False (nothing queued) when
+        it is not (answered already, or its id was delivered again and answered).
+
+        Raises:
+            LocalProtocolError: the connection is closed.
+        """
+        if self.state is ConnectionState.CLOSED:
+            raise LocalProtocolError("FIN: the connection is closed")
+        if self.in_flight.pop(message_id, None) is None:
+            return False
+        self._out += b"FIN %b\n" % message_id
+        return True
 
     def req(self, message_id: bytes, delay_ms: int) -> None:
         self._respond_check(message_id, "REQ")
@@ -439,7 +465,11 @@ class ConnectionCore:
         """
         self._last_received = now
         state = self.state
-        if state is ConnectionState.SUBSCRIBED or state is ConnectionState.READY:
+        if state is ConnectionState.SUBSCRIBED:
+            if self.make_message is not None:
+                return self._steady_made(data, now)
+            return self._steady(self.decoder.feed(data), now)
+        if state is ConnectionState.READY:
             return self._steady(self.decoder.feed(data), now)
         if state in _HANDSHAKE_STATES:
             return self._handshake(data, now)
@@ -449,16 +479,72 @@ class ConnectionCore:
             return []
         raise LocalProtocolError("receive_data() before start()")
 
+    def _steady_made(self, data: bytes, now: float) -> list[Event | MessageReceived]:
+        """The steady state of a consumer whose owner makes its messages: the
+        message frames at the start of the bytes are decoded and made in one loop
+        (no frame list, the body sliced once); from the first other frame on (a
+        heartbeat, a response, an error, anything malformed or oversized) the
+        decoder's general path takes the rest."""
+        decoder = self.decoder
+        whole = decoder.view(data)
+        if whole is None:
+            return self._steady(decoder.feed(data), now)
+        events: list[Event | MessageReceived] = []
+        in_flight = self.in_flight
+        make = self.make_message
+        assert make is not None
+        made = self.received.append
+        with_a, with_b = self.make_with
+        limit = self.attempts_limit or 0x10000  # attempts are 16 bits
+        unpack_header = F._HEADER.unpack_from
+        unpack_head = F._MESSAGE_HEAD.unpack_from
+        # a message frame's size counts the type, the 26-byte header and the body
+        smallest = 4 + F.MESSAGE_HEADER_SIZE
+        largest = decoder.max_frame_size + 4
+        pos = 0
+        end = len(whole)
+        other = False
+        while end - pos >= 8:
+            size, ftype = unpack_header(whole, pos)
+            if ftype != F.FRAME_MESSAGE or size < smallest or size > largest:
+                other = True
+                break
+            stop = pos + 4 + size
+            if stop > end:
+                break
+            message_id = whole[pos + 18 : pos + 34]
+            in_flight[message_id] = now
+            ts, attempts = unpack_head(whole, pos + 8)
+            if attempts <= limit:
+                made(make(message_id, whole[pos + 34 : stop], ts, attempts, with_a, with_b))
+            else:
+                events.append(MessageReceived(ts, attempts, message_id, whole[pos + 34 : stop]))
+            pos = stop
+        decoder.consumed(whole, pos)
+        if other:
+            events.extend(self._steady(decoder.feed(b""), now))
+        elif len(in_flight) > self.rdy_allowance:  # once per read, not per message
+            self._check_rdy_overflow(now)
+        return events
+
     def _steady(self, frames: list[tuple[int, bytes]], now: float) -> list[Event | MessageReceived]:
         events: list[Event | MessageReceived] = []
         append = events.append
         in_flight = self.in_flight
+        make = self.make_message
+        made = self.received.append
+        with_a, with_b = self.make_with
+        limit = self.attempts_limit or 0x10000  # attempts are 16 bits
+        unpack = F._MESSAGE_HEAD.unpack_from
         for ftype, payload in frames:
             if ftype == 2:
                 message_id = payload[10:26]
                 in_flight[message_id] = now
-                ts, attempts = F._MESSAGE_HEAD.unpack_from(payload, 0)
-                append(MessageReceived(ts, attempts, message_id, payload[26:]))
+                ts, attempts = unpack(payload, 0)
+                if make is not None and attempts <= limit:
+                    made(make(message_id, payload[26:], ts, attempts, with_a, with_b))
+                else:
+                    append(MessageReceived(ts, attempts, message_id, payload[26:]))
             elif ftype == 0:
                 if payload == _HEARTBEAT:
                     self._out += b"NOP\n"

@@ -118,6 +118,28 @@ class FrameDecoder:
         self._buf.clear()
         return data
 
+    def view(self, data: bytes) -> bytes | None:
+        """The bytes to decode next (those held, then ``data``), for a caller that
+        walks the whole frames at their start itself and then says where it stopped
+        with :meth:`consumed` (the rest is held again, and :meth:`feed` goes on from
+        there). ``None`` while an oversized body is being read past: use
+        :meth:`feed`."""
+        if self._skip:
+            return None
+        buf = self._buf
+        if not buf:
+            return data
+        buf += data
+        whole = bytes(buf)
+        buf.clear()
+        return whole
+
+    def consumed(self, whole: bytes, pos: int) -> None:
+        """``whole[:pos]`` (from :meth:`view`) was decoded; hold the rest."""
+        self._consumed += pos
+        if pos < len(whole):
+            self._buf += memoryview(whole)[pos:]
+
     def feed(self, data: bytes, limit: int | None = None) -> list[tuple[int, bytes]]:
         """Add ``data`` and return every frame it completed, as ``(type, data)``.
 

@@ -265,6 +265,40 @@ class RdyDistributor:
         self._now = now
         return self._grant(c, target, resend=True)
 
+    def on_messages(
+        self, key: Hashable, count: int, now: float
+    ) -> tuple[RdyUpdate, ...] | list[RdyUpdate]:
+        """``count`` messages arrived on ``key`` (the messages of one read).
+
+        Exactly ``count`` calls of :meth:`on_message` (the same updates, the same
+        state), with the messages before a refill falls due counted in one step.
+        """
+        c = self._conns.get(key)
+        if c is None:
+            return _NO_UPDATES
+        backoff = self.backoff
+        updates: list[RdyUpdate] = []
+        while count > 0:
+            if backoff.level > 0 or backoff.window_until is not None:
+                safe = count  # in backoff on_message only counts
+            else:
+                # on_message refills once `remaining` falls below max(1, rdy/4)
+                # (rounded up); the messages before that only count.
+                safe = c.remaining - max(1, -(-c.rdy // 4))
+            if safe > 0:
+                if safe > count:
+                    safe = count
+                c.in_flight += safe
+                c.remaining -= safe
+                c.last_message_at = now
+                c.bootstrapped = True
+                count -= safe
+                if not count:
+                    break
+            updates.extend(self.on_message(key, now))
+            count -= 1
+        return updates if updates else _NO_UPDATES
+
     def on_response(self, key: Hashable, now: float, success: bool | None) -> list[RdyUpdate]:
         """The message from ``key`` was FIN'd (``success=True``), REQ'd with backoff
         (``False``) or REQ'd without backoff (``None``)."""
@@ -272,8 +306,13 @@ class RdyDistributor:
         if c is not None and c.in_flight > 0:
             c.in_flight -= 1
         self._now = now
-        if success is not None:
-            outcome = self.backoff.record(success, now)
+        backoff = self.backoff
+        # A success outside backoff changes nothing there (record() would say
+        # "none"): skipped, as it is the answer to nearly every message.
+        if success is not None and not (
+            success and backoff.level == 0 and backoff.window_until is None
+        ):
+            outcome = backoff.record(success, now)
             if outcome == "window":
                 return self._zero_all()
             if outcome == "exit":
