@@ -85,7 +85,8 @@ class Delivery(enum.Enum):
 class ConsumerReset:
     """The ordered consumer was recreated to resume at stream sequence ``next_seq``.
 
-    ``reason`` is ``"gap"``, ``"heartbeat"``, ``"reconnect"``, ``"deleted"`` or
+    ``reason`` is ``"gap"``, ``"heartbeat"``, ``"reconnect"``, ``"deleted"``,
+    ``"snapshot"`` (a KV scan cut short by a reset reads on by sequence) or
     another short word naming the cause.
     """
 
