@@ -51,6 +51,7 @@ from aioclients.jetstream._models import AccountInfo, ConsumerInfo, PubAck, Stre
 from aioclients.jetstream._protocol._config import (
     config_from_wire,
     config_to_wire,
+    stream_features,
     validate_priority_config,
 )
 from aioclients.jetstream._protocol._direct import DirectReply, ReplyKind
@@ -60,6 +61,17 @@ from aioclients.jetstream._protocol._level import (
     api_level_of,
     parse_version,
     shortfall,
+)
+from aioclients.jetstream._protocol._msgopts import (
+    COUNTER_FEATURE,
+    COUNTER_VERSION,
+    INCR_HEADER,
+    TTL_FEATURE,
+    TTL_HEADER,
+    TTL_VERSION,
+    format_increment,
+    format_ttl,
+    parse_counter_value,
 )
 from aioclients.jetstream._protocol._names import (
     validate_consumer_name,
@@ -144,6 +156,9 @@ class JetStreamApi:
         self.closing = False
         # ((server_id, version), API level) of the server last asked
         self._level: tuple[tuple[str, str], int] | None = None
+        # (feature, version) checks passed, and the server they passed on
+        self._version_ok: set[tuple[str, Version]] = set()
+        self._version_ok_on: tuple[str, str] | None = None
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -331,6 +346,32 @@ class JetStreamApi:
         if why is not None:
             raise ServerTooOldError(why, hint="upgrade nats-server")
 
+    async def require_version(self, feature: str, version: Version) -> None:
+        """:meth:`require` for a plain publish (``version`` only), remembered for the
+        server connected now, so that a publish loop pays for it once.
+
+        Raises:
+            ServerTooOldError: the server is older than ``version``.
+        """
+        identity = self.transport.server_identity()
+        if identity != self._version_ok_on:
+            self._version_ok.clear()
+            self._version_ok_on = identity
+        elif (feature, version) in self._version_ok:
+            return
+        await self.require(feature, version=version)
+        self._version_ok.add((feature, version))
+
+    async def require_stream_features(self, config: Mapping[str, Any]) -> None:
+        """Check the options of a stream config that need nats-server 2.11+ (an older
+        server would ignore them and create a stream without them).
+
+        Raises:
+            ServerTooOldError: the server's API level is below what one of them needs.
+        """
+        for feature, level in stream_features(config):
+            await self.require(feature, level=level)
+
     # -- account -----------------------------------------------------------------------------
 
     async def account_info(self) -> AccountInfo:
@@ -352,12 +393,14 @@ class JetStreamApi:
             for s in subjects:
                 validate_filter_subject(s)
             cfg["subjects"] = list(subjects)
+        await self.require_stream_features(cfg)
         data = await self.request(f"STREAM.CREATE.{name}", config_to_wire(cfg))
         return StreamInfo.from_json(data)
 
     async def update_stream(self, name: str, config: Mapping[str, Any]) -> StreamInfo:
         """Merge ``config`` into the stream's current config."""
         validate_stream_name(name)
+        await self.require_stream_features(config)
         current = await self.request(f"STREAM.INFO.{name}")
         merged = dict(current.get("config") or {})
         merged.update(config_to_wire(config))
@@ -476,13 +519,53 @@ class JetStreamApi:
         payload: bytes,
         headers: Mapping[str, str | list[str]] | None,
         timeout: float | None = None,
+        *,
+        ttl: float | str | None = None,
     ) -> PubAck:
-        """Publish (``headers`` built already) and wait for the stream's ack."""
+        """Publish (``headers`` built already) and wait for the stream's ack;
+        ``ttl``: see :meth:`ttl_headers`."""
         self.check_not_closed()
         if timeout is not None:
             check_timeout(timeout)
+        if ttl is not None:
+            headers = await self.ttl_headers(headers, ttl)
         future = await self.acks.publish(subject, payload, headers, timeout or self.timeout)
         return await future
+
+    async def ttl_headers(
+        self, headers: Mapping[str, str | list[str]] | None, ttl: object
+    ) -> dict[str, str | list[str]]:
+        """``headers`` with ``Nats-TTL`` (ADR-43) for ``ttl`` (seconds >= 1 or
+        ``"never"``), once the server is known to honour it.
+
+        Raises:
+            InvalidArgumentError: a bad ``ttl``.
+            ServerTooOldError: the server predates per-message TTLs (2.11).
+        """
+        text = format_ttl(ttl)
+        await self.require_version(TTL_FEATURE, TTL_VERSION)
+        merged: dict[str, str | list[str]] = dict(headers) if headers else {}
+        merged[TTL_HEADER] = text
+        return merged
+
+    async def counter_add(self, subject: str, delta: int, timeout: float | None = None) -> int:
+        """ADR-49: add ``delta`` to the counter of ``subject``; return the new total.
+
+        Raises:
+            InvalidArgumentError: ``delta`` is not an int, or a bad timeout.
+            ServerTooOldError: the server predates counters (2.12).
+            JetStreamError: the stream refused it (e.g. it lacks ``allow_msg_counter``).
+        """
+        increment = format_increment(delta)
+        self.check_not_closed()
+        if timeout is not None:
+            check_timeout(timeout)
+        await self.require_version(COUNTER_FEATURE, COUNTER_VERSION)
+        future = await self.acks.publish(
+            subject, b"", {INCR_HEADER: increment}, timeout or self.timeout
+        )
+        ack = await future
+        return parse_counter_value(ack.value, what=f"the ack of the increment of {subject!r}")
 
 
 # -- error mapping of Direct Get status replies (ADR-31) -------------------------------------

@@ -281,6 +281,7 @@ class JetStream:
         storage: str = "file",
         replicas: int = 1,
         description: str | None = None,
+        limit_marker_ttl: float | None = None,
     ) -> KeyValue:
         """Create a Key-Value bucket (the stream ``KV_<bucket>``), or return it when
         it exists with the same settings.
@@ -292,6 +293,10 @@ class JetStream:
             max_bytes: the largest size of the whole bucket, bytes (``None``: no limit).
             storage: ``"file"`` or ``"memory"``.
             replicas: 1 to 5.
+            limit_marker_ttl: seconds (at least 1) the server keeps the marker it
+                places where a key's TTL or the bucket's ``ttl`` ends (ADR-48);
+                turns on per-key TTLs (``create(..., ttl=)``, ``purge(..., ttl=)``).
+                Needs nats-server 2.11.
 
         Raises:
             InvalidArgumentError: a bad name or setting (before any request).
@@ -307,6 +312,7 @@ class JetStream:
             storage=storage,
             replicas=replicas,
             description=description,
+            limit_marker_ttl=limit_marker_ttl,
         )
 
     async def key_value(self, bucket: str) -> KeyValue:
@@ -335,8 +341,12 @@ class JetStream:
         expected_last_subject_seq: int | None = None,
         expected_last_msg_id: str | None = None,
         timeout: float | None = None,
+        ttl: float | str | None = None,
     ) -> PubAck:
         """Publish and wait for the stream's acknowledgement.
+
+        ``ttl`` (ADR-43): how long the stream keeps this message, seconds (at
+        least 1) or ``"never"``; the stream needs ``allow_msg_ttl=True``.
 
         Returns:
             the ``PubAck`` (``duplicate`` is true when ``msg_id`` was seen within
@@ -347,6 +357,8 @@ class JetStream:
                 an expectation failed; nothing was stored.
             MaxPayloadError: the message is larger than the server accepts.
             APITimeoutError: no ack in time (the message may or may not be stored).
+            InvalidArgumentError: a ``ttl`` under one second (nothing is sent).
+            ServerTooOldError: ``ttl`` with a server before 2.11 (nothing is sent).
         """
         future = await self.publish_async(
             subject,
@@ -358,6 +370,7 @@ class JetStream:
             expected_last_subject_seq=expected_last_subject_seq,
             expected_last_msg_id=expected_last_msg_id,
             timeout=timeout,
+            ttl=ttl,
         )
         return await future
 
@@ -373,6 +386,7 @@ class JetStream:
         expected_last_subject_seq: int | None = None,
         expected_last_msg_id: str | None = None,
         timeout: float | None = None,
+        ttl: float | str | None = None,
     ) -> asyncio.Future[PubAck]:
         """Publish without waiting for the ack; return a future of it.
 
@@ -390,6 +404,7 @@ class JetStream:
                 expected_last_seq is None
                 and expected_last_subject_seq is None
                 and expected_last_msg_id is None
+                and ttl is None
             )
         ):
             hdrs = None
@@ -402,6 +417,8 @@ class JetStream:
                 expected_last_subject_seq=expected_last_subject_seq,
                 expected_last_msg_id=expected_last_msg_id,
             )
+            if ttl is not None:
+                hdrs = await self._jsapi.ttl_headers(hdrs, ttl)
         if timeout is not None:
             check_timeout(timeout)
         return await self._acks.publish(subject, payload, hdrs, timeout or self.timeout)
@@ -421,6 +438,23 @@ class JetStream:
     def publish_async_pending(self) -> int:
         """How many publish acks are outstanding."""
         return self._acks.outstanding
+
+    # -- counters (ADR-49) -----------------------------------------------------------------
+
+    async def counter_add(
+        self, subject: str, delta: int = 1, *, timeout: float | None = None
+    ) -> int:
+        """Add ``delta`` (any size of int, negative too) to the counter of ``subject``
+        in a stream with ``allow_msg_counter=True``; return the new total.
+
+        Raises:
+            InvalidArgumentError: ``delta`` is not an int (nothing is sent).
+            ServerTooOldError: the server predates counters, 2.12 (nothing is sent).
+            NoStreamResponseError: no stream stores ``subject``.
+            JetStreamError: the stream refused it (e.g. no ``allow_msg_counter``).
+            APITimeoutError: no answer in time (the increment may or may not count).
+        """
+        return await self._jsapi.counter_add(subject, delta, timeout)
 
 
 async def connect(

@@ -69,6 +69,7 @@ from aioclients.jetstream._protocol._kv import (
     validate_bucket,
     validate_key,
 )
+from aioclients.jetstream._protocol._msgopts import format_ttl
 from aioclients.jetstream._protocol._ordered import ack_sequences
 from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan
 from aioclients.jetstream._protocol._time import parse_server_time
@@ -167,6 +168,8 @@ class KeyValue:
         self._stream_name = stream.name
         self._prefix = f"$KV.{bucket}."
         self._direct = bool(stream.cached_info.config.get("allow_direct"))
+        # ADR-48: the bucket takes per-key TTLs (it was created with limit_marker_ttl)
+        self._ttl_ok = bool(stream.cached_info.config.get("allow_msg_ttl"))
         self._get_prefix = f"{api.prefix}.DIRECT.GET.{stream.name}.{self._prefix}"
 
     def __repr__(self) -> str:
@@ -410,15 +413,22 @@ class KeyValue:
         validate_key(key)
         return await self._publish(key, value, None, None)
 
-    async def create(self, key: str, value: bytes) -> int:
+    async def create(self, key: str, value: bytes, *, ttl: float | None = None) -> int:
         """Store ``value`` only if ``key`` holds none (absent, deleted or purged).
+
+        ``ttl`` (ADR-48): seconds (at least 1) or ``"never"`` this value lives; the
+        bucket needs ``limit_marker_ttl``. When it ends the key reads as deleted
+        while the server's marker lives, then as not found. With ``history > 1``
+        the server raises a TTL below ``limit_marker_ttl`` to it.
 
         Raises:
             KeyExistsError: the key holds a value.
+            InvalidArgumentError: a bad ``ttl``, or a bucket without limit markers.
         """
         validate_key(key)
+        self._check_ttl(ttl)
         try:
-            return await self._publish(key, value, None, 0)
+            return await self._publish(key, value, None, 0, ttl)
         except KeyWrongRevisionError as exc:
             try:
                 entry = await self._entry(key)
@@ -428,7 +438,7 @@ class KeyValue:
                 ) from None
             if entry.operation != PUT:
                 try:
-                    return await self._publish(key, value, None, entry.revision)
+                    return await self._publish(key, value, None, entry.revision, ttl)
                 except KeyWrongRevisionError:
                     pass  # recreated meanwhile by someone else
             raise KeyExistsError(
@@ -458,19 +468,40 @@ class KeyValue:
             _check_last(last, allow_zero=True)
         await self._publish(key, b"", {KV_OPERATION: DEL}, last)
 
-    async def purge(self, key: str, *, last: int | None = None) -> None:
+    async def purge(self, key: str, *, last: int | None = None, ttl: float | None = None) -> None:
         """Purge ``key``: a ``PURGE`` marker that removes its earlier revisions.
+
+        ``ttl`` (ADR-48): the marker itself goes after that many seconds (at least
+        1), and the key then reads as not found; the bucket needs
+        ``limit_marker_ttl``.
 
         Raises:
             KeyWrongRevisionError: ``last`` is given and the key's revision is another.
+            InvalidArgumentError: a bad ``ttl``, or a bucket without limit markers.
         """
         validate_key(key)
         if last is not None:
             _check_last(last, allow_zero=True)
-        await self._publish(key, b"", {KV_OPERATION: PURGE, ROLLUP: "sub"}, last)
+        self._check_ttl(ttl)
+        await self._publish(key, b"", {KV_OPERATION: PURGE, ROLLUP: "sub"}, last, ttl)
+
+    def _check_ttl(self, ttl: object) -> None:
+        if ttl is None:
+            return
+        format_ttl(ttl)  # a bad value fails here, before anything is sent
+        if not self._ttl_ok:
+            raise InvalidArgumentError(
+                f"bucket {self.bucket!r} takes no per-key TTL: create it with "
+                "limit_marker_ttl (js.create_key_value(..., limit_marker_ttl=...))"
+            )
 
     async def _publish(
-        self, key: str, value: bytes, headers: dict[str, str | list[str]] | None, last: int | None
+        self,
+        key: str,
+        value: bytes,
+        headers: dict[str, str | list[str]] | None,
+        last: int | None,
+        ttl: float | str | None = None,
     ) -> int:
         if not isinstance(value, (bytes, bytearray, memoryview)):
             raise InvalidArgumentError(f"value must be bytes, got {type(value).__name__}")
@@ -486,7 +517,7 @@ class KeyValue:
                 expected_last_msg_id=None,
             )
         try:
-            ack = await self._api.publish(self._prefix + key, bytes(value), hdrs)
+            ack = await self._api.publish(self._prefix + key, bytes(value), hdrs, ttl=ttl)
         except WrongLastSequenceError as exc:
             raise KeyWrongRevisionError(
                 f"key {key!r} of bucket {self.bucket!r} is not at revision {last}: "
@@ -903,6 +934,7 @@ async def create_key_value(
     storage: str,
     replicas: int,
     description: str | None,
+    limit_marker_ttl: float | None = None,
 ) -> KeyValue:
     """``JetStream.create_key_value``'s body (see there)."""
     config = bucket_stream_config(
@@ -914,6 +946,7 @@ async def create_key_value(
         storage=storage,
         replicas=replicas,
         description=description,
+        limit_marker_ttl=limit_marker_ttl,
     )
     name = stream_name(bucket)
     try:
@@ -934,6 +967,10 @@ def _same_settings(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
     for field in ("max_msgs_per_subject", "max_age", "max_msg_size", "max_bytes", "storage"):
         if current.get(field) != wanted.get(field):
             return False
+    if (current.get("subject_delete_marker_ttl") or 0) != (
+        wanted.get("subject_delete_marker_ttl") or 0
+    ):
+        return False
     return int(current.get("num_replicas") or 1) == int(wanted["num_replicas"])
 
 

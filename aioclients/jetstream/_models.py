@@ -206,6 +206,8 @@ class PubAck:
     seq: int
     duplicate: bool = False
     domain: str | None = None
+    #: a counter's new total (ADR-49), as the server wrote it; ``None`` otherwise
+    value: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

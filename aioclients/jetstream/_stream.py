@@ -15,7 +15,7 @@ from aioclients._core._checks import check_int
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._api import JetStreamApi, direct_get_error
 from aioclients.jetstream._consumer import Consumer, consumer_of, upsert_consumer
-from aioclients.jetstream._errors import ServerTooOldError
+from aioclients.jetstream._errors import DirectGetUnavailableError, ServerTooOldError
 from aioclients.jetstream._models import StoredMessage, StreamInfo
 from aioclients.jetstream._ordered import (
     OrderedConsumeEvent,
@@ -32,7 +32,8 @@ from aioclients.jetstream._protocol._direct import (
     single_request,
 )
 from aioclients.jetstream._protocol._headers import decode_headers
-from aioclients.jetstream._protocol._names import validate_filter_subject
+from aioclients.jetstream._protocol._msgopts import counter_value_of
+from aioclients.jetstream._protocol._names import validate_filter_subject, validate_publish_subject
 from aioclients.jetstream._protocol._time import parse_server_time
 from aioclients.jetstream._transport import ReplyInbox
 
@@ -273,6 +274,56 @@ class Stream:
             opt_start_time=opt_start_time,
             headers_only=headers_only,
             on_event=on_event,
+        )
+
+    # -- counters (ADR-49) ---------------------------------------------------------------------
+
+    async def counter_value(self, subject: str) -> int:
+        """The total of the counter of ``subject`` (a stream with
+        ``allow_msg_counter=True`` and ``allow_direct=True``), by Direct Get.
+
+        Raises:
+            MessageNotFoundError: the subject has no counter yet.
+            DirectGetUnavailableError: the stream has ``allow_direct`` off (the
+                message says to turn it on).
+            StreamNotFoundError: no such stream.
+        """
+        validate_publish_subject(subject)
+        try:
+            stored = await self.direct_get(last_by_subj=subject)
+        except DirectGetUnavailableError as exc:
+            raise await self._counter_read_error(exc) from None
+        return counter_value_of(stored.data, what=f"the counter of {subject!r}")
+
+    async def counter_values(self, subjects: str | Sequence[str]) -> AsyncIterator[tuple[str, int]]:
+        """``(subject, total)`` of every counter matching ``subjects`` (a subject, a
+        wildcard or a list of them), read in one ``multi_last`` Direct Get pass.
+
+        Raises (while iterating):
+            DirectGetUnavailableError: the stream has ``allow_direct`` off.
+            TooManySubjectsError: more than 1024 subjects match.
+        """
+        batch = self.direct_get_last_for(subjects)
+        try:
+            async with batch:
+                async for stored in batch:
+                    yield (
+                        stored.subject,
+                        counter_value_of(stored.data, what=f"the counter of {stored.subject!r}"),
+                    )
+        except DirectGetUnavailableError as exc:
+            raise await self._counter_read_error(exc) from None
+
+    async def _counter_read_error(self, exc: DirectGetUnavailableError) -> Exception:
+        """After "no Direct Get responder": a missing stream, or one with allow_direct off."""
+        info = await self.info()  # raises StreamNotFoundError for a missing stream
+        if info.config.get("allow_direct"):
+            return exc
+        return DirectGetUnavailableError(
+            f"stream {self.name!r} has allow_direct off: counter reads use Direct Get",
+            code=exc.code,
+            hint=f"counter streams need allow_direct=True: "
+            f"update_stream({self.name!r}, allow_direct=True)",
         )
 
 

@@ -21,9 +21,11 @@ from aioclients.jetstream._protocol._time import format_rfc3339, parse_server_ti
 __all__ = (
     "DURATION_FIELDS",
     "PRIORITY_POLICIES",
+    "STREAM_FEATURES",
     "config_from_wire",
     "config_to_wire",
     "seconds_to_ns",
+    "stream_features",
     "validate_priority_config",
 )
 
@@ -46,6 +48,19 @@ TIME_FIELDS = frozenset({"opt_start_time", "pause_until"})
 
 PRIORITY_POLICIES = frozenset({"none", "overflow", "pinned_client", "prioritized"})
 
+#: StreamConfig options of nats-server 2.11+ (ADR-44): the feature each turns on
+#: and the JetStream API level it needs (1: nats-server 2.11, 2: 2.12). They pass
+#: through as they are (``subject_delete_marker_ttl`` is a duration, seconds
+#: here); a server below the level would ignore them silently, so a stream
+#: create or update that sets one is checked first.
+STREAM_FEATURES: dict[str, tuple[str, int]] = {
+    "allow_msg_ttl": ("per-message TTL (ADR-43)", 1),
+    "subject_delete_marker_ttl": ("subject delete markers (ADR-43)", 1),
+    "allow_msg_counter": ("message counters (ADR-49)", 2),
+    "allow_atomic": ("atomic batch publish (ADR-50)", 2),
+    "allow_msg_schedules": ("message schedules (ADR-51)", 2),
+}
+
 
 def seconds_to_ns(value: object, *, field: str) -> int:
     """Convert seconds (int, float or timedelta) to integer nanoseconds."""
@@ -62,6 +77,17 @@ def seconds_to_ns(value: object, *, field: str) -> int:
             f"{field} must be a finite number of seconds >= 0, got {value!r}"
         )
     return round(seconds * 1_000_000_000)
+
+
+def stream_features(config: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """The ``(feature, API level)`` of each 2.11+ option ``config`` turns on
+    (a false or zero value turns nothing on), highest level first."""
+    found = [
+        STREAM_FEATURES[key]
+        for key, value in config.items()
+        if key in STREAM_FEATURES and value not in (None, False, 0)
+    ]
+    return sorted(found, key=lambda item: -item[1])
 
 
 def config_to_wire(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._protocol._headers import decode_headers
+from aioclients.jetstream._protocol._msgopts import format_ttl
 
 __all__ = (
     "DEL",
@@ -277,6 +278,7 @@ def bucket_stream_config(
     storage: str,
     replicas: int,
     description: str | None,
+    limit_marker_ttl: float | None = None,
 ) -> dict[str, Any]:
     """The stream config of a bucket, as nats.go's ``CreateKeyValue`` builds it
     (user form: durations in seconds; ``config_to_wire`` converts them).
@@ -323,4 +325,11 @@ def bucket_stream_config(
     }
     if description is not None:
         config["description"] = description
+    if limit_marker_ttl is not None:
+        # ADR-48: per-key TTLs, and markers where a key's TTL or the max age ends.
+        format_ttl(limit_marker_ttl, name="limit_marker_ttl")  # checks it: seconds >= 1
+        if isinstance(limit_marker_ttl, str):
+            raise InvalidArgumentError("limit_marker_ttl must be seconds >= 1, not 'never'")
+        config["allow_msg_ttl"] = True
+        config["subject_delete_marker_ttl"] = limit_marker_ttl
     return config

@@ -1,0 +1,119 @@
+"""Per-message options of a JetStream publish: TTLs (ADR-43) and counters (ADR-49).
+
+- ``Nats-TTL``: how long the stream keeps one message, as a Go duration
+  (``1500ms``, ``2s``) or ``never``. The server takes nothing under one second
+  (error 10165), and only on streams with ``allow_msg_ttl`` (10166).
+- ``Nats-Incr``: the increment of a counter stream's subject (a decimal integer
+  of any size, with a sign). The server answers with the new total as a string
+  (``{"stream":..,"seq":..,"val":"42"}``) and stores ``{"val":"42"}``.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import timedelta
+
+from aioclients._errors import InvalidArgumentError, RemoteProtocolError
+
+__all__ = (
+    "COUNTER_FEATURE",
+    "COUNTER_VERSION",
+    "INCR_HEADER",
+    "MARKER_REASON_HEADER",
+    "TTL_FEATURE",
+    "TTL_HEADER",
+    "TTL_VERSION",
+    "counter_value_of",
+    "format_increment",
+    "format_ttl",
+    "parse_counter_value",
+)
+
+TTL_HEADER = "Nats-TTL"
+INCR_HEADER = "Nats-Incr"
+MARKER_REASON_HEADER = "Nats-Marker-Reason"
+
+#: What a TTL publish needs: the server ignores ``Nats-TTL`` before 2.11.
+TTL_FEATURE = "per-message TTL (ADR-43)"
+TTL_VERSION = (2, 11, 0)
+#: What a counter increment needs: streams count from nats-server 2.12.
+COUNTER_FEATURE = "message counters (ADR-49)"
+COUNTER_VERSION = (2, 12, 0)
+
+#: The largest Go duration (int64 nanoseconds).
+_MAX_NS = 2**63 - 1
+_NS_PER_S = 1_000_000_000
+_VALUE = re.compile(r"[+-]?[0-9]+")
+
+
+def format_ttl(ttl: object, *, name: str = "ttl") -> str:
+    """``ttl`` (seconds as int/float/timedelta, at least 1, or ``"never"``) as the
+    Go duration ``Nats-TTL`` takes: the coarsest unit that is exact (``2s``,
+    ``1500ms``, ``1000001us``, ``1000000001ns``).
+
+    Raises:
+        InvalidArgumentError: not a number of seconds >= 1 (or ``"never"``).
+    """
+    if ttl == "never" and isinstance(ttl, str):
+        return "never"
+    if isinstance(ttl, timedelta):
+        ns = (ttl.days * 86_400 + ttl.seconds) * _NS_PER_S + ttl.microseconds * 1000
+    elif isinstance(ttl, int) and not isinstance(ttl, bool):
+        ns = ttl * _NS_PER_S
+    elif isinstance(ttl, float) and math.isfinite(ttl):
+        ns = round(ttl * _NS_PER_S)
+    else:
+        raise InvalidArgumentError(
+            f"{name} must be seconds (a number >= 1) or 'never', got {ttl!r:.40}"
+        )
+    if ns < _NS_PER_S:
+        raise InvalidArgumentError(
+            f"{name} must be at least 1 second (the server's minimum), got {ttl!r:.40}"
+        )
+    if ns > _MAX_NS:
+        raise InvalidArgumentError(f"{name} is too long for the server (about 292 years at most)")
+    for unit, size in (("s", _NS_PER_S), ("ms", 1_000_000), ("us", 1000)):
+        if ns % size == 0:
+            return f"{ns // size}{unit}"
+    return f"{ns}ns"
+
+
+def format_increment(delta: object) -> str:
+    """A counter increment as ``Nats-Incr`` takes it (``+5``, ``-3``, ``0``).
+
+    Raises:
+        InvalidArgumentError: not an int (a bool is not one either).
+    """
+    if not isinstance(delta, int) or isinstance(delta, bool):
+        raise InvalidArgumentError(f"delta must be an int, got {delta!r:.40}")
+    return f"+{delta}" if delta > 0 else str(delta)
+
+
+def parse_counter_value(text: object, *, what: str) -> int:
+    """The integer of a counter's ``val`` string (any size).
+
+    Raises:
+        RemoteProtocolError: not a decimal integer.
+    """
+    if not isinstance(text, str) or not _VALUE.fullmatch(text):
+        raise RemoteProtocolError(f"{what} carries no counter value: {text!r:.60}")
+    return int(text)
+
+
+def counter_value_of(payload: bytes, *, what: str) -> int:
+    """The total stored in a counter message (``{"val":"42"}``).
+
+    Raises:
+        RemoteProtocolError: the payload is not a counter's.
+    """
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        raise RemoteProtocolError(f"{what} is not a counter message: {payload[:60]!r}") from None
+    if not isinstance(data, dict):
+        raise RemoteProtocolError(f"{what} is not a counter message: {payload[:60]!r}")
+    return parse_counter_value(data.get("val"), what=what)
