@@ -45,7 +45,8 @@ async def test_a_message_with_a_ttl_goes_when_it_ends(
     kept = await js.publish(f"{unique_name}.a", b"kept", ttl="never")
     later = await (await js.publish_async(f"{unique_name}.b", b"later", ttl=1.5))
     stored = await stream.get_msg(later.seq)
-    assert stored.headers is not None and stored.headers["Nats-TTL"] == "1500ms"
+    assert stored.headers is not None
+    assert stored.headers["Nats-TTL"] == "1500ms"
     await wait_for(lambda: _gone(js, unique_name, short.seq), timeout=15, what="the 1 s TTL")
     await wait_for(lambda: _gone(js, unique_name, later.seq), timeout=15, what="the 1.5 s TTL")
     assert (await stream.get_msg(kept.seq)).data == b"kept"
@@ -126,7 +127,8 @@ async def test_a_key_with_a_ttl_reads_deleted_then_not_found_and_a_watch_sees_th
 ) -> None:
     kv = await js.create_key_value(unique_name, limit_marker_ttl=2)
     info = kv.stream.cached_info.config
-    assert info["allow_msg_ttl"] is True and info["subject_delete_marker_ttl"] == 2.0
+    assert info["allow_msg_ttl"] is True
+    assert info["subject_delete_marker_ttl"] == 2.0
     # The same settings give the same bucket back.
     assert (await js.create_key_value(unique_name, limit_marker_ttl=2)).bucket == unique_name
     async with kv.watch("k") as watcher:
@@ -165,7 +167,8 @@ async def test_a_bucket_max_age_leaves_a_marker_a_watch_sees(
         marker = await asyncio.wait_for(watcher.__anext__(), 15)
         assert (marker.key, marker.operation) == ("old", "PURGE")
         headers = marker._headers
-        assert isinstance(headers, bytes) and b"Nats-Marker-Reason: MaxAge" in headers
+        assert isinstance(headers, bytes)
+        assert b"Nats-Marker-Reason: MaxAge" in headers
 
     async def not_found() -> bool:
         return await _read_state(kv, "old") == "not found"
