@@ -17,13 +17,15 @@ nothing, for a marker), ``watch`` into its entry; no :class:`Msg` in between.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import Any
 
-from aioclients._errors import InvalidArgumentError, RemoteProtocolError
+from aioclients._errors import AioClientsError, InvalidArgumentError, RemoteProtocolError
+from aioclients._tasks import TaskOwner
 from aioclients.jetstream._api import JetStreamApi, direct_get_error
 from aioclients.jetstream._consume import check_on_event
 from aioclients.jetstream._errors import (
@@ -84,6 +86,8 @@ __all__ = (
     "delete_key_value",
     "key_value",
 )
+
+log = logging.getLogger("aioclients.jetstream.kv")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: Buffer of the ordered consumers behind ``watch`` and ``history``.
@@ -344,7 +348,7 @@ class KeyValue:
         oc = await open_ordered_consumer(self._api, self._stream_name, filter_subjects=[subject])
         try:
             scan = SnapshotScan(last, latest_only=False)
-            async for msg, pending in _scan(oc, scan):
+            async for msg, pending in _scan(self._api, oc, scan):
                 entries.append(self._from_msg(msg, pending))
         finally:
             await oc.close()
@@ -592,7 +596,80 @@ async def _last_seq(kv: KeyValue) -> int:
     return info.state.last_seq
 
 
-async def _scan(oc: OrderedConsumer, scan: SnapshotScan) -> AsyncGenerator[tuple[Msg, int], None]:
+class SnapshotStallGuard:
+    """Ends a snapshot scan whose remaining messages vanished while it read them
+    (see ``SnapshotScan.stalled``): when nothing was delivered for the scan's
+    ``stall_after`` seconds it asks the consumer's info, and if the consumer has
+    nothing left to give it calls ``on_stalled`` (which ends the listing, or the
+    watch's initial values). The one timer is the scan's; a look is one task,
+    owned here and cancelled by :meth:`aclose`.
+    """
+
+    def __init__(
+        self,
+        api: JetStreamApi,
+        oc: OrderedConsumer,
+        scan: SnapshotScan,
+        on_stalled: Callable[[], Awaitable[None] | None],
+    ) -> None:
+        self._api = api
+        self._oc = oc
+        self._scan = scan
+        self._on_stalled = on_stalled
+        self._tasks = TaskOwner(f"snapshot scan of {oc.stream_name}", None)
+        self._handle: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._scan.start_timer(loop.time())
+        self._arm()
+
+    def _arm(self) -> None:
+        at = self._scan.get_timer()
+        if at is None or self._closed:
+            return
+        self._handle = asyncio.get_running_loop().call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        scan = self._scan
+        name = self._oc.name
+        if scan.handle_timer(asyncio.get_running_loop().time()) and name is not None:
+            self._tasks.start(self._look(scan.consumers, name), name="snapshot stall check")
+        else:
+            self._arm()
+
+    async def _look(self, consumer: int, name: str) -> None:
+        try:
+            info = await self._api.consumer_info(self._oc.stream_name, name)
+        except AioClientsError as exc:  # replaced meanwhile, a reconnect: look again later
+            log.debug("snapshot scan of %s: no consumer info (%s)", self._oc.stream_name, exc)
+        else:
+            if self._scan.stalled(consumer, info.num_pending, info.delivered.consumer_seq):
+                log.info(
+                    "snapshot scan of %s ended before sequence %d: the rest of its "
+                    "messages were removed while it read them",
+                    self._oc.stream_name,
+                    self._scan.last_seq,
+                )
+                ended = self._on_stalled()
+                if ended is not None:
+                    await ended
+                return
+        self._arm()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        await self._tasks.aclose()
+
+
+async def _scan(
+    api: JetStreamApi, oc: OrderedConsumer, scan: SnapshotScan
+) -> AsyncGenerator[tuple[Msg, int], None]:
     """The messages of the snapshot ``scan`` reads, with their pending counts."""
     generation = oc.generation
     scan.opened(initial_pending(oc))
@@ -600,15 +677,20 @@ async def _scan(oc: OrderedConsumer, scan: SnapshotScan) -> AsyncGenerator[tuple
         return
     messages = oc.consume(max_messages=min(_SCAN_BUFFER, max(initial_pending(oc), 10)))
     async with messages:
-        async for msg in messages:
-            if oc.generation != generation:  # a replacement, after a reset
-                generation = oc.generation
-                scan.opened(initial_pending(oc))
-            sseq, _, pending, _ = ack_sequences(msg.reply)
-            if scan.deliver(sseq) is ScanVerdict.TAKE:
-                yield msg, pending
-            if scan.done:
-                return
+        guard = SnapshotStallGuard(api, oc, scan, messages.drain)
+        guard.start()
+        try:
+            async for msg in messages:
+                if oc.generation != generation:  # a replacement, after a reset
+                    generation = oc.generation
+                    scan.opened(initial_pending(oc))
+                sseq, _, pending, _ = ack_sequences(msg.reply)
+                if scan.deliver(sseq) is ScanVerdict.TAKE:
+                    yield msg, pending
+                if scan.done:
+                    return
+        finally:
+            await guard.aclose()
 
 
 class KeyLister:
@@ -692,16 +774,21 @@ class KeyLister:
                 on_open=opened,
             )
             async with messages:
-                ready = messages.ready
-                while True:
-                    try:
-                        await messages.fill(any_batch=True)
-                    except StopAsyncIteration:
-                        return
-                    while ready:
-                        yield ready.popleft()
-                    if scan.done and not messages.incoming:
-                        return
+                guard = SnapshotStallGuard(kv._api, oc, scan, messages.drain)
+                guard.start()
+                try:
+                    ready = messages.ready
+                    while True:
+                        try:
+                            await messages.fill(any_batch=True)
+                        except StopAsyncIteration:
+                            return
+                        while ready:
+                            yield ready.popleft()
+                        if scan.done and not messages.incoming:
+                            return
+                finally:
+                    await guard.aclose()
         finally:
             await oc.close()
 
@@ -752,6 +839,8 @@ class KeyWatcher:
         self._entered = False
         #: the last initial value: ``initial_done`` is set when it is handed out
         self._last_initial: KeyValueEntry | None = None
+        #: ends the initial values if the snapshot's messages vanish meanwhile
+        self._guard: SnapshotStallGuard | None = None
 
     def __repr__(self) -> str:
         return f"<KeyWatcher {self._kv.bucket} {self._subjects}>"
@@ -860,10 +949,22 @@ class KeyWatcher:
                 last = entry
             return entry
 
+        def stalled() -> None:
+            # The rest of the snapshot vanished (see SnapshotScan.stalled): what
+            # was taken are the initial values; what comes next are updates.
+            if scanning:
+                end_scan()
+                oc.resume_after(scan.last_seq)
+                if scan.restarts:
+                    messages.request_reset("snapshot")
+
         options = ordered_consume_options(max_messages=_SCAN_BUFFER)
         messages = OrderedItems(oc, options, entry_of, self._on_event, on_open=opened)
         await messages.__aenter__()
         self._messages = messages
+        if scanning:
+            self._guard = SnapshotStallGuard(kv._api, oc, scan, stalled)
+            self._guard.start()
 
     def __aiter__(self) -> AsyncIterator[KeyValueEntry]:
         # A bare ``async for`` (no ``async with``) stops the watch when left.
@@ -891,6 +992,9 @@ class KeyWatcher:
     async def stop(self) -> None:
         """End the watch and delete its consumer."""
         self._stopped = True
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            await guard.aclose()
         if self._messages is not None:
             await self._messages.aclose()
 

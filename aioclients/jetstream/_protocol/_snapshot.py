@@ -37,6 +37,15 @@ Rules:
       ``last_seq`` answers ``RESUME``: its updates must be read by stream
       sequence from ``last_seq + 1`` (the restarted consumer's skip list would
       give only the last of them).
+    - Messages of the snapshot may vanish while it is read (an admin purge, max
+      age without markers): the consumer then never delivers as many as it had
+      pending, nor the one at ``last_seq``. So the driver arms a timer
+      (:meth:`get_timer`, :meth:`handle_timer`): when nothing was delivered
+      for ``stall_after`` seconds it asks the consumer's info, and
+      :meth:`stalled` ends the scan when the consumer has nothing pending and
+      has made no delivery beyond those judged. What was taken stands (no
+      duplicate, nothing invented); a write after the start would have come as a
+      delivery beyond ``last_seq``, so none is missed.
 
 Pure: no I/O, no clock; ``tests/jetstream/test_snapshot_protocol.py`` checks these
 rules against a model of the bucket for any interleaving of writes and resets.
@@ -79,11 +88,27 @@ class SnapshotScan:
         latest_only: one delivery per key (``last_per_subject``), not every revision.
     """
 
-    __slots__ = ("_left", "consumers", "done", "last_seq", "latest_only", "reached", "taken")
+    __slots__ = (
+        "_check_at",
+        "_left",
+        "_mark",
+        "_count",
+        "consumers",
+        "done",
+        "last_seq",
+        "latest_only",
+        "reached",
+        "stall_after",
+        "taken",
+    )
 
-    def __init__(self, last_seq: int, *, latest_only: bool) -> None:
+    def __init__(self, last_seq: int, *, latest_only: bool, stall_after: float = 1.0) -> None:
         if not isinstance(last_seq, int) or isinstance(last_seq, bool) or last_seq < 0:
             raise ValueError(f"last_seq must be an int >= 0, got {last_seq!r}")
+        if not stall_after > 0:
+            raise ValueError(f"stall_after must be > 0 seconds, got {stall_after!r}")
+        #: seconds without a delivery before the consumer's info is asked
+        self.stall_after = stall_after
         self.last_seq = last_seq
         self.latest_only = latest_only
         #: the snapshot has been read to its end
@@ -95,6 +120,12 @@ class SnapshotScan:
         #: the highest stream sequence delivered so far (by any consumer)
         self.reached = 0
         self._left = 0
+        # How many deliveries of the current consumer were judged (its consumer
+        # sequence: an ordered consumer's deliveries come gapless and in order).
+        self._count = 0
+        # (consumers, _count) at the last look, and when to look next.
+        self._mark = (0, 0)
+        self._check_at: float | None = None
 
     @property
     def restarts(self) -> int:
@@ -106,6 +137,7 @@ class SnapshotScan:
         replacement of a ``latest_only`` scan starts over from the beginning."""
         self.consumers += 1
         self._left = pending
+        self._count = 0
         if pending <= 0:
             self.done = True
 
@@ -113,6 +145,7 @@ class SnapshotScan:
         """Judge one in-order delivery of the current consumer by its stream sequence."""
         if self.done:
             return _AFTER
+        self._count += 1
         if stream_seq > self.last_seq:
             self.done = True
             return _RESUME if self.latest_only and self.consumers > 1 else _AFTER
@@ -125,3 +158,42 @@ class SnapshotScan:
         self.reached = stream_seq
         self.taken += 1
         return _TAKE
+
+    # -- a snapshot whose messages vanish ------------------------------------------------------
+
+    def start_timer(self, now: float) -> None:
+        """The scan began reading at ``now``: the first look is due ``stall_after`` later."""
+        self._mark = (self.consumers, self._count)
+        self._check_at = now + self.stall_after
+
+    def get_timer(self) -> float | None:
+        """When the driver should call :meth:`handle_timer` (``None``: never, the scan
+        is over or its timer was not started)."""
+        return None if self.done else self._check_at
+
+    def handle_timer(self, now: float) -> bool:
+        """The timer fired: ``True`` when nothing was delivered since the last look,
+        so the driver should ask the consumer's info and pass it to
+        :meth:`stalled`. The next look is due ``stall_after`` from ``now``."""
+        if self.done:
+            return False
+        mark = (self.consumers, self._count)
+        idle = mark == self._mark
+        self._mark = mark
+        self._check_at = now + self.stall_after
+        return idle
+
+    def stalled(self, consumer: int, num_pending: int, delivered: int) -> bool:
+        """Judge the consumer's info, asked of the ``consumer``-th consumer (the value
+        of :attr:`consumers` when it was asked): ``num_pending`` and ``delivered``,
+        its consumer sequence (how many deliveries it made; a purge moves its
+        stream sequence, never this). ``True`` (and the scan is over) when it has
+        nothing pending and made no delivery beyond those judged, so the rest of
+        the snapshot vanished. A replacement opened since, or a delivery in
+        flight, leaves the scan going."""
+        if self.done:
+            return True
+        if consumer != self.consumers or num_pending > 0 or delivered > self._count:
+            return False
+        self.done = True
+        return True
