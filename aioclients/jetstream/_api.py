@@ -561,8 +561,10 @@ class JetStreamApi:
         if timeout is not None:
             check_timeout(timeout)
         await self.require_version(COUNTER_FEATURE, COUNTER_VERSION)
+        # Sequential: the caller waits for this ack, so the frame goes to the
+        # socket at once rather than on the flusher's next turn.
         future = await self.acks.publish(
-            subject, b"", {INCR_HEADER: increment}, timeout or self.timeout
+            subject, b"", {INCR_HEADER: increment}, timeout or self.timeout, immediate=True
         )
         ack = await future
         return parse_counter_value(ack.value, what=f"the ack of the increment of {subject!r}")

@@ -491,8 +491,12 @@ class AckMux(ReplyMux[PubAck]):
         payload: bytes | bytearray | memoryview,
         headers: Mapping[str, str | list[str]] | None,
         timeout: float,
+        *,
+        immediate: bool = False,
     ) -> asyncio.Future[PubAck]:
-        """Send one message once there is room; return the future of its ack."""
+        """Send one message once there is room; return the future of its ack
+        (``immediate``: see :meth:`NatsTransport.send`, for a caller that waits
+        for the ack at once)."""
         self._check_open()
         validate_publish_subject(subject)
         if self._sub is None:
@@ -508,7 +512,7 @@ class AckMux(ReplyMux[PubAck]):
                 self._settled()
                 raise JetStreamClosedError("this JetStream context is closed")
         self._idle.clear()
-        return await self._send(token, frame, subject, timeout)
+        return await self._send(token, frame, subject, timeout, immediate=immediate)
 
     async def wait_idle(self, timeout: float | None) -> None:
         if not self._pending and not self._reserved:
