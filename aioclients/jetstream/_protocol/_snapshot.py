@@ -90,9 +90,9 @@ class SnapshotScan:
 
     __slots__ = (
         "_check_at",
+        "_count",
         "_left",
         "_mark",
-        "_count",
         "consumers",
         "done",
         "last_seq",
