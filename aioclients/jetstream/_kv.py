@@ -111,6 +111,8 @@ class KeyValueStatus:
     replicas: int
     backing_store: str
     stream_info: StreamInfo
+    #: seconds a limit marker lives (ADR-48; 0: the bucket has none, no per-key TTLs)
+    limit_marker_ttl: float = 0.0
 
 
 def _created(ts_ns: int) -> datetime:
@@ -408,6 +410,7 @@ class KeyValue:
             replicas=int(config.get("num_replicas") or 1),
             backing_store="JetStream",
             stream_info=info,
+            limit_marker_ttl=float(config.get("subject_delete_marker_ttl") or 0),
         )
 
     # -- writes --

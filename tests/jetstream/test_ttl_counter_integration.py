@@ -129,6 +129,7 @@ async def test_a_key_with_a_ttl_reads_deleted_then_not_found_and_a_watch_sees_th
     info = kv.stream.cached_info.config
     assert info["allow_msg_ttl"] is True
     assert info["subject_delete_marker_ttl"] == 2.0
+    assert (await kv.status()).limit_marker_ttl == 2.0
     # The same settings give the same bucket back.
     assert (await js.create_key_value(unique_name, limit_marker_ttl=2)).bucket == unique_name
     async with kv.watch("k") as watcher:
@@ -197,6 +198,7 @@ async def test_a_per_key_ttl_needs_limit_markers_and_a_good_value(
     js: JetStream, unique_name: str
 ) -> None:
     kv = await js.create_key_value(unique_name)
+    assert (await kv.status()).limit_marker_ttl == 0.0
     with pytest.raises(InvalidArgumentError, match="limit_marker_ttl"):
         await kv.create("k", b"v", ttl=5)
     with pytest.raises(InvalidArgumentError, match="limit_marker_ttl"):
