@@ -519,16 +519,12 @@ class JetStreamApi:
         payload: bytes,
         headers: Mapping[str, str | list[str]] | None,
         timeout: float | None = None,
-        *,
-        ttl: float | str | None = None,
     ) -> PubAck:
-        """Publish (``headers`` built already) and wait for the stream's ack;
-        ``ttl``: see :meth:`ttl_headers`."""
+        """Publish (``headers`` built already, a TTL by :meth:`ttl_headers`) and wait
+        for the stream's ack."""
         self.check_not_closed()
         if timeout is not None:
             check_timeout(timeout)
-        if ttl is not None:
-            headers = await self.ttl_headers(headers, ttl)
         future = await self.acks.publish(subject, payload, headers, timeout or self.timeout)
         return await future
 

@@ -523,8 +523,10 @@ class KeyValue:
                 expected_last_subject_seq=last,
                 expected_last_msg_id=None,
             )
+        if ttl is not None:
+            hdrs = await self._api.ttl_headers(hdrs, ttl)
         try:
-            ack = await self._api.publish(self._prefix + key, bytes(value), hdrs, ttl=ttl)
+            ack = await self._api.publish(self._prefix + key, bytes(value), hdrs)
         except WrongLastSequenceError as exc:
             raise KeyWrongRevisionError(
                 f"key {key!r} of bucket {self.bucket!r} is not at revision {last}: "
