@@ -141,6 +141,11 @@ async def test_a_key_with_a_ttl_reads_deleted_then_not_found_and_a_watch_sees_th
         assert marker.key == "k"
         assert marker.operation == "PURGE"
         assert marker.revision > revision
+        # The marker lives 2 s: read at once, the key is deleted, the marker its entry.
+        with pytest.raises(KeyDeletedError) as deleted:
+            await kv.get("k")
+        assert deleted.value.entry.revision == marker.revision
+        assert deleted.value.entry.operation == "PURGE"
     # While the marker lives the key reads as deleted; after it, as not found.
     states: list[str] = []
 
