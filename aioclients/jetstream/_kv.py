@@ -956,11 +956,14 @@ class KeyWatcher:
 
         def stalled() -> None:
             # The rest of the snapshot vanished (see SnapshotScan.stalled): what
-            # was taken are the initial values; what comes next are updates.
+            # was taken are the initial values; what comes next are updates, read
+            # by sequence from the snapshot's end. A last_per_subject consumer
+            # whose skip list was purged under it delivers nothing more
+            # (nats-server 2.15 keeps one pull waiting, a message pending): replace it.
             if scanning:
                 end_scan()
                 oc.resume_after(scan.last_seq)
-                if scan.restarts:
+                if latest:
                     messages.request_reset("snapshot")
 
         options = ordered_consume_options(max_messages=_SCAN_BUFFER)
