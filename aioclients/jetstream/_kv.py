@@ -350,7 +350,7 @@ class KeyValue:
         oc = await open_ordered_consumer(self._api, self._stream_name, filter_subjects=[subject])
         try:
             scan = SnapshotScan(last, latest_only=False)
-            async for msg, pending in _scan(self._api, oc, scan):
+            async for msg, pending in _scan(self._api, oc, scan, [subject]):
                 entries.append(self._from_msg(msg, pending))
         finally:
             await oc.close()
@@ -615,9 +615,11 @@ class SnapshotStallGuard:
         api: JetStreamApi,
         oc: OrderedConsumer,
         scan: SnapshotScan,
+        subjects: list[str],
         on_stalled: Callable[[], Awaitable[None] | None],
     ) -> None:
         self._api = api
+        self._subjects = subjects
         self._oc = oc
         self._scan = scan
         self._on_stalled = on_stalled
@@ -645,13 +647,37 @@ class SnapshotStallGuard:
         else:
             self._arm()
 
+    async def _first_left(self, seq: int) -> int | None:
+        """The first stream sequence at or after ``seq`` holding a message of the
+        scan's filters (``None``: none)."""
+        stream = self._oc.stream_name
+        found: int | None = None
+        for subject in self._subjects:
+            try:
+                answer = await self._api.request(
+                    f"STREAM.MSG.GET.{stream}", {"seq": seq, "next_by_subj": subject}
+                )
+            except MessageNotFoundError:
+                continue
+            message = answer.get("message")
+            at = message.get("seq") if isinstance(message, dict) else None
+            if not isinstance(at, int):
+                raise RemoteProtocolError(f"a message of {stream!r} without a sequence")
+            found = at if found is None else min(found, at)
+        return found
+
     async def _look(self, consumer: int, name: str) -> None:
+        scan = self._scan
         try:
             info = await self._api.consumer_info(self._oc.stream_name, name)
+            suspected = scan.stall_suspected(
+                consumer, info.num_pending, info.delivered.consumer_seq
+            )
+            first_left = await self._first_left(scan.resume_from) if suspected else None
         except AioClientsError as exc:  # replaced meanwhile, a reconnect: look again later
-            log.debug("snapshot scan of %s: no consumer info (%s)", self._oc.stream_name, exc)
+            log.debug("snapshot scan of %s: no answer (%s)", self._oc.stream_name, exc)
         else:
-            if self._scan.stalled(consumer, info.num_pending, info.delivered.consumer_seq):
+            if suspected and scan.stalled(consumer, first_left):
                 log.info(
                     "snapshot scan of %s ended before sequence %d: the rest of its "
                     "messages were removed while it read them",
@@ -673,16 +699,17 @@ class SnapshotStallGuard:
 
 
 async def _scan(
-    api: JetStreamApi, oc: OrderedConsumer, scan: SnapshotScan
+    api: JetStreamApi, oc: OrderedConsumer, scan: SnapshotScan, filter_subjects: list[str]
 ) -> AsyncGenerator[tuple[Msg, int], None]:
-    """The messages of the snapshot ``scan`` reads, with their pending counts."""
+    """The messages of the snapshot ``scan`` reads (an ordered consumer filtered on
+    ``filter_subjects``), with their pending counts."""
     generation = oc.generation
     scan.opened(initial_pending(oc))
     if scan.done:
         return
     messages = oc.consume(max_messages=min(_SCAN_BUFFER, max(initial_pending(oc), 10)))
     async with messages:
-        guard = SnapshotStallGuard(api, oc, scan, messages.drain)
+        guard = SnapshotStallGuard(api, oc, scan, filter_subjects, messages.drain)
         guard.start()
         try:
             async for msg in messages:
@@ -779,7 +806,7 @@ class KeyLister:
                 on_open=opened,
             )
             async with messages:
-                guard = SnapshotStallGuard(kv._api, oc, scan, messages.drain)
+                guard = SnapshotStallGuard(kv._api, oc, scan, self._subjects, messages.drain)
                 guard.start()
                 try:
                     ready = messages.ready
@@ -971,7 +998,7 @@ class KeyWatcher:
         await messages.__aenter__()
         self._messages = messages
         if scanning:
-            self._guard = SnapshotStallGuard(kv._api, oc, scan, stalled)
+            self._guard = SnapshotStallGuard(kv._api, oc, scan, self._subjects, stalled)
             self._guard.start()
 
     def __aiter__(self) -> AsyncIterator[KeyValueEntry]:

@@ -39,16 +39,33 @@ def test_a_consumer_with_nothing_left_ends_a_scan_whose_messages_vanished() -> N
     scan.start_timer(0.0)
     for seq in (1, 2, 3):
         assert scan.deliver(seq) is ScanVerdict.TAKE
-    # Something still pending, or a delivery in flight: the scan goes on.
-    assert scan.stalled(1, num_pending=5, delivered=3) is False
-    assert scan.stalled(1, num_pending=0, delivered=4) is False
+    # Something still pending, or a delivery in flight: no stall.
+    assert scan.stall_suspected(1, num_pending=5, delivered=3) is False
+    assert scan.stall_suspected(1, num_pending=0, delivered=4) is False
+    # Nothing pending and every delivery judged: ask the stream from 4 on.
+    assert scan.stall_suspected(1, num_pending=0, delivered=3) is True
+    assert scan.resume_from == 4
     assert not scan.done
-    # Nothing pending and every delivery judged: the rest (4..10) vanished.
-    assert scan.stalled(1, num_pending=0, delivered=3) is True
+    # A message of the snapshot is still stored: a delivery is due, no stall.
+    assert scan.stalled(1, first_left=7) is False
+    assert not scan.done
+    # None up to last_seq (only later writes, or nothing): the rest (4..10) vanished.
+    assert scan.stalled(1, first_left=11) is True
     assert scan.done
     assert scan.taken == 3
     assert scan.get_timer() is None
+    assert scan.stall_suspected(1, num_pending=0, delivered=3) is False  # over already
     assert scan.deliver(11) is ScanVerdict.AFTER
+
+
+def test_nothing_stored_at_all_ends_the_scan() -> None:
+    scan = SnapshotScan(5, latest_only=True)
+    scan.opened(5)
+    assert scan.deliver(2) is ScanVerdict.TAKE
+    assert scan.stall_suspected(1, num_pending=0, delivered=1) is True
+    assert scan.resume_from == 3
+    assert scan.stalled(1, first_left=None) is True
+    assert scan.taken == 1
 
 
 def test_the_answer_about_a_replaced_consumer_is_not_taken() -> None:
@@ -57,7 +74,9 @@ def test_the_answer_about_a_replaced_consumer_is_not_taken() -> None:
     assert scan.deliver(1) is ScanVerdict.TAKE
     asked_of = scan.consumers
     scan.opened(9)  # a reset: a replacement starts over
-    assert scan.stalled(asked_of, num_pending=0, delivered=1) is False
+    assert scan.resume_from == 1
+    assert scan.stall_suspected(asked_of, num_pending=0, delivered=1) is False
+    assert scan.stalled(asked_of, first_left=None) is False
     assert not scan.done
 
 
@@ -65,19 +84,24 @@ def test_the_answer_about_a_replaced_consumer_is_not_taken() -> None:
     last_seq=st.integers(min_value=1, max_value=60),
     delivered=st.integers(min_value=0, max_value=60),
     in_flight=st.integers(min_value=0, max_value=5),
+    kept=st.sets(st.integers(min_value=1, max_value=70), max_size=5),
 )
-def test_a_vanished_rest_ends_the_scan_exactly_when_nothing_is_in_flight(
-    last_seq: int, delivered: int, in_flight: int
+def test_a_scan_ends_on_a_stall_exactly_when_nothing_of_it_is_left(
+    last_seq: int, delivered: int, in_flight: int, kept: set[int]
 ) -> None:
     # The consumer had every message pending; ``delivered`` of them reached the
-    # scan, ``in_flight`` more were sent but not judged, and the rest vanished.
+    # scan and ``in_flight`` more were sent but not judged. Of the rest, only the
+    # sequences in ``kept`` are still stored (beyond last_seq: later writes).
     delivered = min(delivered, last_seq - 1)
     in_flight = min(in_flight, last_seq - 1 - delivered)
     scan = SnapshotScan(last_seq, latest_only=False)
     scan.opened(last_seq)
     taken = [seq for seq in range(1, delivered + 1) if scan.deliver(seq) is ScanVerdict.TAKE]
     assert taken == list(range(1, delivered + 1))
-    ended = scan.stalled(1, num_pending=0, delivered=delivered + in_flight)
-    assert ended is (in_flight == 0)
+    suspected = scan.stall_suspected(1, num_pending=0, delivered=delivered + in_flight)
+    assert suspected is (in_flight == 0)
+    left = sorted(seq for seq in kept if seq >= scan.resume_from)
+    ended = suspected and scan.stalled(1, first_left=left[0] if left else None)
+    assert ended is (in_flight == 0 and not any(seq <= last_seq for seq in left))
     assert scan.done is ended
     assert scan.taken == delivered  # nothing invented, nothing lost of what came

@@ -41,11 +41,13 @@ Rules:
       age without markers): the consumer then never delivers as many as it had
       pending, nor the one at ``last_seq``. So the driver arms a timer
       (:meth:`get_timer`, :meth:`handle_timer`): when nothing was delivered
-      for ``stall_after`` seconds it asks the consumer's info, and
-      :meth:`stalled` ends the scan when the consumer has nothing pending and
-      has made no delivery beyond those judged. What was taken stands (no
-      duplicate, nothing invented); a write after the start would have come as a
-      delivery beyond ``last_seq``, so none is missed.
+      for ``stall_after`` seconds it asks the consumer's info; when the
+      consumer has nothing pending and has made no delivery beyond those
+      judged (:meth:`stall_suspected`), it asks the stream for the first
+      message of the scan's filters after the last delivery, and
+      :meth:`stalled` ends the scan when there is none up to ``last_seq``.
+      What was taken stands (no duplicate, nothing invented); a write after the
+      start would have come as a delivery beyond ``last_seq``, so none is missed.
 
 Pure: no I/O, no clock; ``tests/jetstream/test_snapshot_protocol.py`` checks these
 rules against a model of the bucket for any interleaving of writes and resets.
@@ -93,6 +95,7 @@ class SnapshotScan:
         "_count",
         "_left",
         "_mark",
+        "_seen",
         "consumers",
         "done",
         "last_seq",
@@ -123,6 +126,8 @@ class SnapshotScan:
         # How many deliveries of the current consumer were judged (its consumer
         # sequence: an ordered consumer's deliveries come gapless and in order).
         self._count = 0
+        # The stream sequence of the current consumer's last delivery.
+        self._seen = 0
         # (consumers, _count) at the last look, and when to look next.
         self._mark = (0, 0)
         self._check_at: float | None = None
@@ -138,6 +143,7 @@ class SnapshotScan:
         self.consumers += 1
         self._left = pending
         self._count = 0
+        self._seen = 0
         if pending <= 0:
             self.done = True
 
@@ -146,6 +152,7 @@ class SnapshotScan:
         if self.done:
             return _AFTER
         self._count += 1
+        self._seen = stream_seq
         if stream_seq > self.last_seq:
             self.done = True
             return _RESUME if self.latest_only and self.consumers > 1 else _AFTER
@@ -183,17 +190,38 @@ class SnapshotScan:
         self._check_at = now + self.stall_after
         return idle
 
-    def stalled(self, consumer: int, num_pending: int, delivered: int) -> bool:
+    def stall_suspected(self, consumer: int, num_pending: int, delivered: int) -> bool:
         """Judge the consumer's info, asked of the ``consumer``-th consumer (the value
         of :attr:`consumers` when it was asked): ``num_pending`` and ``delivered``,
         its consumer sequence (how many deliveries it made; a purge moves its
-        stream sequence, never this). ``True`` (and the scan is over) when it has
-        nothing pending and made no delivery beyond those judged, so the rest of
-        the snapshot vanished. A replacement opened since, or a delivery in
-        flight, leaves the scan going."""
+        stream sequence, never this). ``True`` when it has nothing pending and
+        made no delivery beyond those judged: the driver then asks the stream for
+        the first message at or after :attr:`resume_from` matching the scan's
+        filters and passes it to :meth:`stalled`. (The pending count alone is not
+        trusted: nats-server 2.15 reports 0 for a ``last_per_subject`` consumer
+        with much of its skip list left, when others write.) A replacement opened
+        since, or a delivery in flight, is no stall."""
+        if self.done:
+            return False
+        return consumer == self.consumers and num_pending <= 0 and delivered <= self._count
+
+    @property
+    def resume_from(self) -> int:
+        """The first stream sequence the current consumer has not delivered."""
+        return self._seen + 1
+
+    def stalled(self, consumer: int, first_left: int | None) -> bool:
+        """``first_left``: the first stream sequence at or after :attr:`resume_from`
+        (as it was when the stall was suspected) holding a message of the scan's
+        filters, ``None`` for none. ``True`` (and the scan is over) when there is
+        none up to ``last_seq``: the rest of the snapshot vanished. A message left
+        means a delivery is still due (that key's last message, at or beyond
+        ``last_seq``), so the scan goes on."""
         if self.done:
             return True
-        if consumer != self.consumers or num_pending > 0 or delivered > self._count:
+        if consumer != self.consumers:
+            return False
+        if first_left is not None and first_left <= self.last_seq:
             return False
         self.done = True
         return True
