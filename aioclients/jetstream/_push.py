@@ -34,7 +34,9 @@ from aioclients.jetstream._control import pause_consumer, reset_consumer, resume
 from aioclients.jetstream._errors import (
     ConsumerDeletedError,
     ConsumerNotFoundError,
+    JetStreamClosedError,
     JetStreamError,
+    StreamNotFoundError,
 )
 from aioclients.jetstream._message import Msg
 from aioclients.jetstream._models import ConsumerInfo, ConsumerPause
@@ -43,7 +45,7 @@ from aioclients.jetstream._protocol._names import (
     validate_consumer_name,
     validate_publish_subject,
 )
-from aioclients.jetstream._protocol._pull import Terminated, consume_options
+from aioclients.jetstream._protocol._pull import HeartbeatMissed, Terminated, consume_options
 from aioclients.jetstream._protocol._push import (
     FlowControlReply,
     PushFlow,
@@ -136,9 +138,10 @@ class PushConsumer:
                 is full, flow-control requests wait, and the server stops sending.
             max_bytes: the buffer's size in bytes as well (default: no limit).
 
-        Without flow control only ``max_ack_pending`` bounds what the server
-        sends; messages beyond four buffers (or ``max_ack_pending``) are dropped
-        and, with acks on, redelivered after ``ack_wait``.
+        With flow control (the default) the server stops once its window (2 to
+        32 MiB) is unanswered. Without it only ``max_ack_pending`` bounds what
+        the server sends; messages beyond four buffers (or ``max_ack_pending``)
+        are dropped and, with acks on, redelivered after ``ack_wait``.
 
         Raises:
             InvalidArgumentError: bad options.
@@ -153,6 +156,7 @@ class PushConsumer:
             # A deliver group's heartbeats go to one member at random.
             idle_heartbeat=None if self.deliver_group else config.get("idle_heartbeat"),
             max_ack_pending=config.get("max_ack_pending") if acks else None,
+            flow_control=bool(config.get("flow_control")),
         )
         return PushMessageStream(self._api, self, options, on_event)
 
@@ -175,6 +179,7 @@ class PushMessageStream(MessageStream):
         # stop, drain, finished, timers, disconnected/reconnected, terminate),
         # which PushFlow has too; the rest is overridden here.
         self._core = self._flow  # type: ignore[assignment]
+        self._existence_check: asyncio.Task[None] | None = None
         self._overflow_messages = options.overflow_messages
         self._overflow_bytes = options.overflow_bytes
 
@@ -191,6 +196,17 @@ class PushMessageStream(MessageStream):
     def dropped(self) -> int:
         """Messages dropped because the buffer overflowed (see ``consume``)."""
         return self._flow.dropped
+
+    @property
+    def flow_control_replies(self) -> int:
+        """Flow-control requests answered so far."""
+        return self._flow.flow_control_replies
+
+    @property
+    def stalled_heartbeats(self) -> int:
+        """Heartbeats in which the server said it waits for a flow-control reply
+        (it stopped sending because the buffer was full)."""
+        return self._flow.stalled_heartbeats
 
     # -- lifecycle --
 
@@ -284,8 +300,31 @@ class PushMessageStream(MessageStream):
             elif isinstance(event, Terminated):
                 self._fail(self._terminal_error(event))
             else:
+                if isinstance(event, HeartbeatMissed):
+                    self._start_existence_check()
                 self._notify(event)
         self._rearm()
+
+    def _start_existence_check(self) -> None:
+        """The server says nothing to a push subscriber when its consumer is
+        deleted; the heartbeats just stop. A missed heartbeat asks."""
+        if self._finished or self._flow.finished or self._tasks.closed:
+            return
+        check = self._existence_check
+        if check is None or check.done():
+            self._existence_check = self._tasks.start(self._check_exists(), name="consumer check")
+
+    async def _check_exists(self) -> None:
+        try:
+            await self._push_consumer.info()
+        except (ConsumerNotFoundError, StreamNotFoundError):
+            self._flow.terminate(409, "Consumer Deleted")
+            self._process_events()
+        except JetStreamClosedError:
+            self.context_closed()
+        except AioClientsError as exc:
+            # Unreachable for now: the reconnect (or the next miss) asks again.
+            log.info("push consumer %s not reachable (%s)", self._push_consumer, exc)
 
     def _send_reply(self, reply: FlowControlReply) -> None:
         try:

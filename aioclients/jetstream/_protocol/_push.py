@@ -22,7 +22,8 @@ control reply was lost (or is being held): that subject replaces the held one
 and is answered by the same rule. Without flow control only the consumer's
 ``max_ack_pending`` bounds what is in flight; beyond ``overflow_messages`` (or
 ``overflow_bytes``) the driver drops messages (unacked, so redelivered after
-``ack_wait``), and :meth:`PushFlow.drop` counts them.
+``ack_wait``), and :meth:`PushFlow.drop` counts them. With flow control nothing
+is dropped: the server never has more than its window (2 to 32 MiB) unanswered.
 
 Statuses:
     100 Idle Heartbeat        activity (and a stalled flow-control subject)
@@ -69,8 +70,11 @@ __all__ = (
 )
 
 DEFAULT_PUSH_MAX_MESSAGES = 1000
-#: Dropping starts this many times above the buffer's size (when nothing else bounds it).
+#: Without flow control, dropping starts this many times above the buffer's size
+#: (or at ``max_ack_pending``, when acks bound what is in flight).
 OVERFLOW_FACTOR = 4
+#: No overflow bound (the server's flow-control window is the bound).
+UNBOUNDED = 1 << 62
 
 
 class PushState(enum.Enum):
@@ -119,10 +123,13 @@ def push_options(
     max_bytes: object = None,
     idle_heartbeat: object = None,
     max_ack_pending: object = None,
+    flow_control: bool = False,
 ) -> PushOptions:
-    """Validate ``consume()`` options of a push consumer; ``idle_heartbeat`` and
-    ``max_ack_pending`` come from the consumer's config (``max_ack_pending``:
-    ``None`` or <= 0 when acks do not bound what is in flight).
+    """Validate ``consume()`` options of a push consumer; ``idle_heartbeat``,
+    ``max_ack_pending`` and ``flow_control`` come from the consumer's config
+    (``max_ack_pending``: ``None`` or <= 0 when acks do not bound what is in
+    flight). With flow control nothing is dropped: the server's window (at most
+    32 MiB unanswered) bounds what arrives beyond the buffer.
 
     Raises:
         InvalidArgumentError: out-of-range values.
@@ -144,6 +151,8 @@ def push_options(
                 f"idle_heartbeat must be seconds >= 0, got {idle_heartbeat!r}"
             )
         hb = float(idle_heartbeat) if idle_heartbeat > 0 else None
+    if flow_control:
+        return PushOptions(mm, mb, hb, overflow_messages=UNBOUNDED, overflow_bytes=None)
     acks = max_ack_pending if isinstance(max_ack_pending, int) and max_ack_pending > 0 else 0
     return PushOptions(
         max_messages=mm,
@@ -186,6 +195,7 @@ class PushFlow:
         "heartbeats_missed",
         "options",
         "received",
+        "stalled_heartbeats",
         "state",
     )
 
@@ -200,6 +210,8 @@ class PushFlow:
         self.dropped = 0
         self.flow_control_replies = 0
         self.heartbeats_missed = 0
+        #: heartbeats saying the server waits for a flow-control reply
+        self.stalled_heartbeats = 0
         self._events: list[PushEvent] = []
         self._held: str | None = None  # a flow-control reply waiting for room
         self._last_activity: float | None = None
@@ -300,6 +312,7 @@ class PushFlow:
                 self._answer(reply)
         elif kind is PushStatus.HEARTBEAT:
             if stalled:
+                self.stalled_heartbeats += 1
                 self._answer(stalled)
         elif kind is PushStatus.TERMINAL:
             self._finish()
