@@ -85,7 +85,7 @@ async def test_create_consumer_paused(js: JetStream, stream: Stream) -> None:
 
 async def test_naive_datetimes_are_refused_before_sending(js: JetStream, stream: Stream) -> None:
     await stream.create_consumer(durable_name="c")
-    naive = datetime.now() + timedelta(minutes=1)  # noqa: DTZ005  (naive on purpose)
+    naive = datetime.now() + timedelta(minutes=1)  # naive on purpose
     with pytest.raises(InvalidArgumentError, match="timezone-aware"):
         await js.pause_consumer(stream.name, "c", naive)
     with pytest.raises(InvalidArgumentError, match="aware datetime"):
