@@ -11,8 +11,9 @@
   an empty body goes back to the ack floor + 1, ``{"seq": n}`` to ``n``; the
   answer is the consumer's info plus ``reset_seq``. The consumer itself listens
   on that subject, so a request for a consumer that does not exist is answered
-  by nobody (not even "no responders": the API import answers for it): the
-  request is raced with a consumer-info, whose "not found" ends it at once.
+  by nobody (not even with "no responders": the server's ``$JS.API.>``
+  subscription takes it and drops it). The request is raced with a
+  consumer-info, whose "not found" ends it at once.
 - ``STREAM.NAMES`` with a subject: the stream that stores it.
 
 Every request that needs a level checks it first (``JetStreamApi.require``,
