@@ -228,3 +228,26 @@ async def test_drain_delivers_what_was_received(js: JetStream, stream: Stream) -
     assert [m.metadata.sequence.stream for m in first + rest] == list(
         range(1, len(first) + len(rest) + 1)
     )
+
+
+async def test_without_flow_control_the_buffer_stays_bounded(
+    js: JetStream, stream: Stream, wait_for: WaitFor
+) -> None:
+    # No flow control, no acks: nothing stops the server, so the client drops what
+    # would grow the buffer beyond four times its size.
+    await publish_many(js, f"{stream.name}.a", 500)
+    consumer = await js.create_push_consumer(
+        stream.name, durable_name="p", ack_policy="none", flow_control=False
+    )
+    async with consumer.consume(max_messages=10) as messages:
+
+        async def dropped() -> bool:
+            return messages.dropped > 0
+
+        await wait_for(dropped, timeout=10, what="dropped messages")
+        stats = messages.statistics()
+        assert stats.buffered_messages <= 40
+        assert stats.received + messages.dropped <= 500
+        got = await asyncio.wait_for(take(messages, stats.buffered_messages, ack=False), 10)
+    seqs = [m.metadata.sequence.stream for m in got]
+    assert seqs == sorted(seqs)
