@@ -44,7 +44,9 @@ async def take(messages: MessageStream, count: int, *, ack: bool = True) -> list
     return out
 
 
-async def test_durable_push_consumer_delivers_and_acks(js: JetStream, stream: Stream) -> None:
+async def test_durable_push_consumer_delivers_and_acks(
+    js: JetStream, stream: Stream, wait_for: WaitFor
+) -> None:
     await publish_many(js, f"{stream.name}.a", 50)
     deliver = f"{stream.name}_deliver"
     consumer = await js.create_push_consumer(stream.name, durable_name="p", deliver_subject=deliver)
@@ -60,9 +62,12 @@ async def test_durable_push_consumer_delivers_and_acks(js: JetStream, stream: St
     assert [m.data for m in got] == [b"x-%d" % i for i in range(50)]
     assert [m.metadata.sequence.stream for m in got] == list(range(1, 51))
     assert (stats.received, stats.delivered, stats.pulls) == (50, 50, 0)
-    info = await consumer.info()
-    assert info.ack_floor.stream_seq == 50
-    assert info.num_ack_pending == 0
+
+    async def all_acked() -> bool:  # acks are not waited for: they are on their way
+        info = await consumer.info()
+        return info.ack_floor.stream_seq == 50 and info.num_ack_pending == 0
+
+    await wait_for(all_acked, timeout=10, what="every ack")
     assert events == []
     # Looked up again, by name.
     again = await js.push_consumer(stream.name, "p")
