@@ -51,6 +51,7 @@ from aioclients.jetstream._message import Msg
 from aioclients.jetstream._models import (
     AccountInfo,
     ConsumerInfo,
+    ConsumerPause,
     JsonObject,
     PubAck,
     SequenceInfo,
@@ -75,6 +76,7 @@ from aioclients.jetstream._protocol._pull import (
     StatusWarning,
     Unpinned,
 )
+from aioclients.jetstream._push import PushConsumer, PushMessageStream
 from aioclients.jetstream._stream import DirectGetBatch, Stream
 
 __all__ = (
@@ -88,6 +90,7 @@ __all__ = (
     "ConsumerExistsError",
     "ConsumerInfo",
     "ConsumerNotFoundError",
+    "ConsumerPause",
     "ConsumerReset",
     "DirectGetBatch",
     "DirectGetUnavailableError",
@@ -124,6 +127,8 @@ __all__ = (
     "OrderedMessageStream",
     "Pinned",
     "PubAck",
+    "PushConsumer",
+    "PushMessageStream",
     "Reconnected",
     "SequenceInfo",
     "SequencePair",
