@@ -37,6 +37,7 @@ from aioclients.jetstream._protocol._batch import (
     BatchMessage,
     batch_header_block,
     collect_batch,
+    middle_frames,
     open_reply_error,
     parse_batch_ack,
 )
@@ -47,8 +48,6 @@ log = logging.getLogger("aioclients.jetstream.batch")
 
 #: Atomic batches came with nats-server 2.12 (ADR-50).
 BATCH_VERSION = (2, 12, 0)
-
-_CRLF = b"\r\n"
 
 
 def _status(headers: object) -> str | None:
@@ -67,36 +66,6 @@ def _request_headers(
     if commit:
         headers[BATCH_COMMIT] = "1"
     return headers
-
-
-def _middle_frames(api: JetStreamApi, batch_id: str, messages: list[BatchMessage]) -> list[bytes]:
-    """The HPUB frames (no reply subject) of messages 2 .. n-1, checked for size.
-
-    Built before anything is sent, so that a message the server would refuse
-    for its size fails the call while nothing of the batch is out.
-    """
-    limit = api.nc.max_payload
-    frames: list[bytes] = []
-    for sequence in range(2, len(messages)):
-        message = messages[sequence - 1]
-        block = batch_header_block(batch_id, sequence, message.headers)
-        total = len(block) + len(message.payload)
-        if limit and total > limit:
-            raise MaxPayloadError(
-                f"message {sequence} of the batch is {total} bytes with its headers, over "
-                f"the server's max_payload of {limit}; nothing was sent"
-            )
-        frames.append(
-            b"".join(
-                (
-                    f"HPUB {message.subject} {len(block)} {total}\r\n".encode(),
-                    block,
-                    message.payload,
-                    _CRLF,
-                )
-            )
-        )
-    return frames
 
 
 async def publish_batch(
@@ -124,10 +93,18 @@ async def publish_batch(
     batch_id = uuid.uuid4().hex
     first = batch[0]
     count = len(batch)
-    for message in (first, batch[-1]):
-        # Checked now, so that the first message cannot be sent with the last one bad.
-        batch_header_block(batch_id, 1, message.headers)
-    middle = _middle_frames(api, batch_id, batch)
+    limit = api.nc.max_payload
+    for sequence in {1, count}:
+        # Checked now, so that the first message is not sent with the last one bad.
+        message = batch[sequence - 1]
+        total = len(batch_header_block(batch_id, sequence, message.headers, commit=True))
+        total += len(message.payload)
+        if limit and total > limit:
+            raise MaxPayloadError(
+                f"message {sequence} of the batch is {total} bytes with its headers, over "
+                f"the server's max_payload of {limit}; nothing was sent"
+            )
+    middle = middle_frames(batch_id, batch, limit)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + budget
     stage = "the batch's first message" if count > 1 else "the batch's commit"
@@ -146,8 +123,8 @@ async def publish_batch(
             raise refusal
         stage = "the batch's messages"
         send = api.transport.send
-        for frame in middle:
-            await send(frame, deadline, stage)
+        for write in middle:
+            await send(write, deadline, stage)
         del middle
         last = batch[-1]
         stage = "the batch's commit"

@@ -13,12 +13,13 @@ from hypothesis import strategies as st
 
 from aioclients import InvalidArgumentError
 from aioclients._errors import RemoteProtocolError
-from aioclients.jetstream import BatchAbortedError, BatchAck, JetStreamError
+from aioclients.jetstream import BatchAbortedError, BatchAck, JetStreamError, MaxPayloadError
 from aioclients.jetstream._protocol._batch import (
     MAX_BATCH_MESSAGES,
     BatchMessage,
     batch_header_block,
     collect_batch,
+    middle_frames,
     open_reply_error,
     parse_batch_ack,
 )
@@ -130,6 +131,56 @@ def test_a_header_block_decodes_to_what_was_put_in(
     assert (decoded.pop("Nats-Batch-Commit", None) == "1") is commit
     assert decoded == headers
     assert block.endswith(b"\r\n\r\n")
+
+
+def _read_hpubs(wire: bytes) -> list[tuple[str, dict[str, str | list[str]], bytes]]:
+    """HPUB frames without reply subject back into (subject, headers, payload)."""
+    out = []
+    while wire:
+        line, _, rest = wire.partition(b"\r\n")
+        verb, subject, hdr_len, total = line.split(b" ")
+        assert verb == b"HPUB"
+        body, tail = rest[: int(total)], rest[int(total) :]
+        assert tail[:2] == b"\r\n"
+        out.append((subject.decode(), decode_headers(body[: int(hdr_len)]), body[int(hdr_len) :]))
+        wire = tail[2:]
+    return out
+
+
+_MESSAGES = st.lists(
+    st.tuples(
+        st.sampled_from(["a.b", "orders.new", "x"]),
+        st.binary(max_size=300),
+        st.none() | st.dictionaries(_NAME, _VALUE, max_size=2),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@given(_MESSAGES, st.integers(1, 2000))
+def test_middle_frames_carry_messages_2_to_n_minus_1_in_order(
+    messages: list[tuple[str, bytes, dict[str, str] | None]], chunk: int
+) -> None:
+    batch = [BatchMessage(*m) for m in messages]
+    writes = middle_frames("b1", batch, 0, chunk=chunk)
+    assert all(len(w) > 0 for w in writes)
+    read = _read_hpubs(b"".join(writes))
+    assert len(read) == max(0, len(batch) - 2)
+    for sequence, (subject, headers, payload) in enumerate(read, start=2):
+        original = batch[sequence - 1]
+        assert (subject, payload) == (original.subject, original.payload)
+        assert headers.pop("Nats-Batch-Id") == "b1"
+        assert headers.pop("Nats-Batch-Sequence") == str(sequence)
+        assert "Nats-Batch-Commit" not in headers
+        assert headers == (original.headers or {})
+
+
+def test_a_message_over_max_payload_fails_before_any_write() -> None:
+    batch = [BatchMessage("a.b", b"x" * n, None) for n in (10, 10, 1000, 10)]
+    with pytest.raises(MaxPayloadError, match="message 3 of the batch"):
+        middle_frames("b1", batch, 1000)
+    assert middle_frames("b1", batch, 2000)
 
 
 # -- batches: the server's answers -------------------------------------------------------------

@@ -26,10 +26,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from aioclients._errors import InvalidArgumentError, RemoteProtocolError
-from aioclients.jetstream._errors import BatchAbortedError
+from aioclients.jetstream._errors import BatchAbortedError, MaxPayloadError
 from aioclients.jetstream._protocol._headers import encode_headers
 from aioclients.jetstream._protocol._names import validate_publish_subject
 
@@ -44,6 +44,7 @@ __all__ = (
     "batch_error",
     "batch_header_block",
     "collect_batch",
+    "middle_frames",
     "open_reply_error",
     "parse_batch_ack",
 )
@@ -76,9 +77,8 @@ _HINTS: dict[int, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMessage:
-    """One message of a batch, checked."""
+class BatchMessage(NamedTuple):
+    """One message of a batch, checked (a tuple: cheap to build, 1,000 at a time)."""
 
     subject: str
     payload: bytes
@@ -142,6 +142,14 @@ def collect_batch(messages: object) -> list[BatchMessage]:
                 hint=f"the server takes at most {MAX_BATCH_MESSAGES:,} messages per batch; "
                 "split it into several batches (each is atomic on its own)",
             )
+        # The common shape, (subject, bytes), without the checks' calls; anything
+        # else (or a bad subject) takes _message, which says what is wrong.
+        if type(item) is tuple and len(item) == 2 and type(item[1]) is bytes:
+            try:
+                out.append(BatchMessage(validate_publish_subject(item[0]), item[1], None))
+                continue
+            except InvalidArgumentError:
+                pass
         out.append(_message(index, item))
     if not out:
         raise InvalidArgumentError("an atomic batch needs at least one message")
@@ -205,6 +213,53 @@ def batch_header_block(
     else:
         lines.append(b"\r\n")
     return b"".join(lines)
+
+
+def middle_frames(
+    batch_id: str, messages: list[BatchMessage], max_payload: int, *, chunk: int = 65536
+) -> list[bytes]:
+    """The HPUB frames (without reply subject) of messages 2 .. n-1, joined into
+    writes of about ``chunk`` bytes.
+
+    Built whole before anything is sent, so that a message over the server's
+    ``max_payload`` (0: no limit) fails the call while nothing of the batch is out.
+
+    Raises:
+        MaxPayloadError: a message is too large with its headers.
+        InvalidArgumentError: a bad header of the caller's.
+    """
+    # Messages without headers of their own share everything up to the sequence number.
+    prefix = f"NATS/1.0\r\n{BATCH_ID}: {batch_id}\r\n{BATCH_SEQUENCE}: ".encode()
+    writes: list[bytes] = []
+    parts: list[bytes] = []
+    size = 0
+    for sequence in range(2, len(messages)):
+        message = messages[sequence - 1]
+        if message.headers:
+            block = batch_header_block(batch_id, sequence, message.headers)
+        else:
+            block = b"%s%d\r\n\r\n" % (prefix, sequence)
+        payload = message.payload
+        total = len(block) + len(payload)
+        if max_payload and total > max_payload:
+            raise MaxPayloadError(
+                f"message {sequence} of the batch is {total} bytes with its headers, over "
+                f"the server's max_payload of {max_payload}; nothing was sent"
+            )
+        parts += (
+            b"HPUB %s %d %d\r\n" % (message.subject.encode(), len(block), total),
+            block,
+            payload,
+            b"\r\n",
+        )
+        size += total
+        if size >= chunk:
+            writes.append(b"".join(parts))
+            parts.clear()
+            size = 0
+    if parts:
+        writes.append(b"".join(parts))
+    return writes
 
 
 def _error_of(answer: Any) -> tuple[int | None, int | None, str] | None:
