@@ -180,6 +180,28 @@ async def test_a_server_that_does_not_answer_times_out_with_nothing_stored(
     assert await _count(js, atomic) == 0
 
 
+async def test_a_commit_without_answer_may_be_stored_and_the_error_says_so(
+    nats_server: Server, js: JetStream, atomic: str
+) -> None:
+    # A one-message batch: its first message is its commit.
+    async with FaultProxy(nats_server.url) as proxy:
+        slow = await connect(f"nats://{proxy.address}", timeout=5)
+        try:
+            await slow.account_info()
+            proxy.freeze()
+            with pytest.raises(BatchTimeoutError, match="may or may not be stored"):
+                await slow.publish_batch([(f"{atomic}.a", b"1")], timeout=0.5)
+            proxy.thaw()
+            await slow.account_info()
+        finally:
+            await slow.close()
+    # The commit reached the server after all: the batch is stored, whole.
+    consumer = await js.create_consumer(atomic, ack_policy="none")
+    msg = await consumer.next(expires=5)
+    assert (msg.subject, msg.data, msg.metadata.sequence.stream) == (f"{atomic}.a", b"1", 1)
+    assert await _count(js, atomic) == 1
+
+
 async def test_an_old_server_is_told_before_anything_is_sent(
     nats_server: Server, js: JetStream, atomic: str
 ) -> None:
