@@ -27,7 +27,6 @@ from aioclients.jetstream._errors import (
     BatchAbortedError,
     BatchTimeoutError,
     JetStreamClosedError,
-    MaxPayloadError,
 )
 from aioclients.jetstream._protocol._batch import (
     BATCH_COMMIT,
@@ -35,7 +34,7 @@ from aioclients.jetstream._protocol._batch import (
     BATCH_SEQUENCE,
     BatchAck,
     BatchMessage,
-    batch_header_block,
+    check_sizes,
     collect_batch,
     middle_frames,
     open_reply_error,
@@ -93,18 +92,7 @@ async def publish_batch(
     batch_id = uuid.uuid4().hex
     first = batch[0]
     count = len(batch)
-    limit = api.nc.max_payload
-    for sequence in {1, count}:
-        # Checked now, so that the first message is not sent with the last one bad.
-        message = batch[sequence - 1]
-        total = len(batch_header_block(batch_id, sequence, message.headers, commit=True))
-        total += len(message.payload)
-        if limit and total > limit:
-            raise MaxPayloadError(
-                f"message {sequence} of the batch is {total} bytes with its headers, over "
-                f"the server's max_payload of {limit}; nothing was sent"
-            )
-    middle = middle_frames(batch_id, batch, limit)
+    check_sizes(batch_id, batch, api.nc.max_payload)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + budget
     stage = "the batch's first message" if count > 1 else "the batch's commit"
@@ -123,9 +111,8 @@ async def publish_batch(
             raise refusal
         stage = "the batch's messages"
         send = api.transport.send
-        for write in middle:
+        for write in middle_frames(batch_id, batch):
             await send(write, deadline, stage)
-        del middle
         last = batch[-1]
         stage = "the batch's commit"
         remaining = deadline - loop.time()

@@ -18,6 +18,7 @@ from aioclients.jetstream._protocol._batch import (
     MAX_BATCH_MESSAGES,
     BatchMessage,
     batch_header_block,
+    check_sizes,
     collect_batch,
     middle_frames,
     open_reply_error,
@@ -163,7 +164,7 @@ def test_middle_frames_carry_messages_2_to_n_minus_1_in_order(
     messages: list[tuple[str, bytes, dict[str, str] | None]], chunk: int
 ) -> None:
     batch = [BatchMessage(*m) for m in messages]
-    writes = middle_frames("b1", batch, 0, chunk=chunk)
+    writes = list(middle_frames("b1", batch, chunk=chunk))
     assert all(len(w) > 0 for w in writes)
     read = _read_hpubs(b"".join(writes))
     assert len(read) == max(0, len(batch) - 2)
@@ -176,11 +177,50 @@ def test_middle_frames_carry_messages_2_to_n_minus_1_in_order(
         assert headers == (original.headers or {})
 
 
-def test_a_message_over_max_payload_fails_before_any_write() -> None:
-    batch = [BatchMessage("a.b", b"x" * n, None) for n in (10, 10, 1000, 10)]
-    with pytest.raises(MaxPayloadError, match="message 3 of the batch"):
-        middle_frames("b1", batch, 1000)
-    assert middle_frames("b1", batch, 2000)
+def _sizes_on_the_wire(batch_id: str, batch: list[BatchMessage]) -> list[int]:
+    """Headers + payload of each message as sent: the middle read back from its
+    frames, the first and the last as their request headers make them."""
+    n = len(batch)
+    middle = [len(h) + len(p) for h, p in _blocks(b"".join(middle_frames(batch_id, batch)))]
+    first = batch[0]
+    sizes = [
+        len(batch_header_block(batch_id, 1, first.headers, commit=n == 1)) + len(first.payload)
+    ]
+    if n > 1:
+        last = batch[-1]
+        sizes += middle
+        sizes.append(
+            len(batch_header_block(batch_id, n, last.headers, commit=True)) + len(last.payload)
+        )
+    return sizes
+
+
+def _blocks(wire: bytes) -> list[tuple[bytes, bytes]]:
+    out = []
+    while wire:
+        line, _, rest = wire.partition(b"\r\n")
+        _, _, hdr_len, total = line.split(b" ")
+        body = rest[: int(total)]
+        out.append((body[: int(hdr_len)], body[int(hdr_len) :]))
+        wire = rest[int(total) + 2 :]
+    return out
+
+
+@given(_MESSAGES, st.integers(0, 400))
+def test_sizes_are_checked_exactly_as_sent(
+    messages: list[tuple[str, bytes, dict[str, str] | None]], slack: int
+) -> None:
+    batch = [BatchMessage(*m) for m in messages]
+    sizes = _sizes_on_the_wire("0123abcd", batch)
+    assert len(sizes) == len(batch)
+    limit = max(sizes)
+    check_sizes("0123abcd", batch, limit)  # the largest fits exactly
+    check_sizes("0123abcd", batch, 0)  # no limit
+    if limit > 1:
+        lower = limit - 1 - slack % (limit - 1)
+        first_over = next(i for i, size in enumerate(sizes, start=1) if size > lower)
+        with pytest.raises(MaxPayloadError, match=f"message {first_over} "):
+            check_sizes("0123abcd", batch, lower)
 
 
 # -- batches: the server's answers -------------------------------------------------------------

@@ -24,7 +24,7 @@ Nothing here does I/O: :func:`collect_batch` checks what the caller gave,
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -43,6 +43,7 @@ __all__ = (
     "BatchMessage",
     "batch_error",
     "batch_header_block",
+    "check_sizes",
     "collect_batch",
     "middle_frames",
     "open_reply_error",
@@ -215,22 +216,42 @@ def batch_header_block(
     return b"".join(lines)
 
 
-def middle_frames(
-    batch_id: str, messages: list[BatchMessage], max_payload: int, *, chunk: int = 65536
-) -> list[bytes]:
-    """The HPUB frames (without reply subject) of messages 2 .. n-1, joined into
-    writes of about ``chunk`` bytes.
-
-    Built whole before anything is sent, so that a message over the server's
-    ``max_payload`` (0: no limit) fails the call while nothing of the batch is out.
+def check_sizes(batch_id: str, messages: list[BatchMessage], max_payload: int) -> None:
+    """Check every message of the batch, headers and all, against ``max_payload``
+    (0: no limit) and check the caller's headers, before anything is sent.
 
     Raises:
         MaxPayloadError: a message is too large with its headers.
         InvalidArgumentError: a bad header of the caller's.
     """
+    last = len(messages)
+    # What every message's block holds besides its own headers (the commit's
+    # header counted on all: a bound, exact for the last).
+    base = len(batch_header_block(batch_id, 0, None, commit=True)) - 1
+    for sequence, message in enumerate(messages, start=1):
+        if message.headers:
+            block = len(batch_header_block(batch_id, sequence, message.headers, commit=True))
+        else:
+            block = base + len(str(sequence))
+        if sequence != last:
+            block -= len(f"{BATCH_COMMIT}: 1\r\n")
+        total = block + len(message.payload)
+        if max_payload and total > max_payload:
+            raise MaxPayloadError(
+                f"message {sequence} of the batch is {total} bytes with its headers, over "
+                f"the server's max_payload of {max_payload}; nothing was sent"
+            )
+
+
+def middle_frames(
+    batch_id: str, messages: list[BatchMessage], *, chunk: int = 65536
+) -> Iterator[bytes]:
+    """The HPUB frames (without reply subject) of messages 2 .. n-1, joined into
+    writes of about ``chunk`` bytes, made as they are taken (so that at most one
+    write is held besides what the connection buffers). :func:`check_sizes` first.
+    """
     # Messages without headers of their own share everything up to the sequence number.
     prefix = f"NATS/1.0\r\n{BATCH_ID}: {batch_id}\r\n{BATCH_SEQUENCE}: ".encode()
-    writes: list[bytes] = []
     parts: list[bytes] = []
     size = 0
     for sequence in range(2, len(messages)):
@@ -241,11 +262,6 @@ def middle_frames(
             block = b"%s%d\r\n\r\n" % (prefix, sequence)
         payload = message.payload
         total = len(block) + len(payload)
-        if max_payload and total > max_payload:
-            raise MaxPayloadError(
-                f"message {sequence} of the batch is {total} bytes with its headers, over "
-                f"the server's max_payload of {max_payload}; nothing was sent"
-            )
         parts += (
             b"HPUB %s %d %d\r\n" % (message.subject.encode(), len(block), total),
             block,
@@ -254,12 +270,11 @@ def middle_frames(
         )
         size += total
         if size >= chunk:
-            writes.append(b"".join(parts))
+            yield b"".join(parts)
             parts.clear()
             size = 0
     if parts:
-        writes.append(b"".join(parts))
-    return writes
+        yield b"".join(parts)
 
 
 def _error_of(answer: Any) -> tuple[int | None, int | None, str] | None:
