@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
@@ -460,7 +460,7 @@ class JetStream:
         *,
         target: str,
         at: datetime | None = None,
-        every: float | None = None,
+        every: float | timedelta | None = None,
         cron: str | None = None,
         time_zone: str | None = None,
         ttl: float | str | None = None,

@@ -10,7 +10,7 @@ an old server would store the schedule as an ordinary message and never fire it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from aioclients.jetstream._api import JetStreamApi, check_timeout
 from aioclients.jetstream._errors import JetStreamError
@@ -39,7 +39,7 @@ async def publish_schedule(
     *,
     target: str,
     at: datetime | None = None,
-    every: float | None = None,
+    every: float | timedelta | None = None,
     cron: str | None = None,
     time_zone: str | None = None,
     ttl: float | str | None = None,

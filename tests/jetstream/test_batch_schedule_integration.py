@@ -180,6 +180,31 @@ async def test_a_server_that_does_not_answer_times_out_with_nothing_stored(
     assert await _count(js, atomic) == 0
 
 
+async def test_a_cancelled_batch_stores_nothing(
+    nats_server: Server, js: JetStream, atomic: str
+) -> None:
+    async with FaultProxy(nats_server.url) as proxy:
+        slow = await connect(f"nats://{proxy.address}", timeout=5)
+        try:
+            await slow.account_info()
+            proxy.freeze()
+            task = asyncio.create_task(slow.publish_batch([(f"{atomic}.a", b"1")] * 3))
+            # One turn of the loop: the task sends its first message and waits for
+            # the answer (nothing before that suspends it).
+            await asyncio.sleep(0)
+            assert slow._jsapi.requests.outstanding == 1
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert slow._jsapi.requests.outstanding == 0
+            proxy.thaw()
+            ack = await slow.publish_batch([(f"{atomic}.b", b"after")])
+        finally:
+            await slow.close()
+    assert (ack.seq, ack.count) == (1, 1)  # the cancelled batch took no sequence
+    assert await _count(js, atomic) == 1
+
+
 async def test_a_commit_without_answer_may_be_stored_and_the_error_says_so(
     nats_server: Server, js: JetStream, atomic: str
 ) -> None:
