@@ -313,6 +313,10 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
 
     patches.wrap(JetStream, "publish", traced_publish)
     patches.wrap(JetStream, "publish_batch", traced_publish_batch)
+    # A schedule is a message stored on its subject: a send span like publish's,
+    # whose context the messages the schedule produces carry too (they copy its
+    # headers).
+    patches.wrap(JetStream, "publish_schedule", traced_publish)
     patches.wrap(JetStream, "publish_async", traced_publish_async)
     patches.wrap(JetStreamApi, "publish", nested_api_publish)
     for name in ("put", "create", "update"):

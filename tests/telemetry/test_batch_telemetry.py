@@ -1,7 +1,11 @@
-"""publish_batch under the instrumentor: one send span for the batch, its context in
-every message's headers, against a real nats-server."""
+"""publish_batch and publish_schedule under the instrumentor, against a real
+nats-server: one send span for a batch, its context in every message's headers; a
+send span for a schedule, its context in the messages the schedule produces."""
 
 from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
@@ -62,3 +66,24 @@ async def test_a_refused_batch_is_a_failed_span(
     send = otel.one(f"send {unique_name}.a")
     assert send.status.status_code is StatusCode.ERROR
     assert dict(send.attributes or {})["error.type"].endswith("BatchAbortedError")
+
+
+async def test_a_schedule_is_a_send_span_its_messages_carry(
+    js: JetStream, unique_name: str, otel: Otel
+) -> None:
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"], allow_msg_schedules=True)
+    schedule, target = f"{unique_name}.sched", f"{unique_name}.out"
+    when = datetime.now(timezone.utc) + timedelta(seconds=1)
+    with otel.tracer.start_as_current_span("request") as request:
+        ack = await js.publish_schedule(schedule, b"later", target=target, at=when)
+    send = otel.one(f"send {schedule}")
+    assert send.kind is SpanKind.PRODUCER
+    assert send.parent is not None
+    assert send.parent.span_id == request.get_span_context().span_id
+    assert dict(send.attributes or {})["messaging.message.id"] == str(ack.seq)
+
+    consumer = await js.create_consumer(unique_name, filter_subject=target, ack_policy="none")
+    produced = await asyncio.wait_for(consumer.next(expires=10), 15)
+    trace_id, span_id = hex_ids(send)
+    assert produced.headers is not None
+    assert produced.headers["traceparent"].startswith(f"00-{trace_id:032x}-{span_id:016x}-")
