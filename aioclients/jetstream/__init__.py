@@ -19,6 +19,8 @@ from aioclients.jetstream._consumer import Consumer
 from aioclients.jetstream._context import JetStream, connect
 from aioclients.jetstream._errors import (
     APITimeoutError,
+    BatchAbortedError,
+    BatchTimeoutError,
     BucketNotFoundError,
     ConsumerDeletedError,
     ConsumerExistsError,
@@ -65,6 +67,7 @@ from aioclients.jetstream._ordered import (
     OrderedFetch,
     OrderedMessageStream,
 )
+from aioclients.jetstream._protocol._batch import BatchAck
 from aioclients.jetstream._protocol._kv import KeyValueEntry
 from aioclients.jetstream._protocol._metadata import MsgMetadata, SequencePair
 from aioclients.jetstream._protocol._ordered import ConsumerReset
@@ -82,6 +85,9 @@ from aioclients.jetstream._stream import DirectGetBatch, Stream
 __all__ = (
     "APITimeoutError",
     "AccountInfo",
+    "BatchAbortedError",
+    "BatchAck",
+    "BatchTimeoutError",
     "BucketNotFoundError",
     "ConsumeEvent",
     "ConsumeStatistics",

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import datetime
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
@@ -30,6 +30,7 @@ from aioclients.jetstream._api import (
     api_prefix_for,
     check_timeout,
 )
+from aioclients.jetstream._batch import publish_batch
 from aioclients.jetstream._consumer import Consumer, consumer_of, upsert_consumer
 from aioclients.jetstream._control import (
     pause_consumer,
@@ -56,8 +57,10 @@ from aioclients.jetstream._ordered import (
     OrderedConsumer,
     open_ordered_consumer,
 )
+from aioclients.jetstream._protocol._batch import BatchAck
 from aioclients.jetstream._protocol._headers import publish_headers
 from aioclients.jetstream._push import PushConsumer, push_consumer_of, upsert_push_consumer
+from aioclients.jetstream._schedule import publish_schedule
 from aioclients.jetstream._stream import Stream
 from aioclients.jetstream._transport import NatsClient, close_connection
 
@@ -561,6 +564,82 @@ class JetStream:
             APITimeoutError: no answer in time (the increment may or may not count).
         """
         return await self._jsapi.counter_add(subject, delta, timeout)
+
+    # -- atomic batches (ADR-50) and schedules (ADR-51) ---------------------------------------
+
+    async def publish_batch(
+        self, messages: Iterable[Any], *, timeout: float | None = None
+    ) -> BatchAck:
+        """Publish messages as one atomic batch: the stream stores all of them or none.
+
+        Args:
+            messages: ``(subject, payload)`` or ``(subject, payload, headers)``
+                tuples, at most 1,000 (the server's limit); their subjects must be
+                in one stream with ``allow_atomic=True``.
+            timeout: seconds for the whole batch (default: the context's timeout).
+
+        Returns:
+            the ``BatchAck``: ``stream``, ``seq`` of the last message, ``batch_id``,
+            ``count``.
+        Raises:
+            BatchAbortedError: nothing was stored, and why (``err_code`` is the
+                server's where it said: 10174 ``allow_atomic`` off, 10071 a failed
+                expectation, 10176 a message lost or refused, ...); more than
+                1,000 messages are refused before anything is sent.
+            BatchTimeoutError: a ``BatchAbortedError`` and ``TimeoutError``; if the
+                commit's answer is what did not come, the batch may be stored.
+            InvalidArgumentError: malformed messages (nothing is sent).
+            ServerTooOldError: the server is older than nats-server 2.12.
+        """
+        return await publish_batch(self._jsapi, messages, timeout)
+
+    async def publish_schedule(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        *,
+        target: str,
+        at: datetime | None = None,
+        every: float | timedelta | None = None,
+        cron: str | None = None,
+        time_zone: str | None = None,
+        ttl: float | str | None = None,
+        headers: Mapping[str, str | list[str]] | None = None,
+        timeout: float | None = None,
+    ) -> PubAck:
+        """Store a schedule on ``subject``: the stream publishes ``payload`` (and
+        ``headers``) to ``target`` when it says.
+
+        Give exactly one of ``at`` (an aware datetime: once, to the second),
+        ``every`` (seconds >= 1) or ``cron`` (6 fields, seconds first, or
+        ``"@daily"``-style names). The stream needs ``allow_msg_schedules=True``
+        and must hold ``target`` too; one schedule per subject (publishing again
+        replaces it).
+
+        Args:
+            time_zone: an IANA zone for ``cron`` (default UTC).
+            ttl: seconds (>= 1) or ``"never"``: the TTL of the produced messages
+                (the stream needs ``allow_msg_ttl=True``).
+
+        Raises:
+            InvalidArgumentError: a bad schedule (checked before sending).
+            ServerTooOldError: ``at`` needs nats-server 2.12; ``every``, ``cron``
+                and ``time_zone`` 2.14.
+            JetStreamError: the server refused it (with a hint).
+        """
+        return await publish_schedule(
+            self._jsapi,
+            subject,
+            payload,
+            target=target,
+            at=at,
+            every=every,
+            cron=cron,
+            time_zone=time_zone,
+            ttl=ttl,
+            headers=headers,
+            timeout=timeout,
+        )
 
 
 async def connect(

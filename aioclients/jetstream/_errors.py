@@ -17,6 +17,8 @@ from aioclients._errors import (
 
 __all__ = (
     "APITimeoutError",
+    "BatchAbortedError",
+    "BatchTimeoutError",
     "BucketNotFoundError",
     "ConsumerDeletedError",
     "ConsumerExistsError",
@@ -213,3 +215,24 @@ class KeyExistsError(WrongLastSequenceError):
 
 class KeyWrongRevisionError(WrongLastSequenceError):
     """``update`` / ``delete`` / ``purge`` with ``last``: the key's revision is another."""
+
+
+# -- Atomic batch publish (ADR-50) ----------------------------------------------------------
+
+
+class BatchAbortedError(JetStreamError):
+    """An atomic batch was not stored: nothing of it is in the stream.
+
+    ``err_code`` is the server's (10174 ``allow_atomic`` off, 10176 incomplete,
+    10199 too large, 10071 a failed expectation, ...) where the server said why,
+    ``None`` where the client refused the batch before sending it.
+    """
+
+
+class BatchTimeoutError(BatchAbortedError, APITimeoutError):
+    """An atomic batch timed out (also a ``TimeoutError``).
+
+    Before the commit was sent nothing is stored (the server drops an
+    uncommitted batch); if the commit's answer was what did not come, the
+    message says that the batch may or may not be stored, whole either way.
+    """

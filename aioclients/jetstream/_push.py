@@ -78,6 +78,9 @@ class PushConsumer:
         self.stream_name = stream_name
         self.name = name
         self.cached_info = info
+        # The consume() subscribed now (without a deliver group, a second one
+        # would receive every message again, so it is refused).
+        self._consuming: PushMessageStream | None = None
 
     def __repr__(self) -> str:
         return f"<PushConsumer {self.stream_name}/{self.name} -> {self.deliver_subject}>"
@@ -223,6 +226,15 @@ class PushMessageStream(MessageStream):
                 f"consumer {consumer.stream_name}/{consumer.name} has no deliver_subject: "
                 "it is a pull consumer; use js.consumer(...).consume()"
             )
+        active = consumer._consuming
+        if active is not None and not consumer.deliver_group:
+            raise JetStreamError(
+                f"push consumer {consumer.stream_name}/{consumer.name} is being consumed "
+                "already: a second subscription to its deliver subject would receive "
+                "every message twice (stop the first consume(), or give the consumer a "
+                "deliver_group)"
+            )
+        consumer._consuming = self
         loop = self._loop = asyncio.get_running_loop()
         self._inbox = subject
         self._sub = await self._transport.subscribe_raw(
@@ -366,6 +378,12 @@ class PushMessageStream(MessageStream):
     def _settle(self) -> None:
         self._sync()
         self._credit = self._flow.takes_before_reply()
+
+    def _release(self) -> None:
+        consumer = self._push_consumer
+        if consumer._consuming is self:
+            consumer._consuming = None
+        super()._release()
 
     def _statistics(self) -> ConsumeStatistics:
         self._sync()

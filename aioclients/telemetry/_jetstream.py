@@ -4,9 +4,9 @@
   the ack arrives or fails), ``KeyValue.put`` / ``create`` / ``update``. The span's
   context goes into the message's headers through the global propagator (a KV
   write's through the request layer's ``JetStreamApi.publish``, which it calls).
-  ``publish_batch`` (ADR-50) is not in this version; when it lands it is wrapped
-  here as one ``send`` span with ``messaging.batch.message_count``, its context
-  added to every message's headers (as NSQ's ``mpublish`` in ``_nsq.py``).
+  ``publish_batch`` (ADR-50) is one ``send`` span named after its first message's
+  subject, with ``messaging.batch.message_count``; its context goes into every
+  message's headers (a message that carries a ``traceparent`` keeps its own).
 - ``receive`` (CLIENT): one per message of ``consume()`` (``MessageStream``,
   ``OrderedMessageStream``) and of ``next()``; one per ``fetch()`` batch
   (``FetchResult``, ``OrderedFetch``), linked to each message's creation context.
@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import re
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -40,6 +41,7 @@ from aioclients.jetstream import (
     OrderedMessageStream,
 )
 from aioclients.jetstream._api import JetStreamApi
+from aioclients.jetstream._protocol._batch import MAX_BATCH_MESSAGES
 from aioclients.telemetry._common import (
     BATCH_COUNT,
     CONSUMER_GROUP,
@@ -101,6 +103,18 @@ def _send_attributes(js: object, destination: str) -> Attributes:
         DESTINATION: destination,
         **_server(js),
     }
+
+
+def _with_context(item: tuple[Any, ...], added: dict[str, str]) -> tuple[Any, ...]:
+    """A batch message with the span's context in its headers, unless it has its own."""
+    headers = item[2] if len(item) == 3 else None
+    if isinstance(headers, Mapping):
+        if "traceparent" in headers:
+            return item
+        return (item[0], item[1], {**headers, **added})
+    if headers is not None:
+        return item  # not a mapping: publish_batch says what is wrong
+    return (item[0], item[1], added)
 
 
 def _receive_attributes(owner: object, msg: Msg | None, *, group: bool = True) -> Attributes:
@@ -263,7 +277,46 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
 
         return publish
 
+    def traced_publish_batch(original: Any) -> Any:
+        async def publish_batch(self: JetStream, messages: Any, **options: Any) -> Any:
+            if isinstance(messages, (str, bytes, bytearray, memoryview, Mapping)):
+                return await original(self, messages, **options)  # its own error
+            try:
+                # As publish_batch itself: never read past one over the limit.
+                items = list(itertools.islice(messages, MAX_BATCH_MESSAGES + 1))
+            except TypeError:
+                return await original(self, messages, **options)
+            if not (0 < len(items) <= MAX_BATCH_MESSAGES) or not all(
+                type(item) is tuple and len(item) in (2, 3) for item in items
+            ):
+                return await original(self, items, **options)  # refused, nothing sent
+            count = len(items)
+            subject = items[0][0] if isinstance(items[0][0], str) else ""
+            attrs = _send_attributes(self, subject)
+            start = _time_ns()
+            span = tracer_start(
+                "send", subject, _PRODUCER, {**attrs, BATCH_COUNT: count}, start_ns=start
+            )
+            added: dict[str, str] = {}
+            propagate.inject(added, context=trace.set_span_in_context(span))
+            if added:
+                items = [_with_context(item, added) for item in items]
+            try:
+                ack = await original(self, items, **options)
+            except BaseException as exc:
+                finish(span, attrs, start, exc, sent=count)
+                raise
+            finish(span, attrs, start, sent=count)
+            return ack
+
+        return publish_batch
+
     patches.wrap(JetStream, "publish", traced_publish)
+    patches.wrap(JetStream, "publish_batch", traced_publish_batch)
+    # A schedule is a message stored on its subject: a send span like publish's,
+    # whose context the messages the schedule produces carry too (they copy its
+    # headers).
+    patches.wrap(JetStream, "publish_schedule", traced_publish)
     patches.wrap(JetStream, "publish_async", traced_publish_async)
     patches.wrap(JetStreamApi, "publish", nested_api_publish)
     for name in ("put", "create", "update"):

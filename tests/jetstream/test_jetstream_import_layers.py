@@ -43,6 +43,8 @@ LAYERS: dict[str, int] = {
     f"{JS}._consume": 60,  # FetchResult, MessageStream, BatchStream: the pull driver
     f"{JS}._message": 55,  # Msg and its acks
     f"{JS}._control": 45,  # consumer pause/resume/reset, stream by subject
+    f"{JS}._batch": 45,  # publish_batch: atomic batches (ADR-50) over the request layer
+    f"{JS}._schedule": 45,  # publish_schedule: message schedules (ADR-51)
     f"{JS}._api": 40,  # JetStreamApi: $JS.API subjects, requests, errors, API level
     f"{JS}._publisher": 35,  # ReplyMux, AckMux: replies and acks by token
     f"{JS}._transport": 30,  # the nats-py boundary

@@ -16,6 +16,7 @@ from aioclients.jetstream import (
     ConsumerNotFoundError,
     HeartbeatMissed,
     JetStream,
+    JetStreamError,
     MessageStream,
     Msg,
     PushConsumer,
@@ -82,6 +83,27 @@ async def test_ephemeral_push_consumer_gets_a_fresh_inbox(js: JetStream, stream:
     async with consumer.consume() as messages:
         got = await asyncio.wait_for(take(messages, 5, ack=False), 10)
     assert [m.data for m in got] == [b"x-%d" % i for i in range(5)]
+
+
+async def test_a_second_consume_of_one_consumer_is_refused(js: JetStream, stream: Stream) -> None:
+    await publish_many(js, f"{stream.name}.a", 4)
+    consumer = await js.create_push_consumer(stream.name, ack_policy="none")
+    async with consumer.consume() as first:
+        assert [m.data for m in await asyncio.wait_for(take(first, 2, ack=False), 10)] == [
+            b"x-0",
+            b"x-1",
+        ]
+        with pytest.raises(JetStreamError, match="being consumed already"):
+            async with consumer.consume() as second:
+                await asyncio.wait_for(second.__anext__(), 5)
+        # The refused one took nothing from the first.
+        got = await asyncio.wait_for(take(first, 2, ack=False), 10)
+        assert [m.data for m in got] == [b"x-2", b"x-3"]
+    # Once the first has stopped, the consumer can be consumed again.
+    await publish_many(js, f"{stream.name}.b", 1)
+    async with consumer.consume() as again:
+        (msg,) = await asyncio.wait_for(take(again, 1, ack=False), 10)
+    assert msg.subject == f"{stream.name}.b"
 
 
 async def test_lookups_and_create_or_update(js: JetStream, stream: Stream) -> None:
