@@ -20,9 +20,11 @@ from aioclients.jetstream._context import JetStream, connect
 from aioclients.jetstream._errors import (
     APITimeoutError,
     BucketNotFoundError,
+    BucketSealedError,
     ConsumerDeletedError,
     ConsumerExistsError,
     ConsumerNotFoundError,
+    DigestMismatchError,
     DirectGetUnavailableError,
     JetStreamClosedError,
     JetStreamConnectError,
@@ -32,12 +34,17 @@ from aioclients.jetstream._errors import (
     KeyExistsError,
     KeyNotFoundError,
     KeyWrongRevisionError,
+    LinkIsABucketError,
     MaxPayloadError,
     MessageAlreadyAckedError,
     MessageNotFoundError,
     NoHeartbeatError,
     NoMessagesError,
     NoStreamResponseError,
+    ObjectDeletedError,
+    ObjectExistsError,
+    ObjectIncompleteError,
+    ObjectNotFoundError,
     ServerTooOldError,
     StreamNameInUseError,
     StreamNotFoundError,
@@ -58,6 +65,13 @@ from aioclients.jetstream._models import (
     StreamInfo,
     StreamState,
 )
+from aioclients.jetstream._objstore import (
+    ObjectLister,
+    ObjectReader,
+    ObjectStore,
+    ObjectStoreStatus,
+    ObjectWatcher,
+)
 from aioclients.jetstream._ordered import (
     OrderedConsumeEvent,
     OrderedConsumer,
@@ -66,6 +80,7 @@ from aioclients.jetstream._ordered import (
 )
 from aioclients.jetstream._protocol._kv import KeyValueEntry
 from aioclients.jetstream._protocol._metadata import MsgMetadata, SequencePair
+from aioclients.jetstream._protocol._objstore import ObjectInfo, ObjectLink
 from aioclients.jetstream._protocol._ordered import ConsumerReset
 from aioclients.jetstream._protocol._pull import (
     Disconnected,
@@ -81,6 +96,7 @@ __all__ = (
     "APITimeoutError",
     "AccountInfo",
     "BucketNotFoundError",
+    "BucketSealedError",
     "ConsumeEvent",
     "ConsumeStatistics",
     "Consumer",
@@ -89,6 +105,7 @@ __all__ = (
     "ConsumerInfo",
     "ConsumerNotFoundError",
     "ConsumerReset",
+    "DigestMismatchError",
     "DirectGetBatch",
     "DirectGetUnavailableError",
     "Disconnected",
@@ -109,6 +126,7 @@ __all__ = (
     "KeyValueStatus",
     "KeyWatcher",
     "KeyWrongRevisionError",
+    "LinkIsABucketError",
     "MaxPayloadError",
     "MessageAlreadyAckedError",
     "MessageNotFoundError",
@@ -118,6 +136,17 @@ __all__ = (
     "NoHeartbeatError",
     "NoMessagesError",
     "NoStreamResponseError",
+    "ObjectDeletedError",
+    "ObjectExistsError",
+    "ObjectIncompleteError",
+    "ObjectInfo",
+    "ObjectLink",
+    "ObjectLister",
+    "ObjectNotFoundError",
+    "ObjectReader",
+    "ObjectStore",
+    "ObjectStoreStatus",
+    "ObjectWatcher",
     "OrderedConsumeEvent",
     "OrderedConsumer",
     "OrderedFetch",
