@@ -242,8 +242,14 @@ class ObjectStore:
                 raise _sealed(self.bucket, exc) from None
             raise
 
-    async def _purge_quietly(self, subject: str) -> None:
-        """Clean up after a failed or cancelled put (bounded; failures are logged)."""
+    async def _purge_quietly(self, subject: str, in_flight: list[asyncio.Future[PubAck]]) -> None:
+        """Clean up after a failed or cancelled put (bounded; failures are logged).
+
+        The chunks still awaiting their acks are waited for first: the server may
+        store a chunk after a purge that overtook it, which would then stay.
+        """
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=self._api.timeout)
         try:
             await asyncio.wait_for(self._purge(subject), self._api.timeout)
         except (AioClientsError, asyncio.TimeoutError) as exc:
@@ -339,9 +345,10 @@ class ObjectStore:
             future.add_done_callback(_forget_outcome)
             await future
         except BaseException as exc:
-            window.clear()  # their outcomes are dropped by _forget_outcome
+            in_flight = list(window)  # their outcomes are dropped by _forget_outcome
+            window.clear()
             if not sent_meta:
-                cleanup = asyncio.ensure_future(self._purge_quietly(subject))
+                cleanup = asyncio.ensure_future(self._purge_quietly(subject, in_flight))
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(cleanup)
             if isinstance(exc, JetStreamError) and exc.err_code == _SEALED:

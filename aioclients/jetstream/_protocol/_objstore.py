@@ -110,9 +110,14 @@ def decode_name(token: str) -> str:
     """
     try:
         padded = token + "=" * (-len(token) % 4)
-        return base64.urlsafe_b64decode(padded.encode("ascii")).decode("utf-8")
+        return _b64url(padded).decode("utf-8")
     except (binascii.Error, UnicodeError, ValueError):
         raise RemoteProtocolError(f"not an encoded object name: {token!r}") from None
+
+
+def _b64url(text: str) -> bytes:
+    """Strict base64url (padded): anything outside the alphabet is an error."""
+    return base64.b64decode(text.encode("ascii"), altchars=b"-_", validate=True)
 
 
 def chunk_subject(bucket: str, nuid: str) -> str:
@@ -143,7 +148,7 @@ def parse_digest(text: str) -> bytes:
         raise RemoteProtocolError(f"not a SHA-256 object digest: {text!r}")
     body = text[8:]
     try:
-        raw = base64.urlsafe_b64decode((body + "=" * (-len(body) % 4)).encode("ascii"))
+        raw = _b64url(body + "=" * (-len(body) % 4))
     except (binascii.Error, UnicodeError, ValueError):
         raise RemoteProtocolError(f"not a SHA-256 object digest: {text!r}") from None
     if len(raw) != 32:
