@@ -54,14 +54,14 @@ async def main() -> None:
                 print(f"put {info.name}: {info.size} bytes in {info.chunks} chunks")
                 print(f"  digest {info.digest}")
                 async for item in store.list():
-                    print(f"  listed {item.name} ({item.size} bytes, {item.modified:%H:%M:%S})")
+                    print(f"  listed {item.name} ({item.size} bytes)")
 
                 with copy.open("wb") as out:
                     async with store.get("reports/2026/report.bin") as obj:
                         async for chunk in obj:  # chunks as they arrive
                             out.write(chunk)
                 same = filecmp.cmp(source, copy, shallow=False)
-                print(f"got it back into {copy.name}: identical to the original: {same}")
+                print(f"read it back into {copy.name}: identical: {same}")
                 assert same
             finally:
                 await js.delete_object_store(bucket)
