@@ -9,6 +9,7 @@ import contextlib
 import io
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,7 @@ from aioclients.jetstream import (
     StreamNameInUseError,
     connect,
 )
+from aioclients.jetstream._protocol._ordered import ack_sequences
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -414,3 +416,82 @@ async def test_watch_options(store: ObjectStore) -> None:
         await store.put("y", b"1")
         got = [await asyncio.wait_for(watcher.__anext__(), 10) for _ in range(2)]
     assert [(i.name, i.deleted) for i in got] == [("x", False), ("y", False)]
+
+
+# -- across ordered consumer resets ---------------------------------------------------------------
+
+RawHandler = Callable[[str, str, bytes, "bytes | None"], None]
+
+
+class LoseOne:
+    """Loses the delivery numbered ``consumer_seq`` by the first consumer that gets
+    that far: the ordered consumer sees a gap and replaces its consumer."""
+
+    def __init__(self, js: JetStream, consumer_seq: int) -> None:
+        self.nc: Any = js.nc
+        self.consumer_seq = consumer_seq
+        self.lost: list[int] = []
+        lossy = self
+
+        class Handlers(dict[int, RawHandler]):
+            def __setitem__(self, sid: int, handler: RawHandler) -> None:
+                super().__setitem__(sid, lossy.wrap(handler))
+
+        self.nc._raw_handlers = Handlers(self.nc._raw_handlers)
+
+    def wrap(self, handler: RawHandler) -> RawHandler:
+        def lossy(subject: str, reply: str, data: bytes, header: bytes | None) -> None:
+            if not self.lost and reply.startswith("$JS.ACK"):
+                sseq, cseq, _, _ = ack_sequences(reply)
+                if cseq == self.consumer_seq:
+                    self.lost.append(sseq)
+                    return
+            handler(subject, reply, data, header)
+
+        return lossy
+
+
+async def test_a_get_across_a_reset_is_exact(js: JetStream, store: ObjectStore) -> None:
+    data = os.urandom(2 * 1024 * 1024)
+    await store.put("o", data, chunk_size=16 * 1024)  # 128 chunks
+    loss = LoseOne(js, consumer_seq=40)
+    assert await store.get_bytes("o") == data
+    assert loss.lost, "no chunk was lost: the test did not reset the get"
+
+
+async def test_a_reset_mid_list_keeps_it_exact(js: JetStream, store: ObjectStore) -> None:
+    names = {f"o{i:04d}" for i in range(600)}
+    for name in sorted(names):
+        await store.put(name, b"v0")
+    for name in sorted(names)[::2]:
+        await store.put(name, b"v1")  # a newer meta, later in the stream
+    for name in sorted(names)[::5]:
+        await store.delete(name)
+    holding = {n for i, n in enumerate(sorted(names)) if i % 5}
+    loss = LoseOne(js, consumer_seq=150)
+    listed = [info.name async for info in store.list()]
+    assert loss.lost, "no meta was lost: the test did not reset the listing"
+    assert len(listed) == len(set(listed)), "an object listed twice"
+    assert set(listed) == holding
+
+
+async def test_a_reset_mid_watch_keeps_the_initial_metas_exact(
+    js: JetStream, store: ObjectStore
+) -> None:
+    names = [f"o{i:04d}" for i in range(400)]
+    for name in names:
+        await store.put(name, b"v0")
+    for name in names[::2]:
+        await store.put(name, b"v1")
+    loss = LoseOne(js, consumer_seq=120)
+    initial: list[str] = []
+    async with store.watch() as watcher:
+        async for info in watcher:
+            initial.append(info.name)
+            if watcher.initial_done.is_set():
+                break
+        await store.put("late", b"x")
+        late = await asyncio.wait_for(watcher.__anext__(), 10)
+    assert loss.lost, "no meta was lost: the test did not reset the watch"
+    assert sorted(initial) == names
+    assert late.name == "late"
