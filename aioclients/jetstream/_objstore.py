@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import inspect
 import logging
 import secrets
 import string
@@ -252,6 +253,8 @@ class ObjectStore:
             await asyncio.wait(in_flight, timeout=self._api.timeout)
         try:
             await asyncio.wait_for(self._purge(subject), self._api.timeout)
+        except BucketSealedError:
+            pass  # a sealed store stored none of them
         except (AioClientsError, asyncio.TimeoutError) as exc:
             log.warning(
                 "store %s: could not purge the chunks of an unfinished put (%s)",
@@ -605,28 +608,32 @@ async def _pieces(
                 )
             yield piece
         return
-    readinto = getattr(data, "readinto", None)
-    if readinto is not None:
-        buffer = bytearray(chunk_size)
-        view = memoryview(buffer)
-        while True:
-            n = readinto(buffer)
-            if not n:
-                return
-            yield view[:n]
     read = getattr(data, "read", None)
-    if read is None:
+    if read is not None:
+        while True:
+            piece = read(chunk_size)
+            if inspect.isawaitable(piece):  # an async file object (aiofiles and the like)
+                piece = await piece
+            if isinstance(piece, str):
+                raise InvalidArgumentError("the file must be opened in binary mode ('rb')")
+            if not piece:
+                return
+            yield piece
+    readinto = getattr(data, "readinto", None)
+    if readinto is None:
         raise InvalidArgumentError(
             "data must be bytes, an async iterable of bytes or a binary file object, "
             f"got {type(data).__name__}"
         )
+    buffer = bytearray(chunk_size)
+    view = memoryview(buffer)
     while True:
-        piece = read(chunk_size)
-        if isinstance(piece, str):
-            raise InvalidArgumentError("the file must be opened in binary mode ('rb')")
-        if not piece:
+        n = readinto(buffer)
+        if inspect.isawaitable(n):
+            n = await n
+        if not n:
             return
-        yield piece
+        yield view[:n]  # copied by the Chunker before the buffer is read into again
 
 
 def _check_data(data: object) -> None:
@@ -682,6 +689,7 @@ class ObjectReader:
         self._items: OrderedItems | None = None
         self._source: ObjectStore = store
         self._closed = False
+        self._entered = False
 
     def __repr__(self) -> str:
         return f"<ObjectReader {self._store.bucket}/{self._name}>"
@@ -766,8 +774,10 @@ class ObjectReader:
         if sum((stream.state.subjects or {}).values()) < info.chunks:
             raise check.missing()
 
-    def __aiter__(self) -> ObjectReader:
-        return self
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        # Inside ``async with`` the context manager cleans up; a bare ``async for``
+        # gets a generator that deletes the consumer when the loop is left.
+        return self if self._entered else _owned_read(self)
 
     async def __anext__(self) -> bytes:
         check = self._check
@@ -803,8 +813,12 @@ class ObjectReader:
 
     async def read(self) -> bytes:
         """The rest of the object in memory (all of it, on a fresh reader)."""
-        parts = [chunk async for chunk in self]
-        return b"".join(parts)
+        parts = []
+        while True:
+            try:
+                parts.append(await self.__anext__())
+            except StopAsyncIteration:
+                return b"".join(parts)
 
     async def aclose(self) -> None:
         """Stop reading and delete the consumer (the reader cannot be read again)."""
@@ -817,6 +831,7 @@ class ObjectReader:
             await oc.close()
 
     async def __aenter__(self) -> ObjectReader:
+        self._entered = True
         try:
             await self._open()
         except BaseException:
@@ -831,6 +846,18 @@ class ObjectReader:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+async def _owned_read(reader: ObjectReader) -> AsyncGenerator[bytes, None]:
+    try:
+        while True:
+            try:
+                chunk = await reader.__anext__()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        await reader.aclose()
 
 
 class ObjectLister:

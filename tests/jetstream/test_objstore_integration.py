@@ -127,14 +127,31 @@ async def test_files_and_async_iterables_are_read_in_chunks(store: ObjectStore) 
     class CountingFile(io.BytesIO):
         largest = 0
 
-        def readinto(self, buffer: object) -> int:  # type: ignore[override]
-            CountingFile.largest = max(CountingFile.largest, len(buffer))  # type: ignore[arg-type]
-            return super().readinto(buffer)  # type: ignore[arg-type]
+        def read(self, size: int | None = -1) -> bytes:
+            assert size is not None
+            assert size > 0  # never read whole
+            CountingFile.largest = max(CountingFile.largest, size)
+            return super().read(size)
+
+    class RawFile(io.RawIOBase):  # readinto only, short reads
+        def __init__(self, data: bytes) -> None:
+            self._f = io.BytesIO(data)
+
+        def readinto(self, buffer: Any) -> int:
+            return self._f.readinto(memoryview(buffer)[:12_345])
+
+        def readable(self) -> bool:
+            return True
 
     info = await store.put("file", CountingFile(data), chunk_size=50_000)
-    assert CountingFile.largest == 50_000  # never read whole
+    assert CountingFile.largest == 50_000
     assert info.chunks == 5
     assert await store.get_bytes("file") == data
+    raw = RawFile(data)
+    raw.read = None  # type: ignore[method-assign]  # only readinto is left
+    info = await store.put("raw", raw, chunk_size=50_000)
+    assert info.chunks == 5
+    assert await store.get_bytes("raw") == data
     # odd-sized pieces are cut into full chunks
     info = await store.put("iter", _pieces(data, 7_777), chunk_size=50_000)
     assert (info.size, info.chunks) == (200_001, 5)
@@ -143,6 +160,34 @@ async def test_files_and_async_iterables_are_read_in_chunks(store: ObjectStore) 
         await store.put("bad", "text")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         await store.put("bad", 42)  # type: ignore[arg-type]
+
+
+async def test_async_file_objects_are_awaited(store: ObjectStore) -> None:
+    class AsyncFile:  # the shape of aiofiles' file objects
+        def __init__(self, data: bytes) -> None:
+            self._f = io.BytesIO(data)
+
+        async def read(self, n: int = -1) -> bytes:
+            return self._f.read(n)
+
+    data = os.urandom(70_000)
+    info = await store.put("async", AsyncFile(data), chunk_size=30_000)
+    assert info.chunks == 3
+    assert await store.get_bytes("async") == data
+
+
+async def test_a_bare_async_for_cleans_up_when_left(store: ObjectStore, wait_for: Waiter) -> None:
+    data = os.urandom(1_000_000)
+    await store.put("o", data, chunk_size=10_000)
+    async for chunk in store.get("o"):
+        assert chunk == data[:10_000]
+        break
+
+    async def no_consumer() -> bool:
+        return (await store.stream.info()).state.consumer_count == 0
+
+    await wait_for(no_consumer, what="the get's consumer deleted")
+    assert b"".join([c async for c in store.get("o")]) == data
 
 
 async def test_an_empty_object(store: ObjectStore) -> None:
