@@ -56,8 +56,8 @@ from aioclients.telemetry._common import (
     Patches,
     block_may_carry_context,
     creation_link,
-    inject_into,
     merge_nested,
+    traced_send,
 )
 
 __all__ = ("instrument_jetstream",)
@@ -213,74 +213,18 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
 
     # -- send ----------------------------------------------------------------------
 
-    def traced_publish(original: Any) -> Any:
-        async def publish(
-            self: JetStream,
-            subject: str,
-            payload: bytes = b"",
-            *,
-            headers: Any = None,
-            **options: Any,
-        ) -> Any:
-            nested = NESTED.get()
-            if nested is not None:
-                return await original(
-                    self, subject, payload, headers=merge_nested(headers, nested), **options
-                )
-            attrs = _send_attributes(self, subject)
-            start = _time_ns()
-            span = tracer_start("send", subject, _PRODUCER, attrs, start_ns=start)
-            headers, added = inject_into(headers, span)
-            token = NESTED.set(added)
-            try:
-                ack = await original(self, subject, payload, headers=headers, **options)
-            except BaseException as exc:
-                finish(span, attrs, start, exc, sent=1)
-                raise
-            finally:
-                NESTED.reset(token)
-            span.set_attribute(MESSAGE_ID, str(ack.seq))
-            finish(span, attrs, start, sent=1)
-            return ack
+    def _acked(span: Any, ack: Any) -> None:
+        span.set_attribute(MESSAGE_ID, str(ack.seq))
 
-        return publish
+    def traced_publish(original: Any) -> Any:
+        return traced_send(
+            inst, original, attributes=_send_attributes, acked=_acked, deferred=False, nested=True
+        )
 
     def traced_publish_async(original: Any) -> Any:
-        async def publish_async(
-            self: JetStream,
-            subject: str,
-            payload: bytes = b"",
-            *,
-            headers: Any = None,
-            **options: Any,
-        ) -> Any:
-            nested = NESTED.get()
-            if nested is not None:
-                return await original(
-                    self, subject, payload, headers=merge_nested(headers, nested), **options
-                )
-            attrs = _send_attributes(self, subject)
-            start = _time_ns()
-            span = tracer_start("send", subject, _PRODUCER, attrs, start_ns=start)
-            headers, _ = inject_into(headers, span)
-            try:
-                future = await original(self, subject, payload, headers=headers, **options)
-            except BaseException as exc:
-                finish(span, attrs, start, exc, sent=1)
-                raise
-            future.add_done_callback(partial(_acked, span, attrs, start))
-            return future
-
-        return publish_async
-
-    def _acked(span: Any, attrs: Attributes, start: int, future: asyncio.Future[Any]) -> None:
-        if future.cancelled():
-            finish(span, attrs, start, asyncio.CancelledError(), sent=1)
-            return
-        error = future.exception()
-        if error is None:
-            span.set_attribute(MESSAGE_ID, str(future.result().seq))
-        finish(span, attrs, start, error, sent=1)
+        return traced_send(
+            inst, original, attributes=_send_attributes, acked=_acked, deferred=True, nested=True
+        )
 
     def traced_kv(original: Any) -> Any:
         async def kv_write(self: KeyValue, key: str, *args: Any, **kwargs: Any) -> Any:

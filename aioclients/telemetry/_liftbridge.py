@@ -19,7 +19,6 @@ import asyncio
 import contextvars
 import time
 import weakref
-from functools import partial
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -37,7 +36,7 @@ from aioclients.telemetry._common import (
     Instruments,
     Patches,
     creation_link,
-    inject_into,
+    traced_send,
 )
 
 __all__ = ("instrument_liftbridge",)
@@ -51,7 +50,7 @@ _READ_AHEAD: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 
 
-def _send_attributes(destination: str) -> Attributes:
+def _send_attributes(_client: object, destination: str) -> Attributes:
     return {
         SYSTEM: "liftbridge",
         OPERATION_TYPE: "send",
@@ -75,50 +74,14 @@ def instrument_liftbridge(inst: Instruments, patches: Patches) -> None:
     # -- send ----------------------------------------------------------------------
 
     def traced_publish(original: Any) -> Any:
-        async def publish(
-            self: Client, destination: str, value: bytes, *, headers: Any = None, **options: Any
-        ) -> Any:
-            attrs = _send_attributes(destination)
-            start = _time_ns()
-            span = start_span("send", destination, SpanKind.PRODUCER, attrs, start_ns=start)
-            headers, _ = inject_into(headers, span, as_bytes=True)
-            try:
-                ack = await original(self, destination, value, headers=headers, **options)
-            except BaseException as exc:
-                finish(span, attrs, start, exc, sent=1)
-                raise
-            _acked(span, ack)
-            finish(span, attrs, start, sent=1)
-            return ack
-
-        return publish
+        return traced_send(
+            inst, original, attributes=_send_attributes, acked=_acked, deferred=False, as_bytes=True
+        )
 
     def traced_publish_async(original: Any) -> Any:
-        async def publish_async(
-            self: Client, stream: str, value: bytes, *, headers: Any = None, **options: Any
-        ) -> Any:
-            attrs = _send_attributes(stream)
-            start = _time_ns()
-            span = start_span("send", stream, SpanKind.PRODUCER, attrs, start_ns=start)
-            headers, _ = inject_into(headers, span, as_bytes=True)
-            try:
-                future = await original(self, stream, value, headers=headers, **options)
-            except BaseException as exc:
-                finish(span, attrs, start, exc, sent=1)
-                raise
-            future.add_done_callback(partial(_settled, span, attrs, start))
-            return future
-
-        return publish_async
-
-    def _settled(span: Any, attrs: Attributes, start: int, future: asyncio.Future[Any]) -> None:
-        if future.cancelled():
-            finish(span, attrs, start, asyncio.CancelledError(), sent=1)
-            return
-        error = future.exception()
-        if error is None:
-            _acked(span, future.result())
-        finish(span, attrs, start, error, sent=1)
+        return traced_send(
+            inst, original, attributes=_send_attributes, acked=_acked, deferred=True, as_bytes=True
+        )
 
     patches.wrap(Client, "publish", traced_publish)
     patches.wrap(Client, "publish_async", traced_publish_async)

@@ -35,9 +35,10 @@ Pure: no pyspark, no I/O, no clock.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
 
 __all__ = (
     "MAX_IN_SUBJECTS",
@@ -185,6 +186,57 @@ def _narrow_set(current: frozenset[int] | None, new: frozenset[int]) -> frozense
 
 
 # -- subjects -------------------------------------------------------------------------------
+
+
+_Selection = TypeVar("_Selection", "JetStreamSelection", "LiftbridgeSelection")
+
+
+def _position_step(
+    selection: _Selection, op: Op, value: object, *, bounds: str, members: str
+) -> tuple[_Selection, bool]:
+    """A JetStream ``sequence`` or Liftbridge ``offset`` predicate: an ``IN`` list
+    narrows the set in field ``members``, a comparison the range in ``bounds``."""
+    if op is Op.IN:
+        numbers = _int_set(value)
+        if numbers is None:
+            return selection, False
+        current: frozenset[int] | None = getattr(selection, members)
+        change: dict[str, Any] = {members: _narrow_set(current, numbers)}
+        return replace(selection, **change), True
+    number = _as_int(value)
+    narrowed = None if number is None else _compare(getattr(selection, bounds), op, number)
+    if narrowed is None:
+        return selection, False
+    change = {bounds: narrowed}  # one of the Bounds fields
+    return replace(selection, **change), True
+
+
+def _time_step(selection: _Selection, op: Op, value: object) -> tuple[_Selection, bool]:
+    """A ``timestamp`` comparison narrows the selection's time range."""
+    micros = to_micros(value)
+    narrowed = None if micros is None else _compare(selection.times, op, micros)
+    if narrowed is None:
+        return selection, False
+    return replace(selection, times=narrowed), True
+
+
+def _fold(
+    selection: _Selection,
+    predicates: Sequence[Predicate | None],
+    step: Callable[[_Selection, Predicate], tuple[_Selection, bool]],
+) -> tuple[_Selection, list[bool]]:
+    """Fold ``predicates`` (AND) into ``selection`` with ``step``; which were exact.
+
+    ``None`` stands for a filter Spark gave that is not a :class:`Predicate`.
+    """
+    pushed = []
+    for p in predicates:
+        if p is None:
+            pushed.append(False)
+            continue
+        selection, exact = step(selection, p)
+        pushed.append(exact)
+    return selection, pushed
 
 
 def filter_tokens(subject: str) -> list[str] | None:
@@ -412,24 +464,9 @@ def _jetstream_step(selection: JetStreamSelection, p: Predicate) -> tuple[JetStr
     if column == "subject":
         return _subject_step(selection, op, value)
     if column == "sequence":
-        if op is Op.IN:
-            numbers = _int_set(value)
-            if numbers is None:
-                return selection, False
-            return replace(
-                selection, sequence_set=_narrow_set(selection.sequence_set, numbers)
-            ), True
-        number = _as_int(value)
-        narrowed = None if number is None else _compare(selection.sequences, op, number)
-        if narrowed is None:
-            return selection, False
-        return replace(selection, sequences=narrowed), True
+        return _position_step(selection, op, value, bounds="sequences", members="sequence_set")
     if column == "timestamp":
-        micros = to_micros(value)
-        narrowed = None if micros is None else _compare(selection.times, op, micros)
-        if narrowed is None:
-            return selection, False
-        return replace(selection, times=narrowed), True
+        return _time_step(selection, op, value)
     return selection, False
 
 
@@ -471,15 +508,7 @@ def plan_jetstream(
 
     ``None`` stands for a filter Spark gave that is not a :class:`Predicate`.
     """
-    selection = JetStreamSelection()
-    pushed = []
-    for p in predicates:
-        if p is None:
-            pushed.append(False)
-            continue
-        selection, exact = _jetstream_step(selection, p)
-        pushed.append(exact)
-    return selection, pushed
+    return _fold(JetStreamSelection(), predicates, _jetstream_step)
 
 
 # -- Liftbridge -----------------------------------------------------------------------------
@@ -570,22 +599,9 @@ def _liftbridge_step(
         current = selection.partitions
         return replace(selection, partitions=_narrow_set(current, numbers)), True
     if column == "offset":
-        if op is Op.IN:
-            numbers = _int_set(value)
-            if numbers is None:
-                return selection, False
-            return replace(selection, offset_set=_narrow_set(selection.offset_set, numbers)), True
-        number = _as_int(value)
-        narrowed = None if number is None else _compare(selection.offsets, op, number)
-        if narrowed is None:
-            return selection, False
-        return replace(selection, offsets=narrowed), True
+        return _position_step(selection, op, value, bounds="offsets", members="offset_set")
     if column == "timestamp":
-        micros = to_micros(value)
-        narrowed = None if micros is None else _compare(selection.times, op, micros)
-        if narrowed is None:
-            return selection, False
-        return replace(selection, times=narrowed), True
+        return _time_step(selection, op, value)
     return selection, False
 
 
@@ -593,12 +609,8 @@ def plan_liftbridge(
     predicates: Sequence[Predicate | None], stream: str
 ) -> tuple[LiftbridgeSelection, list[bool]]:
     """Fold ``predicates`` (AND) into a selection of stream ``stream``; say which are exact."""
-    selection = LiftbridgeSelection()
-    pushed = []
-    for p in predicates:
-        if p is None:
-            pushed.append(False)
-            continue
-        selection, exact = _liftbridge_step(selection, p, stream)
-        pushed.append(exact)
-    return selection, pushed
+    return _fold(
+        LiftbridgeSelection(),
+        predicates,
+        lambda selection, p: _liftbridge_step(selection, p, stream),
+    )
