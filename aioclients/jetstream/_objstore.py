@@ -301,8 +301,8 @@ class ObjectStore:
         _check_headers(headers)
         _check_metadata(metadata)
         _check_data(data)
-        pieces = _pieces(data, chunk_size)
         previous = await self._meta(name)
+        pieces = _pieces(data, chunk_size)
         nuid = _nuid()
         subject = chunk_subject(self.bucket, nuid)
         chunker = Chunker(chunk_size)
@@ -784,7 +784,11 @@ class ObjectReader:
         if check is None:
             if self._closed:
                 raise StopAsyncIteration
-            await self._open()
+            try:
+                await self._open()
+            except BaseException:
+                await self.aclose()
+                raise
             check = self._check
             assert check is not None
         if check.done:
