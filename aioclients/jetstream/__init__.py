@@ -58,6 +58,7 @@ from aioclients.jetstream._message import Msg
 from aioclients.jetstream._models import (
     AccountInfo,
     ConsumerInfo,
+    ConsumerPause,
     JsonObject,
     PubAck,
     SequenceInfo,
@@ -90,6 +91,7 @@ from aioclients.jetstream._protocol._pull import (
     StatusWarning,
     Unpinned,
 )
+from aioclients.jetstream._push import PushConsumer, PushMessageStream
 from aioclients.jetstream._stream import DirectGetBatch, Stream
 
 __all__ = (
@@ -104,6 +106,7 @@ __all__ = (
     "ConsumerExistsError",
     "ConsumerInfo",
     "ConsumerNotFoundError",
+    "ConsumerPause",
     "ConsumerReset",
     "DigestMismatchError",
     "DirectGetBatch",
@@ -153,6 +156,8 @@ __all__ = (
     "OrderedMessageStream",
     "Pinned",
     "PubAck",
+    "PushConsumer",
+    "PushMessageStream",
     "Reconnected",
     "SequenceInfo",
     "SequencePair",

@@ -4,12 +4,14 @@ messages with ``next``, ``fetch`` and ``consume`` (ADR-37, ADR-42)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from aioclients.jetstream._api import JetStreamApi
 from aioclients.jetstream._consume import ConsumeEvent, FetchResult, MessageStream
+from aioclients.jetstream._control import pause_consumer, reset_consumer, resume_consumer
 from aioclients.jetstream._message import Msg
-from aioclients.jetstream._models import ConsumerInfo
+from aioclients.jetstream._models import ConsumerInfo, ConsumerPause
 from aioclients.jetstream._protocol._pull import consume_options, fetch_options
 
 __all__ = ("Consumer", "consumer_of", "upsert_consumer")
@@ -46,6 +48,29 @@ class Consumer:
     async def unpin(self, group: str) -> None:
         """ADR-42: release the client pinned to ``group``."""
         await self._api.unpin_consumer(self.stream_name, self.name, group)
+
+    async def pause(self, until: datetime) -> ConsumerPause:
+        """Pause this consumer until ``until`` (an aware datetime; nats-server 2.11+).
+
+        While paused the server delivers nothing; ``consume()`` keeps waiting
+        without errors and goes on when the pause ends or :meth:`resume` is called.
+
+        Raises:
+            InvalidArgumentError: ``until`` is naive or not a datetime.
+            ConsumerNotFoundError: the consumer is gone.
+            ServerTooOldError: the server is older than 2.11.
+        """
+        return await pause_consumer(self._api, self.stream_name, self.name, until)
+
+    async def resume(self) -> ConsumerPause:
+        """End a pause now (see :meth:`pause`)."""
+        return await resume_consumer(self._api, self.stream_name, self.name)
+
+    async def reset(self, *, seq: int | None = None) -> ConsumerInfo:
+        """Deliver again from the ack floor + 1, or from stream sequence ``seq``
+        (nats-server 2.14+); see ``JetStream.reset_consumer``."""
+        self.cached_info = await reset_consumer(self._api, self.stream_name, self.name, seq)
+        return self.cached_info
 
     async def next(
         self,

@@ -31,9 +31,26 @@ from aioclients.jetstream._api import (
     check_timeout,
 )
 from aioclients.jetstream._consumer import Consumer, consumer_of, upsert_consumer
-from aioclients.jetstream._errors import JetStreamClosedError, JetStreamConnectError
+from aioclients.jetstream._control import (
+    pause_consumer,
+    reset_consumer,
+    resume_consumer,
+    stream_name_by_subject,
+)
+from aioclients.jetstream._errors import (
+    JetStreamClosedError,
+    JetStreamConnectError,
+    StreamNameInUseError,
+    StreamNotFoundError,
+)
 from aioclients.jetstream._kv import KeyValue, create_key_value, delete_key_value, key_value
-from aioclients.jetstream._models import AccountInfo, ConsumerInfo, PubAck, StreamInfo
+from aioclients.jetstream._models import (
+    AccountInfo,
+    ConsumerInfo,
+    ConsumerPause,
+    PubAck,
+    StreamInfo,
+)
 from aioclients.jetstream._objstore import (
     ObjectStore,
     create_object_store,
@@ -47,6 +64,7 @@ from aioclients.jetstream._ordered import (
     open_ordered_consumer,
 )
 from aioclients.jetstream._protocol._headers import publish_headers
+from aioclients.jetstream._push import PushConsumer, push_consumer_of, upsert_push_consumer
 from aioclients.jetstream._stream import Stream
 from aioclients.jetstream._transport import NatsClient, close_connection
 
@@ -482,6 +500,94 @@ class JetStream:
     def publish_async_pending(self) -> int:
         """How many publish acks are outstanding."""
         return self._acks.outstanding
+
+    # -- consumer pause / reset, push consumers, streams by subject (issue 21) -------------
+
+    async def pause_consumer(self, stream: str, name: str, until: datetime) -> ConsumerPause:
+        """Pause a consumer until ``until`` (an aware datetime; nats-server 2.11+).
+
+        A paused consumer delivers nothing; its ``consume()`` waits without
+        errors and goes on when the pause ends or the consumer is resumed.
+
+        Raises:
+            InvalidArgumentError: ``until`` is naive or not a datetime.
+            ConsumerNotFoundError: no such consumer.
+            ServerTooOldError: the server is older than 2.11.
+        """
+        return await pause_consumer(self._jsapi, stream, name, until)
+
+    async def resume_consumer(self, stream: str, name: str) -> ConsumerPause:
+        """End a consumer's pause now (nats-server 2.11+)."""
+        return await resume_consumer(self._jsapi, stream, name)
+
+    async def reset_consumer(
+        self, stream: str, name: str, *, seq: int | None = None
+    ) -> ConsumerInfo:
+        """Make a consumer deliver again from its ack floor + 1, or from stream
+        sequence ``seq`` (nats.go ``ResetConsumer`` / ``ResetConsumerToSequence``;
+        nats-server 2.14+).
+
+        Raises:
+            ConsumerNotFoundError: no such consumer (at once, never a timeout).
+            JetStreamError: ``seq`` does not fit the consumer's deliver policy
+                (err_code 10204).
+            ServerTooOldError: the server is older than 2.14.
+        """
+        return await reset_consumer(self._jsapi, stream, name, seq)
+
+    async def create_push_consumer(
+        self, stream: str, *, deliver_subject: str | None = None, **config: Any
+    ) -> PushConsumer:
+        """Create a push consumer: the server sends its messages to
+        ``deliver_subject`` (default: a fresh inbox).
+
+        Durable with ``durable_name``, ephemeral otherwise (an ephemeral one is
+        removed ``inactive_threshold``, default 5 s, after its last subscriber
+        leaves). Unless ``config`` says otherwise (and there is no
+        ``deliver_group``), flow control and a 5 s idle heartbeat are on, both
+        answered and checked by ``consume()``.
+
+        Raises:
+            ConsumerExistsError: one of that name exists with a different config.
+        """
+        return await upsert_push_consumer(self._jsapi, stream, config, "create", deliver_subject)
+
+    async def create_or_update_push_consumer(
+        self, stream: str, *, deliver_subject: str | None = None, **config: Any
+    ) -> PushConsumer:
+        """Create a push consumer, or replace the config of an existing one (which
+        keeps its deliver subject unless one is given)."""
+        return await upsert_push_consumer(self._jsapi, stream, config, "", deliver_subject)
+
+    async def push_consumer(self, stream: str, name: str) -> PushConsumer:
+        """Look up a push consumer.
+
+        Raises:
+            ConsumerNotFoundError: no such consumer.
+            InvalidArgumentError: it is a pull consumer.
+        """
+        return await push_consumer_of(self._jsapi, stream, name)
+
+    async def stream_name_by_subject(self, subject: str) -> str:
+        """The name of the stream that stores ``subject``.
+
+        Raises:
+            StreamNotFoundError: no stream does.
+        """
+        return await stream_name_by_subject(self._jsapi, subject)
+
+    async def create_or_update_stream(self, name: str, **config: Any) -> Stream:
+        """Create the stream, or update an existing one (the given keys are merged
+        into its config, as :meth:`update_stream` does)."""
+        api = self._jsapi
+        try:
+            return Stream(api, name, await api.update_stream(name, config))
+        except StreamNotFoundError:
+            pass
+        try:
+            return Stream(api, name, await api.create_stream(name, config))
+        except StreamNameInUseError:  # created meanwhile by someone else
+            return Stream(api, name, await api.update_stream(name, config))
 
 
 async def connect(

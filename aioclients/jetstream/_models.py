@@ -18,6 +18,7 @@ from aioclients.jetstream._protocol._time import parse_server_time
 __all__ = (
     "AccountInfo",
     "ConsumerInfo",
+    "ConsumerPause",
     "JsonObject",
     "PubAck",
     "SequenceInfo",
@@ -149,6 +150,8 @@ class ConsumerInfo:
     priority_groups: list[JsonObject] | None
     cluster: JsonObject | None
     raw: dict[str, Any] = field(repr=False)
+    #: seconds left of a pause (ADR-42 era, nats-server 2.11+); ``None`` when not paused
+    pause_remaining: float | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ConsumerInfo:
@@ -168,6 +171,7 @@ class ConsumerInfo:
             priority_groups=[JsonObject.wrap(g) for g in groups] if groups else None,
             cluster=JsonObject.wrap(data["cluster"]) if data.get("cluster") else None,
             raw=dict(data),
+            pause_remaining=_seconds(data.get("pause_remaining")),
         )
 
 
@@ -223,3 +227,33 @@ class StoredMessage:
     headers: dict[str, str | list[str]] | None
     time: datetime
     num_pending: int | None = None
+
+
+def _seconds(value: Any) -> float | None:
+    """Nanoseconds from the server's JSON as seconds (``None`` when absent)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value / 1_000_000_000
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerPause:
+    """The answer to a pause or resume (``$JS.API.CONSUMER.PAUSE``, nats-server 2.11+).
+
+    ``paused`` is false after a resume or a pause whose time has passed;
+    ``pause_until`` is the end of the pause (``None`` when not paused);
+    ``pause_remaining`` the seconds left of it (``None`` when not paused).
+    """
+
+    paused: bool
+    pause_until: datetime | None
+    pause_remaining: float | None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ConsumerPause:
+        paused = bool(data.get("paused", False))
+        return cls(
+            paused=paused,
+            pause_until=_time(data.get("pause_until")) if paused else None,
+            pause_remaining=_seconds(data.get("pause_remaining")) if paused else None,
+        )

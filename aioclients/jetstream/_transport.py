@@ -608,7 +608,9 @@ class NatsTransport:
             except asyncio.TimeoutError:
                 raise SendTimeoutError(what, unsent_bytes(nc)) from None
 
-    async def subscribe(self, subject: str, cb: Callable[[NatsMsg], None]) -> Subscription:
+    async def subscribe(
+        self, subject: str, cb: Callable[[NatsMsg], None], *, queue: str = ""
+    ) -> Subscription:
         """Subscribe with a plain (non-async) callback.
 
         Where nats-py's subscription has the internals we expect, messages are
@@ -619,7 +621,7 @@ class NatsTransport:
         self.check_open()
         try:
             if self.sync_delivery:
-                sub = await self.nc.subscribe(subject, pending_bytes_limit=0)
+                sub = await self.nc.subscribe(subject, queue=queue, pending_bytes_limit=0)
                 original = sub._pending_queue
                 if hasattr(sub, "_pending_size") and isinstance(original, asyncio.Queue):
                     sub._pending_queue = _SyncSink(sub, cb)  # type: ignore[assignment]
@@ -636,7 +638,7 @@ class NatsTransport:
             async def deliver(msg: NatsMsg) -> None:
                 cb(msg)
 
-            return await self.nc.subscribe(subject, cb=deliver)
+            return await self.nc.subscribe(subject, queue=queue, cb=deliver)
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
             raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
 
@@ -647,6 +649,7 @@ class NatsTransport:
         *,
         replies: bool = False,
         as_bytes: bool = False,
+        queue: str = "",
     ) -> RawSubscription:
         """Subscribe with a handler of raw messages, called from the read loop.
 
@@ -658,7 +661,7 @@ class NatsTransport:
         sooner. With ``as_bytes`` (not with ``replies``), our client hands
         ``subject`` and ``reply`` over as the bytes on the wire, undecoded (a
         :data:`BytesHandler`); another client still passes ``str``, so such a
-        handler must take both.
+        handler must take both. ``queue``: a queue group to join.
         """
         self.check_open()
         nc = self.nc
@@ -666,7 +669,7 @@ class NatsTransport:
         fast = getattr(nc, "_bytes_handlers", None)
         try:
             if isinstance(raw, dict):
-                sub = await nc.subscribe(subject, pending_bytes_limit=0)
+                sub = await nc.subscribe(subject, queue=queue, pending_bytes_limit=0)
                 if as_bytes and not replies and isinstance(fast, dict):
                     fast[sub._id] = cast("BytesHandler", handler)
                     return RawSubscription(self, sub)
@@ -686,7 +689,7 @@ class NatsTransport:
             def via_msg(msg: NatsMsg) -> None:
                 handler(msg.subject, msg.reply, msg.data, _header_block(msg.headers))
 
-            return RawSubscription(self, await self.subscribe(subject, via_msg))
+            return RawSubscription(self, await self.subscribe(subject, via_msg, queue=queue))
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
             raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
 

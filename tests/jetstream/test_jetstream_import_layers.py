@@ -39,9 +39,11 @@ LAYERS: dict[str, int] = {
     f"{JS}._objstore": 78,  # ObjectStore, ObjectReader, ObjectLister, ObjectWatcher
     f"{JS}._stream": 75,  # Stream, DirectGetBatch
     f"{JS}._ordered": 70,  # OrderedConsumer and its streams
+    f"{JS}._push": 67,  # PushConsumer, PushMessageStream: the push driver
     f"{JS}._consumer": 65,  # Consumer
     f"{JS}._consume": 60,  # FetchResult, MessageStream, BatchStream: the pull driver
     f"{JS}._message": 55,  # Msg and its acks
+    f"{JS}._control": 45,  # consumer pause/resume/reset, stream by subject
     f"{JS}._api": 40,  # JetStreamApi: $JS.API subjects, requests, errors, API level
     f"{JS}._publisher": 35,  # ReplyMux, AckMux: replies and acks by token
     f"{JS}._transport": 30,  # the nats-py boundary
@@ -107,6 +109,7 @@ def test_every_handle_talks_through_the_request_layer_not_the_facade() -> None:
         f"{JS}._message",
         f"{JS}._objstore",
         f"{JS}._ordered",
+        f"{JS}._push",
         f"{JS}._stream",
     ]
     for name in (f"{JS}._stream", f"{JS}._consumer", f"{JS}._kv", f"{JS}._ordered"):
