@@ -14,6 +14,8 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
   into sequences (Direct Get ``start_time``) and reads its subjects one pass each.
 - With the ``bucket`` option the format reads and writes a Key-Value bucket
   (:mod:`aioclients.spark._kv_table`); the stream reader is then its change feed.
+- With the ``objectStore`` option a batch read lists an Object Store's objects
+  (:mod:`aioclients.spark._object_table`).
 - ``read()`` runs on an executor: one event loop and one NATS connection per
   partition, reading the range with batched Direct Get (ADR-31) through the lean
   reader in :mod:`aioclients.spark._direct_io`, and yielding Arrow record batches.
