@@ -22,9 +22,11 @@ from aioclients.jetstream._errors import (
     BatchAbortedError,
     BatchTimeoutError,
     BucketNotFoundError,
+    BucketSealedError,
     ConsumerDeletedError,
     ConsumerExistsError,
     ConsumerNotFoundError,
+    DigestMismatchError,
     DirectGetUnavailableError,
     JetStreamClosedError,
     JetStreamConnectError,
@@ -34,12 +36,17 @@ from aioclients.jetstream._errors import (
     KeyExistsError,
     KeyNotFoundError,
     KeyWrongRevisionError,
+    LinkIsABucketError,
     MaxPayloadError,
     MessageAlreadyAckedError,
     MessageNotFoundError,
     NoHeartbeatError,
     NoMessagesError,
     NoStreamResponseError,
+    ObjectDeletedError,
+    ObjectExistsError,
+    ObjectIncompleteError,
+    ObjectNotFoundError,
     ServerTooOldError,
     StreamNameInUseError,
     StreamNotFoundError,
@@ -61,6 +68,13 @@ from aioclients.jetstream._models import (
     StreamInfo,
     StreamState,
 )
+from aioclients.jetstream._objstore import (
+    ObjectLister,
+    ObjectReader,
+    ObjectStore,
+    ObjectStoreStatus,
+    ObjectWatcher,
+)
 from aioclients.jetstream._ordered import (
     OrderedConsumeEvent,
     OrderedConsumer,
@@ -70,6 +84,7 @@ from aioclients.jetstream._ordered import (
 from aioclients.jetstream._protocol._batch import BatchAck
 from aioclients.jetstream._protocol._kv import KeyValueEntry
 from aioclients.jetstream._protocol._metadata import MsgMetadata, SequencePair
+from aioclients.jetstream._protocol._objstore import ObjectInfo, ObjectLink
 from aioclients.jetstream._protocol._ordered import ConsumerReset
 from aioclients.jetstream._protocol._pull import (
     Disconnected,
@@ -89,6 +104,7 @@ __all__ = (
     "BatchAck",
     "BatchTimeoutError",
     "BucketNotFoundError",
+    "BucketSealedError",
     "ConsumeEvent",
     "ConsumeStatistics",
     "Consumer",
@@ -98,6 +114,7 @@ __all__ = (
     "ConsumerNotFoundError",
     "ConsumerPause",
     "ConsumerReset",
+    "DigestMismatchError",
     "DirectGetBatch",
     "DirectGetUnavailableError",
     "Disconnected",
@@ -118,6 +135,7 @@ __all__ = (
     "KeyValueStatus",
     "KeyWatcher",
     "KeyWrongRevisionError",
+    "LinkIsABucketError",
     "MaxPayloadError",
     "MessageAlreadyAckedError",
     "MessageNotFoundError",
@@ -127,6 +145,17 @@ __all__ = (
     "NoHeartbeatError",
     "NoMessagesError",
     "NoStreamResponseError",
+    "ObjectDeletedError",
+    "ObjectExistsError",
+    "ObjectIncompleteError",
+    "ObjectInfo",
+    "ObjectLink",
+    "ObjectLister",
+    "ObjectNotFoundError",
+    "ObjectReader",
+    "ObjectStore",
+    "ObjectStoreStatus",
+    "ObjectWatcher",
     "OrderedConsumeEvent",
     "OrderedConsumer",
     "OrderedFetch",

@@ -52,6 +52,13 @@ from aioclients.jetstream._models import (
     PubAck,
     StreamInfo,
 )
+from aioclients.jetstream._objstore import (
+    ObjectStore,
+    create_object_store,
+    delete_object_store,
+    object_store,
+    object_store_names,
+)
 from aioclients.jetstream._ordered import (
     OrderedConsumeEvent,
     OrderedConsumer,
@@ -343,6 +350,60 @@ class JetStream:
     async def delete_key_value(self, bucket: str) -> None:
         """Delete a bucket and everything in it (raises ``BucketNotFoundError``)."""
         await delete_key_value(self._jsapi, bucket)
+
+    # -- Object Store (ADR-20) -------------------------------------------------------------
+
+    async def create_object_store(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        ttl: float | None = None,
+        max_bytes: int | None = None,
+        storage: str = "file",
+        replicas: int = 1,
+        compression: bool = False,
+        metadata: Mapping[str, str] | None = None,
+    ) -> ObjectStore:
+        """Create an Object Store (the stream ``OBJ_<bucket>``), or return it when
+        it exists with the same settings.
+
+        Args:
+            ttl: seconds an object lives (``None``: for ever).
+            max_bytes: the largest size of the whole store, bytes (``None``: no limit).
+            storage: ``"file"`` or ``"memory"``.
+            replicas: 1 to 5.
+            compression: S2-compress the stored chunks on the server.
+            metadata: the stream's metadata (``str`` to ``str``).
+
+        Raises:
+            InvalidArgumentError: a bad name or setting (before any request).
+            StreamNameInUseError: the store exists with other settings.
+        """
+        return await create_object_store(
+            self._jsapi,
+            bucket,
+            description=description,
+            ttl=ttl,
+            max_bytes=max_bytes,
+            storage=storage,
+            replicas=replicas,
+            compression=compression,
+            metadata=metadata,
+        )
+
+    async def object_store(self, bucket: str) -> ObjectStore:
+        """Open an existing Object Store (raises ``BucketNotFoundError``)."""
+        return await object_store(self._jsapi, bucket)
+
+    async def delete_object_store(self, bucket: str) -> None:
+        """Delete an Object Store and every object in it (raises ``BucketNotFoundError``)."""
+        await delete_object_store(self._jsapi, bucket)
+
+    async def object_store_names(self) -> AsyncIterator[str]:
+        """The names of the Object Stores (an async iterator)."""
+        async for name in object_store_names(self._jsapi):
+            yield name
 
     async def unpin_consumer(self, stream: str, consumer: str, group: str) -> None:
         """ADR-42: release the pinned client of ``group`` so another can take over."""

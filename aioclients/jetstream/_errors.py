@@ -20,9 +20,11 @@ __all__ = (
     "BatchAbortedError",
     "BatchTimeoutError",
     "BucketNotFoundError",
+    "BucketSealedError",
     "ConsumerDeletedError",
     "ConsumerExistsError",
     "ConsumerNotFoundError",
+    "DigestMismatchError",
     "DirectGetUnavailableError",
     "JetStreamClosedError",
     "JetStreamConnectError",
@@ -32,12 +34,17 @@ __all__ = (
     "KeyExistsError",
     "KeyNotFoundError",
     "KeyWrongRevisionError",
+    "LinkIsABucketError",
     "MaxPayloadError",
     "MessageAlreadyAckedError",
     "MessageNotFoundError",
     "NoHeartbeatError",
     "NoMessagesError",
     "NoStreamResponseError",
+    "ObjectDeletedError",
+    "ObjectExistsError",
+    "ObjectIncompleteError",
+    "ObjectNotFoundError",
     "ServerTooOldError",
     "StreamNameInUseError",
     "StreamNotFoundError",
@@ -236,3 +243,43 @@ class BatchTimeoutError(BatchAbortedError, APITimeoutError):
     uncommitted batch); if the commit's answer was what did not come, the
     message says that the batch may or may not be stored, whole either way.
     """
+
+
+# -- Object Store (ADR-20) --------------------------------------------------------------------
+
+
+class ObjectNotFoundError(MessageNotFoundError):
+    """No object of that name in the store."""
+
+
+class ObjectDeletedError(ObjectNotFoundError):
+    """The object was deleted (its meta is a delete marker), also while being read.
+
+    Attributes:
+        info: the delete marker's ``ObjectInfo`` (``None`` when unknown).
+    """
+
+    def __init__(self, description: str, *, info: object = None, code: int | None = None) -> None:
+        super().__init__(description, code=code)
+        self.info = info
+
+
+class ObjectExistsError(JetStreamError):
+    """Another object holds the name (``update_meta`` renaming onto it, ``add_link``)."""
+
+
+class ObjectIncompleteError(JetStreamError):
+    """A ``get`` found chunks missing or in excess: the object was deleted, replaced
+    or purged while being read, or its data does not add up to its meta."""
+
+
+class DigestMismatchError(JetStreamError):
+    """The SHA-256 of an object's data read back differs from its meta's digest."""
+
+
+class LinkIsABucketError(JetStreamError):
+    """The object is a link to a whole store: it has no data of its own to get."""
+
+
+class BucketSealedError(JetStreamError):
+    """The store is sealed: it takes no more writes, deletes or meta updates."""

@@ -14,6 +14,8 @@ Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource`
   into sequences (Direct Get ``start_time``) and reads its subjects one pass each.
 - With the ``bucket`` option the format reads and writes a Key-Value bucket
   (:mod:`aioclients.spark._kv_table`); the stream reader is then its change feed.
+- With the ``objectStore`` option a batch read lists an Object Store's objects
+  (:mod:`aioclients.spark._object_table`).
 - ``read()`` runs on an executor: one event loop and one NATS connection per
   partition, reading the range with batched Direct Get (ADR-31) through the lean
   reader in :mod:`aioclients.spark._direct_io`, and yielding Arrow record batches.
@@ -85,6 +87,7 @@ from aioclients.spark._kv_table import (
     bucket_read_config,
     bucket_write_config,
 )
+from aioclients.spark._object_table import OBJECT_STORE_SCHEMA, ObjectStoreBatchReader
 from aioclients.spark._protocol._data_loss import OPTION as FAIL_ON_DATA_LOSS
 from aioclients.spark._protocol._data_loss import lost_range, report_data_loss
 from aioclients.spark._protocol._options import OptionReader
@@ -578,10 +581,33 @@ class JetStreamDataSource(DataSource):
     def _bucket(self) -> bool:
         return OptionReader(self.options, FORMAT).get("bucket") is not None
 
+    def _object_store(self) -> bool:
+        """Whether this reads an Object Store's listing (batch reads only)."""
+        opts = OptionReader(self.options, FORMAT)
+        if opts.get("objectStore") is None:
+            return False
+        if opts.get("bucket") is not None:
+            raise DataSourceOptionError(
+                "options 'bucket' and 'objectStore' name different things; give one"
+            )
+        return True
+
+    def _not_an_object_store(self, what: str) -> None:
+        if self._object_store():
+            raise DataSourceOptionError(
+                f"an Object Store listing ('objectStore') is read with spark.read only, "
+                f"not {what}; watch the store with ObjectStore.watch for its changes"
+            )
+
     def schema(self) -> StructType:
+        if self._object_store():
+            return OBJECT_STORE_SCHEMA
         return KV_SCHEMA if self._bucket() else JETSTREAM_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if self._object_store():
+            _check_schema(schema, OBJECT_STORE_SCHEMA)
+            return ObjectStoreBatchReader(self.options)
         if self._bucket():
             _check_schema(schema, KV_SCHEMA)
             return KeyValueBatchReader(self.options, self.default_partitions)
@@ -590,16 +616,19 @@ class JetStreamDataSource(DataSource):
         return kind(self.options, self.default_partitions)
 
     def streamReader(self, schema: StructType) -> JetStreamStreamReader:
+        self._not_an_object_store("spark.readStream")
         _check_schema(schema, KV_SCHEMA if self._bucket() else JETSTREAM_SCHEMA)
         return JetStreamStreamReader(self.options, self.default_partitions)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        self._not_an_object_store("df.write")
         _check_overwrite(overwrite)
         if self._bucket():
             return KeyValueWriter(bucket_write_config(self.options, schema))
         return JetStreamWriter(_write_config(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        self._not_an_object_store("df.writeStream")
         # Complete output mode asks to overwrite: a stream is a log, so every
         # trigger's full result is appended (readers take the last per subject), and
         # a bucket takes every row as a put.

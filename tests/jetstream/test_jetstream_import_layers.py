@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     FACADE: 90,  # JetStream, connect: the facade over the request layer
     # handles, each over the request layer (never the facade), top first
     f"{JS}._kv": 80,  # KeyValue, KeyLister, KeyWatcher
+    f"{JS}._objstore": 78,  # ObjectStore, ObjectReader, ObjectLister, ObjectWatcher
     f"{JS}._stream": 75,  # Stream, DirectGetBatch
     f"{JS}._ordered": 70,  # OrderedConsumer and its streams
     f"{JS}._push": 67,  # PushConsumer, PushMessageStream: the push driver
@@ -108,6 +109,7 @@ def test_every_handle_talks_through_the_request_layer_not_the_facade() -> None:
         f"{JS}._consumer",
         f"{JS}._kv",
         f"{JS}._message",
+        f"{JS}._objstore",
         f"{JS}._ordered",
         f"{JS}._push",
         f"{JS}._stream",
