@@ -565,26 +565,12 @@ async def _last_seq(kv: KeyValue) -> int:
 
 async def _subjects_at_start(kv: KeyValue, filters: list[str]) -> tuple[set[str], int]:
     """The subjects matching ``filters`` that hold a message now (keys, markers
-    included) and the stream's last sequence, from one ``STREAM.INFO`` (paged
-    past the server's 100,000 subjects per answer; later pages are a little
-    later in time)."""
+    included) and the stream's last sequence (see ``subjects_and_last_seq``)."""
     single = filters[0] if len(filters) == 1 else kv._prefix + ">"
-    subjects: set[str] = set()
-    last_seq: int | None = None
-    while True:
-        request = {"subjects_filter": single, "offset": len(subjects)}
-        try:
-            data = await kv._api.request(f"STREAM.INFO.{kv._stream_name}", request)
-        except StreamNotFoundError:
-            raise _bucket_not_found(kv.bucket) from None
-        state = data.get("state") or {}
-        if last_seq is None:
-            last_seq = int(state.get("last_seq") or 0)
-        page = state.get("subjects") or {}
-        before = len(subjects)
-        subjects.update(page)
-        if len(subjects) == before or len(subjects) >= int(data.get("total") or 0):
-            break
+    try:
+        subjects, last_seq = await kv._api.subjects_and_last_seq(kv._stream_name, single)
+    except StreamNotFoundError:
+        raise _bucket_not_found(kv.bucket) from None
     if len(filters) > 1:
         subjects = {subject for subject in subjects if matches_any(filters, subject)}
     return subjects, last_seq
