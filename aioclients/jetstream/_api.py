@@ -421,6 +421,26 @@ class JetStreamApi:
         data = await self.request(f"STREAM.INFO.{name}", payload or None)
         return StreamInfo.from_json(data)
 
+    async def subjects_and_last_seq(self, name: str, subjects_filter: str) -> tuple[set[str], int]:
+        """The subjects matching ``subjects_filter`` that hold a message now, and
+        the stream's last sequence, from the same ``STREAM.INFO`` answer (paged
+        past the server's 100,000 subjects per answer: later pages are a little
+        later in time)."""
+        validate_stream_name(name)
+        subjects: set[str] = set()
+        last_seq: int | None = None
+        while True:
+            request = {"subjects_filter": subjects_filter, "offset": len(subjects)}
+            data = await self.request(f"STREAM.INFO.{name}", request)
+            state = data.get("state") or {}
+            if last_seq is None:
+                last_seq = int(state.get("last_seq") or 0)
+            page = state.get("subjects") or {}
+            before = len(subjects)
+            subjects.update(page)
+            if len(subjects) == before or len(subjects) >= int(data.get("total") or 0):
+                return subjects, last_seq
+
     async def delete_stream(self, name: str) -> None:
         validate_stream_name(name)
         await self.request(f"STREAM.DELETE.{name}")

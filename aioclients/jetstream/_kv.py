@@ -53,7 +53,7 @@ from aioclients.jetstream._ordered import (
     open_ordered_consumer,
     ordered_consume_options,
 )
-from aioclients.jetstream._protocol._direct import ReplyKind, classify_reply
+from aioclients.jetstream._protocol._direct import MAX_MULTI_SUBJECTS, ReplyKind, classify_reply
 from aioclients.jetstream._protocol._headers import decode_headers, publish_headers
 from aioclients.jetstream._protocol._kv import (
     DEL,
@@ -65,6 +65,7 @@ from aioclients.jetstream._protocol._kv import (
     bucket_stream_config,
     direct_entry_fields,
     key_filter_subjects,
+    matches_any,
     operation_of,
     operation_of_header_block,
     stream_name,
@@ -388,7 +389,8 @@ class KeyValue:
         pass; buckets with more than 1024 matching keys are listed through a
         headers-only ordered consumer instead (the server's ``multi_last`` limit).
         Either way a snapshot: each key holding a value at the start once, none
-        created later; a key written since may be left out if not reached yet.
+        created later. A key updated since is listed too (looked up as it is now
+        when its value of the start is gone); one deleted since may be left out.
         """
         subjects = key_filter_subjects(self.bucket, list(filters))
         return KeyLister(self, subjects)
@@ -601,6 +603,38 @@ async def _last_seq(kv: KeyValue) -> int:
     return info.state.last_seq
 
 
+async def _subjects_at_start(kv: KeyValue, filters: list[str]) -> tuple[set[str], int]:
+    """The subjects matching ``filters`` that hold a message now (keys, markers
+    included) and the stream's last sequence (see ``subjects_and_last_seq``)."""
+    single = filters[0] if len(filters) == 1 else kv._prefix + ">"
+    try:
+        subjects, last_seq = await kv._api.subjects_and_last_seq(kv._stream_name, single)
+    except StreamNotFoundError:
+        raise _bucket_not_found(kv.bucket) from None
+    if len(filters) > 1:
+        subjects = {subject for subject in subjects if matches_any(filters, subject)}
+    return subjects, last_seq
+
+
+async def _holding_values(kv: KeyValue, subjects: list[str]) -> AsyncIterator[str]:
+    """The keys of ``subjects`` whose last message now is a ``PUT``."""
+    cut = len(kv._prefix)
+    if kv._direct:
+        for start in range(0, len(subjects), MAX_MULTI_SUBJECTS):
+            batch = kv._stream.direct_get_last_for(subjects[start : start + MAX_MULTI_SUBJECTS])
+            async with batch:
+                async for stored in batch:
+                    if operation_of(stored.headers) == PUT:
+                        yield stored.subject[cut:]
+        return
+    for subject in subjects:
+        try:
+            await kv.get(subject[cut:])
+        except KeyNotFoundError:  # deleted or purged since the start
+            continue
+        yield subject[cut:]
+
+
 class SnapshotStallGuard:
     """Ends a snapshot scan whose remaining messages vanished while it read them
     (see ``SnapshotScan.stalled``): when nothing was delivered for the scan's
@@ -752,11 +786,18 @@ class KeyLister:
                 return
             except (TooManySubjectsError, ServerTooOldError, DirectGetUnavailableError):
                 pass  # nothing was yielded yet: these come as the first answer
-        # The snapshot: the stream's last sequence now. Keys written after it are
-        # not listed; a reset starts last_per_subject over (see _snapshot.py).
-        scan = SnapshotScan(await _last_seq(kv), latest_only=True)
+        # The snapshot: the stream's last sequence now, and the subjects holding a
+        # message then. Keys written after it are not listed; a reset starts
+        # last_per_subject over (see _snapshot.py).
+        unreached, last = await _subjects_at_start(kv, self._subjects)
+        scan = SnapshotScan(last, latest_only=True)
         if scan.done:
             return
+        # A key re-put (or deleted) after the start loses its message of then when
+        # the bucket keeps one revision: the server passes over it, and the scan
+        # never sees the key at or before ``last``. Those keys are what remains
+        # here once the scan is over; each is looked up as it is now.
+        reached = unreached.discard
         oc = await open_ordered_consumer(
             kv._api,
             kv._stream_name,
@@ -788,6 +829,8 @@ class KeyLister:
                 ts: int,
             ) -> str | None:
                 # The read loop's work per key: no Msg, no entry.
+                if sseq <= last:
+                    reached(subject)
                 if deliver(sseq) is not take:
                     return None  # listed already, or written after the start
                 if header is not None and (
@@ -814,15 +857,18 @@ class KeyLister:
                         try:
                             await messages.fill(any_batch=True)
                         except StopAsyncIteration:
-                            return
+                            break
                         while ready:
                             yield ready.popleft()
                         if scan.done and not messages.incoming:
-                            return
+                            break
                 finally:
                     await guard.aclose()
         finally:
             await oc.close()
+        if unreached:
+            async for key in _holding_values(kv, sorted(unreached)):
+                yield key
 
     async def aclose(self) -> None:
         await self._keys.aclose()

@@ -182,7 +182,10 @@ class ObjectStore:
 
     async def _meta(self, name: str) -> ObjectInfo | None:
         """The object's last meta, whatever it says; ``None`` when there is none."""
-        subject = meta_subject(self.bucket, name)
+        return await self._meta_at(meta_subject(self.bucket, name))
+
+    async def _meta_at(self, subject: str) -> ObjectInfo | None:
+        """The last meta on the meta subject ``subject`` (``None``: none)."""
         try:
             if self._direct:
                 stored: StoredMessage = await self._stream.direct_get(last_by_subj=subject)
@@ -547,7 +550,11 @@ class ObjectStore:
 
     def list(self, *, show_deleted: bool = False) -> ObjectLister:
         """The objects of the store (deleted ones only with ``show_deleted``), as
-        they were when the call started: ``async for info in store.list()``."""
+        they were when the call started: ``async for info in store.list()``.
+
+        Each object stored at the start is listed once, none created later; one
+        rewritten since, before the listing reached it, comes with its new meta.
+        """
         return ObjectLister(self, show_deleted)
 
     def watch(
@@ -881,9 +888,19 @@ class ObjectLister:
 
     async def _read(self) -> AsyncGenerator[ObjectInfo, None]:
         store = self._store
-        # The snapshot: the stream's last sequence now; metas written after it are
-        # not listed; a reset starts last_per_subject over (see _snapshot.py).
-        scan = SnapshotScan(await store._last_seq(), latest_only=True)
+        # The snapshot: the stream's last sequence now, and the meta subjects then;
+        # metas written after it are not listed; a reset starts last_per_subject
+        # over (see _snapshot.py). An object rewritten after the start before the
+        # scan reached it lost its meta of then (a meta is a rollup): those are
+        # what remains of ``unreached`` at the end, each looked up as it is now.
+        try:
+            unreached, last = await store._api.subjects_and_last_seq(
+                store._stream_name, meta_filter(store.bucket)
+            )
+        except StreamNotFoundError:
+            raise _bucket_not_found(store.bucket) from None
+        reached = unreached.discard
+        scan = SnapshotScan(last, latest_only=True)
         if scan.done:
             return
         try:
@@ -919,6 +936,8 @@ class ObjectLister:
                 pending: int,
                 ts: int,
             ) -> ObjectInfo | None:
+                if sseq <= last:
+                    reached(subject)
                 if deliver(sseq) is not take:
                     return None
                 info = info_of(subject, data, ts)
@@ -938,13 +957,17 @@ class ObjectLister:
                     try:
                         await messages.fill(any_batch=True)
                     except StopAsyncIteration:
-                        return
+                        break
                     while ready:
                         yield ready.popleft()
                     if scan.done and not messages.incoming:
-                        return
+                        break
         finally:
             await oc.close()
+        for subject in sorted(unreached):
+            info = await store._meta_at(subject)
+            if info is not None and (show_deleted or not info.deleted):
+                yield info
 
     async def aclose(self) -> None:
         await self._infos.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -20,6 +21,7 @@ from aioclients.jetstream._protocol._kv import (
     direct_entry_fields,
     key_filter_subjects,
     key_subject,
+    matches_any,
     operation_of,
     operation_of_header_block,
     validate_bucket,
@@ -297,3 +299,50 @@ def test_watch_entry_times_are_exact_to_the_microsecond() -> None:
     epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
     for ns in (0, 999, 1_000, 1_764_037_000_123_456_789, 4_102_444_800_999_999_999):
         assert _created(ns) == epoch + timedelta(microseconds=ns // 1000)
+
+
+@pytest.mark.parametrize(
+    ("filters", "subject", "expected"),
+    [
+        (["$KV.b.>"], "$KV.b.k", True),
+        (["$KV.b.>"], "$KV.b.a.b", True),
+        (["$KV.b.>"], "$KV.b", False),
+        (["$KV.b.*"], "$KV.b.k", True),
+        (["$KV.b.*"], "$KV.b.a.b", False),
+        (["$KV.b.a.*", "$KV.b.c"], "$KV.b.c", True),
+        (["$KV.b.a.*", "$KV.b.c"], "$KV.b.c.d", False),
+        (["$KV.b.*.x"], "$KV.b.a.x", True),
+        (["$KV.b.*.x"], "$KV.b.a.y", False),
+        ([], "$KV.b.k", False),
+    ],
+)
+def test_matches_any(filters: list[str], subject: str, expected: bool) -> None:
+    assert matches_any(filters, subject) is expected
+
+
+_TOKEN = st.sampled_from(["a", "b", "c"])
+
+
+def _as_regex(pattern: str) -> str:
+    parts = []
+    for token in pattern.split("."):
+        parts.append({"*": r"[^.]+", ">": r"[^.]+(\.[^.]+)*"}.get(token, re.escape(token)))
+    return r"\.".join(parts)
+
+
+@given(
+    st.lists(st.lists(st.one_of(_TOKEN, st.just("*")), min_size=1, max_size=4), max_size=3),
+    st.lists(st.booleans(), max_size=3),
+    st.lists(_TOKEN, min_size=1, max_size=5),
+)
+def test_matches_any_is_nats_matching(
+    patterns: list[list[str]], tails: list[bool], tokens: list[str]
+) -> None:
+    # Each pattern may end in '>' instead of its last token.
+    filters = [
+        ".".join([*p[:-1], ">"]) if i < len(tails) and tails[i] else ".".join(p)
+        for i, p in enumerate(patterns)
+    ]
+    subject = ".".join(tokens)
+    expected = any(re.fullmatch(_as_regex(f), subject) for f in filters)
+    assert matches_any(filters, subject) is expected

@@ -29,6 +29,7 @@ from aioclients.jetstream import (
     StreamNameInUseError,
     connect,
 )
+from aioclients.jetstream import _objstore as objstore_module
 from aioclients.jetstream._protocol._ordered import ack_sequences
 
 pytestmark = pytest.mark.timeout(60)
@@ -418,6 +419,32 @@ async def test_list_is_the_snapshot_at_its_start(store: ObjectStore) -> None:
     everything = [i.name async for i in store.list(show_deleted=True)]
     assert "deleted" in everything
     assert "new19" in everything
+
+
+async def test_list_gives_objects_rewritten_before_it_reached_them(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small pulls, so the listing is still on the first ones when the others
+    # are rewritten: their metas of the start are gone (a meta is a rollup).
+    monkeypatch.setattr(objstore_module, "_SCAN_BUFFER", 10)
+    names = [f"o{i:03d}" for i in range(150)]
+    for name in names:
+        await store.put(name, name.encode())
+    rewritten, deleted = names[100:110], names[120]
+    listed: list[ObjectInfo] = []
+    async with store.list() as infos:
+        async for info in infos:
+            if not listed:
+                for name in rewritten:
+                    await store.put(name, b"again " + name.encode())
+                await store.delete(deleted)
+                await store.put("created.later", b"n")
+            listed.append(info)
+    got = [i.name for i in listed]
+    assert len(got) == len(set(got)), "an object listed twice"
+    assert set(got) == set(names) - {deleted}
+    sizes = {i.name: i.size for i in listed}
+    assert all(sizes[name] == len(b"again ") + len(name) for name in rewritten)
 
 
 async def test_list_and_watch_of_an_empty_store(store: ObjectStore) -> None:

@@ -35,6 +35,7 @@ __all__ = (
     "direct_entry_fields",
     "key_filter_subjects",
     "key_subject",
+    "matches_any",
     "operation_of",
     "operation_of_header_block",
     "stream_name",
@@ -138,6 +139,25 @@ def key_filter_subjects(bucket: str, filters: Sequence[str]) -> list[str]:
     if not filters:
         return [f"$KV.{bucket}.>"]
     return [f"$KV.{bucket}.{validate_key_filter(f)}" for f in filters]
+
+
+def matches_any(filters: Sequence[str], subject: str) -> bool:
+    """Whether the literal ``subject`` matches one of the subject ``filters``
+    (``*`` one token, ``>`` one or more at the end)."""
+    tokens = subject.split(".")
+    for pattern in filters:
+        wanted = pattern.split(".")
+        for i, token in enumerate(wanted):
+            if token == ">":
+                if len(tokens) > i:
+                    return True
+                break
+            if i >= len(tokens) or (token != "*" and token != tokens[i]):
+                break
+        else:
+            if len(wanted) == len(tokens):
+                return True
+    return False
 
 
 def operation_of(headers: Mapping[str, Any] | None) -> str:

@@ -22,8 +22,9 @@ Rules:
       stream order, passing over those removed since; then the messages after
       its creation. So each key is taken once, as it was at the start; a key
       written between the start and the moment the scan reaches it shows up
-      beyond ``last_seq`` and is left out (with one revision kept, its value at
-      the start is no longer stored).
+      beyond ``last_seq`` and is left out of the scan (with one revision kept,
+      its value at the start is no longer stored; ``keys()`` looks such keys up
+      afterwards from the subjects the stream held at the start).
     - Every revision (``latest_only`` false: ``history()``, ``include_history``):
       each stream sequence at most once, in order.
     - A reset of a ``latest_only`` scan restarts ``last_per_subject`` from the
