@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -48,6 +48,7 @@ from aioclients.jetstream._errors import (
     ConsumerDeletedError,
     JetStreamClosedError,
     JetStreamError,
+    MessageNotFoundError,
     NoHeartbeatError,
     NoMessagesError,
     StreamNotFoundError,
@@ -70,6 +71,7 @@ from aioclients.jetstream._protocol._pull import (
     consume_options,
     fetch_options,
 )
+from aioclients.jetstream._protocol._snapshot import SnapshotScan
 
 __all__ = (
     "ORDERED_HEARTBEAT",
@@ -79,6 +81,7 @@ __all__ = (
     "OrderedFetch",
     "OrderedItems",
     "OrderedMessageStream",
+    "SnapshotStallGuard",
     "initial_pending",
     "open_ordered_consumer",
     "ordered_consume_options",
@@ -830,3 +833,112 @@ def initial_pending(oc: OrderedConsumer) -> int:
     pending when it was created (0 without one)."""
     consumer = oc._consumer
     return consumer.cached_info.num_pending if consumer is not None else 0
+
+
+class SnapshotStallGuard:
+    """Ends a snapshot scan whose remaining messages vanished while it read them
+    (see ``SnapshotScan.stalled``): when nothing was delivered for the scan's
+    ``stall_after`` seconds it asks the consumer's info, and if the consumer has
+    nothing left to give it calls ``on_stalled`` (which ends the listing, or the
+    watch's initial values). The one timer is the scan's; a look is one task,
+    owned here and cancelled by :meth:`aclose`.
+    """
+
+    def __init__(
+        self,
+        api: JetStreamApi,
+        oc: OrderedConsumer,
+        scan: SnapshotScan,
+        subjects: list[str],
+        on_stalled: Callable[[], Awaitable[None] | None],
+        on_stuck: Callable[[str], None] | None = None,
+    ) -> None:
+        self._api = api
+        self._subjects = subjects
+        self._oc = oc
+        self._scan = scan
+        self._on_stalled = on_stalled
+        self._on_stuck = on_stuck
+        self._tasks = TaskOwner(f"snapshot scan of {oc.stream_name}", None)
+        self._handle: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._scan.start_timer(loop.time())
+        self._arm()
+
+    def _arm(self) -> None:
+        at = self._scan.get_timer()
+        if at is None or self._closed:
+            return
+        self._handle = asyncio.get_running_loop().call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        scan = self._scan
+        name = self._oc.name
+        if scan.handle_timer(asyncio.get_running_loop().time()) and name is not None:
+            self._tasks.start(self._look(scan.consumers, name), name="snapshot stall check")
+        else:
+            self._arm()
+
+    async def _first_left(self, seq: int) -> int | None:
+        """The first stream sequence at or after ``seq`` holding a message of the
+        scan's filters (``None``: none)."""
+        stream = self._oc.stream_name
+        found: int | None = None
+        for subject in self._subjects:
+            try:
+                answer = await self._api.request(
+                    f"STREAM.MSG.GET.{stream}", {"seq": seq, "next_by_subj": subject}
+                )
+            except MessageNotFoundError:
+                continue
+            message = answer.get("message")
+            at = message.get("seq") if isinstance(message, dict) else None
+            if not isinstance(at, int):
+                raise RemoteProtocolError(f"a message of {stream!r} without a sequence")
+            found = at if found is None else min(found, at)
+        return found
+
+    async def _look(self, consumer: int, name: str) -> None:
+        scan = self._scan
+        try:
+            info = await self._api.consumer_info(self._oc.stream_name, name)
+            suspected = scan.stall_suspected(
+                consumer, info.num_pending, info.delivered.consumer_seq
+            )
+            first_left = await self._first_left(scan.resume_from) if suspected else None
+        except AioClientsError as exc:  # replaced meanwhile, a reconnect: look again later
+            log.debug("snapshot scan of %s: no answer (%s)", self._oc.stream_name, exc)
+        else:
+            if suspected and scan.stalled(consumer, first_left):
+                log.info(
+                    "snapshot scan of %s ended before sequence %d: the rest of its "
+                    "messages were removed while it read them",
+                    self._oc.stream_name,
+                    self._scan.last_seq,
+                )
+                ended = self._on_stalled()
+                if ended is not None:
+                    await ended
+                return
+            if self._on_stuck is not None and scan.stuck(
+                consumer, info.num_pending, info.num_waiting, info.delivered.consumer_seq
+            ):
+                log.info(
+                    "snapshot scan of %s: the server sends nothing while %d messages "
+                    "are pending; replacing its consumer",
+                    self._oc.stream_name,
+                    info.num_pending,
+                )
+                self._on_stuck("stuck")
+        self._arm()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        await self._tasks.aclose()

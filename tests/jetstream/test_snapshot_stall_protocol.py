@@ -58,6 +58,27 @@ def test_a_consumer_with_nothing_left_ends_a_scan_whose_messages_vanished() -> N
     assert scan.deliver(11) is ScanVerdict.AFTER
 
 
+def test_a_consumer_that_sends_nothing_while_holding_messages_is_stuck() -> None:
+    scan = SnapshotScan(10, latest_only=True)
+    scan.opened(10)
+    for seq in (1, 2, 3):
+        assert scan.deliver(seq) is ScanVerdict.TAKE
+    consumer = scan.consumers
+    # Messages held for it, a pull waiting, nothing sent beyond what was judged.
+    assert scan.stuck(consumer, num_pending=7, num_waiting=1, delivered=3) is True
+    # A delivery on its way, no pull waiting, or nothing held: not stuck.
+    assert scan.stuck(consumer, num_pending=7, num_waiting=1, delivered=4) is False
+    assert scan.stuck(consumer, num_pending=7, num_waiting=0, delivered=3) is False
+    assert scan.stuck(consumer, num_pending=0, num_waiting=1, delivered=3) is False
+    # The answer about a consumer replaced since is not taken.
+    scan.opened(7)
+    assert scan.stuck(consumer, num_pending=7, num_waiting=1, delivered=0) is False
+    assert scan.stuck(scan.consumers, num_pending=7, num_waiting=1, delivered=0) is True
+    # Over (a restarted consumer reached beyond the snapshot): never stuck.
+    assert scan.deliver(11) is ScanVerdict.RESUME
+    assert scan.stuck(scan.consumers, num_pending=7, num_waiting=1, delivered=1) is False
+
+
 def test_nothing_stored_at_all_ends_the_scan() -> None:
     scan = SnapshotScan(5, latest_only=True)
     scan.opened(5)

@@ -206,6 +206,18 @@ class SnapshotScan:
             return False
         return consumer == self.consumers and num_pending <= 0 and delivered <= self._count
 
+    def stuck(self, consumer: int, num_pending: int, num_waiting: int, delivered: int) -> bool:
+        """Judge the consumer's info as :meth:`stall_suspected` does: ``True`` when
+        the server holds messages for it (``num_pending``) and a pull waits
+        (``num_waiting``) yet it made no delivery beyond those judged. nats-server
+        2.15 leaves a ``last_per_subject`` consumer so when skip-list messages it
+        had not sent yet are replaced (a key re-put, an object rewritten), until
+        its pulls expire; the driver then replaces the consumer (a reset, which
+        the scan survives exactly)."""
+        if self.done or consumer != self.consumers:
+            return False
+        return num_pending > 0 and num_waiting > 0 and delivered <= self._count
+
     @property
     def resume_from(self) -> int:
         """The first stream sequence the current consumer has not delivered."""
