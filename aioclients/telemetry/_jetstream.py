@@ -313,6 +313,28 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
 
     patches.wrap(JetStream, "publish", traced_publish)
     patches.wrap(JetStream, "publish_batch", traced_publish_batch)
+
+    def traced_counter_add(original: Any) -> Any:
+        # An increment is a publish to the counter's subject; its answer is the
+        # new total, not a stored sequence, so the span has no message id. No
+        # context goes into the increment (the server keeps the counter's own).
+        async def counter_add(self: JetStream, subject: str, *args: Any, **kwargs: Any) -> Any:
+            if NESTED.get() is not None:
+                return await original(self, subject, *args, **kwargs)
+            attrs = _send_attributes(self, subject)
+            start = _time_ns()
+            span = tracer_start("send", subject, _PRODUCER, attrs, start_ns=start)
+            try:
+                total = await original(self, subject, *args, **kwargs)
+            except BaseException as exc:
+                finish(span, attrs, start, exc, sent=1)
+                raise
+            finish(span, attrs, start, sent=1)
+            return total
+
+        return counter_add
+
+    patches.wrap(JetStream, "counter_add", traced_counter_add)
     # A schedule is a message stored on its subject: a send span like publish's,
     # whose context the messages the schedule produces carry too (they copy its
     # headers).

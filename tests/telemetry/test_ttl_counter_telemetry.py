@@ -42,4 +42,12 @@ async def test_ttl_and_counter_calls_work_instrumented(
     assert await counters.counter_value(f"{unique_name}c.n") == 2
     names = [span.name for span in otel.exporter.get_finished_spans()]
     assert any(name.startswith("send") for name in names)
+    increment = otel.one(f"send {unique_name}c.n")
+    assert dict(increment.attributes or {})["messaging.destination.name"] == f"{unique_name}c.n"
+    assert (
+        otel.total(
+            "messaging.client.sent.messages", messaging__destination__name=f"{unique_name}c.n"
+        )
+        == 1
+    )
     await js.delete_key_value(unique_name)
