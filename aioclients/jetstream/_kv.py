@@ -48,6 +48,7 @@ from aioclients.jetstream._ordered import (
     OrderedConsumeEvent,
     OrderedConsumer,
     OrderedItems,
+    SnapshotReader,
     SnapshotStallGuard,
     initial_pending,
     open_ordered_consumer,
@@ -751,24 +752,10 @@ class KeyLister:
                 key_of,
                 on_open=opened,
             )
-            async with messages:
-                guard = SnapshotStallGuard(
-                    kv._api, oc, scan, self._subjects, messages.drain, messages.request_reset
-                )
-                guard.start()
-                try:
-                    ready = messages.ready
-                    while True:
-                        try:
-                            await messages.fill(any_batch=True)
-                        except StopAsyncIteration:
-                            break
-                        while ready:
-                            yield ready.popleft()
-                        if scan.done and not messages.incoming:
-                            break
-                finally:
-                    await guard.aclose()
+            async with SnapshotReader(kv._api, scan, self._subjects, messages) as reader:
+                while (keys := await reader.next_batch()) is not None:
+                    for key in keys:
+                        yield key
         finally:
             await oc.close()
         if unreached:

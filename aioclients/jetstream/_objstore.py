@@ -56,7 +56,7 @@ from aioclients.jetstream._models import PubAck, StoredMessage, StreamInfo
 from aioclients.jetstream._ordered import (
     OrderedConsumer,
     OrderedItems,
-    SnapshotStallGuard,
+    SnapshotReader,
     initial_pending,
     open_ordered_consumer,
     ordered_consume_options,
@@ -952,31 +952,11 @@ class ObjectLister:
                 make,
                 on_open=opened,
             )
-            async with messages:
-                # A purge while the listing reads: the rest of the snapshot is
-                # gone, and nothing would come for it.
-                guard = SnapshotStallGuard(
-                    store._api,
-                    oc,
-                    scan,
-                    [meta_filter(store.bucket)],
-                    messages.drain,
-                    messages.request_reset,
-                )
-                guard.start()
-                try:
-                    ready = messages.ready
-                    while True:
-                        try:
-                            await messages.fill(any_batch=True)
-                        except StopAsyncIteration:
-                            break
-                        while ready:
-                            yield ready.popleft()
-                        if scan.done and not messages.incoming:
-                            break
-                finally:
-                    await guard.aclose()
+            filters = [meta_filter(store.bucket)]
+            async with SnapshotReader(store._api, scan, filters, messages) as reader:
+                while (infos := await reader.next_batch()) is not None:
+                    for info in infos:
+                        yield info
         finally:
             await oc.close()
         for subject in sorted(unreached):

@@ -81,6 +81,7 @@ __all__ = (
     "OrderedFetch",
     "OrderedItems",
     "OrderedMessageStream",
+    "SnapshotReader",
     "SnapshotStallGuard",
     "initial_pending",
     "open_ordered_consumer",
@@ -942,3 +943,55 @@ class SnapshotStallGuard:
             self._handle.cancel()
             self._handle = None
         await self._tasks.aclose()
+
+
+class SnapshotReader:
+    """Reads what a snapshot listing's ``items`` make, a batch at a time, until
+    its ``scan`` is over, under a :class:`SnapshotStallGuard` (which ends the
+    listing when the rest of the snapshot vanished, and replaces a consumer the
+    server leaves stuck): ``async with SnapshotReader(...) as reader:`` then
+    ``await reader.next_batch()`` until it gives ``None``."""
+
+    def __init__(
+        self, api: JetStreamApi, scan: SnapshotScan, filter_subjects: list[str], items: OrderedItems
+    ) -> None:
+        self._items = items
+        self._scan = scan
+        self._guard = SnapshotStallGuard(
+            api, items._oc, scan, filter_subjects, items.drain, items.request_reset
+        )
+        self._over = False
+
+    async def __aenter__(self) -> SnapshotReader:
+        await self._items.__aenter__()
+        self._guard.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self._guard.aclose()
+        finally:
+            await self._items.__aexit__(exc_type, exc, tb)
+
+    async def next_batch(self) -> list[Any] | None:
+        """The next items made (``None``: the listing is over)."""
+        items = self._items
+        ready = items.ready
+        while not self._over:
+            try:
+                await items.fill(any_batch=True)
+            except StopAsyncIteration:
+                self._over = True
+                break
+            batch = list(ready)
+            ready.clear()
+            if self._scan.done and not items.incoming:
+                self._over = True
+            if batch:
+                return batch
+        return None
