@@ -53,6 +53,7 @@ from aioclients.jetstream._ordered import (
     initial_pending,
     open_ordered_consumer,
     ordered_consume_options,
+    owned_iteration,
 )
 from aioclients.jetstream._protocol._direct import MAX_MULTI_SUBJECTS, ReplyKind, classify_reply
 from aioclients.jetstream._protocol._headers import decode_headers, publish_headers
@@ -941,7 +942,7 @@ class KeyWatcher:
 
     def __aiter__(self) -> AsyncIterator[KeyValueEntry]:
         # A bare ``async for`` (no ``async with``) stops the watch when left.
-        return self if self._entered else _owned_watch(self)
+        return self if self._entered else owned_iteration(self, self.stop)
 
     async def __anext__(self) -> KeyValueEntry:
         if self._messages is None:
@@ -986,18 +987,6 @@ class KeyWatcher:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
-
-
-async def _owned_watch(watcher: KeyWatcher) -> AsyncGenerator[KeyValueEntry, None]:
-    try:
-        while True:
-            try:
-                entry = await watcher.__anext__()
-            except StopAsyncIteration:
-                return
-            yield entry
-    finally:
-        await watcher.stop()
 
 
 async def create_key_value(

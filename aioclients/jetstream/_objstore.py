@@ -60,6 +60,7 @@ from aioclients.jetstream._ordered import (
     initial_pending,
     open_ordered_consumer,
     ordered_consume_options,
+    owned_iteration,
 )
 from aioclients.jetstream._protocol._objstore import (
     DEFAULT_CHUNK_SIZE,
@@ -785,7 +786,7 @@ class ObjectReader:
     def __aiter__(self) -> AsyncIterator[bytes]:
         # Inside ``async with`` the context manager cleans up; a bare ``async for``
         # gets a generator that deletes the consumer when the loop is left.
-        return self if self._entered else _owned_read(self)
+        return self if self._entered else owned_iteration(self, self.aclose)
 
     async def __anext__(self) -> bytes:
         check = self._check
@@ -858,18 +859,6 @@ class ObjectReader:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-async def _owned_read(reader: ObjectReader) -> AsyncGenerator[bytes, None]:
-    try:
-        while True:
-            try:
-                chunk = await reader.__anext__()
-            except StopAsyncIteration:
-                return
-            yield chunk
-    finally:
-        await reader.aclose()
 
 
 class ObjectLister:
@@ -1094,7 +1083,7 @@ class ObjectWatcher:
         self._messages = messages
 
     def __aiter__(self) -> AsyncIterator[ObjectInfo]:
-        return self if self._entered else _owned_watch(self)
+        return self if self._entered else owned_iteration(self, self.stop)
 
     async def __anext__(self) -> ObjectInfo:
         if self._messages is None:
@@ -1135,18 +1124,6 @@ class ObjectWatcher:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
-
-
-async def _owned_watch(watcher: ObjectWatcher) -> AsyncGenerator[ObjectInfo, None]:
-    try:
-        while True:
-            try:
-                info = await watcher.__anext__()
-            except StopAsyncIteration:
-                return
-            yield info
-    finally:
-        await watcher.stop()
 
 
 # -- the store's lifetime ---------------------------------------------------------------------

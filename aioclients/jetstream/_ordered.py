@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from aioclients._core import redact_text
 from aioclients._errors import AioClientsError, InvalidArgumentError, RemoteProtocolError
@@ -85,10 +86,13 @@ __all__ = (
     "SnapshotStallGuard",
     "initial_pending",
     "open_ordered_consumer",
+    "owned_iteration",
     "ordered_consume_options",
 )
 
 log = logging.getLogger("aioclients.jetstream.ordered")
+
+T = TypeVar("T")
 
 OrderedConsumeEvent = ConsumeEvent | ConsumerReset
 #: Default idle heartbeat of an ordered consume, seconds (two missed: reset).
@@ -560,7 +564,7 @@ class OrderedMessageStream:
     def __aiter__(self) -> AsyncIterator[Msg]:
         # Inside ``async with`` the context manager cleans up; a bare ``async for``
         # gets a generator that stops the stream when the loop is left.
-        return self if self._entered else _owned(self)
+        return self if self._entered else owned_iteration(self, self.stop)
 
     async def __anext__(self) -> Any:
         ready = self._ready
@@ -705,16 +709,23 @@ class OrderedItems(OrderedMessageStream):
     fill = OrderedMessageStream._fill
 
 
-async def _owned(stream: OrderedMessageStream) -> AsyncGenerator[Msg, None]:
+async def owned_iteration(
+    items: AsyncIterator[T], close: Callable[[], Awaitable[object] | object]
+) -> AsyncGenerator[T, None]:
+    """``items`` for a bare ``async for`` (no ``async with``): ``close()`` (awaited
+    when it gives an awaitable) runs when the loop is left, by its end, a break,
+    an exception or the iterator's collection."""
     try:
         while True:
             try:
-                msg = await stream.__anext__()
+                item = await items.__anext__()
             except StopAsyncIteration:
                 return
-            yield msg
+            yield item
     finally:
-        stream.stop()
+        done = close()
+        if inspect.isawaitable(done):
+            await done
 
 
 class OrderedFetch:
