@@ -726,7 +726,7 @@ class KeyLister:
 
             def key_of(
                 subject: str,
-                reply: str,
+                reply: bytes,
                 data: bytes,
                 header: bytes | None,
                 sseq: int,
@@ -892,7 +892,7 @@ class KeyWatcher:
 
         def entry_of(
             subject: str,
-            reply: str,
+            reply: bytes,
             data: bytes,
             header: bytes | None,
             sseq: int,
