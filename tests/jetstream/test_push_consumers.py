@@ -113,6 +113,11 @@ async def test_lookups_and_create_or_update(js: JetStream, stream: Stream) -> No
     with pytest.raises(ConsumerNotFoundError):
         await js.push_consumer(stream.name, "nope")
     first = await js.create_or_update_push_consumer(stream.name, durable_name="p")
+    # A pull lookup of a push consumer says so, rather than pulls the server refuses.
+    with pytest.raises(InvalidArgumentError, match="push consumer"):
+        await js.consumer(stream.name, "p")
+    with pytest.raises(InvalidArgumentError, match="push consumer"):
+        await stream.consumer("p")
     # Updated without a deliver subject: it keeps its own.
     second = await js.create_or_update_push_consumer(
         stream.name, durable_name="p", description="changed"
