@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import os
 import re
 import subprocess
@@ -219,15 +220,19 @@ CODE_WIDTH = 88
 _ANY_FENCE = re.compile(r"^\s*(```|~~~)")
 
 
-def _wide_code_lines(path: Path, root: Path = ROOT) -> list[str]:
+def _wide_lines_in(text: str, where: str) -> list[str]:
     wide = []
     in_code = False
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if _ANY_FENCE.match(line):
             in_code = not in_code
         elif in_code and len(line) > CODE_WIDTH:
-            wide.append(f"{path.relative_to(root)}:{number} ({len(line)} columns)")
+            wide.append(f"{where}:{number} ({len(line)} columns)")
     return wide
+
+
+def _wide_code_lines(path: Path, root: Path = ROOT) -> list[str]:
+    return _wide_lines_in(path.read_text(), str(path.relative_to(root)))
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -245,6 +250,61 @@ def test_the_width_check_sees_every_kind_of_block(tmp_path: Path) -> None:
     )
     wide = _wide_code_lines(page, tmp_path)
     assert [w.split()[0] for w in wide] == ["page.md:3", "page.md:8"]
+
+
+#: The modules the API reference pages render (``::: aioclients.x`` in docs/api/).
+API_RENDERED = sorted(
+    {
+        name
+        for page in (ROOT / "docs" / "api").glob("*.md")
+        for name in re.findall(r"^::: ([\w.]+)$", page.read_text(), re.MULTILINE)
+    }
+)
+
+
+def _docstrings(module_name: str) -> Iterator[tuple[str, str]]:
+    """The docstrings the API reference shows for a module: its own, its public names'
+    and their public methods' and properties'."""
+    module = importlib.import_module(module_name)
+    seen: set[int] = set()
+
+    def walk(obj: object, name: str, depth: int) -> Iterator[tuple[str, str]]:
+        if id(obj) in seen or depth > 2:
+            return
+        seen.add(id(obj))
+        doc = inspect.getdoc(obj)
+        if doc:
+            yield name, doc
+        if inspect.isclass(obj):
+            for attr, value in vars(obj).items():
+                if attr.startswith("_") and attr != "__init__":
+                    continue
+                if isinstance(value, (staticmethod, classmethod)):
+                    value = value.__func__
+                elif isinstance(value, property):
+                    value = value.fget
+                if inspect.isroutine(value):
+                    yield from walk(value, f"{name}.{attr}", depth + 1)
+
+    yield from walk(module, module_name, 0)
+    for attr in getattr(module, "__all__", ()):
+        yield from walk(getattr(module, attr), f"{module_name}.{attr}", 1)
+
+
+@pytest.mark.parametrize("module", API_RENDERED)
+def test_docstring_code_fits_the_page(module: str) -> None:
+    """The API reference renders docstrings' code blocks on the site too."""
+    if module == "aioclients.spark":
+        pytest.importorskip("pyspark")
+    wide = [w for name, doc in _docstrings(module) for w in _wide_lines_in(doc, name)]
+    assert wide == []
+
+
+def test_the_docstring_width_check_sees_the_api_pages() -> None:
+    assert {"aioclients", "aioclients.jetstream", "aioclients.liftbridge"} <= set(API_RENDERED)
+    names = [name for name, _ in _docstrings("aioclients.liftbridge")]
+    assert "aioclients.liftbridge" in names  # the module's own docstring
+    assert "aioclients.liftbridge.Client.publish" in names  # a method's
 
 
 README = ROOT / "README.md"
