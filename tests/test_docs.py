@@ -316,16 +316,23 @@ def test_the_readme_is_a_front_page() -> None:
     assert len(lines) <= 200, f"{len(lines)} lines: move the details into docs/"
 
 
-def test_the_readme_says_how_to_install_every_extra() -> None:
-    text = README.read_text()
-    install = text.split("## Install", 1)[1].split("\n## ", 1)[0]
-    assert re.search(r"^pip install aioclients +#", install, re.M)
+def _extras() -> list[str]:
     pyproject = (ROOT / "pyproject.toml").read_text()
     section = pyproject.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
     extras = re.findall(r"^([\w-]+) = \[", section, re.M)
     assert {"spark", "servers"} <= set(extras)
-    for extra in extras:
-        assert f"`{extra}`" in install, f"the README's Install section does not name {extra!r}"
+    return extras
+
+
+@pytest.mark.parametrize(
+    "page", [README, ROOT / "docs" / "getting-started.md"], ids=lambda p: p.name
+)
+def test_the_install_section_names_every_extra(page: Path) -> None:
+    text = page.read_text()
+    install = text.split("## Install", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"^pip install aioclients +#", install, re.M)
+    for extra in _extras():
+        assert f"`{extra}`" in install, f"{page.name}'s Install section does not name {extra!r}"
     assert "Java 17" in install
 
 
