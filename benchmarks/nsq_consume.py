@@ -55,18 +55,26 @@ async def ours(tcp: str, topic: str, count: int, mif: int) -> float:
         return count / (time.perf_counter() - start)
 
 
-async def ours_run(tcp: str, topic: str, count: int, mif: int) -> float:
-    """``Reader.run(handler)``: the handler model pynsq has (a handler that returns is
-    finished by the library)."""
+def counting_handler(count: int) -> tuple[Callable[[object], bool], asyncio.Future[float]]:
+    """A handler that counts messages (and returns True, pynsq's FIN) and a future
+    that gets the time the ``count``-th arrived."""
     done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
     n = 0
 
-    def handler(msg: object) -> None:
+    def handler(message: object) -> bool:
         nonlocal n
         n += 1
         if n == count and not done.done():
             done.set_result(time.perf_counter())
+        return True
 
+    return handler, done
+
+
+async def ours_run(tcp: str, topic: str, count: int, mif: int) -> float:
+    """``Reader.run(handler)``: the handler model pynsq has (a handler that returns is
+    finished by the library)."""
+    handler, done = counting_handler(count)
     async with Reader(topic, "bench", nsqd_tcp_addresses=[tcp], max_in_flight=mif) as reader:
         start = time.perf_counter()
         task = asyncio.ensure_future(reader.run(handler, concurrency=1))
@@ -101,16 +109,7 @@ async def ours_bare_spans(tcp: str, topic: str, count: int, mif: int, spans: Any
 async def pynsq(tcp: str, topic: str, count: int, mif: int) -> float:
     import nsq
 
-    done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-    n = 0
-
-    def handler(message: object) -> bool:
-        nonlocal n
-        n += 1
-        if n == count and not done.done():
-            done.set_result(time.perf_counter())
-        return True  # FIN
-
+    handler, done = counting_handler(count)  # returns True: pynsq sends FIN
     start = time.perf_counter()  # pynsq connects in the background: included, a few ms
     reader = nsq.Reader(
         topic=topic,
