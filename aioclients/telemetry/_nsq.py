@@ -52,10 +52,11 @@ _CLIENT = SpanKind.CLIENT
 _CONSUMER = SpanKind.CONSUMER
 _HANDED_OUT_LIMIT = 1 << 16
 
-# Set while Reader.run's workers read: their messages get a process span, not a
-# receive span (the workers copy the context run() was called in).
-_UNDER_RUN: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "aioclients_nsq_under_run", default=False
+# The Reader whose run() workers read in this context: their messages get a
+# process span, not a receive span (the workers copy the context run() was called
+# in; another Reader iterated in a task a handler starts still gets receive spans).
+_UNDER_RUN: contextvars.ContextVar[object] = contextvars.ContextVar(
+    "aioclients_nsq_under_run", default=None
 )
 
 
@@ -256,7 +257,7 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
             message_id = msg.id
             handed_out[(message_id, address)] = cached
             cached.consumed[1] += 1
-            if under_run():
+            if under_run() is self:
                 return msg  # run()'s process span is this message's span
             attrs = cached.receive.copy()
             attrs[MESSAGE_ID] = message_id.decode("ascii", "replace")
@@ -321,7 +322,7 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                     auto_finish.add((message_id, address))
                 return result
 
-            reset = _UNDER_RUN.set(True)
+            reset = _UNDER_RUN.set(self)
             try:
                 await original(self, traced_handler, *args, **kwargs)
             finally:

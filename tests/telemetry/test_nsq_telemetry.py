@@ -173,8 +173,16 @@ async def test_run_handler_that_finishes_itself_makes_a_settle_span(
         await producer.publish(topic, b"one")
     done = asyncio.Event()
 
+    other_topic = _topic()
+    async with Producer(tcp) as producer:
+        await producer.publish(other_topic, b"elsewhere")
+
     async def handler(msg: Message) -> None:
         await msg.finish()  # the user's own FIN: a settle span, inside the process span
+        # Another Reader iterated inside the handler still makes its receive span.
+        async with Reader(other_topic, "ch", nsqd_tcp_addresses=[tcp]) as other:
+            got = await asyncio.wait_for(other.__anext__(), 30)
+            await got.finish()
         done.set()
 
     async with Reader(topic, "ch", nsqd_tcp_addresses=[tcp]) as reader:
@@ -187,6 +195,9 @@ async def test_run_handler_that_finishes_itself_makes_a_settle_span(
     (finish,) = otel.spans(f"finish {topic}")
     assert finish.parent is not None
     assert finish.parent.span_id == process.context.span_id
+    (other_receive,) = otel.spans(f"receive {other_topic}")
+    assert other_receive.parent is not None
+    assert other_receive.parent.span_id == process.context.span_id
     # Outside run(), the same Reader's async for still makes receive spans.
     async with Producer(tcp) as producer:
         await producer.publish(topic, b"two")
