@@ -655,8 +655,10 @@ class MessageStream(_Puller):
         return None
 
 
-#: ``sink(subject, reply, data, header)`` of a :class:`BatchStream`.
-RawSink = Callable[[str, str, bytes, "bytes | None"], None]
+#: ``sink(subject, reply, data, header)`` of a :class:`BatchStream`: ``subject`` and
+#: ``reply`` are the bytes on the wire from our client, ``str`` from another
+#: nats-py client (see ``NatsTransport.subscribe_raw``).
+RawSink = Callable[["str | bytes", "str | bytes", bytes, "bytes | None"], None]
 
 
 class BatchStream(MessageStream):
@@ -668,7 +670,7 @@ class BatchStream(MessageStream):
     ``keys``): per message, only the sink's own work is done. No priority groups.
     """
 
-    _raw_as_bytes = False  # the sink takes str
+    _raw_as_bytes = True  # the sink takes bytes (or str: see RawSink)
 
     def __init__(
         self,
@@ -690,8 +692,8 @@ class BatchStream(MessageStream):
         self._held = 0
         self._held_bytes = 0
 
-    def _on_raw(  # type: ignore[override]  # subscribed with str (_raw_as_bytes)
-        self, subject: str, reply: str, data: bytes, header: bytes | None
+    def _on_raw(
+        self, subject: str | bytes, reply: str | bytes, data: bytes, header: bytes | None
     ) -> None:
         if header is not None:
             if header[8:9] == b" ":

@@ -733,7 +733,7 @@ class ObjectReader:
 
         def chunk_of(
             subject: str,
-            reply: str,
+            reply: bytes,
             data: bytes,
             header: bytes | None,
             sseq: int,
@@ -920,7 +920,7 @@ class ObjectLister:
 
             def make(
                 subject: str,
-                reply: str,
+                reply: bytes,
                 data: bytes,
                 header: bytes | None,
                 sseq: int,
@@ -1050,7 +1050,7 @@ class ObjectWatcher:
 
         def make(
             subject: str,
-            reply: str,
+            reply: bytes,
             data: bytes,
             header: bytes | None,
             sseq: int,

@@ -15,9 +15,10 @@ wait for them (each is bounded by its request's timeout), and a deletion that
 fails with anything but a JetStream error (which it logs: the server expires the
 consumer) ends the current iteration with a ``JetStreamError``.
 
-Hot path (``consume()``): in the connection's read loop, one ``str.split`` of the
-ack subject, one cursor call and one append per message (a :class:`Msg`, or
-what KV's ``watch``/``keys`` make of it); the iterator pops from a deque and
+Hot path (``consume()``): in the connection's read loop, one ``bytes.split`` of
+the ack subject as it came (subject and reply are never decoded here), one
+cursor call and one append per message (a :class:`Msg`, or what KV's
+``watch``/``keys`` make of it); the iterator pops from a deque and
 tells the pull core of the messages taken once per batch, not per message.
 """
 
@@ -400,8 +401,9 @@ def ordered_consume_options(
 
 
 #: ``make(subject, reply, data, header, stream_seq, pending, timestamp_ns)``: the
-#: item an in-order message becomes (``None``: nothing to yield for it).
-ItemMaker = Callable[[str, str, bytes, "bytes | None", int, int, int], Any]
+#: item an in-order message becomes (``None``: nothing to yield for it); ``reply``
+#: is the ack subject's bytes, as they came.
+ItemMaker = Callable[[str, bytes, bytes, "bytes | None", int, int, int], Any]
 
 
 class OrderedMessageStream:
@@ -466,11 +468,18 @@ class OrderedMessageStream:
         deliver = cursor.deliver
         yield_ = Delivery.YIELD
 
-        def sink(subject: str, reply: str, data: bytes, header: bytes | None) -> None:
-            tokens = reply.split(".")
-            if len(tokens) == 9 and tokens[0] == "$JS":
+        def sink(
+            subject: str | bytes, reply: str | bytes, data: bytes, header: bytes | None
+        ) -> None:
+            # The bytes on the wire (no decoding of the subject and reply: a Msg
+            # decodes them when read); str only from a client not opened by
+            # jetstream.connect(), which parses every message anyway.
+            if not isinstance(reply, bytes):
+                reply = reply.encode()
+            tokens = reply.split(b".")
+            if len(tokens) == 9 and tokens[0] == b"$JS":
                 sseq_text, cseq_text = tokens[5], tokens[6]
-            elif len(tokens) >= 11 and tokens[0] == "$JS":
+            elif len(tokens) >= 11 and tokens[0] == b"$JS":
                 sseq_text, cseq_text = tokens[7], tokens[8]
             else:
                 self._fail(reply)
@@ -490,6 +499,8 @@ class OrderedMessageStream:
                     pending, ts = int(tokens[8]), int(tokens[7])
                 else:
                     pending, ts = int(tokens[10]), int(tokens[9])
+                if isinstance(subject, bytes):
+                    subject = subject.decode("utf-8", "replace")
                 item = make(subject, reply, data, header, sseq, pending, ts)
                 if item is not None:
                     incoming.append(item)
@@ -501,10 +512,11 @@ class OrderedMessageStream:
 
         return sink
 
-    def _fail(self, reply: str) -> None:
+    def _fail(self, reply: bytes) -> None:
         inner = self._inner
         if inner is not None:
-            inner.fail(RemoteProtocolError(f"not a JetStream ack subject: {reply!r}"))
+            text = reply.decode("utf-8", "replace")
+            inner.fail(RemoteProtocolError(f"not a JetStream ack subject: {text!r}"))
 
     def _fail_with(self, error: BaseException) -> None:
         """End the iteration with ``error`` (the pull stream in use raises it)."""

@@ -289,6 +289,13 @@ def test_the_fast_entry_constructor_builds_the_same_frozen_entry() -> None:
     assert repr(fast) == repr(plain)
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.key = "other"  # type: ignore[misc]
+    # built by the same-layout class (the cheapest field writes), headers kept
+    assert getattr(_new_entry, "__name__", "") == "twin"
+    block = b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n"
+    with_headers = _new_entry(*args, block)
+    assert type(with_headers) is KeyValueEntry
+    assert with_headers._headers is block
+    assert with_headers == plain
 
 
 def test_watch_entry_times_are_exact_to_the_microsecond() -> None:

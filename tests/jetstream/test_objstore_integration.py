@@ -540,12 +540,14 @@ class LoseOne:
             def __setitem__(self, sid: int, handler: RawHandler) -> None:
                 super().__setitem__(sid, lossy.wrap(handler))
 
-        self.nc._raw_handlers = Handlers(self.nc._raw_handlers)
+        # ordered consumes take their deliveries undecoded (subject, reply: bytes)
+        self.nc._bytes_handlers = Handlers(self.nc._bytes_handlers)
 
     def wrap(self, handler: RawHandler) -> RawHandler:
-        def lossy(subject: str, reply: str, data: bytes, header: bytes | None) -> None:
-            if not self.lost and reply.startswith("$JS.ACK"):
-                sseq, cseq, _, _ = ack_sequences(reply)
+        def lossy(subject: Any, reply: Any, data: bytes, header: bytes | None) -> None:
+            text = reply.decode() if isinstance(reply, bytes) else reply
+            if not self.lost and text.startswith("$JS.ACK"):
+                sseq, cseq, _, _ = ack_sequences(text)
                 if cseq == self.consumer_seq:
                     self.lost.append(sseq)
                     return

@@ -111,14 +111,16 @@ async def test_a_gap_in_consumer_sequences_resets_from_the_last_stream_sequence(
         inner = messages._inner
         assert inner is not None
         assert inner._sub is not None
-        handlers = js.nc._raw_handlers  # type: ignore[attr-defined]
+        # consume() takes its deliveries undecoded (subject and reply as bytes)
+        handlers = js.nc._bytes_handlers  # type: ignore[attr-defined]
         sid = inner._sub._sub._id
         original = handlers[sid]
         dropped: list[str] = []
 
-        def lossy(subject: str, reply: str, data: bytes, header: bytes | None) -> None:
-            if not dropped and reply.startswith("$JS.ACK") and ack_sequences(reply)[0] == 8:
-                dropped.append(reply)  # lose stream sequence 8 on the way in
+        def lossy(subject: bytes, reply: bytes, data: bytes, header: bytes | None) -> None:
+            text = reply.decode()
+            if not dropped and text.startswith("$JS.ACK") and ack_sequences(text)[0] == 8:
+                dropped.append(text)  # lose stream sequence 8 on the way in
                 return
             original(subject, reply, data, header)
 
@@ -282,7 +284,7 @@ async def test_a_delivery_without_an_ack_subject_fails_the_iteration(
         inner = messages._inner
         assert inner is not None
         assert inner._sub is not None
-        handler = js.nc._raw_handlers[inner._sub._sub._id]  # type: ignore[attr-defined]
-        handler(f"{unique_name}.a", "not.an.ack.subject", b"x", None)
+        handler = js.nc._bytes_handlers[inner._sub._sub._id]  # type: ignore[attr-defined]
+        handler(f"{unique_name}.a".encode(), b"not.an.ack.subject", b"x", None)
         with pytest.raises(RemoteProtocolError, match="not a JetStream ack subject"):
             await asyncio.wait_for(messages.__anext__(), 5)

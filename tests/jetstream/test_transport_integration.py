@@ -50,6 +50,45 @@ async def test_borrowed_nats_py_client_is_not_closed_and_keeps_last_header(
         await nc.close()
 
 
+async def test_ordered_reads_on_a_borrowed_nats_py_client(
+    nats_server: object, unique_name: str
+) -> None:
+    """A client not opened by jetstream.connect() hands deliveries over as str
+    (ours hands the bytes on the wire): ordered consumes, KV watch and keys() take
+    both."""
+    nc = await nats.connect(nats_server.url)  # type: ignore[attr-defined]
+    try:
+        js = JetStream(nc)
+        stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+        for i in range(30):
+            await js.publish(f"{unique_name}.s", b"%d" % i)
+        oc = await stream.ordered_consumer()
+        got = []
+        async with oc.consume(max_messages=7) as messages:
+            async for msg in messages:
+                got.append((msg.subject, int(msg.data), msg.metadata.sequence.stream))
+                if len(got) == 30:
+                    break
+        assert got == [(f"{unique_name}.s", i, i + 1) for i in range(30)]
+        kv = await js.create_key_value(unique_name)
+        for i in range(5):
+            await kv.put(f"k{i}", b"v%d" % i)
+        await kv.delete("k0")
+        assert sorted([key async for key in kv.keys()]) == ["k1", "k2", "k3", "k4"]
+        seen = {}
+        async with kv.watch() as watcher:
+            async for entry in watcher:
+                seen[entry.key] = (entry.value, entry.operation)
+                if watcher.initial_done.is_set():
+                    break
+        assert seen == {"k0": (b"", "DEL"), **{f"k{i}": (b"v%d" % i, "PUT") for i in range(1, 5)}}
+        await js.delete_key_value(unique_name)
+        await js.delete_stream(unique_name)
+        await js.close()
+    finally:
+        await nc.close()
+
+
 async def test_owned_connection_keeps_repeated_headers(
     nats_server: object, unique_name: str
 ) -> None:
