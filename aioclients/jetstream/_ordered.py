@@ -495,13 +495,20 @@ class OrderedMessageStream:
                     incoming.append(Msg(api, subject, reply, data, header))
                     seqs.append(sseq)
                     return
-                if len(tokens) == 9:
-                    pending, ts = int(tokens[8]), int(tokens[7])
-                else:
-                    pending, ts = int(tokens[10]), int(tokens[9])
-                if isinstance(subject, bytes):
-                    subject = subject.decode("utf-8", "replace")
-                item = make(subject, reply, data, header, sseq, pending, ts)
+                try:
+                    if len(tokens) == 9:
+                        pending, ts = int(tokens[8]), int(tokens[7])
+                    else:
+                        pending, ts = int(tokens[10]), int(tokens[9])
+                    if isinstance(subject, bytes):
+                        subject = subject.decode("utf-8", "replace")
+                    item = make(subject, reply, data, header, sseq, pending, ts)
+                except Exception as exc:
+                    # A message this reader cannot read (a malformed header block, an
+                    # ack subject with bad numbers) ends the iteration with the reason:
+                    # swallowed by the read loop, it would leave the reader waiting.
+                    self._fail_unreadable(sseq, exc)
+                    return
                 if item is not None:
                     incoming.append(item)
                     seqs.append(sseq)
@@ -517,6 +524,14 @@ class OrderedMessageStream:
         if inner is not None:
             text = reply.decode("utf-8", "replace")
             inner.fail(RemoteProtocolError(f"not a JetStream ack subject: {text!r}"))
+
+    def _fail_unreadable(self, sseq: int, exc: Exception) -> None:
+        stream = self._oc.stream_name
+        error = RemoteProtocolError(
+            f"cannot read the message at stream sequence {sseq} of {stream!r}: {exc}"
+        )
+        error.__cause__ = exc
+        self._fail_with(error)
 
     def _fail_with(self, error: BaseException) -> None:
         """End the iteration with ``error`` (the pull stream in use raises it)."""

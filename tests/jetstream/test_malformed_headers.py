@@ -73,3 +73,40 @@ async def test_direct_get_with_a_status_line_that_is_not_utf8_fails_typed_and_ke
     assert js.nc.is_connected
     assert js.nc.stats["reconnects"] == 0
     assert (await js.account_info()) is not None
+
+
+async def test_a_kv_watch_over_a_message_it_cannot_read_fails_naming_it(
+    js: JetStream, nats_server: Server, unique_name: str
+) -> None:
+    # A publisher put a header block into the bucket that is not a NATS/1.0 block (the
+    # server stores headers as they come). The watch's entry maker cannot read it: the
+    # watch ends with the reason instead of waiting for ever behind it.
+    kv = await js.create_key_value(unique_name)
+    await kv.put("good", b"1")
+    nc = await nats.connect(nats_server.url)
+    try:
+        block = b"GARBAGE\r\nNats-Marker-Reason: x\r\n\r\n"
+        frame = b"HPUB $KV.%s.bad %d %d\r\n%sv\r\n" % (
+            unique_name.encode(),
+            len(block),
+            len(block) + 1,
+            block,
+        )
+        await nc._send_command(frame)
+        await nc.flush()
+    finally:
+        await nc.close()
+
+    async def initial() -> list[str]:
+        keys = []
+        async with kv.watch() as watch:
+            async for entry in watch:
+                if entry is None:
+                    break
+                keys.append(entry.key)
+        return keys
+
+    with pytest.raises(RemoteProtocolError, match="stream sequence 2") as info:
+        await asyncio.wait_for(initial(), 20)
+    assert "NATS/1.0" in str(info.value)
+    assert js.nc.is_connected
