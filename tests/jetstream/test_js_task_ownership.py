@@ -36,19 +36,26 @@ async def test_a_failed_check_after_a_reconnect_ends_the_consume_with_its_error(
             await asyncio.wait_for(messages.__anext__(), WAIT)
 
 
-async def test_no_background_task_outlives_the_consumes_aclose(
-    js: JetStream, unique_name: str
-) -> None:
-    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
-    consumer = await stream.create_consumer(durable_name="c")
+def info_never_answers(consumer: Any) -> asyncio.Event:
+    """Make ``consumer.info()`` hang as a server that does not answer would; the
+    event is set when it is called."""
     entered = asyncio.Event()
     never = asyncio.Event()
 
     async def slow_info() -> Any:
         entered.set()
-        await never.wait()  # a server that does not answer
+        await never.wait()
 
-    consumer.info = slow_info  # type: ignore[method-assign]
+    consumer.info = slow_info
+    return entered
+
+
+async def test_no_background_task_outlives_the_consumes_aclose(
+    js: JetStream, unique_name: str
+) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    consumer = await stream.create_consumer(durable_name="c")
+    entered = info_never_answers(consumer)
     messages = consumer.consume(expires=30)
     await messages.__aenter__()
     before = asyncio.all_tasks()
@@ -119,14 +126,7 @@ async def test_a_failed_existence_check_ends_the_push_consume_with_its_error(
 async def test_no_push_consume_task_outlives_its_aclose(js: JetStream, unique_name: str) -> None:
     stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
     consumer = await js.create_push_consumer(stream.name, durable_name="p", idle_heartbeat=0.3)
-    entered = asyncio.Event()
-    never = asyncio.Event()
-
-    async def slow_info() -> Any:
-        entered.set()
-        await never.wait()  # a server that does not answer
-
-    consumer.info = slow_info  # type: ignore[method-assign]
+    entered = info_never_answers(consumer)
     messages = consumer.consume()
     await messages.__aenter__()
     before = asyncio.all_tasks()
