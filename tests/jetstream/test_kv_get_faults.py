@@ -57,6 +57,13 @@ async def proxied(
         finally:
             proxy.thaw()
             proxy.refuse(False)
+            # Closed while nats-py is half-way through a reconnect (connected to the
+            # proxy, waiting for INFO), nats-py can leave that attempt's socket open,
+            # and uvloop then refuses to close the test's loop: let it finish first.
+            for _ in range(500):  # 10 s at most
+                if js.nc.is_connected:
+                    break
+                await asyncio.sleep(0.02)
             await asyncio.wait_for(js.close(), 2 * TIMEOUT + MARGIN)
             try:
                 await direct.delete_key_value(bucket)
