@@ -17,6 +17,10 @@ from hypothesis import settings
 from aioclients.jetstream import JetStream, StreamNotFoundError, connect
 from aioclients.testing import NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
+from tests.loop_bound import (  # noqa: F401 (pytest hooks: --loop-bound-only)
+    pytest_addoption,
+    pytest_collection_modifyitems,
+)
 
 NATS_URL_ENV = "AIOCLIENTS_TEST_NATS_URL"
 
