@@ -6,9 +6,14 @@ the emulator, in a process of its own, unless --nsqd-tcp/--nsqd-http name a real
 Each client runs --rounds times, interleaved; the best round is reported, with the
 lowest CPU time this process spent per message (the fill is not counted).
 
+"aioclients-run" consumes with ``Reader.run(handler)`` instead, the handler model
+of pynsq (a handler that returns is finished by the library).
+
 ``--otel`` adds "aioclients+otel": aioclients instrumented with OpenTelemetry (see
 ``_otel_common.py``: a receive span per message, a settle span per FIN, and the
-metrics) in the same rounds, and prints what instrumentation costs per message.
+metrics) in the same rounds, and "aioclients-run+otel" (a process span per message:
+the library's FIN is not the user's call and makes no span), and prints what
+instrumentation costs per message.
 
     python benchmarks/nsq_consume.py --count 100000 --max-in-flight 200
     python benchmarks/nsq_consume.py --count 2000 --rounds 1      # quick check
@@ -50,6 +55,37 @@ async def ours(tcp: str, topic: str, count: int, mif: int) -> float:
         return count / (time.perf_counter() - start)
 
 
+def counting_handler(count: int) -> tuple[Callable[[object], bool], asyncio.Future[float]]:
+    """A handler that counts messages (and returns True, pynsq's FIN) and a future
+    that gets the time the ``count``-th arrived."""
+    done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    n = 0
+
+    def handler(message: object) -> bool:
+        nonlocal n
+        n += 1
+        if n == count and not done.done():
+            done.set_result(time.perf_counter())
+        return True
+
+    return handler, done
+
+
+async def ours_run(tcp: str, topic: str, count: int, mif: int) -> float:
+    """``Reader.run(handler)``: the handler model pynsq has (a handler that returns is
+    finished by the library)."""
+    handler, done = counting_handler(count)
+    async with Reader(topic, "bench", nsqd_tcp_addresses=[tcp], max_in_flight=mif) as reader:
+        start = time.perf_counter()
+        task = asyncio.ensure_future(reader.run(handler, concurrency=1))
+        try:
+            return count / (await done - start)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 async def ours_bare_spans(tcp: str, topic: str, count: int, mif: int, spans: Any) -> float:
     """``ours`` uninstrumented, making the same SDK spans by hand (see BareSpans)."""
     time_ns = spans.time_ns
@@ -73,16 +109,7 @@ async def ours_bare_spans(tcp: str, topic: str, count: int, mif: int, spans: Any
 async def pynsq(tcp: str, topic: str, count: int, mif: int) -> float:
     import nsq
 
-    done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-    n = 0
-
-    def handler(message: object) -> bool:
-        nonlocal n
-        n += 1
-        if n == count and not done.done():
-            done.set_result(time.perf_counter())
-        return True  # FIN
-
+    handler, done = counting_handler(count)  # returns True: pynsq sends FIN
     start = time.perf_counter()  # pynsq connects in the background: included, a few ms
     reader = nsq.Reader(
         topic=topic,
@@ -119,6 +146,7 @@ async def ansq(tcp: str, topic: str, count: int, mif: int) -> float:
 
 CLIENTS: dict[str, Callable[[str, str, int, int], Awaitable[float]]] = {
     "aioclients": ours,
+    "aioclients-run": ours_run,
     "pynsq": pynsq,
     "ansq": ansq,
 }
@@ -159,11 +187,18 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
         async def bare(tcp: str, topic: str, count: int, mif: int) -> float:
             return await ours_bare_spans(tcp, topic, count, mif, bare_spans)
 
+        async def traced_run(tcp: str, topic: str, count: int, mif: int) -> float:
+            assert telemetry is not None
+            with telemetry.on():
+                return await ours_run(tcp, topic, count, mif)
+
         clients = {
             "aioclients": ours,
             "aioclients+bare": bare,
             "aioclients+otel": traced,
             "aioclients+otel+metrics": traced_metrics,
+            "aioclients-run": ours_run,
+            "aioclients-run+otel": traced_run,
             "pynsq": pynsq,
             "ansq": ansq,
         }
@@ -239,6 +274,17 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
             f"{med['aioclients+otel']:.2f} us: the instrumentation's own work "
             f"{med['aioclients+otel'] - bare_us:.2f} us"
         )
+        if "pynsq" in med and "aioclients-run+otel" in med:
+            run_ratio = statistics.median(rates["aioclients-run+otel"]) / statistics.median(
+                rates["pynsq"]
+            )
+            print(
+                "  Reader.run(handler), pynsq's model (a process span per message; the "
+                f"library's FIN makes none): instrumented {med['aioclients-run+otel']:.2f} us, "
+                f"uninstrumented {med['aioclients-run']:.2f} us; instrumented / pynsq: "
+                f"{med['pynsq'] / med['aioclients-run+otel']:.2f}x by CPU, {run_ratio:.2f}x by "
+                "median msgs/s"
+            )
         if "pynsq" in med:
             rate_ratio = statistics.median(rates["aioclients+otel"]) / statistics.median(
                 rates["pynsq"]

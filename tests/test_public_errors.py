@@ -8,7 +8,10 @@ back whole under that name.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pickle
+import pkgutil
+from collections.abc import Iterator
 
 import pytest
 
@@ -67,3 +70,29 @@ def test_traceback_shows_the_public_name() -> None:
     assert f"{JetStreamConnectError.__module__}.{JetStreamConnectError.__qualname__}" == (
         "aioclients.jetstream.JetStreamConnectError"
     )
+
+
+def _subclasses(cls: type[BaseException]) -> Iterator[type[BaseException]]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def test_every_error_of_the_library_is_a_public_one() -> None:
+    """A user meets any ``AioClientsError`` in a traceback or an ``except``, not only
+    those in ``__all__``: each must be named by a public package, where pickle (Spark
+    ships errors between processes) finds it too, never by a private module."""
+    import aioclients
+
+    # Every module of the package, so that an error defined deep inside is seen too.
+    optional = {"aioclients.spark": "pyspark", "aioclients.telemetry": "opentelemetry"}
+    for module in pkgutil.walk_packages(aioclients.__path__, "aioclients."):
+        needs = [dep for pkg, dep in optional.items() if module.name.startswith(pkg)]
+        if all(importlib.util.find_spec(dep) for dep in needs):
+            importlib.import_module(module.name)
+    private = []
+    for cls in set(_subclasses(aioclients.AioClientsError)):
+        public = importlib.import_module(cls.__module__)
+        if "._" in cls.__module__ or getattr(public, cls.__qualname__, None) is not cls:
+            private.append(f"{cls.__module__}.{cls.__qualname__}")
+    assert sorted(private) == []

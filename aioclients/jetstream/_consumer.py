@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._api import JetStreamApi
 from aioclients.jetstream._consume import ConsumeEvent, FetchResult, MessageStream
 from aioclients.jetstream._control import pause_consumer, reset_consumer, resume_consumer
@@ -221,6 +222,16 @@ async def upsert_consumer(
 
 
 async def consumer_of(api: JetStreamApi, stream: str, name: str) -> Consumer:
-    """Look up a consumer (raises ``ConsumerNotFoundError``)."""
+    """Look up a pull consumer.
+
+    Raises:
+        ConsumerNotFoundError: no such consumer.
+        InvalidArgumentError: it is a push consumer (the server refuses its pulls).
+    """
     info = await api.consumer_info(stream, name)
+    if info.config.get("deliver_subject"):
+        raise InvalidArgumentError(
+            f"consumer {stream}/{name} is a push consumer (deliver_subject "
+            f"{info.config['deliver_subject']!r}); use js.push_consumer(...)"
+        )
     return Consumer(api, stream, name, info)

@@ -76,7 +76,7 @@ from aioclients.jetstream._protocol._kv import (
 )
 from aioclients.jetstream._protocol._msgopts import format_ttl
 from aioclients.jetstream._protocol._ordered import ack_sequences
-from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan
+from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan, StartSubjects
 from aioclients.jetstream._protocol._time import parse_server_time
 from aioclients.jetstream._stream import Stream
 
@@ -694,7 +694,7 @@ class KeyLister:
         # The snapshot: the stream's last sequence now, and the subjects holding a
         # message then. Keys written after it are not listed; a reset starts
         # last_per_subject over (see _snapshot.py).
-        unreached, last = await _subjects_at_start(kv, self._subjects)
+        subjects, last = await _subjects_at_start(kv, self._subjects)
         scan = SnapshotScan(last, latest_only=True)
         if scan.done:
             return
@@ -702,7 +702,8 @@ class KeyLister:
         # the bucket keeps one revision: the server passes over it, and the scan
         # never sees the key at or before ``last``. Those keys are what remains
         # here once the scan is over; each is looked up as it is now.
-        reached = unreached.discard
+        start = StartSubjects(subjects, last)
+        reached = start.delivered
         oc = await open_ordered_consumer(
             kv._api,
             kv._stream_name,
@@ -734,8 +735,7 @@ class KeyLister:
                 ts: int,
             ) -> str | None:
                 # The read loop's work per key: no Msg, no entry.
-                if sseq <= last:
-                    reached(subject)
+                reached(subject, sseq)
                 if deliver(sseq) is not take:
                     return None  # listed already, or written after the start
                 if header is not None and (
@@ -759,8 +759,9 @@ class KeyLister:
                         yield key
         finally:
             await oc.close()
+        unreached = start.left()
         if unreached:
-            async for key in _holding_values(kv, sorted(unreached)):
+            async for key in _holding_values(kv, unreached):
                 yield key
 
     async def aclose(self) -> None:

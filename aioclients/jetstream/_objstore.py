@@ -78,7 +78,7 @@ from aioclients.jetstream._protocol._objstore import (
     validate_bucket,
     validate_object_name,
 )
-from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan
+from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan, StartSubjects
 from aioclients.jetstream._stream import Stream
 
 __all__ = (
@@ -884,12 +884,13 @@ class ObjectLister:
         # scan reached it lost its meta of then (a meta is a rollup): those are
         # what remains of ``unreached`` at the end, each looked up as it is now.
         try:
-            unreached, last = await store._api.subjects_and_last_seq(
+            subjects, last = await store._api.subjects_and_last_seq(
                 store._stream_name, meta_filter(store.bucket)
             )
         except StreamNotFoundError:
             raise _bucket_not_found(store.bucket) from None
-        reached = unreached.discard
+        start = StartSubjects(subjects, last)
+        reached = start.delivered
         scan = SnapshotScan(last, latest_only=True)
         if scan.done:
             return
@@ -926,8 +927,7 @@ class ObjectLister:
                 pending: int,
                 ts: int,
             ) -> ObjectInfo | None:
-                if sseq <= last:
-                    reached(subject)
+                reached(subject, sseq)
                 if deliver(sseq) is not take:
                     return None
                 info = info_of(subject, data, ts)
@@ -948,7 +948,7 @@ class ObjectLister:
                         yield info
         finally:
             await oc.close()
-        for subject in sorted(unreached):
+        for subject in start.left():
             info = await store._meta_at(subject)
             if info is not None and (show_deleted or not info.deleted):
                 yield info

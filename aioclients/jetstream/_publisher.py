@@ -38,7 +38,7 @@ from aioclients.jetstream._errors import (
 from aioclients.jetstream._models import PubAck
 from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._names import validate_publish_subject
-from aioclients.jetstream._transport import NatsTransport, RawSubscription, SendTimeoutError
+from aioclients.jetstream._transport import NatsTransport, RawSubscription, send_timeout_error
 
 __all__ = ("AckMux", "ReplyMux", "json_answer", "parse_pub_ack")
 
@@ -262,8 +262,8 @@ class ReplyMux(Generic[T]):
     async def _queue(self, frame: bytes, deadline: float, what: str) -> None:
         try:
             await self._transport.send(frame, deadline)
-        except SendTimeoutError as exc:
-            raise SendTimeoutError(self._describe(what), exc.unsent) from None
+        except APITimeoutError:  # the only timeout send raises: the server does not read
+            raise send_timeout_error(self._describe(what), self._transport.nc) from None
 
     async def _send(
         self, token: int, frame: bytes, what: str, timeout: float, *, immediate: bool = False
@@ -282,8 +282,8 @@ class ReplyMux(Generic[T]):
         try:
             try:
                 await self._transport.send(frame, deadline, immediate=immediate)
-            except SendTimeoutError as exc:
-                raise SendTimeoutError(self._describe(what), exc.unsent) from None
+            except APITimeoutError:  # as in _queue
+                raise send_timeout_error(self._describe(what), self._transport.nc) from None
         except BaseException:
             self._unregister(token, future)
             raise

@@ -35,6 +35,7 @@ from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._msgopts import counter_value_of
 from aioclients.jetstream._protocol._names import validate_filter_subject, validate_publish_subject
 from aioclients.jetstream._protocol._time import parse_server_time
+from aioclients.jetstream._push import PushConsumer, push_consumer_of, upsert_push_consumer
 from aioclients.jetstream._transport import ReplyInbox
 
 __all__ = ("DirectGetBatch", "Stream")
@@ -241,6 +242,22 @@ class Stream:
 
     async def consumer(self, name: str) -> Consumer:
         return await consumer_of(self._api, self.name, name)
+
+    async def create_push_consumer(
+        self, *, deliver_subject: str | None = None, **config: Any
+    ) -> PushConsumer:
+        """A push consumer of this stream (see ``JetStream.create_push_consumer``)."""
+        return await upsert_push_consumer(self._api, self.name, config, "create", deliver_subject)
+
+    async def create_or_update_push_consumer(
+        self, *, deliver_subject: str | None = None, **config: Any
+    ) -> PushConsumer:
+        """See ``JetStream.create_or_update_push_consumer``."""
+        return await upsert_push_consumer(self._api, self.name, config, "", deliver_subject)
+
+    async def push_consumer(self, name: str) -> PushConsumer:
+        """Look up a push consumer of this stream (``InvalidArgumentError`` for a pull one)."""
+        return await push_consumer_of(self._api, self.name, name)
 
     async def delete_consumer(self, name: str) -> None:
         await self._api.delete_consumer(self.name, name)

@@ -67,13 +67,13 @@ __all__ = (
     "RawHandler",
     "RawSubscription",
     "ReplyInbox",
-    "SendTimeoutError",
     "abort_socket",
     "check_nats_py",
     "close_connection",
     "kick_flusher",
     "nats_py_version",
     "report_fast_path_off",
+    "send_timeout_error",
 )
 
 #: ``handler(subject, reply, payload, header_block_or_None)``; a status message's
@@ -146,16 +146,17 @@ def report_fast_path_off(path: str, why: str, *, level: int = logging.WARNING) -
     )
 
 
-class SendTimeoutError(APITimeoutError):
-    """A frame could not be queued in time: the server does not read what is queued."""
+def send_timeout_error(what: str, nc: NATS) -> APITimeoutError:
+    """A frame could not be queued in time: the server does not read what is queued.
 
-    def __init__(self, what: str, unsent: int) -> None:
-        super().__init__(
-            f"could not send {what} in time: the NATS server is not reading "
-            f"({unsent} bytes are still waiting to be written); nothing was sent. "
-            "The server may be frozen or overloaded, or the network stalled"
-        )
-        self.unsent = unsent
+    The public :class:`APITimeoutError` itself (not a subclass of this private module),
+    so that a traceback names ``aioclients.jetstream`` and the error pickles.
+    """
+    return APITimeoutError(
+        f"could not send {what} in time: the NATS server is not reading "
+        f"({unsent_bytes(nc)} bytes are still waiting to be written); nothing was sent. "
+        "The server may be frozen or overloaded, or the network stalled"
+    )
 
 
 class NatsClient(NATS):
@@ -571,7 +572,7 @@ class NatsTransport:
         bursts (publish_async) leave it off, so that a burst is one write.
 
         Raises:
-            SendTimeoutError: the server did not take earlier frames by ``deadline``;
+            APITimeoutError: the server did not take earlier frames by ``deadline``;
                 ``frame`` was not queued.
             ConnectError: disconnected, and the reconnect buffer is full.
             JetStreamClosedError: the connection is closed.
@@ -606,7 +607,7 @@ class NatsTransport:
                     asyncio.shield(written), None if math.isinf(remaining) else remaining
                 )
             except asyncio.TimeoutError:
-                raise SendTimeoutError(what, unsent_bytes(nc)) from None
+                raise send_timeout_error(what, nc) from None
 
     async def subscribe(
         self, subject: str, cb: Callable[[NatsMsg], None], *, queue: str = ""

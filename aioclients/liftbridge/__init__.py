@@ -3,8 +3,11 @@
 ```python
 async with await connect(["127.0.0.1:9292"]) as client:
     await client.create_stream("orders", "orders-stream", partitions=3)
-    ack = await client.publish("orders-stream", b"{...}", key=b"id-1", partitioner="key")
-    async with client.subscribe("orders-stream", start_at=StartPosition.EARLIEST) as sub:
+    ack = await client.publish(
+        "orders-stream", b"{...}", key=b"id-1", partitioner="key"
+    )
+    earliest = StartPosition.EARLIEST
+    async with client.subscribe("orders-stream", start_at=earliest) as sub:
         async for msg in sub:
             ...
 ```

@@ -2,10 +2,12 @@
 
 - ``send`` (PRODUCER): ``publish`` and ``dpublish`` of ``Producer`` and
   ``HTTPProducer``; ``mpublish`` is one batch span (``messaging.batch.message_count``).
-- ``receive`` (CLIENT): one per message ``Reader`` hands out (``async for``, and
-  under ``run()``).
-- ``process`` (CONSUMER): the handler of ``Reader.run``, per message.
-- ``settle`` (CLIENT): ``Message.finish`` and ``requeue``.
+- ``receive`` (CLIENT): one per message ``Reader`` hands out to ``async for``.
+- ``process`` (CONSUMER): one per message under ``Reader.run``, around the handler:
+  the message's one span there (the library receives it for the handler, and the
+  FIN it sends after a handler that returned is not a call of the user's).
+- ``settle`` (CLIENT): ``Message.finish`` and ``requeue`` called by the user, and
+  the REQ ``run()`` sends after a handler that raised.
 
 NSQ messages carry no headers, and bodies are never changed: there is no trace
 context to propagate, so consumer spans have no link to the producer's.
@@ -14,6 +16,7 @@ context to propagate, so consumer spans have no link to the producer's.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import time
 import weakref
@@ -48,6 +51,13 @@ _time_ns = time.time_ns
 _CLIENT = SpanKind.CLIENT
 _CONSUMER = SpanKind.CONSUMER
 _HANDED_OUT_LIMIT = 1 << 16
+
+# The Reader whose run() workers read in this context: their messages get a
+# process span, not a receive span (the workers copy the context run() was called
+# in; another Reader iterated in a task a handler starts still gets receive spans).
+_UNDER_RUN: contextvars.ContextVar[object] = contextvars.ContextVar(
+    "aioclients_nsq_under_run", default=None
+)
 
 
 class _Nothing:
@@ -201,6 +211,12 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
     # the last (Reader, nsqd address) a message came from and its attributes: a
     # Reader's loop finds them with one call and two comparisons
     last: list[Any] = [_dead_ref, None, None]
+    under_run = _UNDER_RUN.get
+    # Messages whose handler returned under run() and that run() finishes next: that
+    # FIN is the library's, not the user's, and makes no settle span (the process
+    # span's status says how the handler ended). Taken by the FIN that follows at
+    # once; bounded.
+    auto_finish: set[tuple[bytes, str]] = set()
     start_span_now = inst.start_span
     record = inst.record
 
@@ -240,6 +256,9 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 del handed_out[next(iter(handed_out))]  # the oldest
             message_id = msg.id
             handed_out[(message_id, address)] = cached
+            cached.consumed[1] += 1
+            if under_run() is self:
+                return msg  # run()'s process span is this message's span
             attrs = cached.receive.copy()
             attrs[MESSAGE_ID] = message_id.decode("ascii", "replace")
             span = start_span_now(cached.receive_name, None, _CLIENT, attrs, None, start)
@@ -247,7 +266,6 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
             span.end(end)
             if record is not None:
                 record((end - start) / 1e9, cached.receive)
-            cached.consumed[1] += 1
             return msg
 
         return __anext__
@@ -283,7 +301,8 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                         by_address.clear()
                     attrs = by_address[address] = {**base, **server_of(address)}
                 span_attrs = attrs.copy()
-                span_attrs[MESSAGE_ID] = msg.id.decode("ascii", "replace")
+                message_id = msg.id
+                span_attrs[MESSAGE_ID] = message_id.decode("ascii", "replace")
                 start = _time_ns()
                 span = start_span_now(name, None, _CONSUMER, span_attrs, None, start)
                 token = otel_context.attach(trace.set_span_in_context(span))
@@ -297,9 +316,17 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                     raise
                 otel_context.detach(token)
                 finish(span, attrs, start)
+                if not msg.has_responded:
+                    if len(auto_finish) >= _HANDED_OUT_LIMIT:
+                        auto_finish.clear()
+                    auto_finish.add((message_id, address))
                 return result
 
-            await original(self, traced_handler, *args, **kwargs)
+            reset = _UNDER_RUN.set(self)
+            try:
+                await original(self, traced_handler, *args, **kwargs)
+            finally:
+                _UNDER_RUN.reset(reset)
 
         return run
 
@@ -312,7 +339,13 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
 
         def make(original: Any) -> Any:
             async def settle(self: Message, *args: Any, **kwargs: Any) -> None:
-                cached = handed_out.pop((self.id, self.nsqd_address), None)
+                key = (self.id, self.nsqd_address)
+                cached = handed_out.pop(key, None)
+                if auto_finish and key in auto_finish:
+                    auto_finish.discard(key)
+                    if is_finish:  # run()'s own FIN after the handler returned
+                        await original(self, *args, **kwargs)
+                        return
                 if cached is None:  # handed out before instrument(), or aged out
                     name = operation
                     attrs: Attributes = {

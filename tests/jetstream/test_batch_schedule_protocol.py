@@ -28,7 +28,6 @@ from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._schedule import (
     build_schedule,
     format_at,
-    format_go_duration,
 )
 
 # -- batches: what the caller gives ----------------------------------------------------------
@@ -339,9 +338,11 @@ def test_an_every_schedule(every: object, pattern: str) -> None:
 
 
 @given(st.integers(1000, 10**12))
-def test_go_durations_read_back_to_the_millisecond(millis: int) -> None:
-    text = format_go_duration(millis / 1000)
-    m = re.fullmatch(r"(\d+)(ms|s)", text)
+def test_every_reads_back_to_the_millisecond(millis: int) -> None:
+    pattern = build_schedule("s.one", target="t.one", every=timedelta(milliseconds=millis)).headers[
+        "Nats-Schedule"
+    ]
+    m = re.fullmatch(r"@every (\d+)(ms|s)", str(pattern))
     assert m is not None
     assert int(m[1]) * (1 if m[2] == "ms" else 1000) == millis
 

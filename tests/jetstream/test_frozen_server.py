@@ -79,6 +79,8 @@ async def jam(js: JetStream) -> list[asyncio.Future[object]]:
         assert isinstance(outcome, APITimeoutError), repr(outcome)
         assert isinstance(outcome, TimeoutError)
         assert "not reading" in str(outcome)
+        # the public class itself: a traceback names aioclients.jetstream, pickle works
+        assert type(outcome) is APITimeoutError, type(outcome)
         return acks
     raise AssertionError("200 big publishes to a frozen server were all accepted")
 

@@ -56,6 +56,7 @@ LAYERS: dict[str, int] = {
 }
 PURE_LAYERS = {20}
 HANDLES = range(50, 90)
+HELPERS = 45  # the layer of the request helpers under the handles
 
 
 def _graph(root: Path = ROOT) -> dict[str, set[str]]:
@@ -99,8 +100,8 @@ def test_only_the_package_imports_the_facade() -> None:
 
 
 def test_every_handle_talks_through_the_request_layer_not_the_facade() -> None:
-    # Streams, consumers, KV, ordered consumers, the pull driver and messages
-    # hold the JetStreamApi of _api; none of them imports the facade.
+    # Streams, consumers, KV, Object Stores, ordered and push consumers, the pull
+    # driver and messages hold the JetStreamApi of _api; none imports the facade.
     handles = sorted(
         n for n in GRAPH if (layer := rules.layer(n, LAYERS)) is not None and layer in HANDLES
     )
@@ -114,9 +115,12 @@ def test_every_handle_talks_through_the_request_layer_not_the_facade() -> None:
         f"{JS}._push",
         f"{JS}._stream",
     ]
-    for name in (f"{JS}._stream", f"{JS}._consumer", f"{JS}._kv", f"{JS}._ordered"):
-        assert f"{JS}._api" in GRAPH[name], name
-    assert [f"{n} -> {t}" for n in handles for t in GRAPH[n] if t == FACADE] == []
+    # ... and so do the request helpers under them (batches, schedules, pause/reset).
+    helpers = sorted(n for n in GRAPH if rules.layer(n, LAYERS) == HELPERS)
+    assert helpers == [f"{JS}._batch", f"{JS}._control", f"{JS}._schedule"]
+    for name in (*handles, *helpers):
+        assert f"{JS}._api" in GRAPH[name], f"{name} does not take the request layer"
+    assert [f"{n} -> {t}" for n in (*handles, *helpers) for t in GRAPH[n] if t == FACADE] == []
 
 
 def test_the_checks_catch_each_kind_of_fault(tmp_path: Path) -> None:

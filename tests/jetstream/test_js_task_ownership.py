@@ -1,4 +1,4 @@
-"""The pull and ordered drivers own their background tasks (``aioclients._tasks``):
+"""The pull, push and ordered drivers own their background tasks (``aioclients._tasks``):
 a task that fails ends the iteration with a ``JetStreamError`` saying so (it used
 to die unseen while the iteration went on or waited), and none outlives the
 stream's ``aclose()``."""
@@ -93,3 +93,46 @@ async def test_a_failed_deletion_of_a_replaced_consumer_ends_the_ordered_consume
         await asyncio.wait_for(read(), WAIT * 2)
     assert isinstance(err.value.__cause__, RuntimeError)
     assert got >= 10
+
+
+# Push consumers (issue 21) run on the same owner: the check a missed heartbeat
+# starts (is the consumer still there?) is a task of the stream.
+
+
+async def test_a_failed_existence_check_ends_the_push_consume_with_its_error(
+    js: JetStream, unique_name: str
+) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    consumer = await js.create_push_consumer(stream.name, durable_name="p", idle_heartbeat=0.3)
+
+    async def broken_info() -> Any:
+        raise RuntimeError("boom")
+
+    consumer.info = broken_info  # type: ignore[method-assign]
+    async with consumer.consume() as messages:
+        # Deleted: the heartbeats stop, and the missed one starts the check.
+        await js.delete_consumer(stream.name, "p")
+        with pytest.raises(JetStreamError, match="background task failed: RuntimeError: boom"):
+            await asyncio.wait_for(messages.__anext__(), WAIT)
+
+
+async def test_no_push_consume_task_outlives_its_aclose(js: JetStream, unique_name: str) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    consumer = await js.create_push_consumer(stream.name, durable_name="p", idle_heartbeat=0.3)
+    entered = asyncio.Event()
+    never = asyncio.Event()
+
+    async def slow_info() -> Any:
+        entered.set()
+        await never.wait()  # a server that does not answer
+
+    consumer.info = slow_info  # type: ignore[method-assign]
+    messages = consumer.consume()
+    await messages.__aenter__()
+    before = asyncio.all_tasks()
+    await js.delete_consumer(stream.name, "p")
+    await asyncio.wait_for(entered.wait(), WAIT)
+    started = asyncio.all_tasks() - before
+    assert started, "the check after a missed heartbeat runs as a task"
+    await messages.aclose()
+    assert [t for t in started if not t.done()] == []

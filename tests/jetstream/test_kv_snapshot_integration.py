@@ -267,3 +267,48 @@ async def test_a_reset_mid_watch_keeps_the_initial_values_exact(js: JetStream, b
         assert puts == holding
         assert all(value == b"v1" for op, value in initial.values() if op == "PUT")
         assert late == [("late", r) for r in revisions]
+
+
+@pytest.mark.parametrize(("direct", "reset"), [(True, False), (False, False), (False, True)])
+async def test_history_is_the_snapshot_at_its_start_while_others_write(
+    js: JetStream, bucket: str, direct: bool, reset: bool
+) -> None:
+    # Other keys are re-put all along; the moment history() has taken its snapshot
+    # (the stream's last sequence), 40 more revisions of the key are stored.
+    # It gives the 20 revisions of the start, each once, in order, none later
+    # (history 64: none is removed meanwhile). Without Direct Get history() reads
+    # an ordered consumer, here also replaced in the middle.
+    async with _cleanup(js, bucket):
+        kv = await _open(js, bucket, 300, history=64)
+        if not direct:
+            await js.update_stream(f"KV_{bucket}", allow_direct=False)
+            kv = await js.key_value(bucket)
+        at_start = [await kv.put("h", b"%d" % i) for i in range(20)]
+        later: list[Any] = []
+        starts: list[int] = []
+        stream_info = kv._api.stream_info
+
+        async def spied(name: str, **kwargs: Any) -> Any:
+            info = await stream_info(name, **kwargs)
+            starts.append(info.state.last_seq)  # the snapshot history() reads
+            acks = [await js.publish_async(f"$KV.{bucket}.h", b"later") for _ in range(40)]
+            later.extend(await asyncio.wait_for(asyncio.gather(*acks), 10))  # stored now
+            return info
+
+        writers = Writers(js, kv, [f"k.{i}" for i in range(300)], [])
+        await writers.start()
+        loss = LoseOne(js, consumer_seq=10) if reset else None
+        kv._api.stream_info = spied  # type: ignore[method-assign]
+        try:
+            entries = await kv.history("h")
+        finally:
+            kv._api.stream_info = stream_info  # type: ignore[method-assign]
+            await writers.close()
+        assert len(starts) == 1
+        assert len(later) == 40
+        assert min(ack.seq for ack in later) > starts[0]
+        assert [e.revision for e in entries] == at_start
+        assert [e.delta for e in entries] == list(range(19, -1, -1))
+        assert len(await kv.history("h")) == 60  # the later ones are there
+        if loss is not None:
+            assert loss.lost, "no delivery was lost: the test did not reset the read"

@@ -113,6 +113,20 @@ async def test_lookups_and_create_or_update(js: JetStream, stream: Stream) -> No
     with pytest.raises(ConsumerNotFoundError):
         await js.push_consumer(stream.name, "nope")
     first = await js.create_or_update_push_consumer(stream.name, durable_name="p")
+    # A pull lookup of a push consumer says so, rather than pulls the server refuses.
+    with pytest.raises(InvalidArgumentError, match="push consumer"):
+        await js.consumer(stream.name, "p")
+    with pytest.raises(InvalidArgumentError, match="push consumer"):
+        await stream.consumer("p")
+    # The stream's own handles reach the same consumers.
+    assert (await stream.push_consumer("p")).deliver_subject == first.deliver_subject
+    with pytest.raises(InvalidArgumentError, match="pull consumer"):
+        await stream.push_consumer("pull")
+    other = await stream.create_push_consumer(durable_name="q", deliver_subject="q.here")
+    assert other.deliver_subject == "q.here"
+    updated = await stream.create_or_update_push_consumer(durable_name="q", description="d")
+    assert updated.deliver_subject == "q.here"
+    assert updated.cached_info.config.description == "d"
     # Updated without a deliver subject: it keeps its own.
     second = await js.create_or_update_push_consumer(
         stream.name, durable_name="p", description="changed"

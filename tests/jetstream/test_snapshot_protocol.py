@@ -1,6 +1,8 @@
-"""The snapshot core of KV listings (``_protocol/_snapshot.py``): synchronous rules,
-and properties against a model of the bucket and of the server's consumers, for any
-interleaving of puts, deletes, purges, deliveries and consumer resets."""
+"""The snapshot core of KV and Object Store listings (``_protocol/_snapshot.py``):
+synchronous rules, and properties against a model of the bucket and of the server's
+consumers, for any interleaving of puts, deletes, purges, deliveries and consumer
+resets: ``keys()`` (with its look-up of the keys re-put before the scan reached
+them), ``history()``, a watch's initial values and Object Store ``list()``."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan
+from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan, StartSubjects
 
 TAKE, SKIP, AFTER, RESUME = (
     ScanVerdict.TAKE,
@@ -192,6 +194,7 @@ class Run:
     snapshot: Bucket  # the bucket at the start (a copy)
     end: Bucket  # the bucket at the end
     first_beyond: ScanVerdict | None  # the verdict of the first delivery beyond it
+    left: list[str]  # the subjects of the start the scan did not reach (StartSubjects)
 
 
 def run_scan(
@@ -212,6 +215,7 @@ def run_scan(
         bucket.write(key, op)
     snapshot = Bucket(history, dict(bucket.stored), bucket.last_seq)
     scan = SnapshotScan(bucket.last_seq, latest_only=latest_only)
+    start = StartSubjects(snapshot.last_of(), bucket.last_seq)
     written_after: set[str] = set()
     for key, op in between:
         bucket.write(key, op)
@@ -235,6 +239,7 @@ def run_scan(
             return False
         key, seq, _, op = got  # the pending count each delivery carries is not used
         last_delivered = seq
+        start.delivered(key, seq)  # every delivery, as the listing drivers do
         was_done = scan.done
         verdict = scan.deliver(seq)
         if verdict is TAKE:
@@ -260,7 +265,14 @@ def run_scan(
     # Drain: the scan must end (nothing can leave it waiting for ever).
     while not scan.done:
         assert deliver(), "the scan waits for a delivery that never comes"
-    return Run(taken, written_after, snapshot, bucket, first_beyond[0] if first_beyond else None)
+    return Run(
+        taken,
+        written_after,
+        snapshot,
+        bucket,
+        first_beyond[0] if first_beyond else None,
+        start.left(),
+    )
 
 
 histories = st.integers(min_value=1, max_value=3)
@@ -317,3 +329,55 @@ def test_history_lists_each_revision_of_the_snapshot_once_in_order(
         assert run.snapshot.stored[seq] == (key, op)
     still_there = {s for s in run.snapshot.stored if s in run.end.stored}
     assert still_there <= set(seqs), "a revision of the snapshot still stored is missing"
+
+
+def listing(run: Run, *, live: set[str]) -> list[str]:
+    """What ``keys()`` / Object Store ``list()`` give: the scan's takes whose
+    operation counts (``live``), then each subject of the start the scan did not
+    reach, looked up as it is at the end."""
+    listed = [key for key, _, op in run.taken if op in live]
+    now = run.end.last_of()
+    listed += [key for key in run.left if key in now and now[key][1] in live]
+    return listed
+
+
+@settings(max_examples=400)
+@given(histories, ops, st.lists(writes, max_size=3), steps)
+def test_keys_with_its_look_ups_lists_each_key_of_the_start_once(
+    history: int,
+    before: list[tuple[str, str]],
+    between: list[tuple[str, str]],
+    script: list[tuple[str, tuple[str, str] | None]],
+) -> None:
+    run = run_scan(history, before, between, script, latest_only=True)
+    listed = listing(run, live={PUT})
+    at_start = run.snapshot.last_of()
+    holding = {k for k, (_, op) in at_start.items() if op == PUT}
+    still = {k for k, (_, op) in run.end.last_of().items() if op == PUT}
+    assert len(listed) == len(set(listed)), "a key listed twice"
+    assert set(listed) <= set(at_start), "a key created after the start is listed"
+    # A key deleted at the start may come back only by a write since (documented).
+    assert set(listed) - holding <= run.written_after, "a key holding no value is listed"
+    assert holding & still <= set(listed), "a key holding a value all along is missing"
+    assert holding - run.written_after <= set(listed)
+
+
+@settings(max_examples=400)
+@given(ops, st.lists(writes, max_size=3), steps, st.booleans())
+def test_object_store_list_gives_each_object_of_the_start_once(
+    before: list[tuple[str, str]],
+    between: list[tuple[str, str]],
+    script: list[tuple[str, tuple[str, str] | None]],
+    show_deleted: bool,
+) -> None:
+    # An object's meta is a rollup (one revision kept); PUT stands for a meta of a
+    # live object, DEL and PURGE for the meta ``delete()`` writes.
+    run = run_scan(1, before, between, script, latest_only=True)
+    live = {PUT, DEL, PURGE} if show_deleted else {PUT}
+    listed = listing(run, live=live)
+    at_start = {k for k, (_, op) in run.snapshot.last_of().items() if op in live}
+    at_end = {k for k, (_, op) in run.end.last_of().items() if op in live}
+    assert len(listed) == len(set(listed)), "an object listed twice"
+    assert set(listed) <= set(run.snapshot.last_of()), "an object written later is listed"
+    assert set(listed) - at_start <= run.written_after
+    assert at_start & at_end <= set(listed), "an object there all along is missing"

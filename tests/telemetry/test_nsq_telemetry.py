@@ -150,6 +150,58 @@ async def test_run_makes_a_process_span_around_the_handler(nsqd: object, otel: O
     assert len(failed) == 1
     assert failed[0].attributes is not None
     assert failed[0].attributes["error.type"] == "ValueError"
-    # run() answered for the handler: FIN after success, REQ after the failure
-    assert len(otel.spans(f"finish {topic}")) == 2
-    assert len(otel.spans(f"requeue {topic}")) == 1
+    # run() answered for the handler: its FINs after success are not the user's and
+    # make no span (the process span is the message's one span); its REQ after the
+    # failure does. No receive spans under run(): the process span stands for them.
+    assert otel.spans(f"finish {topic}") == []
+    (requeue,) = otel.spans(f"requeue {topic}")
+    assert requeue.attributes is not None
+    assert (
+        requeue.attributes["messaging.message.id"] == failed[0].attributes["messaging.message.id"]
+    )
+    assert otel.spans(f"receive {topic}") == []
+    # Each delivery is counted once as consumed, receive span or not.
+    assert otel.total("messaging.client.consumed.messages", messaging__destination__name=topic) == 3
+
+
+async def test_run_handler_that_finishes_itself_makes_a_settle_span(
+    nsqd: object, otel: Otel
+) -> None:
+    tcp: str = nsqd.tcp_address  # type: ignore[attr-defined]
+    topic = _topic()
+    async with Producer(tcp) as producer:
+        await producer.publish(topic, b"one")
+    done = asyncio.Event()
+
+    other_topic = _topic()
+    async with Producer(tcp) as producer:
+        await producer.publish(other_topic, b"elsewhere")
+
+    async def handler(msg: Message) -> None:
+        await msg.finish()  # the user's own FIN: a settle span, inside the process span
+        # Another Reader iterated inside the handler still makes its receive span.
+        async with Reader(other_topic, "ch", nsqd_tcp_addresses=[tcp]) as other:
+            got = await asyncio.wait_for(other.__anext__(), 30)
+            await got.finish()
+        done.set()
+
+    async with Reader(topic, "ch", nsqd_tcp_addresses=[tcp]) as reader:
+        task = asyncio.ensure_future(reader.run(handler, concurrency=1))
+        await asyncio.wait_for(done.wait(), 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    (process,) = otel.spans(f"process {topic}")
+    (finish,) = otel.spans(f"finish {topic}")
+    assert finish.parent is not None
+    assert finish.parent.span_id == process.context.span_id
+    (other_receive,) = otel.spans(f"receive {other_topic}")
+    assert other_receive.parent is not None
+    assert other_receive.parent.span_id == process.context.span_id
+    # Outside run(), the same Reader's async for still makes receive spans.
+    async with Producer(tcp) as producer:
+        await producer.publish(topic, b"two")
+    async with Reader(topic, "ch", nsqd_tcp_addresses=[tcp]) as reader:
+        msg = await asyncio.wait_for(reader.__anext__(), 30)
+        await msg.finish()
+    assert len(otel.spans(f"receive {topic}")) == 1

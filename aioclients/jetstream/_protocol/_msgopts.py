@@ -28,6 +28,7 @@ __all__ = (
     "TTL_HEADER",
     "TTL_VERSION",
     "counter_value_of",
+    "format_duration",
     "format_increment",
     "format_ttl",
     "parse_counter_value",
@@ -50,29 +51,32 @@ _NS_PER_S = 1_000_000_000
 _VALUE = re.compile(r"[+-]?[0-9]+")
 
 
-def format_ttl(ttl: object, *, name: str = "ttl") -> str:
-    """``ttl`` (seconds as int/float/timedelta, at least 1, or ``"never"``) as the
-    Go duration ``Nats-TTL`` takes: the coarsest unit that is exact (``2s``,
+def format_duration(value: object, *, name: str, allow_never: bool) -> str:
+    """``value`` (seconds as int/float/timedelta, at least 1, or ``"never"`` where
+    ``allow_never``) as the Go duration the server's headers take (``Nats-TTL``,
+    ``Nats-Schedule-TTL``, ``@every``): the coarsest unit that is exact (``2s``,
     ``1500ms``, ``1000001us``, ``1000000001ns``).
 
     Raises:
         InvalidArgumentError: not a number of seconds >= 1 (or ``"never"``).
     """
-    if ttl == "never" and isinstance(ttl, str):
+    if allow_never and value == "never" and isinstance(value, str):
         return "never"
-    if isinstance(ttl, timedelta):
-        ns = (ttl.days * 86_400 + ttl.seconds) * _NS_PER_S + ttl.microseconds * 1000
-    elif isinstance(ttl, int) and not isinstance(ttl, bool):
-        ns = ttl * _NS_PER_S
-    elif isinstance(ttl, float) and math.isfinite(ttl):
-        ns = round(ttl * _NS_PER_S)
+    if isinstance(value, timedelta):
+        ns = (value.days * 86_400 + value.seconds) * _NS_PER_S + value.microseconds * 1000
+    elif isinstance(value, int) and not isinstance(value, bool):
+        ns = value * _NS_PER_S
+    elif isinstance(value, float) and math.isfinite(value):
+        ns = round(value * _NS_PER_S)
     else:
+        also = " or 'never'" if allow_never else ""
         raise InvalidArgumentError(
-            f"{name} must be seconds (a number >= 1) or 'never', got {ttl!r:.40}"
+            f"{name} must be a number of seconds >= 1{also}, got {value!r:.40}"
         )
     if ns < _NS_PER_S:
         raise InvalidArgumentError(
-            f"{name} must be at least 1 second (the server's minimum), got {ttl!r:.40}"
+            f"{name} must be a number of seconds >= 1 (at least 1 second is the server's "
+            f"minimum), got {value!r:.40}"
         )
     if ns > _MAX_NS:
         raise InvalidArgumentError(f"{name} is too long for the server (about 292 years at most)")
@@ -80,6 +84,11 @@ def format_ttl(ttl: object, *, name: str = "ttl") -> str:
         if ns % size == 0:
             return f"{ns // size}{unit}"
     return f"{ns}ns"
+
+
+def format_ttl(ttl: object, *, name: str = "ttl") -> str:
+    """``ttl`` as ``Nats-TTL`` takes it: :func:`format_duration`, ``"never"`` allowed."""
+    return format_duration(ttl, name=name, allow_never=True)
 
 
 def format_increment(delta: object) -> str:

@@ -23,13 +23,13 @@ here say which argument is wrong and why, before anything is sent.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._protocol._level import Version
+from aioclients.jetstream._protocol._msgopts import format_duration
 from aioclients.jetstream._protocol._names import validate_publish_subject
 
 __all__ = (
@@ -41,7 +41,6 @@ __all__ = (
     "Schedule",
     "build_schedule",
     "format_at",
-    "format_go_duration",
 )
 
 SCHEDULE = "Nats-Schedule"
@@ -70,36 +69,6 @@ class Schedule:
     headers: dict[str, str | list[str]]
     version: Version
     what: str
-
-
-def format_go_duration(seconds: float) -> str:
-    """A duration of at least a millisecond as Go writes it: ``5s``, ``1500ms``.
-
-    Whole seconds are written in seconds, anything else in milliseconds
-    (rounded), which Go's ``time.ParseDuration`` and the server read alike.
-    """
-    millis = round(seconds * 1000)
-    if millis % 1000 == 0:
-        return f"{millis // 1000}s"
-    return f"{millis}ms"
-
-
-def _seconds(name: str, value: object, *, allow_never: bool) -> str:
-    if allow_never and value == "never":
-        return "never"
-    if isinstance(value, timedelta):
-        number = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = float(value) if math.isfinite(value) else math.nan
-    else:
-        number = math.nan
-    # Compared in whole milliseconds, as sent: 0.9996 would go out as "1s".
-    if math.isnan(number) or round(number * 1000) < 1000 or number > 1e12:
-        also = ' or "never"' if allow_never else ""
-        raise InvalidArgumentError(
-            f"{name} must be a number of seconds >= 1{also} (the server's floor), got {value!r}"
-        )
-    return format_go_duration(number)
 
 
 def format_at(when: object) -> str:
@@ -195,7 +164,7 @@ def build_schedule(
     if at is not None:
         pattern, version, what = format_at(at), AT_VERSION, "an @at schedule"
     elif every is not None:
-        pattern = f"@every {_seconds('every', every, allow_never=False)}"
+        pattern = f"@every {format_duration(every, name='every', allow_never=False)}"
         version, what = CRON_VERSION, "an @every schedule"
     else:
         pattern, version, what = _cron(cron), CRON_VERSION, "a cron schedule"
@@ -230,5 +199,5 @@ def build_schedule(
             )
         out[SCHEDULE_TIME_ZONE] = time_zone
     if ttl is not None:
-        out[SCHEDULE_TTL] = _seconds("ttl", ttl, allow_never=True)
+        out[SCHEDULE_TTL] = format_duration(ttl, name="ttl", allow_never=True)
     return Schedule(out, version, what)

@@ -50,15 +50,23 @@ Rules:
       What was taken stands (no duplicate, nothing invented); a write after the
       start would have come as a delivery beyond ``last_seq``, so none is missed.
 
+``keys()`` and Object Store ``list()`` also keep :class:`StartSubjects`: the
+subjects holding a message at the start that no delivery at or before
+``last_seq`` reached. With one revision kept (and an object's meta is a rollup)
+a key re-put after the start lost its message of then, and the skip list passes
+over it; once the scan is over the driver looks each of those up as it is now.
+
 Pure: no I/O, no clock; ``tests/jetstream/test_snapshot_protocol.py`` checks these
-rules against a model of the bucket for any interleaving of writes and resets.
+rules, and the listings built on them, against a model of the bucket for any
+interleaving of writes and resets.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
-__all__ = ("ScanVerdict", "SnapshotScan")
+__all__ = ("ScanVerdict", "SnapshotScan", "StartSubjects")
 
 
 class ScanVerdict(enum.Enum):
@@ -238,3 +246,31 @@ class SnapshotScan:
             return False
         self.done = True
         return True
+
+
+class StartSubjects:
+    """The subjects holding a message when a listing started (the stream's
+    ``subjects_filter`` answer that gave ``last_seq``) that the scan has not yet
+    reached: see the module doc.
+
+    Args:
+        subjects: the subjects (keys or metas, markers included) at the start.
+        last_seq: the stream's last sequence in the same answer.
+    """
+
+    __slots__ = ("_left", "last_seq")
+
+    def __init__(self, subjects: Iterable[str], last_seq: int) -> None:
+        self._left = set(subjects)
+        self.last_seq = last_seq
+
+    def delivered(self, subject: str, stream_seq: int) -> None:
+        """Every delivery of the scan, whatever its verdict (a replacement consumer's
+        too): one at or before ``last_seq`` is that subject's message of the start
+        (or a later one the scan judges), so the subject needs no look-up."""
+        if stream_seq <= self.last_seq:
+            self._left.discard(subject)
+
+    def left(self) -> list[str]:
+        """The subjects no delivery reached, sorted: to look up as they are now."""
+        return sorted(self._left)
