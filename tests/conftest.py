@@ -17,8 +17,20 @@ from hypothesis import settings
 from aioclients.jetstream import JetStream, StreamNotFoundError, connect
 from aioclients.testing import NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
+from tests.loop_bound import (  # noqa: F401 (pytest hooks: --loop-bound-only)
+    pytest_addoption,
+    pytest_collection_modifyitems,
+)
 
 NATS_URL_ENV = "AIOCLIENTS_TEST_NATS_URL"
+
+# Every Spark the suite starts (the Spark tests' sessions, and the documentation blocks,
+# examples and demo that run Spark in a subprocess, which inherit this) is a driver JVM
+# that runs small jobs for seconds to minutes: the JIT's first tier alone (C1) gets
+# through them sooner than C1 then C2, whose compilations rarely pay off in so short a
+# life. Only how fast the JVM gets going changes, not what any test checks. A value
+# set outside the suite is kept.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 # Property tests check behaviour, not speed: on a busy 2-core CI machine an
 # example may take longer than hypothesis's default 200 ms deadline.
