@@ -45,8 +45,9 @@ _CRLF = b"\r\n"
 
 #: The numbers of control lines read so far (sids, sizes: few distinct values), by
 #: their bytes: a look-up here costs about a fifth of ``int()`` on bytes, which
-#: ``scan`` would otherwise call two or three times per message. Bounded: short
-#: texts only, and emptied when full.
+#: ``scan`` would otherwise call two or three times per message (``known(text) or
+#: _number(text)``: a zero is read again). Bounded: short texts only, and emptied
+#: when full.
 _NUMBERS: dict[bytes, int] = {}
 _NUMBERS_MAX = 4096
 
