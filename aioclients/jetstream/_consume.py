@@ -568,6 +568,42 @@ class MessageStream(_Puller):
     def __repr__(self) -> str:
         return f"<MessageStream {self._consumer.stream_name}/{self._consumer.name}>"
 
+    async def _subscribe(self, inbox: str) -> RawSubscription:
+        if not self._batched:  # a priority group: the core hears of each message (pins)
+            return await super()._subscribe(inbox)
+        return await self._transport.subscribe_runs(inbox, self._on_run)
+
+    def _on_run(self, frames: list[Frame]) -> None:
+        """A run of messages from the read loop (see ``subscribe_runs``): each
+        becomes a :class:`Msg` in one loop, with no Python call per message."""
+        for frame in frames:
+            header = frame[4]
+            if header is not None and header[8:9] == b" ":
+                # A status among them: every message the way it comes alone, in order.
+                for _, subject, _, reply, header, data in frames:
+                    if self._finished:
+                        return  # released meanwhile: the rest is no longer ours
+                    self._on_raw(subject, reply, data, header)
+                return
+        api = self._api
+        keep = self._buffer.append
+        total = 0
+        for _, subject, _, reply, header, data in frames:
+            size = len(subject) + len(reply) + len(data)
+            if header is not None:
+                size += len(header)
+            keep(Msg(api, subject, reply, data, header, size))
+            total += size
+        count = len(frames)
+        self._received += count
+        self._received_bytes += total
+        waiters = self._waiters
+        while waiters and count:  # one message, one waiting task
+            count -= 1
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
     @property
     def pin_id(self) -> str | None:
         """The pin id the server gave this client (ADR-42 pinned_client), if pinned."""

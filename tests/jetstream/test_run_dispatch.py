@@ -92,3 +92,25 @@ async def test_a_status_inside_a_run_is_handled_in_its_place(
         assert order == [[_delivery(4)], b"NATS/1.0 409 Consumer Deleted"]
         with pytest.raises(ConsumerDeletedError):
             await asyncio.wait_for(batch.next_batch(), 5)
+
+
+async def test_consume_takes_a_run_with_a_status_in_order(js: JetStream, unique_name: str) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    consumer = await stream.create_consumer(durable_name="c", ack_policy="none")
+    async with consumer.consume(max_messages=10) as messages:
+        messages._on_run([_delivery(1), _delivery(2)])  # type: ignore[attr-defined]
+        messages._on_run(  # type: ignore[attr-defined]
+            [_delivery(3), _status(b"100 Idle Heartbeat"), _delivery(4)]
+        )
+        got = [await asyncio.wait_for(messages.__anext__(), 5) for _ in range(4)]
+        assert [m.metadata.sequence.stream for m in got] == [1, 2, 3, 4]
+        assert got[0].subject == "s.a"
+        assert messages.statistics().received == 4
+        messages._on_run(  # type: ignore[attr-defined]
+            [_delivery(5), _status(b"409 Consumer Deleted"), _delivery(6)]
+        )
+        # what came after the terminal status is not taken (as when each came alone)
+        buffered = messages._buffer  # type: ignore[attr-defined]
+        assert [m.metadata.sequence.stream for m in buffered] == [5]
+        with pytest.raises(ConsumerDeletedError):
+            await asyncio.wait_for(messages.__anext__(), 5)
