@@ -13,7 +13,9 @@ of pynsq (a handler that returns is finished by the library).
 ``--otel`` adds "aioclients+otel": aioclients instrumented with OpenTelemetry (see
 ``_otel_common.py``: a receive span per message, a settle span per FIN, and the
 metrics) in the same rounds, and "aioclients-run+otel" (a process span per message:
-the library's FIN is not the user's call and makes no span), and prints what
+the library's FIN is not the user's call and makes no span), "aioclients+bare" and
+"aioclients-run+bare" (uninstrumented, making the same SDK spans by hand: the
+floor of instrumentation measured in the same loop), and prints what
 instrumentation costs per message.
 
     python benchmarks/nsq_consume.py --count 100000 --max-in-flight 200
@@ -107,6 +109,64 @@ async def ours_bare_spans(tcp: str, topic: str, count: int, mif: int, spans: Any
         return count / (time.perf_counter() - start)
 
 
+def bare_process_span(
+    telemetry: Any, topic: str, handler: Callable[[Any], object]
+) -> Callable[[Any], object]:
+    """``handler`` inside the process span instrumented ``run()`` makes, made by hand
+    (the same tracer provider, kind, attributes, context attached around the
+    handler): what the SDK costs in ``run()`` with nothing of ours around it."""
+    from opentelemetry import context, trace
+    from opentelemetry.trace import SpanKind
+
+    start_span = telemetry.tracer_provider.get_tracer("bare").start_span
+    set_span_in_context, attach, detach = trace.set_span_in_context, context.attach, context.detach
+    time_ns = time.time_ns
+    kind = SpanKind.CONSUMER
+    base: dict[str, Any] = {}
+    name = f"process {topic}"
+
+    def traced(msg: Any) -> object:
+        if not base:
+            host, port = msg.nsqd_address.rsplit(":", 1)
+            base.update(
+                {
+                    "messaging.system": "nsq",
+                    "messaging.operation.type": "process",
+                    "messaging.operation.name": "process",
+                    "messaging.destination.name": topic,
+                    "messaging.consumer.group.name": "bench",
+                    "server.address": host,
+                    "server.port": int(port),
+                }
+            )
+        attrs = base.copy()
+        attrs["messaging.message.id"] = msg.id.decode("ascii", "replace")
+        span = start_span(name, None, kind, attrs, None, time_ns())
+        token = attach(set_span_in_context(span))
+        try:
+            return handler(msg)
+        finally:
+            detach(token)
+            span.end(time_ns())
+
+    return traced
+
+
+async def ours_run_bare_span(tcp: str, topic: str, count: int, mif: int, telemetry: Any) -> float:
+    """``ours_run`` uninstrumented, its handler making the SDK's process span by hand."""
+    handler, done = counting_handler(count)
+    traced = bare_process_span(telemetry, topic, handler)
+    async with Reader(topic, "bench", nsqd_tcp_addresses=[tcp], max_in_flight=mif) as reader:
+        start = time.perf_counter()
+        task = asyncio.ensure_future(reader.run(traced, concurrency=1))
+        try:
+            return count / (await done - start)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 async def pynsq(tcp: str, topic: str, count: int, mif: int) -> float:
     import nsq
 
@@ -185,13 +245,27 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
 
         bare_spans = BareSpans(telemetry, "nsq")
 
+        # The hand-made spans are flushed through the batch processor in the client's
+        # own measured time, as telemetry.on() does for the instrumented clients: else
+        # their export would be charged to the next client measured.
         async def bare(tcp: str, topic: str, count: int, mif: int) -> float:
-            return await ours_bare_spans(tcp, topic, count, mif, bare_spans)
+            assert telemetry is not None
+            try:
+                return await ours_bare_spans(tcp, topic, count, mif, bare_spans)
+            finally:
+                telemetry.tracer_provider.force_flush()
 
         async def traced_run(tcp: str, topic: str, count: int, mif: int) -> float:
             assert telemetry is not None
             with telemetry.on():
                 return await ours_run(tcp, topic, count, mif)
+
+        async def bare_run(tcp: str, topic: str, count: int, mif: int) -> float:
+            assert telemetry is not None
+            try:
+                return await ours_run_bare_span(tcp, topic, count, mif, telemetry)
+            finally:
+                telemetry.tracer_provider.force_flush()
 
         clients = {
             "aioclients": ours,
@@ -199,6 +273,7 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
             "aioclients+otel": traced,
             "aioclients+otel+metrics": traced_metrics,
             "aioclients-run": ours_run,
+            "aioclients-run+bare": bare_run,
             "aioclients-run+otel": traced_run,
             "pynsq": pynsq,
             "ansq": ansq,
@@ -288,6 +363,14 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
                 f"{med['pynsq'] / med['aioclients-run+otel']:.2f}x by CPU, {run_ratio:.2f}x by "
                 "median msgs/s"
             )
+            if "aioclients-run+bare" in med:
+                bare_run_us = med["aioclients-run+bare"]
+                print(
+                    "  the process span made by hand in run()'s handler (the SDK in situ): "
+                    f"{bare_run_us:.2f} us (SDK {bare_run_us - med['aioclients-run']:.2f}); "
+                    f"instrumented {med['aioclients-run+otel']:.2f} us: the instrumentation's "
+                    f"own work {med['aioclients-run+otel'] - bare_run_us:.2f} us"
+                )
         if "pynsq" in med:
             rate_ratio = statistics.median(rates["aioclients+otel"]) / statistics.median(
                 rates["pynsq"]

@@ -19,7 +19,9 @@ nsqd's HTTP ``/mpub``, not timed) before each client reads it:
 
 Every round is printed, then the best msgs/s and the lowest CPU time per message
 of the consumer (this process, or bench_reader's) and of nsqd (from
-``/proc/<pid>/stat`` with --nsqd-pid).
+``/proc/<pid>/stat`` with --nsqd-pid), and the median (and range) of the rounds
+with the median of the per-round ratios to bench_reader (a round's clients ran
+seconds apart, so a paired ratio is steadier on a shared machine).
 
     python benchmarks/nsq_consume_go.py --nsqd-tcp 127.0.0.1:4150 \\
         --nsqd-http 127.0.0.1:4151 --nsqd-pid PID --go-bin /path/to/bench_reader \\
@@ -34,6 +36,7 @@ import math
 import os
 import re
 import resource
+import statistics
 import struct
 import time
 import uuid
@@ -209,6 +212,7 @@ async def run(args: argparse.Namespace) -> None:
         clients.insert(1, ("bench_reader", go))
     best: dict[str, float] = {}
     cpu: dict[str, tuple[float, float]] = {}
+    rounds: dict[str, list[tuple[float, float, float]]] = {}  # msgs/s, client, nsqd us/msg
     for number in range(1, args.rounds + 1):
         for name, fn in clients:
             topic = f"bench_go_{uuid.uuid4().hex[:8]}"
@@ -224,6 +228,7 @@ async def run(args: argparse.Namespace) -> None:
             best[name] = max(best.get(name, 0.0), rate)
             old = cpu.get(name, (math.inf, math.inf))
             cpu[name] = (min(old[0], per[0]), min(old[1], per[1]))
+            rounds.setdefault(name, []).append((rate, per[0], per[1]))
             drained = " (drained the channel: raise --count)" if read >= args.count * 0.95 else ""
             print(
                 f"round {number} {name:<13} {rate:>9.0f} msgs/s  CPU us/msg: "
@@ -243,6 +248,24 @@ async def run(args: argparse.Namespace) -> None:
             f"{name:<14}{rate:>10.0f}  {rate / go_rate:>13.2f}x  {rate / best['floor']:>6.2f}x"
             f"  {cpu[name][0]:>13.2f}  {cpu[name][1]:>11.2f}"
         )
+    print(
+        f"\nmedian (range) of {args.rounds} rounds; the ratio is the median of each "
+        "round's ratio to bench_reader's:"
+    )
+    for name, _ in clients:
+        got = rounds[name]
+        paired = [r[0] / g[0] for r, g in zip(got, rounds.get("bench_reader", []), strict=False)]
+        ratio = f"{statistics.median(paired):.2f}x" if paired else "-"
+        print(
+            f"{name:<14}{_median_range([r[0] for r in got], '{:,.0f}'):>26} msgs/s"
+            f"  {ratio:>6}  client {_median_range([r[1] for r in got], '{:.2f}'):>19} us"
+            f"  nsqd {_median_range([r[2] for r in got], '{:.2f}'):>19} us"
+        )
+
+
+def _median_range(values: list[float], fmt: str) -> str:
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{fmt.format(mid)} ({fmt.format(low)}-{fmt.format(high)})"
 
 
 def main() -> None:

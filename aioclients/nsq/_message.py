@@ -66,6 +66,7 @@ class Message:
         "_give_up_reason",  # set only when handed to on_give_up
         "_responded",
         "_responder",
+        "_telemetry",  # set only by aioclients.telemetry, when instrumented
         "attempts",
         "body",
         "id",
@@ -76,6 +77,7 @@ class Message:
     # properties below.
     _body_size: int
     _give_up_reason: str
+    _telemetry: object
 
     def __init__(
         self,
@@ -133,6 +135,10 @@ class Message:
         waiting = self._responder.finish(self)
         if waiting is not None:
             await waiting
+
+    # Reader.run's own FIN after a handler that returned: the same call, under a name
+    # of its own (instrumentation wraps ``finish``, the user's call, and not this).
+    _finish_for_run = finish
 
     async def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
         """Give the message back to nsqd for a later attempt (REQ).

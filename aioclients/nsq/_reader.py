@@ -478,12 +478,16 @@ class Reader:
                 waiter = self._waiter = loop.create_future()
             await waiter
 
+    # run()'s workers wait for a message with this: the same coroutine function, under
+    # a name of its own (instrumentation wraps ``__anext__``, the user's iteration).
+    _next_for_run = __anext__
+
     def _take_queued(self) -> Message | None:
         """:meth:`__anext__`'s fast path as a plain call: the next queued message, or
-        None where ``__anext__`` would wait, end or raise. For
-        ``aioclients.telemetry``, whose receive span then needs no second coroutine
-        per message; ``__anext__`` keeps its own loop, so that the path without
-        telemetry is not one call longer."""
+        None where ``__anext__`` would wait, end or raise. For run()'s workers and
+        ``aioclients.telemetry``, which then need no coroutine per queued message;
+        ``__anext__`` keeps its own loop, so that the path of ``async for`` is not
+        one call longer."""
         queue = self._queue
         if queue and self._failure is None:
             return queue.popleft()
@@ -522,7 +526,16 @@ class Reader:
                     await w
 
     async def _worker(self, handler: Callable[[Message], Awaitable[object] | object]) -> None:
-        async for msg in self:
+        # A queued message is taken with a plain call; only when there is none does
+        # the worker wait in __anext__'s loop (which also ends it, or raises).
+        take = self._take_queued
+        while True:
+            msg = take()
+            if msg is None:
+                try:
+                    msg = await self._next_for_run()
+                except StopAsyncIteration:
+                    return
             try:
                 result = handler(msg)
                 if inspect.isawaitable(result):
@@ -534,8 +547,8 @@ class Reader:
                 if not msg.has_responded:
                     await msg.requeue()
             else:
-                if not msg.has_responded:
-                    await msg.finish()
+                if not msg._responded:
+                    await msg._finish_for_run()
 
     def is_starved(self) -> bool:
         """Whether some connection has (nearly) all its RDY in flight: a batching

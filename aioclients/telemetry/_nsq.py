@@ -5,7 +5,9 @@
 - ``receive`` (CLIENT): one per message ``Reader`` hands out to ``async for``.
 - ``process`` (CONSUMER): one per message under ``Reader.run``, around the handler:
   the message's one span there (the library receives it for the handler, and the
-  FIN it sends after a handler that returned is not a call of the user's).
+  FIN it sends after a handler that returned is not a call of the user's). A
+  plain handler's span ends when it returns; a coroutine handler's, when the
+  coroutine does (no coroutine of ours around a plain one).
 - ``settle`` (CLIENT): ``Message.finish`` and ``requeue`` called by the user, and
   the REQ ``run()`` sends after a handler that raised.
 
@@ -16,16 +18,17 @@ context to propagate, so consumer spans have no link to the producer's.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import Token
 from typing import Any
 from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind
 
 from aioclients.nsq import HTTPProducer, Message, Producer, Reader
@@ -50,14 +53,6 @@ __all__ = ("instrument_nsq",)
 _time_ns = time.time_ns
 _CLIENT = SpanKind.CLIENT
 _CONSUMER = SpanKind.CONSUMER
-_HANDED_OUT_LIMIT = 1 << 16
-
-# The Reader whose run() workers read in this context: their messages get a
-# process span, not a receive span (the workers copy the context run() was called
-# in; another Reader iterated in a task a handler starts still gets receive spans).
-_UNDER_RUN: contextvars.ContextVar[object] = contextvars.ContextVar(
-    "aioclients_nsq_under_run", default=None
-)
 
 
 class _Nothing:
@@ -185,10 +180,9 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
         weakref.WeakKeyDictionary()
     )
     # A Message does not say (publicly) which Reader, topic and channel it came
-    # from: its settle span finds them here, by (message id, nsqd address), an
-    # entry made when the message was handed out and dropped when it is answered.
-    # Bounded: a message never answered (nsqd re-queues it) ages out.
-    handed_out: dict[tuple[bytes, str], _ReaderAttributes] = {}
+    # from: its settle span finds them in the message's ``_telemetry`` slot, set when
+    # the message is handed out (to ``async for`` or to run()'s handler). It lives
+    # and goes with the message.
 
     def receive_attributes(reader: Reader, address: str) -> _ReaderAttributes:
         by_address = readers.get(reader)
@@ -211,12 +205,6 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
     # the last (Reader, nsqd address) a message came from and its attributes: a
     # Reader's loop finds them with one call and two comparisons
     last: list[Any] = [_dead_ref, None, None]
-    under_run = _UNDER_RUN.get
-    # Messages whose handler returned under run() and that run() finishes next: that
-    # FIN is the library's, not the user's, and makes no settle span (the process
-    # span's status says how the handler ended). Taken by the FIN that follows at
-    # once; bounded.
-    auto_finish: set[tuple[bytes, str]] = set()
     start_span_now = inst.start_span
     record = inst.record
 
@@ -252,15 +240,10 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 if last[1] == address and last[0]() is self
                 else receive_attributes(self, address)
             )
-            if len(handed_out) >= _HANDED_OUT_LIMIT:
-                del handed_out[next(iter(handed_out))]  # the oldest
-            message_id = msg.id
-            handed_out[(message_id, address)] = cached
+            msg._telemetry = cached
             cached.consumed[1] += 1
-            if under_run() is self:
-                return msg  # run()'s process span is this message's span
             attrs = cached.receive.copy()
-            attrs[MESSAGE_ID] = message_id.decode("ascii", "replace")
+            attrs[MESSAGE_ID] = msg.id.decode("ascii", "replace")
             span = start_span_now(cached.receive_name, None, _CLIENT, attrs, None, start)
             end = _time_ns()
             span.end(end)
@@ -274,6 +257,14 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
 
     # -- process (Reader.run's handler) ---------------------------------------------
 
+    # run()'s workers take their messages without __anext__ (no receive span: the
+    # process span is the message's one span) and finish them without
+    # Message.finish (that FIN is the library's, not the user's call: no settle
+    # span; the process span's status says how the handler ended).
+    set_span_in_context = trace.set_span_in_context
+    attach = otel_context.attach
+    detach = otel_context.detach
+
     def traced_run(original: Any) -> Any:
         async def run(
             self: Reader,
@@ -281,52 +272,76 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
             *args: Any,
             **kwargs: Any,
         ) -> None:
-            topic = self.topic
-            base: Attributes = {
-                SYSTEM: "nsq",
-                OPERATION_TYPE: "process",
-                OPERATION_NAME: "process",
-                DESTINATION: topic,
-                CONSUMER_GROUP: self.channel,
-            }
+            # per nsqd address: the settle attributes (and consumed counter) of
+            # async for's messages, and the process span's attributes
+            by_address: dict[str, tuple[_ReaderAttributes, Attributes, str]] = {}
 
-            name = f"process {topic}" if topic else "process"
-            by_address: dict[str, Attributes] = {}
+            def attributes_of(address: str) -> tuple[_ReaderAttributes, Attributes, str]:
+                if len(by_address) > 1024:
+                    by_address.clear()
+                cached = receive_attributes(self, address)
+                attrs: Attributes = {
+                    SYSTEM: "nsq",
+                    OPERATION_TYPE: "process",
+                    OPERATION_NAME: "process",
+                    DESTINATION: self.topic,
+                    CONSUMER_GROUP: self.channel,
+                    **server_of(address),
+                }
+                name = f"process {self.topic}" if self.topic else "process"
+                entry = by_address[address] = (cached, attrs, name)
+                return entry
 
-            async def traced_handler(msg: Message) -> object:
-                address = msg.nsqd_address
-                attrs = by_address.get(address)
-                if attrs is None:
-                    if len(by_address) > 1024:
-                        by_address.clear()
-                    attrs = by_address[address] = {**base, **server_of(address)}
-                span_attrs = attrs.copy()
-                message_id = msg.id
-                span_attrs[MESSAGE_ID] = message_id.decode("ascii", "replace")
-                start = _time_ns()
-                span = start_span_now(name, None, _CONSUMER, span_attrs, None, start)
-                token = otel_context.attach(trace.set_span_in_context(span))
+            def ended(span: Any, attrs: Attributes, start: int, token: Token[Context]) -> None:
+                detach(token)
+                end = _time_ns()
+                span.end(end)
+                if record is not None:
+                    record((end - start) / 1e9, attrs)
+
+            async def awaited(
+                result: Awaitable[object],
+                span: Any,
+                attrs: Attributes,
+                start: int,
+                token: Token[Context],
+            ) -> object:
                 try:
-                    result = handler(msg)
-                    if inspect.isawaitable(result):
-                        result = await result
+                    value = await result
                 except BaseException as exc:
-                    otel_context.detach(token)
+                    detach(token)
                     finish(span, attrs, start, exc)
                     raise
-                otel_context.detach(token)
-                finish(span, attrs, start)
-                if not msg.has_responded:
-                    if len(auto_finish) >= _HANDED_OUT_LIMIT:
-                        auto_finish.clear()
-                    auto_finish.add((message_id, address))
+                ended(span, attrs, start, token)
+                return value
+
+            def traced_handler(msg: Message) -> object:
+                address = msg.nsqd_address
+                entry = by_address.get(address)
+                if entry is None:
+                    entry = attributes_of(address)
+                cached, attrs, name = entry
+                msg._telemetry = cached  # for the settle span of the user's own answer
+                cached.consumed[1] += 1
+                span_attrs = attrs.copy()
+                span_attrs[MESSAGE_ID] = msg.id.decode("ascii", "replace")
+                start = _time_ns()
+                span = start_span_now(name, None, _CONSUMER, span_attrs, None, start)
+                token = attach(set_span_in_context(span))
+                try:
+                    result = handler(msg)
+                except BaseException as exc:
+                    detach(token)
+                    finish(span, attrs, start, exc)
+                    raise
+                if inspect.isawaitable(result):
+                    # the span stays current in the handler's coroutine, and ends
+                    # when it does (a plain handler's ends here, with no coroutine)
+                    return awaited(result, span, attrs, start, token)
+                ended(span, attrs, start, token)
                 return result
 
-            reset = _UNDER_RUN.set(self)
-            try:
-                await original(self, traced_handler, *args, **kwargs)
-            finally:
-                _UNDER_RUN.reset(reset)
+            await original(self, traced_handler, *args, **kwargs)
 
         return run
 
@@ -339,14 +354,11 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
 
         def make(original: Any) -> Any:
             async def settle(self: Message, *args: Any, **kwargs: Any) -> None:
-                key = (self.id, self.nsqd_address)
-                cached = handed_out.pop(key, None)
-                if auto_finish and key in auto_finish:
-                    auto_finish.discard(key)
-                    if is_finish:  # run()'s own FIN after the handler returned
-                        await original(self, *args, **kwargs)
-                        return
-                if cached is None:  # handed out before instrument(), or aged out
+                # a message answered already no longer says where it came from
+                cached: _ReaderAttributes | None = (
+                    None if self._responded else getattr(self, "_telemetry", None)
+                )
+                if cached is None:  # handed out before instrument(), or answered
                     name = operation
                     attrs: Attributes = {
                         SYSTEM: "nsq",
@@ -365,8 +377,6 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 try:
                     await original(self, *args, **kwargs)
                 except BaseException as exc:
-                    if cached is not None and not self.has_responded:
-                        handed_out[(self.id, self.nsqd_address)] = cached  # may try again
                     finish(span, attrs, start, exc)
                     raise
                 end = _time_ns()

@@ -91,6 +91,12 @@ class ConnectionState(enum.Enum):
     CLOSED = "closed"
 
 
+# The states the per-message paths compare with, as plain globals (an enum member
+# taken from its class is an attribute lookup through the enum's metaclass).
+_CLOSED: Final = ConnectionState.CLOSED
+_SUBSCRIBED: Final = ConnectionState.SUBSCRIBED
+
+
 @dataclass(frozen=True, slots=True)
 class IdentifyResponse:
     """nsqd's answer to IDENTIFY (feature negotiation); defaults describe a plain OK."""
@@ -379,7 +385,7 @@ class ConnectionCore:
         Raises:
             LocalProtocolError: the connection is closed.
         """
-        if self.state is ConnectionState.CLOSED:
+        if self.state is _CLOSED:
             raise LocalProtocolError("FIN: the connection is closed")
         if self.in_flight.pop(message_id, None) is None:
             return False
@@ -465,7 +471,7 @@ class ConnectionCore:
         """
         self._last_received = now
         state = self.state
-        if state is ConnectionState.SUBSCRIBED:
+        if state is _SUBSCRIBED:
             if self.make_message is not None:
                 return self._steady_made(data, now)
             return self._steady(self.decoder.feed(data), now)

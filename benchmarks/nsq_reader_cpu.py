@@ -1,0 +1,109 @@
+"""The NSQ Reader's own CPU per message, without the network: receive, iterate, FIN.
+
+A Reader with one connection whose transport only counts writes is fed reads of
+--batch message frames (two reads per batch, as nsqd's 16 KiB buffer splits a
+RDY-full of 100-byte messages) and consumes them with ``async for`` and ``await
+msg.finish()``, --rounds batches per pass; the FINs are flushed after each
+batch. No socket, no server: what is left is the client's Python work per message
+(frame decoding, the ``Message``, the iterator, the FIN path, the RDY
+distributor), the figure to profile (``py-spy record -- python
+benchmarks/nsq_reader_cpu.py``) and to compare between checkouts (run it with
+each checkout on ``PYTHONPATH``, alternating). Prints the CPU time per message of
+each pass.
+
+    python benchmarks/nsq_reader_cpu.py --rounds 1000 --passes 3 --loop uvloop
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import struct
+import time
+from typing import Any
+
+from _loop import add_loop_argument, run_async, use_loop
+
+from aioclients.nsq import Reader
+from aioclients.nsq._io._connection import NsqdConnection
+from aioclients.nsq._message import Message
+from aioclients.nsq._protocol._connection import ConnectionCore, ConnectionState
+from aioclients.nsq._protocol._rdy import RdyDistributor
+from aioclients.nsq._responder import ReaderResponder
+
+
+class _CountingTransport:
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, data: bytes) -> None:
+        self.writes += 1
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+def frames(count: int) -> bytes:
+    out = []
+    for i in range(count):
+        payload = struct.pack(">qH", 1, 1) + b"%016d" % i + b"x" * 100
+        out.append(struct.pack(">ll", 4 + len(payload), 2) + payload)
+    return b"".join(out)
+
+
+async def one_pass(rounds: int, batch: int) -> tuple[float, int]:
+    """CPU us per message of ``rounds`` batches, and the writes made."""
+    loop = asyncio.get_running_loop()
+    reader = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:1"], max_in_flight=batch)
+    # what start() sets up, without connecting
+    reader._started = True
+    reader._loop = loop
+    dist = reader._dist = RdyDistributor(batch, rng=reader._rng)
+    responder = reader._responder = ReaderResponder(
+        dist, reader._apply, loop.time, requeue_delay=90.0, max_requeue_delay=900.0
+    )
+    core = ConnectionCore(identify={}, topic="t", channel="c")
+    core.state = ConnectionState.SUBSCRIBED
+    core.decoder.max_frame_size = 1 << 20
+    conn = NsqdConnection("127.0.0.1:1", core, reader)
+    transport = _CountingTransport()
+    conn._transport = transport  # type: ignore[assignment]
+    core.make_message = Message
+    core.make_with = (conn, responder)
+    core.attempts_limit = 5
+    reader._conns[conn.address] = conn
+    reader._apply(dist.add_connection(conn.address, 2500, loop.time()))
+    core.rdy_allowance = batch
+    data = frames(batch)
+    half = len(data) // 2
+    anext: Any = reader.__anext__
+    used = time.process_time()
+    for _ in range(rounds):
+        conn.data_received(data[:half])
+        conn.data_received(data[half:])
+        for _ in range(batch):
+            msg = await anext()
+            await msg.finish()
+        conn.flush()
+    used = time.process_time() - used
+    return used / (rounds * batch) * 1e6, transport.writes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=1000, help="batches per pass")
+    parser.add_argument("--batch", type=int, default=200, help="messages per batch (RDY)")
+    parser.add_argument("--passes", type=int, default=3)
+    add_loop_argument(parser)
+    args = parser.parse_args()
+    use_loop(args.loop)
+    for _ in range(args.passes):
+        us, writes = run_async(one_pass(args.rounds, args.batch))
+        print(f"{us:.3f} us of CPU per message ({writes} writes)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
