@@ -577,21 +577,23 @@ async def test_no_keepalive_ping_while_the_server_keeps_sending() -> None:
             assert await call.read() == b"first"
             conn = ch._conn
             assert conn is not None
-            pings: list[bytes] = []
+            loop = asyncio.get_running_loop()
+            pings: list[float] = []  # how long the link had been silent at each PING
             ping = conn.h2.ping
 
             def counting(payload: bytes) -> None:
-                pings.append(payload)
+                pings.append(loop.time() - conn._last_received)
                 ping(payload)
 
             conn.h2.ping = counting  # type: ignore[method-assign]
-            loop = asyncio.get_running_loop()
             busy_until = loop.time() + 3.0  # three keepalive periods of steady traffic
             while loop.time() < busy_until:
                 await call.write(b"tick")
                 assert await asyncio.wait_for(call.read(), 5) == b"tick"
                 await asyncio.sleep(0.02)
-            assert pings == []
+            # A PING goes out only after a full second of silence. On a machine
+            # so loaded that this loop stalled that long, one is right.
+            assert all(quiet >= 1.0 for quiet in pings), pings
             # Silent from now on: a PING goes out after keepalive_time.
             await wait_for(lambda: len(pings) >= 1, timeout=10, what="a PING on a quiet link")
             await call.done_writing()

@@ -622,14 +622,16 @@ async def test_consume_reports_server_limit_warnings(
 async def test_idle_consumer_with_heartbeats_reports_no_false_misses(
     js: JetStream, stream: Stream, consumer: Consumer
 ) -> None:
-    # expires=1, idle_heartbeat=0.5: over 2.5 s the pulls expire and are renewed
+    # expires=2, idle_heartbeat=1: over 4.5 s the pulls expire and are renewed
     # and the server's heartbeats keep the stream alive; nothing is "missed".
+    # (A miss is 2 s without a frame; shorter intervals made a loaded machine's
+    # stalled event loop look like one.)
     events: list[ConsumeEvent] = []
     async with consumer.consume(
-        max_messages=5, expires=1, idle_heartbeat=0.5, on_event=events.append
+        max_messages=5, expires=2, idle_heartbeat=1, on_event=events.append
     ) as messages:
         with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(messages.__anext__(), 2.5)
+            await asyncio.wait_for(messages.__anext__(), 4.5)
         stats = messages.statistics()
         await js.publish(f"{stream.name}.a", b"late")
         msg = await asyncio.wait_for(messages.__anext__(), 5)
