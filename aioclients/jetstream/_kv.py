@@ -753,7 +753,8 @@ class KeyLister:
         # never sees the key at or before ``last``. Those keys are what remains
         # here once the scan is over; each is looked up as it is now.
         start = StartSubjects(subjects, last)
-        reached = start.delivered
+        # StartSubjects.delivered, inline: the read loop runs it once per key.
+        reached = start.unreached.discard
         oc = await open_ordered_consumer(
             kv._api,
             kv._stream_name,
@@ -784,8 +785,10 @@ class KeyLister:
                 pending: int,
                 ts: int,
             ) -> str | None:
-                # The read loop's work per key: no Msg, no entry.
-                reached(subject, sseq)
+                # The read loop's work per key: no Msg, no entry (and no pending
+                # count or timestamp: meta=False).
+                if sseq <= last:
+                    reached(subject)
                 if deliver(sseq) is not take:
                     return None  # listed already, or written after the start
                 if header is not None and (
@@ -802,6 +805,7 @@ class KeyLister:
                 ),
                 key_of,
                 on_open=opened,
+                meta=False,
             )
             async with SnapshotReader(kv._api, scan, self._subjects, messages) as reader:
                 while (keys := await reader.next_batch()) is not None:

@@ -422,11 +422,16 @@ class OrderedMessageStream:
         options: PullOptions,
         on_event: Callable[[OrderedConsumeEvent], object] | None,
         make: ItemMaker | None = None,
+        *,
+        meta: bool = True,
     ) -> None:
         self._oc = oc
         self._options = options
         self._on_event = on_event
         self._make = make
+        #: ``make`` is given the pending count and timestamp (``False``: 0 and 0,
+        #: the ack subject's numbers left unread)
+        self._meta = meta
         self._inner: BatchStream | None = None
         self._generation = 0
         self._stopped = False
@@ -466,6 +471,7 @@ class OrderedMessageStream:
         cursor = self._oc._cursor
         api = self._oc._api
         make = self._make
+        meta = self._meta
         incoming = self._incoming
         seqs = self._incoming_seqs
         deliver = cursor.deliver
@@ -498,7 +504,9 @@ class OrderedMessageStream:
                         keep_seq(sseq)
                         continue
                     try:
-                        if len(tokens) == 9:
+                        if not meta:
+                            pending = ts = 0
+                        elif len(tokens) == 9:
                             pending, ts = int(tokens[8]), int(tokens[7])
                         else:
                             pending, ts = int(tokens[10]), int(tokens[9])
@@ -713,6 +721,9 @@ class OrderedItems(OrderedMessageStream):
     ``make`` returns), read a batch at a time: the base of KV's ``keys`` and
     ``watch``.
 
+    ``meta=False``: ``make`` is given 0 for the pending count and the timestamp
+    (a reader that uses neither saves their parsing per delivery).
+
     Read it with ``await items.fill()`` (wait until ``ready`` holds something)
     and ``ready.popleft()``; ``incoming`` holds what the read loop kept and
     ``fill`` has not moved to ``ready`` yet. ``on_event`` defaults to the
@@ -728,8 +739,9 @@ class OrderedItems(OrderedMessageStream):
         on_event: Callable[[OrderedConsumeEvent], object] | None = None,
         *,
         on_open: Callable[[int], object] | None = None,
+        meta: bool = True,
     ) -> None:
-        super().__init__(oc, options, on_event or oc._on_event, make)
+        super().__init__(oc, options, on_event or oc._on_event, make, meta=meta)
         self._on_open = on_open
         #: handed out next, in order (the same deque as the base class's)
         self.ready = self._ready

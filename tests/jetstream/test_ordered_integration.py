@@ -295,3 +295,48 @@ async def test_a_delivery_without_an_ack_subject_fails_the_iteration(
         handler([(MSG, f"{unique_name}.a".encode(), 0, b"not.an.ack.subject", None, b"x")])
         with pytest.raises(RemoteProtocolError, match="not a JetStream ack subject"):
             await asyncio.wait_for(messages.__anext__(), 5)
+
+
+@pytest.mark.parametrize("meta", [True, False])
+async def test_ordered_items_hand_make_the_pending_count_and_time_unless_told_not_to(
+    js: JetStream, unique_name: str, meta: bool
+) -> None:
+    # keys() reads with meta=False: it uses neither number, and their parsing was a
+    # few percent of its read loop.
+    from aioclients.jetstream._ordered import OrderedItems, ordered_consume_options
+
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    await publish_many(js, f"{unique_name}.a", 3)
+    oc = await stream.ordered_consumer()
+    made: list[tuple[str, int, int, int]] = []
+
+    def make(
+        subject: str,
+        reply: bytes,
+        data: bytes,
+        header: bytes | None,
+        sseq: int,
+        pending: int,
+        ts: int,
+    ) -> int:
+        made.append((subject, sseq, pending, ts))
+        return sseq
+
+    items = OrderedItems(oc, ordered_consume_options(max_messages=10), make, meta=meta)
+    async with items:
+        got: list[int] = []
+        while len(got) < 3:
+            await asyncio.wait_for(items.fill(), 10)
+            got.extend(items.ready)
+            items.ready.clear()
+    assert got == [1, 2, 3]
+    assert [(subject, sseq) for subject, sseq, _, _ in made] == [
+        (f"{unique_name}.a", 1),
+        (f"{unique_name}.a", 2),
+        (f"{unique_name}.a", 3),
+    ]
+    if meta:
+        assert [pending for _, _, pending, _ in made] == [2, 1, 0]
+        assert all(ts > 0 for _, _, _, ts in made)
+    else:
+        assert [(pending, ts) for _, _, pending, ts in made] == [(0, 0)] * 3

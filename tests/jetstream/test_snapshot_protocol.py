@@ -381,3 +381,15 @@ def test_object_store_list_gives_each_object_of_the_start_once(
     assert set(listed) <= set(run.snapshot.last_of()), "an object written later is listed"
     assert set(listed) - at_start <= run.written_after
     assert at_start & at_end <= set(listed), "an object there all along is missing"
+
+
+def test_start_subjects_takes_a_set_over_and_drops_what_a_delivery_reached() -> None:
+    subjects = {"$KV.b.a", "$KV.b.b", "$KV.b.c"}
+    start = StartSubjects(subjects, 5)
+    assert start.unreached is subjects  # taken over, not copied (100k keys: a copy)
+    start.delivered("$KV.b.b", 5)
+    start.delivered("$KV.b.c", 6)  # after the start: not that subject's message of then
+    assert start.left() == ["$KV.b.a", "$KV.b.c"]
+    listed = ["$KV.b.x"]
+    assert StartSubjects(listed, 1).unreached == {"$KV.b.x"}
+    assert listed == ["$KV.b.x"]

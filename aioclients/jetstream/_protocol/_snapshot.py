@@ -254,14 +254,17 @@ class StartSubjects:
     reached: see the module doc.
 
     Args:
-        subjects: the subjects (keys or metas, markers included) at the start.
+        subjects: the subjects (keys or metas, markers included) at the start; a
+            ``set`` is taken over (it becomes ``unreached``), not copied.
         last_seq: the stream's last sequence in the same answer.
     """
 
-    __slots__ = ("_left", "last_seq")
+    __slots__ = ("last_seq", "unreached")
 
     def __init__(self, subjects: Iterable[str], last_seq: int) -> None:
-        self._left = set(subjects)
+        #: the subjects not reached yet (a hot loop may discard from it itself, as
+        #: ``delivered`` does)
+        self.unreached = subjects if isinstance(subjects, set) else set(subjects)
         self.last_seq = last_seq
 
     def delivered(self, subject: str, stream_seq: int) -> None:
@@ -269,8 +272,8 @@ class StartSubjects:
         too): one at or before ``last_seq`` is that subject's message of the start
         (or a later one the scan judges), so the subject needs no look-up."""
         if stream_seq <= self.last_seq:
-            self._left.discard(subject)
+            self.unreached.discard(subject)
 
     def left(self) -> list[str]:
         """The subjects no delivery reached, sorted: to look up as they are now."""
-        return sorted(self._left)
+        return sorted(self.unreached)
