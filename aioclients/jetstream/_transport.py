@@ -441,12 +441,15 @@ class FastParser:
 class NatsTransport:
     """Publishing and subscribing through one nats-py client."""
 
-    __slots__ = ("_written", "nc", "sync_delivery")
+    __slots__ = ("_socket", "_writer", "_written", "nc", "sync_delivery")
 
     def __init__(self, nc: NATS, *, sync_delivery: bool = True) -> None:
         check_nats_py(nc)
         self.nc = nc
         self._written: asyncio.Future[None] | None = None
+        # write_now's cache: the connection's writer, and its socket's transport
+        self._writer: object = None
+        self._socket: asyncio.WriteTransport | None = None
         #: deliver messages synchronously from the read loop (see ``subscribe``)
         self.sync_delivery = sync_delivery
 
@@ -547,10 +550,17 @@ class NatsTransport:
             ConnectError: disconnected, and the reconnect buffer is full.
             JetStreamClosedError: the connection is closed.
         """
-        nc = self._admit(frame)
+        nc = self.nc
         if nc._pending_data_size or not nc.is_connected:
+            self._admit(frame)  # raises if the frame may not even be queued
             return False
-        transport = _socket_transport(nc)
+        # The socket's transport, looked up again only when the connection's writer
+        # changed (a reconnect, a TLS upgrade).
+        writer = getattr(nc._transport, "_io_writer", None)
+        if writer is not self._writer:
+            self._writer = writer
+            self._socket = _socket_transport(nc)
+        transport = self._socket
         if transport is None or transport.is_closing() or transport.get_write_buffer_size():
             return False
         transport.write(frame)
