@@ -12,14 +12,25 @@ Each round reads the stream once per client, interleaved; the best round is
 printed as msgs/s with the ratio, and the client's CPU time per message (steadier
 than msgs/s on a busy machine; the server's share is not in it).
 
-    python benchmarks/jetstream_ordered.py --count 1000000 --rounds 2
+With ``--floor``, a third reader runs in the same rounds: a bare ``asyncio.Protocol``
+on its own socket that creates the consumer ``ours`` reads through (ephemeral, ack
+policy none, memory storage, one replica, deliver all), pulls like it (batch 2000,
+a refill pull when half of it has come, 5 s idle heartbeats, 30 s expiry) and counts
+the deliveries until the ack subject's pending count is 0: no message object, no
+order check, no iteration. What this server and machine deliver to one Python
+reader at most.
+
+    python benchmarks/jetstream_ordered.py --count 1000000 --rounds 2 [--floor]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import time
+from typing import Any, cast
+from urllib.parse import urlparse
 
 import nats
 from _loop import add_loop_argument, run_async, use_loop
@@ -93,19 +104,137 @@ async def theirs(url: str, n: int) -> float:
     return n / elapsed
 
 
-async def run(url: str, count: int, rounds: int) -> None:
+#: the floor's pulls: ``ours``'s max_messages, refilled at half (consume's default)
+FLOOR_BATCH = 2000
+FLOOR_PULL = b'{"batch":%d,"expires":30000000000,"idle_heartbeat":5000000000}'
+
+
+class _FloorReader(asyncio.Protocol):
+    """Just enough NATS: CONNECT, one SUB, API requests, and counting deliveries."""
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.connected: asyncio.Future[None] = loop.create_future()
+        self.reply: asyncio.Future[bytes] | None = None
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.next_subject = b""
+        self.count = 0
+        self.outstanding = 0  # deliveries still due from the pulls sent
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # cast, not isinstance: uvloop's transports are not asyncio.Transport subclasses
+        self.transport = cast("asyncio.Transport", transport)
+
+    def pull(self, batch: int) -> None:
+        assert self.transport is not None
+        body = FLOOR_PULL % batch
+        self.transport.write(b"PUB %s _FLOOR.d %d\r\n%s\r\n" % (self.next_subject, len(body), body))
+        self.outstanding += batch
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buffer + data if self.buffer else data
+        pos = 0
+        size = len(buf)
+        while pos < size:
+            end = buf.find(b"\r\n", pos)
+            if end < 0:
+                break
+            if buf.startswith(b"MSG", pos) or buf.startswith(b"HMSG", pos):
+                parts = buf[pos:end].split(b" ")
+                total = int(parts[-1])
+                if size < end + 2 + total + 2:
+                    break
+                body = buf[end + 2 : end + 2 + total]
+                pos = end + 2 + total + 2
+                if parts[0] == b"HMSG":
+                    continue  # a status (heartbeat, 408): nothing to do
+                if len(parts) == 5:  # a delivery: it has an ack subject
+                    tokens = parts[3].split(b".")
+                    pending = int(tokens[8] if len(tokens) == 9 else tokens[10])
+                    self.count += 1
+                    self.outstanding -= 1
+                    if pending == 0:
+                        if not self.done.done():
+                            self.done.set_result(None)
+                    elif self.outstanding <= FLOOR_BATCH // 2:
+                        self.pull(FLOOR_BATCH - self.outstanding)
+                elif self.reply is not None and not self.reply.done():
+                    self.reply.set_result(body)  # an API reply
+                continue
+            line = buf[pos:end]
+            pos = end + 2
+            if line.startswith(b"PING"):
+                assert self.transport is not None
+                self.transport.write(b"PONG\r\n")
+            elif line.startswith(b"PONG") and not self.connected.done():
+                self.connected.set_result(None)
+            elif line.startswith(b"-ERR"):
+                raise RuntimeError(line.decode())
+        self.buffer = buf[pos:]
+
+    async def request(self, subject: str, body: bytes) -> dict[str, Any]:
+        assert self.transport is not None
+        self.reply = asyncio.get_running_loop().create_future()
+        self.transport.write(
+            b"PUB %s _FLOOR.api %d\r\n%s\r\n" % (subject.encode(), len(body), body)
+        )
+        reply = json.loads(await asyncio.wait_for(self.reply, 30))
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return cast("dict[str, Any]", reply)
+
+
+async def floor(url: str, n: int) -> float:
+    u = urlparse(url)
+    loop = asyncio.get_running_loop()
+    cpu = time.process_time()
+    transport, reader = await loop.create_connection(_FloorReader, u.hostname, u.port)
+    connect = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True}
+    transport.write(b"CONNECT " + json.dumps(connect).encode() + b"\r\nSUB _FLOOR.* 1\r\nPING\r\n")
+    await reader.connected
+    start = time.perf_counter()
+    config = {
+        "deliver_policy": "all",
+        "ack_policy": "none",
+        "max_deliver": 1,
+        "mem_storage": True,
+        "num_replicas": 1,
+        "inactive_threshold": 300_000_000_000,
+    }
+    created = await reader.request(
+        f"$JS.API.CONSUMER.CREATE.{STREAM}",
+        json.dumps({"stream_name": STREAM, "config": config}).encode(),
+    )
+    name = created["name"]
+    reader.next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{name}".encode()
+    reader.pull(FLOOR_BATCH)
+    await asyncio.wait_for(reader.done, 600)
+    elapsed = time.perf_counter() - start
+    await reader.request(f"$JS.API.CONSUMER.DELETE.{STREAM}.{name}", b"")
+    transport.close()
+    note_cpu("floor", time.process_time() - cpu, n)
+    assert reader.count == n, reader.count
+    return n / elapsed
+
+
+async def run(url: str, count: int, rounds: int, with_floor: bool = False) -> None:
     await fill(url, count)
-    best_ours = best_theirs = 0.0
+    best_ours = best_theirs = best_floor = 0.0
     for r in range(rounds):
         got_theirs = await theirs(url, count)
         got_ours = await ours(url, count)
+        got_floor = await floor(url, count) if with_floor else 0.0
         print(
             f"  round {r + 1}: aioclients {got_ours:.0f}/s, nats-py {got_theirs:.0f}/s, "
-            f"{got_ours / got_theirs:.2f}x",
+            f"{got_ours / got_theirs:.2f}x"
+            + (f"; floor {got_floor:.0f}/s ({got_ours / got_floor:.2f}x)" if with_floor else ""),
             flush=True,
         )
         best_theirs = max(best_theirs, got_theirs)
         best_ours = max(best_ours, got_ours)
+        best_floor = max(best_floor, got_floor)
     print(f"{'scenario':<30} {'messages':>9} {'aioclients':>13} {'nats-py':>13} {'ratio':>7}")
     print(
         f"{'ordered consumer, whole stream':<30} {count:>9} {best_ours:>11.0f}/s "
@@ -115,6 +244,11 @@ async def run(url: str, count: int, rounds: int) -> None:
         f"{'client CPU per message':<30} {'':>9} {CPU['ours']:>10.2f} us "
         f"{CPU['theirs']:>10.2f} us {CPU['theirs'] / CPU['ours']:>6.2f}x"
     )
+    if with_floor:
+        print(
+            f"floor (asyncio.Protocol): {best_floor:.0f}/s, client CPU {CPU['floor']:.2f} us "
+            f"per message; aioclients / floor {best_ours / best_floor:.2f}x"
+        )
 
 
 def main() -> None:
@@ -122,14 +256,15 @@ def main() -> None:
     parser.add_argument("--url", help="an existing nats-server with JetStream")
     parser.add_argument("--count", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--floor", action="store_true", help="add a bare socket reader")
     add_loop_argument(parser)
     args = parser.parse_args()
     use_loop(args.loop)
     if args.url:
-        run_async(run(args.url, args.count, args.rounds))
+        run_async(run(args.url, args.count, args.rounds, args.floor))
         return
     with NatsServer() as server:
-        run_async(run(server.url, args.count, args.rounds))
+        run_async(run(server.url, args.count, args.rounds, args.floor))
 
 
 if __name__ == "__main__":

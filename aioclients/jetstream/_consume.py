@@ -60,6 +60,7 @@ from aioclients.jetstream._protocol._pull import (
     Terminated,
     Unpinned,
 )
+from aioclients.jetstream._protocol._wire import Frame
 
 if TYPE_CHECKING:
     from aioclients.jetstream._api import JetStreamApi
@@ -191,12 +192,13 @@ class _Puller:
         api.check_open()
         loop = self._loop = asyncio.get_running_loop()
         self._inbox = self._transport.new_inbox()
-        self._sub = await self._transport.subscribe_raw(
-            self._inbox, self._on_raw, as_bytes=self._raw_as_bytes
-        )
+        self._sub = await self._subscribe(self._inbox)
         api.add_listener(self)
         self._core.start(loop.time())
         self._process_events()
+
+    async def _subscribe(self, inbox: str) -> RawSubscription:
+        return await self._transport.subscribe_raw(inbox, self._on_raw, as_bytes=self._raw_as_bytes)
 
     def _release(self) -> None:
         """Drop the subscription, the timer and the listener (idempotent, sync)."""
@@ -353,9 +355,7 @@ class _Puller:
                 "missed idle heartbeats on %s; %s", self._consumer, self._on_missed_heartbeat
             )
         elif isinstance(event, StatusWarning):
-            log.warning(
-                "%s %s: %d %s", self._kind, self._consumer, event.code, event.description
-            )
+            log.warning("%s %s: %d %s", self._kind, self._consumer, event.code, event.description)
         if callback is None:
             return
         try:
@@ -576,6 +576,42 @@ class MessageStream(_Puller):
     def __repr__(self) -> str:
         return f"<MessageStream {self._consumer.stream_name}/{self._consumer.name}>"
 
+    async def _subscribe(self, inbox: str) -> RawSubscription:
+        if not self._batched:  # a priority group: the core hears of each message (pins)
+            return await super()._subscribe(inbox)
+        return await self._transport.subscribe_runs(inbox, self._on_run)
+
+    def _on_run(self, frames: list[Frame]) -> None:
+        """A run of messages from the read loop (see ``subscribe_runs``): each
+        becomes a :class:`Msg` in one loop, with no Python call per message."""
+        for frame in frames:
+            header = frame[4]
+            if header is not None and header[8:9] == b" ":
+                # A status among them: every message the way it comes alone, in order.
+                for _, subject, _, reply, header, data in frames:
+                    if self._finished:
+                        return  # released meanwhile: the rest is no longer ours
+                    self._on_raw(subject, reply, data, header)
+                return
+        api = self._api
+        keep = self._buffer.append
+        total = 0
+        for _, subject, _, reply, header, data in frames:
+            size = len(subject) + len(reply) + len(data)
+            if header is not None:
+                size += len(header)
+            keep(Msg(api, subject, reply, data, header, size))
+            total += size
+        count = len(frames)
+        self._received += count
+        self._received_bytes += total
+        waiters = self._waiters
+        while waiters and count:  # one message, one waiting task
+            count -= 1
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
     @property
     def pin_id(self) -> str | None:
         """The pin id the server gave this client (ADR-42 pinned_client), if pinned."""
@@ -665,22 +701,23 @@ class MessageStream(_Puller):
         return None
 
 
-#: ``sink(subject, reply, data, header)`` of a :class:`BatchStream`: ``subject`` and
-#: ``reply`` are the bytes on the wire from our client, ``str`` from another
-#: nats-py client (see ``NatsTransport.subscribe_raw``).
-RawSink = Callable[["str | bytes", "str | bytes", bytes, "bytes | None"], None]
+#: ``sink(frames)`` of a :class:`BatchStream`: a run of deliveries (no status
+#: message among them), in order, each ``(MSG, subject, sid, reply, header_or_None,
+#: payload)`` with subject and reply the bytes on the wire (see
+#: ``NatsTransport.subscribe_runs``).
+RawSink = Callable[[list[Frame]], None]
 
 
 class BatchStream(MessageStream):
-    """A ``consume()`` whose messages never become :class:`Msg` here: each one
-    goes to ``sink`` straight from the read loop (which keeps whatever it wants
-    of it), and the pull core is told of them in batches, by :meth:`next_batch`.
+    """A ``consume()`` whose messages never become :class:`Msg` here: they go to
+    ``sink`` straight from the read loop, a run at a time (as many as one socket
+    read brought, up to a status message), and the sink keeps whatever it wants
+    of them; the pull core is told of them in batches, by :meth:`next_batch`.
 
     The base of ordered consumers (and through them of KV ``watch`` and
-    ``keys``): per message, only the sink's own work is done. No priority groups.
+    ``keys``): per message, only the sink's own work is done, with no Python call
+    per message on the way. No priority groups.
     """
-
-    _raw_as_bytes = True  # the sink takes bytes (or str: see RawSink)
 
     def __init__(
         self,
@@ -702,27 +739,57 @@ class BatchStream(MessageStream):
         self._held = 0
         self._held_bytes = 0
 
-    def _on_raw(
-        self, subject: str | bytes, reply: str | bytes, data: bytes, header: bytes | None
-    ) -> None:
-        if header is not None:
-            if header[8:9] == b" ":
-                assert self._loop is not None
-                self._flush_received()
-                self._on_status(header, self._loop.time())
+    async def _subscribe(self, inbox: str) -> RawSubscription:
+        return await self._transport.subscribe_runs(inbox, self._on_run)
+
+    def _on_run(self, frames: list[Frame]) -> None:
+        for frame in frames:
+            header = frame[4]
+            if header is not None and header[8:9] == b" ":
+                self._on_mixed_run(frames)  # a status among them: the slower way
                 return
-            if self._by_bytes:
-                self._bytes += len(header)
+        self._take_run(frames)
+
+    def _take_run(self, frames: list[Frame]) -> None:
+        """Deliveries, none of them a status message."""
+        count = len(frames)
+        self._count += count
         if self._by_bytes:
             # Sizes matter only to pulls by max_bytes (the buffer here is transient).
-            self._bytes += len(subject) + len(reply) + len(data)
-        self._count += 1
-        self._sink(subject, reply, data, header)
+            size = 0
+            for _, subject, _, reply, header, data in frames:
+                size += len(subject) + len(reply) + len(data)
+                if header is not None:
+                    size += len(header)
+            self._bytes += size
+        self._sink(frames)
         waiters = self._waiters
-        if waiters:
+        while waiters and count:  # one message, one waiting task
+            count -= 1
             waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+
+    def _on_mixed_run(self, frames: list[Frame]) -> None:
+        """A run with status messages (heartbeats, the end of a pull): each status
+        is handled in its place, after the deliveries before it."""
+        start = 0
+        for at, frame in enumerate(frames):
+            header = frame[4]
+            if header is None or header[8:9] != b" ":
+                continue
+            if at > start:
+                self._take_run(frames[start:at])
+            start = at + 1
+            if self._finished:
+                return  # released meanwhile: the rest is no longer ours
+            assert self._loop is not None
+            self._flush_received()
+            self._on_status(header, self._loop.time())
+            if self._finished:
+                return
+        if start < len(frames):
+            self._take_run(frames[start:])
 
     def fail(self, error: BaseException) -> None:
         """End the stream with ``error`` (raised by :meth:`next_batch`); for the sink,

@@ -74,6 +74,7 @@ from aioclients.jetstream._protocol._pull import (
     fetch_options,
 )
 from aioclients.jetstream._protocol._snapshot import SnapshotScan
+from aioclients.jetstream._protocol._wire import Frame
 
 __all__ = (
     "ORDERED_HEARTBEAT",
@@ -459,7 +460,9 @@ class OrderedMessageStream:
         self._generation = generation
 
     def _sink(self, generation: int) -> RawSink:
-        """The read loop's per-message work for one generation of consumer."""
+        """The read loop's work for one generation of consumer: a run of
+        deliveries at a time (see ``BatchStream``), one loop with no Python call
+        per message but the cursor's judgement (and ``make``'s)."""
         cursor = self._oc._cursor
         api = self._oc._api
         make = self._make
@@ -467,55 +470,61 @@ class OrderedMessageStream:
         seqs = self._incoming_seqs
         deliver = cursor.deliver
         yield_ = Delivery.YIELD
+        reset = Delivery.RESET
 
-        def sink(
-            subject: str | bytes, reply: str | bytes, data: bytes, header: bytes | None
-        ) -> None:
-            # The bytes on the wire (no decoding of the subject and reply: a Msg
-            # decodes them when read); str only from a client not opened by
-            # jetstream.connect(), which parses every message anyway.
-            if not isinstance(reply, bytes):
-                reply = reply.encode()
-            tokens = reply.split(b".")
-            if len(tokens) == 9 and tokens[0] == b"$JS":
-                sseq_text, cseq_text = tokens[5], tokens[6]
-            elif len(tokens) >= 11 and tokens[0] == b"$JS":
-                sseq_text, cseq_text = tokens[7], tokens[8]
-            else:
-                self._fail(reply)
-                return
-            try:
-                sseq = int(sseq_text)
-                verdict = deliver(generation, int(cseq_text), sseq)
-            except ValueError:
-                self._fail(reply)
-                return
-            if verdict is yield_:
-                if make is None:
-                    incoming.append(Msg(api, subject, reply, data, header))
-                    seqs.append(sseq)
-                    return
+        def sink(frames: list[Frame]) -> None:
+            # Subject and reply as the bytes on the wire: never decoded here (a Msg
+            # decodes them when read).
+            keep = incoming.append
+            keep_seq = seqs.append
+            for _, subject, _, reply, header, data in frames:
+                tokens = reply.split(b".")
+                if len(tokens) == 9 and tokens[0] == b"$JS":
+                    sseq_text, cseq_text = tokens[5], tokens[6]
+                elif len(tokens) >= 11 and tokens[0] == b"$JS":
+                    sseq_text, cseq_text = tokens[7], tokens[8]
+                else:
+                    self._fail(reply)
+                    return  # the stream has failed: the rest is dropped with it
                 try:
-                    if len(tokens) == 9:
-                        pending, ts = int(tokens[8]), int(tokens[7])
-                    else:
-                        pending, ts = int(tokens[10]), int(tokens[9])
-                    if isinstance(subject, bytes):
-                        subject = subject.decode("utf-8", "replace")
-                    item = make(subject, reply, data, header, sseq, pending, ts)
-                except Exception as exc:
-                    # A message this reader cannot read (a malformed header block, an
-                    # ack subject with bad numbers) ends the iteration with the reason:
-                    # swallowed by the read loop, it would leave the reader waiting.
-                    self._fail_unreadable(sseq, exc)
+                    sseq = int(sseq_text)
+                    verdict = deliver(generation, int(cseq_text), sseq)
+                except ValueError:
+                    self._fail(reply)
                     return
-                if item is not None:
-                    incoming.append(item)
-                    seqs.append(sseq)
-            elif verdict is Delivery.RESET:
-                self._oc._report(cursor.gap_event(), self._on_event)
-                self._oc._drop_consumer()
-                self._stop_inner_soon()
+                if verdict is yield_:
+                    if make is None:
+                        keep(Msg(api, subject, reply, data, header))
+                        keep_seq(sseq)
+                        continue
+                    try:
+                        if len(tokens) == 9:
+                            pending, ts = int(tokens[8]), int(tokens[7])
+                        else:
+                            pending, ts = int(tokens[10]), int(tokens[9])
+                        item = make(
+                            subject.decode("utf-8", "replace"),
+                            reply,
+                            data,
+                            header,
+                            sseq,
+                            pending,
+                            ts,
+                        )
+                    except Exception as exc:
+                        # A message this reader cannot read (a malformed header block,
+                        # an ack subject with bad numbers) ends the iteration with the
+                        # reason: swallowed by the read loop, it would leave the reader
+                        # waiting.
+                        self._fail_unreadable(sseq, exc)
+                        return
+                    if item is not None:
+                        keep(item)
+                        keep_seq(sseq)
+                elif verdict is reset:
+                    self._oc._report(cursor.gap_event(), self._on_event)
+                    self._oc._drop_consumer()
+                    self._stop_inner_soon()
 
         return sink
 

@@ -24,6 +24,7 @@ import importlib.metadata
 import json
 import logging
 import math
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -55,6 +56,7 @@ from aioclients.jetstream._protocol._wire import (
     MSG,
     PING,
     PONG,
+    Frame,
     scan,
     single_message,
 )
@@ -66,6 +68,7 @@ __all__ = (
     "NatsTransport",
     "BytesHandler",
     "RawHandler",
+    "RunHandler",
     "RawSubscription",
     "ReplyInbox",
     "abort_socket",
@@ -83,11 +86,18 @@ RawHandler = Callable[[str, str, bytes, "bytes | None"], None]
 #: A :data:`RawHandler` that takes ``subject`` and ``reply`` as the bytes on the
 #: wire (undecoded; see ``subscribe_raw(..., as_bytes=True)``).
 BytesHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
+#: ``handler(frames)``: a run of messages of one subscription, in the order they
+#: came, each ``(MSG, subject, sid, reply, header_or_None, payload)`` as
+#: :func:`~aioclients.jetstream._protocol._wire.scan` gives them, subject and reply
+#: the bytes on the wire (see :meth:`NatsTransport.subscribe_runs`).
+RunHandler = Callable[[list[Frame]], None]
 
 log = logging.getLogger("aioclients.jetstream")
 
 _CRLF = b"\r\n"
 _NO_HANDLERS: dict[int, BytesHandler] = {}
+_NO_RUNS: dict[int, RunHandler] = {}
+_PAYLOAD = operator.itemgetter(5)
 
 #: How long a write may wait for a server that does not read, when no timeout applies.
 DEFAULT_WRITE_TIMEOUT = 5.0
@@ -175,6 +185,8 @@ class NatsClient(NATS):
         self._raw_handlers: dict[int, RawHandler] = {}
         #: sid -> handler taking them with subject and reply undecoded (pull consumers)
         self._bytes_handlers: dict[int, BytesHandler] = {}
+        #: sid -> handler taking whole runs of its messages at once (ordered consumers)
+        self._run_handlers: dict[int, RunHandler] = {}
         #: those of them that take replies to requests: a reply that arrives alone
         #: is handed to them from the socket's read callback (see FastParser)
         self._reply_handlers: dict[int, RawHandler] = {}
@@ -184,6 +196,7 @@ class NatsClient(NATS):
             # Messages then go through nats-py's own parser and callbacks.
             self._raw_handlers = None  # type: ignore[assignment]
             self._bytes_handlers = None  # type: ignore[assignment]
+            self._run_handlers = None  # type: ignore[assignment]
             report_fast_path_off("the fast protocol parser", "its client has no _ps.parse")
         self._written: asyncio.Future[None] | None = None
 
@@ -397,12 +410,36 @@ class FastParser:
         nc = self.nc
         handlers = nc._raw_handlers
         fast = getattr(nc, "_bytes_handlers", None) or _NO_HANDLERS
+        runs = getattr(nc, "_run_handlers", None) or _NO_RUNS
         stats = nc.stats
         count = size = 0  # messages given to the fast handlers: added to stats once
+        n = len(frames)
+        i = 0
         try:
-            for frame in frames:
+            while i < n:
+                frame = frames[i]
+                i += 1
                 kind = frame[0]
                 if kind == MSG:
+                    sid = frame[2]
+                    if runs:
+                        run = runs.get(sid)
+                        if run is not None:
+                            # The messages of this subscription that follow, up to
+                            # the next frame of anything else: one call for all.
+                            first = i - 1
+                            while i < n and (following := frames[i])[0] == MSG:
+                                if following[2] != sid:
+                                    break
+                                i += 1
+                            batch = frames[first:i] if first or i < n else frames
+                            count += i - first
+                            size += sum(map(len, map(_PAYLOAD, batch)))
+                            try:
+                                run(batch)
+                            except Exception:
+                                log.exception("message handler for %r failed", frame[1])
+                            continue
                     _, subject, sid, reply, header, payload = frame
                     handler = fast.get(sid)
                     if handler is not None:  # a pull consumer: subject and reply as they came
@@ -703,6 +740,37 @@ class NatsTransport:
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
             raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
 
+    async def subscribe_runs(self, subject: str, handler: RunHandler) -> RawSubscription:
+        """Subscribe with a handler of runs of messages, called from the read loop.
+
+        On our own :class:`NatsClient`, the messages of one socket read that follow
+        each other on this subscription come in one call, as the scanner made
+        them (subject and reply undecoded): one Python call per run instead of one
+        per message. On another client each message comes alone, as a run of one
+        (subject and reply encoded back to bytes).
+        """
+        self.check_open()
+        nc = self.nc
+        runs = getattr(nc, "_run_handlers", None)
+        try:
+            if isinstance(runs, dict):
+                sub = await nc.subscribe(subject, pending_bytes_limit=0)
+                runs[sub._id] = handler
+                return RawSubscription(self, sub)
+        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
+            raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
+
+        def one_by_one(
+            subject: str | bytes, reply: str | bytes, data: bytes, header: bytes | None
+        ) -> None:
+            if isinstance(subject, str):
+                subject = subject.encode()
+            if isinstance(reply, str):
+                reply = reply.encode()
+            handler([(MSG, subject, 0, reply, header, data)])
+
+        return await self.subscribe_raw(subject, one_by_one, as_bytes=True)
+
     def send_nowait(self, frame: bytes) -> None:
         """Queue a frame without awaiting: the flusher task writes it soon after.
 
@@ -770,7 +838,7 @@ class RawSubscription:
         self.closed = True
         nc = self._transport.nc
         sid = self._sub._id
-        for name in ("_reply_handlers", "_raw_handlers", "_bytes_handlers"):
+        for name in ("_reply_handlers", "_raw_handlers", "_bytes_handlers", "_run_handlers"):
             handlers = getattr(nc, name, None)
             if isinstance(handlers, dict):
                 handlers.pop(sid, None)

@@ -26,6 +26,7 @@ from functools import partial
 from typing import Any
 
 from opentelemetry import propagate, trace
+from opentelemetry.context import get_current
 from opentelemetry.trace import Link, SpanKind
 
 from aioclients._errors import AioClientsError
@@ -119,15 +120,11 @@ def _with_context(item: tuple[Any, ...], added: dict[str, str]) -> tuple[Any, ..
 
 def _receive_attributes(owner: object, msg: Msg | None, *, group: bool = True) -> Attributes:
     attrs: Attributes = {SYSTEM: "nats", OPERATION_TYPE: "receive", OPERATION_NAME: "receive"}
-    if msg is not None:
-        try:
-            metadata = msg.metadata
-        except AioClientsError:
-            pass
-        else:
-            attrs[DESTINATION] = metadata.stream
-            if group:
-                attrs[CONSUMER_GROUP] = metadata.consumer
+    position = None if msg is None else _ack_position(msg)
+    if position is not None:
+        attrs[DESTINATION] = position[0]
+        if group:
+            attrs[CONSUMER_GROUP] = position[1]
     attrs.update(_server(owner))
     return attrs
 
@@ -137,25 +134,44 @@ def _receive_attributes(owner: object, msg: Msg | None, *, group: bool = True) -
 # after). Read with these, ``(stream, consumer, stream sequence)`` costs a fraction of
 # parsing all of ``msg.metadata`` (five integers and a datetime: some 5 us, more than
 # the rest of a receive span's own work). What they match, the parse reads alike.
+# A delivered message's reply is usually still the bytes on the wire (``Msg`` decodes
+# it when read, an ack sends the bytes): the bytes patterns read it as it is, so that
+# a span neither decodes it nor makes the ack encode it again.
 _NUMBERS = r"\.[0-9]+\.(0|[1-9][0-9]*)\.[0-9]+\.[0-9]+\.[0-9]+"
-_ACK_V1 = re.compile(r"\$JS\.ACK\.([^.]+)\.([^.]+)" + _NUMBERS).fullmatch
-_ACK_V2 = re.compile(
-    r"\$JS\.ACK\.[^.]*\.[^.]*\.([^.]+)\.([^.]+)" + _NUMBERS + r"(?:\.[^.]*)*"
-).fullmatch
+_V1 = r"\$JS\.ACK\.([^.]+)\.([^.]+)" + _NUMBERS
+_V2 = r"\$JS\.ACK\.[^.]*\.[^.]*\.([^.]+)\.([^.]+)" + _NUMBERS + r"(?:\.[^.]*)*"
+_ACK_V1 = re.compile(_V1).fullmatch
+_ACK_V2 = re.compile(_V2).fullmatch
+_ACK_V1_BYTES = re.compile(_V1.encode()).fullmatch
+_ACK_V2_BYTES = re.compile(_V2.encode()).fullmatch
 
 
-def _ack_tokens(reply: str) -> tuple[str, ...] | None:
-    """``(stream, consumer, stream sequence)`` of a regular ack subject, None for
-    anything else (then the full parse decides)."""
-    match = _ACK_V1(reply) or _ACK_V2(reply)
-    return None if match is None else match.groups()
+def _ack_tokens(reply: str | bytes) -> tuple[str, ...] | None:
+    """``(stream, consumer, stream sequence)`` of a regular ack subject (as text or
+    as the bytes on the wire), None for anything else (then the full parse decides).
+    Tokens of bytes are decoded as ``Msg.reply`` decodes the whole (a ``.`` is never
+    part of a UTF-8 sequence, so token by token gives the same text)."""
+    if isinstance(reply, str):
+        match = _ACK_V1(reply) or _ACK_V2(reply)
+        return None if match is None else match.groups()
+    raw = _ACK_V1_BYTES(reply) or _ACK_V2_BYTES(reply)
+    if raw is None:
+        return None
+    return tuple(token.decode("utf-8", "replace") for token in raw.groups())
+
+
+def _decoded(token: str | bytes | None) -> str | None:
+    """A token of an ack subject as ``Msg.reply`` would read it."""
+    if token is None or isinstance(token, str):
+        return token
+    return token.decode("utf-8", "replace")
 
 
 def _message_id(msg: Msg) -> str | None:
     """The stream sequence of a delivered message, its ``messaging.message.id``
     (None when its reply is no JetStream ack subject)."""
     if msg._metadata is None:
-        tokens = _ack_tokens(msg.reply)
+        tokens = _ack_tokens(msg._reply)
         if tokens is not None:
             return tokens[2]
     try:
@@ -167,7 +183,7 @@ def _message_id(msg: Msg) -> str | None:
 def _ack_position(msg: Msg) -> tuple[str, str] | None:
     """``(stream, consumer)`` of a delivered message (None when it has none)."""
     if msg._metadata is None:
-        tokens = _ack_tokens(msg.reply)
+        tokens = _ack_tokens(msg._reply)
         if tokens is not None:
             return tokens[0], tokens[1]
     try:
@@ -368,15 +384,20 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
         # most of its cost; around them only what differs per message is made.
         shared: _Receiving = last[1] if last[0]() is owner else receiving_of(owner, msg, group)
         attrs = shared.attrs.copy()
-        if msg._metadata is None and (match := _ACK_V1(msg.reply)) is not None:
-            attrs[MESSAGE_ID] = match[3]
+        reply = msg._reply
+        if msg._metadata is None and (
+            match := _ACK_V1(reply) if isinstance(reply, str) else _ACK_V1_BYTES(reply)
+        ):
+            seq = match[3]
+            attrs[MESSAGE_ID] = seq if isinstance(seq, str) else seq.decode()
         else:
             seq = _message_id(msg)
             if seq is not None:
                 attrs[MESSAGE_ID] = seq
         span = start_span(
             shared.name,
-            None,
+            # the current context, given: the SDK would look it up three times
+            get_current(),
             _CLIENT,
             attrs,
             None if msg._header_block is None else _message_link(msg),
@@ -684,9 +705,20 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
         def make(original: Any) -> Any:
             async def settle(self: Msg, *args: Any, **kwargs: Any) -> None:
                 # stream, consumer and message id from one reading of the ack subject
-                match = None if self._metadata is not None else _ACK_V1(self.reply)
+                # (as it came: the bytes on the wire are neither decoded here nor
+                # encoded again by the ack; the names are decoded only when new)
+                reply = self._reply
+                match = (
+                    None
+                    if self._metadata is not None
+                    else _ACK_V1(reply)
+                    if isinstance(reply, str)
+                    else _ACK_V1_BYTES(reply)
+                )
                 if match is not None:
                     stream, consumer, seq = match.groups()
+                    if not isinstance(seq, str):
+                        seq = seq.decode()
                 else:
                     position = _ack_position(self)
                     stream, consumer = (None, None) if position is None else position
@@ -700,7 +732,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
                 ):
                     name, attrs = last[4]
                 else:
-                    entry = settle_attributes(self, operation, stream, consumer)
+                    entry = settle_attributes(self, operation, _decoded(stream), _decoded(consumer))
                     name, attrs = entry
                     if js is not None:
                         last[:] = [
@@ -714,7 +746,7 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
                 if seq is not None:
                     span_attrs[MESSAGE_ID] = seq
                 start = _time_ns()
-                span = start_span(name, None, _CLIENT, span_attrs, None, start)
+                span = start_span(name, get_current(), _CLIENT, span_attrs, None, start)
                 try:
                     await original(self, *args, **kwargs)
                 except BaseException as exc:

@@ -21,6 +21,7 @@ import time
 import weakref
 from typing import Any
 
+from opentelemetry.context import get_current
 from opentelemetry.trace import SpanKind
 
 from aioclients.liftbridge import Client, GroupConsumer, Message, Subscription
@@ -91,38 +92,41 @@ def instrument_liftbridge(inst: Instruments, patches: Patches) -> None:
 
     start_span_now = inst.start_span
     record = inst.record
-    consumed_add = inst.consumed.add
+    consumed = inst.consumed
 
     class _Receiving:
         """What the receive spans of one subscription (or of one group's stream)
-        share: their name, attributes without the per-message ones, counter key."""
+        share: their name, attributes without the per-message ones, and their entry
+        in the consumed counter (a message adds 1 to ``consumed[1]``, no call)."""
 
-        __slots__ = ("attrs", "key", "name")
+        __slots__ = ("attrs", "consumed", "name")
 
         def __init__(self, attrs: Attributes) -> None:
             destination = attrs.get(DESTINATION)
             self.name = f"receive {destination}" if destination else "receive"
             self.attrs = attrs
-            self.key = frozenset(attrs.items())
+            self.consumed = consumed.entry(attrs, frozenset(attrs.items()))
 
     def received(shared: _Receiving, msg: Message, start: int) -> None:
         attrs = shared.attrs.copy()
-        attrs[DESTINATION_PARTITION] = str(msg.partition)
-        attrs[MESSAGE_ID] = str(msg.offset)
-        headers = msg.headers
+        fields = msg._pb
+        attrs[DESTINATION_PARTITION] = str(fields.partition)
+        attrs[MESSAGE_ID] = str(fields.offset)
+        # the headers are copied (Message.headers) only when there are any
         span = start_span_now(
             shared.name,
-            None,
+            # the current context, given: the SDK would look it up three times
+            get_current(),
             SpanKind.CLIENT,
             attrs,
-            creation_link(headers) if headers else None,
+            creation_link(msg.headers) if fields.headers else None,
             start,
         )
         end = _time_ns()
         span.end(end)
         if record is not None:
             record((end - start) / 1e9, shared.attrs)
-        consumed_add(1, shared.attrs, shared.key)
+        shared.consumed[1] += 1
 
     def failed(attrs: Attributes, destination: str | None, start: int, exc: BaseException) -> None:
         span = start_span("receive", destination, SpanKind.CLIENT, attrs, start_ns=start)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,6 +14,11 @@ from nats.aio.msg import Msg as NatsMsg
 from support import until_visible
 
 from aioclients.jetstream import Consumer, JetStream
+from aioclients.jetstream._protocol._ordered import ack_sequences
+
+#: what ordered consumes register on our client: ``handler(frames)``, a run of
+#: ``(MSG, subject, sid, reply, header, payload)`` (see NatsTransport.subscribe_runs)
+RunHandler = Callable[[list[tuple[Any, ...]]], None]
 
 
 async def publish_many(js: JetStream, subject: str, count: int, payload: bytes = b"x") -> None:
@@ -99,3 +104,37 @@ async def snoop_pulls(
         yield snoop
     finally:
         await nc.close()
+
+
+class LoseOne:
+    """Loses the delivery numbered ``consumer_seq`` by the first consumer that gets
+    that far: the ordered consumer sees a gap and replaces its consumer."""
+
+    def __init__(self, js: JetStream, consumer_seq: int) -> None:
+        self.nc: Any = js.nc
+        self.consumer_seq = consumer_seq
+        self.lost: list[int] = []
+        lossy = self
+
+        class Handlers(dict[int, RunHandler]):
+            def __setitem__(self, sid: int, handler: RunHandler) -> None:
+                super().__setitem__(sid, lossy.wrap(handler))
+
+        # ordered consumes take their deliveries a run at a time
+        self.nc._run_handlers = Handlers(self.nc._run_handlers)
+
+    def wrap(self, handler: RunHandler) -> RunHandler:
+        def lossy(frames: list[tuple[Any, ...]]) -> None:
+            kept = []
+            for frame in frames:
+                text = frame[3].decode()
+                if not self.lost and text.startswith("$JS.ACK"):
+                    sseq, cseq, _, _ = ack_sequences(text)
+                    if cseq == self.consumer_seq:
+                        self.lost.append(sseq)
+                        continue
+                kept.append(frame)
+            if kept:
+                handler(kept)
+
+        return lossy

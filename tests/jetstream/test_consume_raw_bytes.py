@@ -54,7 +54,7 @@ async def test_consume_reads_a_utf8_subject_and_its_acks_are_taken(
     seen = []
     async with consumer.consume(max_messages=5) as messages:
         nc = js.nc
-        assert len(nc._bytes_handlers) == 1  # type: ignore[attr-defined]  # the pull inbox
+        assert len(nc._run_handlers) == 1  # type: ignore[attr-defined]  # the pull inbox
         async for msg in messages:
             seen.append(msg.subject)
             assert msg.reply.startswith(f"$JS.ACK.{unique_name}.c.")
@@ -67,4 +67,4 @@ async def test_consume_reads_a_utf8_subject_and_its_acks_are_taken(
     info = await consumer.info()
     assert info.num_ack_pending == 0
     assert info.delivered.consumer_seq == len(subjects)
-    assert not nc._bytes_handlers  # type: ignore[attr-defined]  # released
+    assert not nc._run_handlers  # type: ignore[attr-defined]  # released

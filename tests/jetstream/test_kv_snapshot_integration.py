@@ -8,17 +8,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from consume_support import LoseOne
 
 from aioclients.jetstream import BucketNotFoundError, ConsumerReset, JetStream, KeyValue
-from aioclients.jetstream._protocol._ordered import ack_sequences
 
 pytestmark = pytest.mark.timeout(90)
-
-RawHandler = Callable[[str, str, bytes, "bytes | None"], None]
 
 
 @pytest.fixture
@@ -180,37 +178,6 @@ async def test_watch_gives_each_key_once_before_initial_done_while_others_write(
         assert not set(initial) & set(writers.created), "a key created after the start"
         assert len(untouched - set(initial)) <= 1, "a key nobody wrote is missing"
         assert updates == 20
-
-
-class LoseOne:
-    """Loses the delivery numbered ``consumer_seq`` by the first consumer that gets
-    that far: the ordered consumer sees a gap and replaces its consumer."""
-
-    def __init__(self, js: JetStream, consumer_seq: int) -> None:
-        self.nc: Any = js.nc
-        self.consumer_seq = consumer_seq
-        self.lost: list[int] = []
-        lossy = self
-
-        class Handlers(dict[int, RawHandler]):
-            def __setitem__(self, sid: int, handler: RawHandler) -> None:
-                super().__setitem__(sid, lossy.wrap(handler))
-
-        # ordered consumes take their deliveries undecoded (subject, reply: bytes)
-        self._original = self.nc._bytes_handlers
-        self.nc._bytes_handlers = Handlers(self._original)
-
-    def wrap(self, handler: RawHandler) -> RawHandler:
-        def lossy(subject: Any, reply: Any, data: bytes, header: bytes | None) -> None:
-            text = reply.decode() if isinstance(reply, bytes) else reply
-            if not self.lost and text.startswith("$JS.ACK"):
-                sseq, cseq, _, _ = ack_sequences(text)
-                if cseq == self.consumer_seq:
-                    self.lost.append(sseq)
-                    return
-            handler(subject, reply, data, header)
-
-        return lossy
 
 
 async def _bucket_with_deleted_keys(

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from consume_support import LoseOne
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream import (
@@ -30,7 +31,6 @@ from aioclients.jetstream import (
     connect,
 )
 from aioclients.jetstream import _objstore as objstore_module
-from aioclients.jetstream._protocol._ordered import ack_sequences
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -522,38 +522,6 @@ async def test_watch_options(store: ObjectStore) -> None:
 
 
 # -- across ordered consumer resets ---------------------------------------------------------------
-
-RawHandler = Callable[[str, str, bytes, "bytes | None"], None]
-
-
-class LoseOne:
-    """Loses the delivery numbered ``consumer_seq`` by the first consumer that gets
-    that far: the ordered consumer sees a gap and replaces its consumer."""
-
-    def __init__(self, js: JetStream, consumer_seq: int) -> None:
-        self.nc: Any = js.nc
-        self.consumer_seq = consumer_seq
-        self.lost: list[int] = []
-        lossy = self
-
-        class Handlers(dict[int, RawHandler]):
-            def __setitem__(self, sid: int, handler: RawHandler) -> None:
-                super().__setitem__(sid, lossy.wrap(handler))
-
-        # ordered consumes take their deliveries undecoded (subject, reply: bytes)
-        self.nc._bytes_handlers = Handlers(self.nc._bytes_handlers)
-
-    def wrap(self, handler: RawHandler) -> RawHandler:
-        def lossy(subject: Any, reply: Any, data: bytes, header: bytes | None) -> None:
-            text = reply.decode() if isinstance(reply, bytes) else reply
-            if not self.lost and text.startswith("$JS.ACK"):
-                sseq, cseq, _, _ = ack_sequences(text)
-                if cseq == self.consumer_seq:
-                    self.lost.append(sseq)
-                    return
-            handler(subject, reply, data, header)
-
-        return lossy
 
 
 async def test_a_get_across_a_reset_is_exact(js: JetStream, store: ObjectStore) -> None:

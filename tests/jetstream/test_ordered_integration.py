@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from consume_support import publish_many
@@ -20,6 +21,7 @@ from aioclients.jetstream import (
     connect,
 )
 from aioclients.jetstream._protocol._ordered import ack_sequences
+from aioclients.jetstream._protocol._wire import MSG
 from aioclients.testing import NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
 
@@ -111,18 +113,23 @@ async def test_a_gap_in_consumer_sequences_resets_from_the_last_stream_sequence(
         inner = messages._inner
         assert inner is not None
         assert inner._sub is not None
-        # consume() takes its deliveries undecoded (subject and reply as bytes)
-        handlers = js.nc._bytes_handlers  # type: ignore[attr-defined]
+        # consume() takes its deliveries a run at a time, undecoded (see
+        # NatsTransport.subscribe_runs): (MSG, subject, sid, reply, header, payload)
+        handlers = js.nc._run_handlers  # type: ignore[attr-defined]
         sid = inner._sub._sub._id
         original = handlers[sid]
         dropped: list[str] = []
 
-        def lossy(subject: bytes, reply: bytes, data: bytes, header: bytes | None) -> None:
-            text = reply.decode()
-            if not dropped and text.startswith("$JS.ACK") and ack_sequences(text)[0] == 8:
-                dropped.append(text)  # lose stream sequence 8 on the way in
-                return
-            original(subject, reply, data, header)
+        def lossy(frames: list[tuple[Any, ...]]) -> None:
+            kept = []
+            for frame in frames:
+                text = frame[3].decode()
+                if not dropped and text.startswith("$JS.ACK") and ack_sequences(text)[0] == 8:
+                    dropped.append(text)  # lose stream sequence 8 on the way in
+                    continue
+                kept.append(frame)
+            if kept:
+                original(kept)
 
         handlers[sid] = lossy
         seqs = await _read(messages, 20)
@@ -284,7 +291,7 @@ async def test_a_delivery_without_an_ack_subject_fails_the_iteration(
         inner = messages._inner
         assert inner is not None
         assert inner._sub is not None
-        handler = js.nc._bytes_handlers[inner._sub._sub._id]  # type: ignore[attr-defined]
-        handler(f"{unique_name}.a".encode(), b"not.an.ack.subject", b"x", None)
+        handler = js.nc._run_handlers[inner._sub._sub._id]  # type: ignore[attr-defined]
+        handler([(MSG, f"{unique_name}.a".encode(), 0, b"not.an.ack.subject", None, b"x")])
         with pytest.raises(RemoteProtocolError, match="not a JetStream ack subject"):
             await asyncio.wait_for(messages.__anext__(), 5)

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from aioclients._errors import RemoteProtocolError
 from aioclients.jetstream._protocol._wire import (
+    _NUMBERS,
+    _NUMBERS_MAX,
     ERR,
     INFO,
     MSG,
@@ -161,3 +163,38 @@ def test_whatever_single_message_reads_scan_reads_the_same(
         frames, used, _ = scan(data)
         assert frames == [one]
         assert used == len(data)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 10**6), st.integers(0, 3000), st.integers(0, 300)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_numbers_read_again_from_the_cache_are_the_numbers_on_the_wire(
+    lines: list[tuple[int, int, int]],
+) -> None:
+    """sids and sizes come from a cache of numbers seen before: seen or not, each
+    frame has the values of its own control line."""
+    data = b"".join(
+        b"HMSG s %d r %d %d\r\n%s%s\r\n" % (sid, hsize, hsize + size, b"h" * hsize, b"p" * size)
+        for sid, size, hsize in lines
+    )
+    for _ in range(2):  # the second pass reads every number from the cache
+        frames, used, need = scan(data)
+        assert (used, need) == (len(data), 0)
+        assert [(f[2], len(f[4] or b""), len(f[5])) for f in frames] == [
+            (sid, hsize, size) for sid, size, hsize in lines
+        ]
+
+
+def test_the_number_cache_stays_bounded_and_refuses_what_int_refuses() -> None:
+    data = b"".join(b"MSG s 1 %d\r\n%s\r\n" % (size, b"p" * size) for size in range(6000))
+    assert len(scan(data)[0]) == 6000
+    assert len(_NUMBERS) <= _NUMBERS_MAX
+    for _ in range(2):  # a number int() reads but a size may not be: refused, cached or not
+        with pytest.raises(RemoteProtocolError):
+            scan(b"MSG s 1 -1\r\n\r\n")
+        with pytest.raises(RemoteProtocolError):
+            scan(b"HMSG s 1 5 4\r\nNATS/\r\n")

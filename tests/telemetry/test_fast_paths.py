@@ -56,7 +56,7 @@ def _ack_subjects(draw: st.DrawFn) -> str:
     return ".".join([head, *tokens])
 
 
-def _msg(reply: str) -> Msg:
+def _msg(reply: str | bytes) -> Msg:
     return Msg(None, "subject", reply, b"", None)  # type: ignore[arg-type]
 
 
@@ -84,6 +84,8 @@ def test_the_message_id_is_the_parsed_stream_sequence(reply: str) -> None:
     except AioClientsError:
         expected = None
     assert _message_id(_msg(reply)) == expected
+    # a reply as the bytes on the wire reads alike
+    assert _message_id(_msg(reply.encode())) == expected
 
 
 @_examples
@@ -96,6 +98,24 @@ def test_the_position_is_the_parsed_stream_and_consumer(reply: str) -> None:
     else:
         expected = (metadata.stream, metadata.consumer)
     assert _ack_position(_msg(reply)) == expected
+    assert _ack_position(_msg(reply.encode())) == expected
+
+
+_raw_name = st.binary(min_size=0, max_size=6).filter(lambda name: b"." not in name)
+
+
+@settings(max_examples=300)
+@given(_raw_name, _raw_name, st.sampled_from([b"42", b"042", b"x"]))
+@example(b"S\xe2\x82", b"\xff", b"42")
+def test_a_reply_of_bytes_that_are_not_utf8_reads_as_its_decoded_text(
+    stream: bytes, consumer: bytes, seq: bytes
+) -> None:
+    """What ``Msg.reply`` reads (the bytes decoded, invalid ones replaced) is what
+    the span reads from the bytes themselves."""
+    raw = b"$JS.ACK.%s.%s.1.%s.7.1764160000000000000.0" % (stream, consumer, seq)
+    text = raw.decode("utf-8", "replace")
+    assert _message_id(_msg(raw)) == _message_id(_msg(text))
+    assert _ack_position(_msg(raw)) == _ack_position(_msg(text))
 
 
 def test_the_id_of_a_message_whose_metadata_was_read_is_that_of_the_metadata() -> None:

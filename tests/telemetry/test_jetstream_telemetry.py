@@ -134,6 +134,31 @@ async def test_consume_receives_ack_settles_and_links_to_the_producer(
     assert sum(p.count for p in settle_points) == 3
 
 
+async def test_receive_and_ack_spans_read_the_reply_without_decoding_it(
+    js: JetStream, unique_name: str, otel: Otel
+) -> None:
+    """The spans take the message id from the ack subject as it came off the wire:
+    the reply stays bytes (not decoded for the span, not encoded again for the ack)."""
+    subject = await _stream(js, unique_name)
+    acks = [await js.publish(subject, b"m%d" % i) for i in range(2)]
+    consumer = await js.create_consumer(unique_name, durable_name="raw")
+    got = []
+    async with consumer.consume() as messages:
+        async for msg in messages:
+            await msg.ack()
+            got.append(msg)
+            if len(got) == 2:
+                break
+    assert [type(msg._reply) for msg in got] == [bytes, bytes]
+    ids = [str(ack.seq) for ack in acks]
+    for name in (f"receive {unique_name}", f"ack {unique_name}"):
+        spans = otel.spans(name)
+        assert [s.attributes["messaging.message.id"] for s in spans] == ids  # type: ignore[index]
+        assert all(s.attributes["messaging.consumer.group.name"] == "raw" for s in spans)  # type: ignore[index]
+    # what the spans read is what the metadata says
+    assert [msg.metadata.sequence.stream for msg in got] == [ack.seq for ack in acks]
+
+
 async def test_fetch_is_one_batch_span_linked_to_every_message(
     js: JetStream, unique_name: str, otel: Otel
 ) -> None:

@@ -81,6 +81,14 @@ class Delivery(enum.Enum):
     RESET = "reset"
 
 
+# Per-delivery names: reading a member through its Enum class costs about ten
+# times a module global's lookup on CPython 3.11 (``deliver`` runs per message).
+_RUNNING = CursorState.RUNNING
+_YIELD = Delivery.YIELD
+_DROP = Delivery.DROP
+_RESET = Delivery.RESET
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerReset:
     """The ordered consumer was recreated to resume at stream sequence ``next_seq``.
@@ -237,17 +245,17 @@ class OrderedCursor:
 
     def deliver(self, generation: int, consumer_seq: int, stream_seq: int) -> Delivery:
         """Judge one delivered message (see the module doc)."""
-        if generation != self.generation or self.state is not CursorState.RUNNING:
-            return Delivery.DROP
+        if generation != self.generation or self.state is not _RUNNING:
+            return _DROP
         if consumer_seq != self.expected:
             self.state = CursorState.RESETTING
             self.resets += 1
-            return Delivery.RESET
+            return _RESET
         self.expected = consumer_seq + 1
         if stream_seq <= self.stream_seq:
-            return Delivery.DROP
+            return _DROP
         self.stream_seq = stream_seq
-        return Delivery.YIELD
+        return _YIELD
 
     def reset(self, reason: str) -> ConsumerReset | None:
         """Replace the consumer for ``reason``; ``None`` when a reset is already

@@ -1,0 +1,116 @@
+"""Runs of deliveries: the transport hands a subscription registered with
+``subscribe_runs`` the messages of one socket read together, in order, and the
+pull driver under ordered consumers (``BatchStream``) handles a status message
+among them in its place."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from aioclients.jetstream import ConsumerDeletedError, JetStream
+from aioclients.jetstream._consume import BatchStream
+from aioclients.jetstream._protocol._pull import consume_options
+from aioclients.jetstream._protocol._wire import MSG
+
+pytestmark = pytest.mark.timeout(60)
+
+Frames = list[tuple[Any, ...]]
+
+
+async def test_a_burst_comes_as_runs_in_order_and_other_subscriptions_keep_their_place(
+    js: JetStream, unique_name: str
+) -> None:
+    transport = js._transport
+    calls: list[Frames] = []
+    seen: list[tuple[str, bytes]] = []  # every delivery of both, in arrival order
+
+    def runs_of_a(frames: Frames) -> None:
+        calls.append(frames)
+        seen.extend(("a", frame[5]) for frame in frames)
+
+    def one_of_b(subject: Any, reply: Any, data: bytes, header: bytes | None) -> None:
+        seen.append(("b", data))
+
+    a = await transport.subscribe_runs(f"{unique_name}.a", runs_of_a)
+    b = await transport.subscribe_raw(f"{unique_name}.b", one_of_b, as_bytes=True)
+    await transport.round_trip(5)  # both SUBs are in place
+    expected: list[tuple[str, bytes]] = []
+    frames = []
+    for i in range(300):
+        which = "b" if i % 50 == 49 else "a"  # a run of a's, then one b, and again
+        expected.append((which, b"%d" % i))
+        frames.append(transport.frame(f"{unique_name}.{which}", b"%d" % i, "", None))
+    transport.send_nowait(b"".join(frames))  # one write: the server answers in bursts
+    await transport.round_trip(5)
+    a.unsubscribe_nowait()
+    b.unsubscribe_nowait()
+    assert seen == expected
+    assert max(len(frames) for frames in calls) > 1, "every delivery came alone"
+    first = calls[0][0]
+    assert first[0] == MSG
+    assert first[1] == f"{unique_name}.a".encode()
+    assert (first[3], first[4], first[5]) == (b"", None, b"0")
+    assert js.nc.stats["in_msgs"] >= 300
+
+
+def _delivery(seq: int) -> tuple[Any, ...]:
+    reply = b"$JS.ACK.S.C.1.%d.%d.1764168000000000000.0" % (seq, seq)
+    return (MSG, b"s.a", 1, reply, None, b"x")
+
+
+def _status(line: bytes) -> tuple[Any, ...]:
+    return (MSG, b"_INBOX.x", 1, b"", b"NATS/1.0 " + line + b"\r\n\r\n", b"")
+
+
+async def test_a_status_inside_a_run_is_handled_in_its_place(
+    js: JetStream, unique_name: str
+) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    consumer = await stream.create_consumer(durable_name="c", ack_policy="none")
+    order: list[Any] = []
+    batch = BatchStream(
+        js._jsapi, consumer, consume_options(max_messages=10), lambda f: order.append(list(f))
+    )
+    async with batch:
+        handle_status = batch._on_status
+
+        def on_status(header: bytes, now: float) -> None:
+            order.append(header.split(b"\r\n")[0])
+            handle_status(header, now)
+
+        batch._on_status = on_status  # type: ignore[method-assign]
+        d1, d2, d3 = _delivery(1), _delivery(2), _delivery(3)
+        batch._on_run([d1, d2, _status(b"100 Idle Heartbeat"), d3])
+        assert order == [[d1, d2], b"NATS/1.0 100 Idle Heartbeat", [d3]]
+        assert await asyncio.wait_for(batch.next_batch(), 5) == 3
+        # A terminal status ends the stream: what follows it is no longer taken.
+        order.clear()
+        batch._on_run([_delivery(4), _status(b"409 Consumer Deleted"), _delivery(5)])
+        assert order == [[_delivery(4)], b"NATS/1.0 409 Consumer Deleted"]
+        with pytest.raises(ConsumerDeletedError):
+            await asyncio.wait_for(batch.next_batch(), 5)
+
+
+async def test_consume_takes_a_run_with_a_status_in_order(js: JetStream, unique_name: str) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    consumer = await stream.create_consumer(durable_name="c", ack_policy="none")
+    async with consumer.consume(max_messages=10) as messages:
+        messages._on_run([_delivery(1), _delivery(2)])  # type: ignore[attr-defined]
+        messages._on_run(  # type: ignore[attr-defined]
+            [_delivery(3), _status(b"100 Idle Heartbeat"), _delivery(4)]
+        )
+        got = [await asyncio.wait_for(messages.__anext__(), 5) for _ in range(4)]
+        assert [m.metadata.sequence.stream for m in got] == [1, 2, 3, 4]
+        assert got[0].subject == "s.a"
+        assert messages.statistics().received == 4
+        messages._on_run(  # type: ignore[attr-defined]
+            [_delivery(5), _status(b"409 Consumer Deleted"), _delivery(6)]
+        )
+        # what came after the terminal status is not taken (as when each came alone)
+        buffered = messages._buffer  # type: ignore[attr-defined]
+        assert [m.metadata.sequence.stream for m in buffered] == [5]
+        with pytest.raises(ConsumerDeletedError):
+            await asyncio.wait_for(messages.__anext__(), 5)
