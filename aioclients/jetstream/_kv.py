@@ -66,6 +66,7 @@ from aioclients.jetstream._protocol._kv import (
     KeyValueEntry,
     bucket_stream_config,
     direct_entry_fields,
+    direct_put_fields,
     key_filter_subjects,
     matches_any,
     operation_of,
@@ -161,26 +162,19 @@ def _fast_entry_constructor() -> Callable[..., KeyValueEntry]:
             self.delta = delta
             self.operation = operation
             self._headers = headers
+            # Becomes the entry here, so that constructing it is one call, no wrapper.
+            self.__class__ = KeyValueEntry  # type: ignore[assignment]
 
-    def twin(
-        bucket: str,
-        key: str,
-        value: bytes,
-        revision: int,
-        created: datetime,
-        delta: int,
-        operation: str,
-        headers: bytes | None = None,
-    ) -> KeyValueEntry:
-        e: Any = _Twin(bucket, key, value, revision, created, delta, operation, headers)
-        e.__class__ = KeyValueEntry
-        return cast("KeyValueEntry", e)
+    twin = cast("Callable[..., KeyValueEntry]", _Twin)
 
     try:
         probe = twin("b", "k", b"v", 1, _EPOCH, 0, PUT, None)
-        if probe == KeyValueEntry("b", "k", b"v", 1, _EPOCH, 0, PUT) and tuple(
-            getattr(probe, name) for name in fields
-        ) == ("b", "k", b"v", 1, _EPOCH, 0, PUT, None):
+        if (
+            type(probe) is KeyValueEntry
+            and probe == KeyValueEntry("b", "k", b"v", 1, _EPOCH, 0, PUT)
+            and tuple(getattr(probe, name) for name in fields)
+            == ("b", "k", b"v", 1, _EPOCH, 0, PUT, None)
+        ):
             return twin
     except TypeError:  # "object layout differs"
         pass
@@ -254,20 +248,24 @@ class KeyValue:
             # the key's last message, its reply read straight from the header block.
             validate_key(key)
             api = self._api
-            api.check_open()
             requests = api.requests
             subject = self._get_prefix + key
             what = f"get of {key!r} in {self.bucket!r}"
             started = requests.start_raw(subject, api.timeout, what)
-            if started is None:
+            if started is None:  # the inbox is not open yet, or the socket is busy
                 header, payload = await requests.request_raw(subject, api.timeout, what)
             else:
                 token, reply = started
                 try:
                     header, payload = await reply
-                finally:
-                    # A caller that stops waiting (cancelled) takes its entry with it.
+                except BaseException:
+                    # A caller that stops waiting (cancelled) takes its entry with it
+                    # (a reply takes it out of the table; a failure may not have).
                     requests.forget(token)
+                    raise
+            put = direct_put_fields(header)
+            if put is not None:  # the usual reply: a value, as current servers write it
+                return _new_entry(self.bucket, key, payload, put[0], put[1], 0, PUT, header)
             fields = direct_entry_fields(header)
             if fields is None:
                 entry = await self._decoded_entry(key, header, payload)

@@ -22,7 +22,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from nats.aio.msg import Msg as NatsMsg
@@ -147,6 +147,12 @@ class ReplyMux(Generic[T]):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._closed = False
+        # The loop the raw inbox was opened in (start_raw's futures and deadlines).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # _settled, when a subclass gives it work (the raw path skips a no-op call)
+        self._settle: Callable[[], None] | None = (
+            None if type(self)._settled is ReplyMux._settled else self._settled
+        )
 
     @property
     def outstanding(self) -> int:
@@ -180,6 +186,7 @@ class ReplyMux(Generic[T]):
             )
             self._raw_prefix = inbox + "."
             self._raw_prefix_len = len(self._raw_prefix)
+            self._loop = asyncio.get_running_loop()
 
     def _convert(self, msg: NatsMsg, what: str) -> T:
         """Turn a reply into the future's result (or raise the error it carries)."""
@@ -232,7 +239,8 @@ class ReplyMux(Generic[T]):
         future = entry[0]
         if not future.done():
             future.set_result((header, payload))  # type: ignore[arg-type]
-        self._settled()
+        if self._settle is not None:
+            self._settle()
 
     def _next_token(self) -> tuple[int, str]:
         self._counter += 1
@@ -345,29 +353,35 @@ class ReplyMux(Generic[T]):
     ) -> tuple[int, asyncio.Future[tuple[bytes | None, bytes]]] | None:
         """:meth:`request_raw` without a coroutine of its own, when that is possible
         at once: the raw inbox is open and the request went to the socket. Returns
-        the token and the future of the reply; the caller awaits the future and
-        then calls :meth:`forget` with the token (in ``finally``). ``None``: nothing
-        happened, use :meth:`request_raw`.
+        the token and the future of the reply; the caller awaits the future and,
+        if that raises (a timeout, a close, a cancel), calls :meth:`forget` with
+        the token. ``None``: nothing happened, use :meth:`request_raw`.
 
         Raises:
             JetStreamClosedError: the context or the connection is closed.
+            ConnectError: disconnected, and the reconnect buffer is full.
         """
-        self._check_open()
-        if self._raw_sub is None:
+        if self._closed:
+            raise JetStreamClosedError("this JetStream context is closed")
+        loop = self._loop
+        if loop is None:  # the raw inbox is not open yet
+            self._transport.check_open()
             return None
         token = self._counter + 1
-        frame = f"PUB {subject} {self._raw_prefix}{token} 0\r\n\r\n".encode()
-        future, _ = self._register(token, what, timeout)
-        try:
-            written = self._transport.write_now(frame)
-        except BaseException:
-            self._unregister(token, future)
-            raise
-        if not written:
-            self._unregister(token, future)
+        # Written before the request is entered in the table: nothing is read (no
+        # reply can come) before this returns, and a frame not written leaves
+        # nothing to take back. write_now raises what check_open would.
+        if not self._transport.write_now(
+            f"PUB {subject} {self._raw_prefix}{token} 0\r\n\r\n".encode()
+        ):
             return None
         self._counter = token
-        return token, future  # type: ignore[return-value]
+        future: asyncio.Future[Any] = loop.create_future()
+        deadline = loop.time() + timeout
+        self._pending[token] = (future, what, deadline)
+        if deadline < self._timer_at:
+            self._arm(loop, deadline)
+        return token, future
 
     def forget(self, token: int) -> None:
         """Drop ``token`` from the outstanding requests, if it is still there."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import importlib.metadata
 import json
 import logging
@@ -335,47 +336,45 @@ class FastParser:
             )
             return
         self._reader = reader
-        feed = reader.feed_data
-        take = self._take
+        # A partial, not a closure: the socket's bytes reach _feed in one call.
+        reader.feed_data = functools.partial(  # type: ignore[method-assign]
+            self._feed, reader, reader.feed_data
+        )
 
-        def feed_data(data: bytes) -> None:
-            if not take(reader, data):
-                feed(data)
-
-        reader.feed_data = feed_data  # type: ignore[method-assign,assignment]
-
-    def _take(self, reader: asyncio.StreamReader, data: bytes) -> bool:
-        """Dispatch ``data`` at once if that is safe; False leaves it to the read loop."""
+    def _feed(
+        self, reader: asyncio.StreamReader, feed: Callable[[bytes], None], data: bytes
+    ) -> None:
+        """``reader.feed_data``: dispatch ``data`` at once if that is safe, else hand
+        it to ``feed`` (the reader's own), for the read loop."""
         if (
-            self._reader is not reader
-            or self._need
-            or self._rest
-            or reader._buffer  # type: ignore[attr-defined]
-            or not self.nc.is_connected
+            self._reader is reader
+            and not self._need
+            and not self._rest
+            and not reader._buffer  # type: ignore[attr-defined]
+            and self.nc.is_connected
         ):
-            return False
-        waiter = reader._waiter  # type: ignore[attr-defined]
-        if waiter is None or waiter.done():
-            return False  # the read loop is not idle, waiting for these bytes
-        if type(data) is not bytes:
-            data = bytes(data)  # payloads handed on are bytes
-        one = single_message(data)  # the usual reply: one whole message, alone
-        if one is None:
-            # Anything else (bursts of deliveries, frames cut short) is the read
-            # loop's: taking bursts here measured slower for consume (~10-20%).
-            return False
-        handler = self.nc._reply_handlers.get(one[2])
-        if handler is None:
-            return False  # not a reply (e.g. a pull delivery): the read loop's, as ever
-        _, subject, _, reply, header, payload = one
-        stats = self.nc.stats
-        stats["in_msgs"] += 1
-        stats["in_bytes"] += len(payload)
-        try:
-            handler(subject.decode(), reply.decode(), payload, header)
-        except Exception:
-            log.exception("message handler for %r failed", subject)
-        return True
+            waiter = reader._waiter  # type: ignore[attr-defined]
+            # Only while the read loop is idle, waiting for these bytes.
+            if waiter is not None and not waiter.done():
+                # The usual reply: one whole message, alone (payloads handed on are
+                # bytes). Anything else (bursts of deliveries, frames cut short) is
+                # the read loop's: taking bursts here measured slower for consume
+                # (~10-20%).
+                one = single_message(data if type(data) is bytes else bytes(data))
+                if one is not None:
+                    handler = self.nc._reply_handlers.get(one[2])
+                    # None: not a reply (e.g. a pull delivery): the read loop's, as ever
+                    if handler is not None:
+                        _, subject, _, reply, header, payload = one
+                        stats = self.nc.stats
+                        stats["in_msgs"] += 1
+                        stats["in_bytes"] += len(payload)
+                        try:
+                            handler(subject.decode(), reply.decode(), payload, header)
+                        except Exception:
+                            log.exception("message handler for %r failed", subject)
+                        return
+        feed(data)
 
     def _keep(self, rest: bytes, need: int) -> None:
         """Hold the start of a frame still arriving, for the next ``parse``."""
@@ -478,12 +477,15 @@ class FastParser:
 class NatsTransport:
     """Publishing and subscribing through one nats-py client."""
 
-    __slots__ = ("_written", "nc", "sync_delivery")
+    __slots__ = ("_socket", "_writer", "_written", "nc", "sync_delivery")
 
     def __init__(self, nc: NATS, *, sync_delivery: bool = True) -> None:
         check_nats_py(nc)
         self.nc = nc
         self._written: asyncio.Future[None] | None = None
+        # write_now's cache: the connection's writer, and its socket's transport
+        self._writer: object = None
+        self._socket: asyncio.WriteTransport | None = None
         #: deliver messages synchronously from the read loop (see ``subscribe``)
         self.sync_delivery = sync_delivery
 
@@ -584,10 +586,17 @@ class NatsTransport:
             ConnectError: disconnected, and the reconnect buffer is full.
             JetStreamClosedError: the connection is closed.
         """
-        nc = self._admit(frame)
+        nc = self.nc
         if nc._pending_data_size or not nc.is_connected:
+            self._admit(frame)  # raises if the frame may not even be queued
             return False
-        transport = _socket_transport(nc)
+        # The socket's transport, looked up again only when the connection's writer
+        # changed (a reconnect, a TLS upgrade).
+        writer = getattr(nc._transport, "_io_writer", None)
+        if writer is not self._writer:
+            self._writer = writer
+            self._socket = _socket_transport(nc)
+        transport = self._socket
         if transport is None or transport.is_closing() or transport.get_write_buffer_size():
             return False
         transport.write(frame)

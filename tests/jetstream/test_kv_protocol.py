@@ -19,6 +19,7 @@ from aioclients.jetstream._protocol._kv import (
     PUT,
     bucket_stream_config,
     direct_entry_fields,
+    direct_put_fields,
     key_filter_subjects,
     key_subject,
     matches_any,
@@ -76,6 +77,16 @@ def test_subjects() -> None:
 def test_a_key_is_valid_exactly_when_its_tokens_are_non_empty(key: str) -> None:
     ok = all(key.split("."))
     if ok:
+        assert validate_key(key) == key
+    else:
+        with pytest.raises(InvalidArgumentError):
+            validate_key(key)
+
+
+@given(st.text(alphabet="-/_=.aZ09 *>é\n$", min_size=0, max_size=12))
+def test_a_key_is_its_allowed_characters_in_non_empty_tokens(key: str) -> None:
+    allowed = set("-/_=.abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+    if key and set(key) <= allowed and all(key.split(".")):
         assert validate_key(key) == key
     else:
         with pytest.raises(InvalidArgumentError):
@@ -184,7 +195,12 @@ def test_bucket_settings_are_checked(option: str, value: object) -> None:
         bucket_stream_config("b", **settings)  # type: ignore[arg-type]
 
 
-def _direct_reply(*user: tuple[str, str], seq: str = "42", op: str | None = None) -> bytes:
+def _direct_reply(
+    *user: tuple[str, str],
+    seq: str = "42",
+    op: str | None = None,
+    stamp: str = "2024-01-02T03:04:05.123456789Z",
+) -> bytes:
     lines = [f"{k}: {v}" for k, v in user]
     if op is not None:
         lines.append(f"KV-Operation: {op}")
@@ -192,7 +208,7 @@ def _direct_reply(*user: tuple[str, str], seq: str = "42", op: str | None = None
         "Nats-Stream: KV_b",
         "Nats-Subject: $KV.b.k",
         f"Nats-Sequence: {seq}",
-        "Nats-Time-Stamp: 2024-01-02T03:04:05.123456789Z",
+        f"Nats-Time-Stamp: {stamp}",
     ]
     return ("NATS/1.0\r\n" + "".join(line + "\r\n" for line in lines) + "\r\n").encode()
 
@@ -271,6 +287,84 @@ def test_direct_get_reply_fields_agree_with_the_decoded_form_for_any_user_header
     assert (seq, format_rfc3339(parse_server_time(stamp)), operation) == _decoded_fields(block)
 
 
+_STAMPS = [
+    "2024-01-02T03:04:05.123456789Z",
+    "2024-01-02T03:04:05.1234567Z",
+    "2024-01-02T03:04:05.123456Z",
+    "2024-01-02T03:04:05.12345Z",
+    "2024-01-02T03:04:05Z",
+    "2024-01-02T03:04:05.1234567890Z",
+    "2022-08-06 00:29:27.587861324 +0000 UTC",
+    "2024-01-02T03:04:05.123456789+01:00",
+]
+
+
+def test_a_plain_put_reply_is_read_by_the_cheap_reading() -> None:
+    created = datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=timezone.utc)
+    assert direct_put_fields(_direct_reply()) == (42, created)
+    assert direct_put_fields(_direct_reply(("X-A", "1"), op="PUT")) is None  # an operation
+    assert direct_put_fields(_direct_reply(("X-A", "1"), ("Traceparent", "00-ab"))) == (
+        42,
+        created,
+    )
+    assert direct_put_fields(_direct_reply(stamp="2024-01-02T03:04:05.123456Z")) == (42, created)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        None,
+        b"",
+        b"NATS/1.0 404 Message Not Found\r\n\r\n",
+        b"NATS/1.0 503\r\n\r\n",
+        _direct_reply(op="DEL"),
+        _direct_reply(op="PURGE"),
+        _direct_reply(("Nats-Marker-Reason", "MaxAge")),
+        _direct_reply(seq="4x"),
+        _direct_reply(stamp="2024-01-02T03:04:05Z"),  # left to the general reading
+        _direct_reply().replace(b"Nats-Subject: $KV.b.k", b"Nats-Subject: "),
+        _direct_reply() + b"Nats-Extra: 1\r\n\r\n",
+        _direct_reply().replace(b"NATS/1.0\r\n", b"NATS/1.0 200\r\n"),
+    ],
+)
+def test_anything_but_a_plain_put_is_left_to_the_general_reading(block: bytes | None) -> None:
+    assert direct_put_fields(block) is None
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "KV-Operation",
+                    "Nats-Marker-Reason",
+                    "Nats-Sequence",
+                    "Nats-Subject",
+                    "Nats-Time-Stamp",
+                    "X-A",
+                    "kv-operation",
+                ]
+            ),
+            st.sampled_from(["DEL", "PUT", "MaxAge", "12", "", " DEL ", "2024-01-02T03:04:05Z"]),
+        ),
+        max_size=5,
+    ),
+    st.sampled_from([None, "DEL", "PURGE", "PUT"]),
+    st.sampled_from(["42", "7", "0042", "4x", ""]),
+    st.sampled_from(_STAMPS),
+)
+def test_the_cheap_reading_of_a_put_agrees_with_the_general_one(
+    user: list[tuple[str, str]], op: str | None, seq: str, stamp: str
+) -> None:
+    block = _direct_reply(*user, seq=seq, op=op, stamp=stamp)
+    put = direct_put_fields(block)
+    if put is None:
+        return  # left to direct_entry_fields (checked against the decoded form above)
+    fields = direct_entry_fields(block)
+    assert fields is not None
+    assert (put[0], put[1], PUT) == (fields[0], parse_server_time(fields[1]), fields[2])
+
+
 def test_the_fast_entry_constructor_builds_the_same_frozen_entry() -> None:
     import dataclasses
     from datetime import datetime, timezone
@@ -290,7 +384,7 @@ def test_the_fast_entry_constructor_builds_the_same_frozen_entry() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.key = "other"  # type: ignore[misc]
     # built by the same-layout class (the cheapest field writes), headers kept
-    assert getattr(_new_entry, "__name__", "") == "twin"
+    assert getattr(_new_entry, "__name__", "") == "_Twin"
     block = b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n"
     with_headers = _new_entry(*args, block)
     assert type(with_headers) is KeyValueEntry
