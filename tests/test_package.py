@@ -105,6 +105,27 @@ def test_the_changelog_has_a_release_section_for_this_version() -> None:
     assert headings[1][1], "a release section carries its date"
 
 
+def test_changelog_sections_have_each_heading_once_and_no_repeated_entry() -> None:
+    # Merges of branches that each added lines have left a section with two
+    # "### Added" headings, entries twice and a stray half of an entry.
+    text = (ROOT / "CHANGELOG.md").read_text()
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        version = section.splitlines()[0]
+        headings = re.findall(r"^### (.+)$", section, re.M)
+        assert len(headings) == len(set(headings)), (version, headings)
+        entries: list[str] = []
+        for block in re.split(r"^### .+$", section, flags=re.M)[1:]:
+            for line in block.strip("\n").splitlines():
+                if line.startswith("- "):
+                    entries.append(line)
+                elif line.startswith("  ") and entries:
+                    entries[-1] += "\n" + line
+                else:
+                    assert not line.strip(), (version, f"a line outside any entry: {line!r}")
+        repeated = {e.splitlines()[0] for e in entries if entries.count(e) > 1}
+        assert not repeated, (version, repeated)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_wheel_installs_into_a_fresh_venv_and_imports(tmp_path: Path) -> None:

@@ -134,6 +134,10 @@ class _Puller:
     #: ``_on_raw`` takes subject and reply undecoded (Msg decodes them if read);
     #: consume() only: the inboxes of fetches stay as they were (str)
     _raw_as_bytes = False
+    #: how errors and logs name what this reads ("pull on stream/consumer")
+    _kind = "pull on"
+    #: what a missed idle heartbeat makes it do, for the log line
+    _on_missed_heartbeat = "pulling again"
 
     def __init__(
         self,
@@ -169,7 +173,9 @@ class _Puller:
         self._timer_when = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._recovery: asyncio.Task[None] | None = None
-        self._tasks = TaskOwner(f"pull {consumer.stream_name}/{consumer.name}", self._task_failed)
+        self._tasks = TaskOwner(
+            f"{self._kind} {consumer.stream_name}/{consumer.name}", self._task_failed
+        )
         self._reconnects = 0
         # drain(): the buffer may still grow until the UNSUB round trip is done.
         self._draining = False
@@ -221,7 +227,7 @@ class _Puller:
             error: BaseException = exc
         else:
             error = JetStreamError(
-                f"pull on {self._consumer.stream_name}/{self._consumer.name}: a background "
+                f"{self._kind} {self._consumer.stream_name}/{self._consumer.name}: a background "
                 f"task failed: {type(exc).__name__}: {exc}"
             )
             error.__cause__ = exc
@@ -343,9 +349,13 @@ class _Puller:
     def _notify(self, event: ConsumeEvent) -> None:
         callback = self._on_event
         if isinstance(event, HeartbeatMissed):
-            log.warning("missed idle heartbeats on %s; pulling again", self._consumer)
+            log.warning(
+                "missed idle heartbeats on %s; %s", self._consumer, self._on_missed_heartbeat
+            )
         elif isinstance(event, StatusWarning):
-            log.warning("pull on %s: %d %s", self._consumer, event.code, event.description)
+            log.warning(
+                "%s %s: %d %s", self._kind, self._consumer, event.code, event.description
+            )
         if callback is None:
             return
         try:

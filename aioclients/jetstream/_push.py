@@ -168,6 +168,9 @@ class PushMessageStream(MessageStream):
     """The messages of a push consumer's ``consume()``: a ``MessageStream``
     over the deliver subject, with flow control answered and heartbeats checked."""
 
+    _kind = "push consumer"
+    _on_missed_heartbeat = "checking that the consumer still exists"
+
     def __init__(
         self,
         api: JetStreamApi,

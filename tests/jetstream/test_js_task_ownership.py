@@ -32,7 +32,9 @@ async def test_a_failed_check_after_a_reconnect_ends_the_consume_with_its_error(
         # What the request layer tells every running consume after a reconnect:
         # the consumer is looked up (in a background task) before pulling again.
         messages.connection_restored()
-        with pytest.raises(JetStreamError, match="background task failed: RuntimeError: boom"):
+        with pytest.raises(
+            JetStreamError, match=f"^pull on {unique_name}/c: a background task failed: Runtime"
+        ):
             await asyncio.wait_for(messages.__anext__(), WAIT)
 
 
@@ -119,7 +121,10 @@ async def test_a_failed_existence_check_ends_the_push_consume_with_its_error(
     async with consumer.consume() as messages:
         # Deleted: the heartbeats stop, and the missed one starts the check.
         await js.delete_consumer(stream.name, "p")
-        with pytest.raises(JetStreamError, match="background task failed: RuntimeError: boom"):
+        with pytest.raises(
+            JetStreamError,
+            match=f"^push consumer {stream.name}/p: a background task failed: RuntimeError: boom",
+        ):
             await asyncio.wait_for(messages.__anext__(), WAIT)
 
 

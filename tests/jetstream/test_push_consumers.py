@@ -4,6 +4,7 @@ and ephemeral, flow control, heartbeats, pause, deletion, queue groups, cancel."
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 
@@ -206,9 +207,12 @@ async def test_a_paused_push_consumer_waits_then_delivers(js: JetStream, stream:
     assert not [e for e in events if isinstance(e, (HeartbeatMissed, StatusWarning))]
 
 
-async def test_deleting_the_consumer_ends_the_iteration(js: JetStream, stream: Stream) -> None:
+async def test_deleting_the_consumer_ends_the_iteration(
+    js: JetStream, stream: Stream, caplog: pytest.LogCaptureFixture
+) -> None:
     # The server tells a push subscriber nothing; the heartbeats stop, and the
     # missed heartbeat finds the consumer gone.
+    caplog.set_level(logging.WARNING, logger="aioclients")
     consumer = await js.create_push_consumer(stream.name, durable_name="p", idle_heartbeat=0.3)
     events: list[object] = []
     async with consumer.consume(on_event=events.append) as messages:
@@ -217,6 +221,10 @@ async def test_deleting_the_consumer_ends_the_iteration(js: JetStream, stream: S
         with pytest.raises(ConsumerDeletedError):
             await asyncio.wait_for(reader, 10)
     assert any(isinstance(e, HeartbeatMissed) for e in events)
+    # The log says what a push consumer does (it sends no pulls).
+    missed = [r.getMessage() for r in caplog.records if "missed idle" in r.getMessage()]
+    assert missed
+    assert all(m.endswith("checking that the consumer still exists") for m in missed)
 
 
 async def test_a_deliver_group_shares_the_messages(js: JetStream, stream: Stream) -> None:
