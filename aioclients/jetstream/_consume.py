@@ -353,9 +353,7 @@ class _Puller:
                 "missed idle heartbeats on %s; %s", self._consumer, self._on_missed_heartbeat
             )
         elif isinstance(event, StatusWarning):
-            log.warning(
-                "%s %s: %d %s", self._kind, self._consumer, event.code, event.description
-            )
+            log.warning("%s %s: %d %s", self._kind, self._consumer, event.code, event.description)
         if callback is None:
             return
         try:
