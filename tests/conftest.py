@@ -21,6 +21,9 @@ from tests.loop_bound import (  # noqa: F401 (pytest hooks: --loop-bound-only)
     pytest_addoption,
     pytest_collection_modifyitems,
 )
+from tests.spark_worker import (  # noqa: F401 (pytest hook: the Spark tests on one worker)
+    pytest_xdist_make_scheduler,
+)
 
 NATS_URL_ENV = "AIOCLIENTS_TEST_NATS_URL"
 
