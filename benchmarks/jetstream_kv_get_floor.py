@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import cast
-from urllib.parse import urlparse
 
 import nats
+from _floor import FloorProtocol, open_floor
 from _loop import add_loop_argument, run_async, use_loop
 
 # The bucket, its filling and the two kv.get loops are jetstream_kv.py's, so both
@@ -37,18 +35,12 @@ from aioclients.testing import NatsServer
 SUBJECT = f"$JS.API.DIRECT.GET.KV_{BUCKET}.$KV.{BUCKET}."
 
 
-class _FloorProtocol(asyncio.Protocol):
-    """Just enough NATS: CONNECT, SUB, and one outstanding request at a time."""
+class _FloorProtocol(FloorProtocol):
+    """One outstanding request at a time; its reply resolves ``waiter``."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.buffer = b""
+        super().__init__()
         self.waiter: asyncio.Future[bytes] | None = None
-        self.connected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # cast, not isinstance: uvloop's transports are not asyncio.Transport subclasses
-        self.transport = cast("asyncio.Transport", transport)
 
     def data_received(self, data: bytes) -> None:
         buf = self.buffer + data if self.buffer else data
@@ -68,23 +60,13 @@ class _FloorProtocol(asyncio.Protocol):
                     waiter.set_result(body)
                 continue
             buf = buf[end + 2 :]
-            if line.startswith(b"PING"):
-                assert self.transport is not None
-                self.transport.write(b"PONG\r\n")
-            elif line.startswith(b"PONG") and not self.connected.done():
-                self.connected.set_result(None)
-            elif line.startswith(b"-ERR"):
-                raise RuntimeError(line.decode())
+            self.control(line)
         self.buffer = buf
 
 
 async def floor_get(url: str, names: list[str]) -> float:
-    u = urlparse(url)
     loop = asyncio.get_running_loop()
-    transport, proto = await loop.create_connection(_FloorProtocol, u.hostname, u.port)
-    connect = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True}
-    transport.write(b"CONNECT " + json.dumps(connect).encode() + b"\r\nSUB _FLOOR.* 1\r\nPING\r\n")
-    await proto.connected
+    transport, proto = await open_floor(url, _FloorProtocol)
     subjects = [(SUBJECT + key).encode() for key in names]
     start = time.perf_counter()
     for i, subject in enumerate(subjects):

@@ -28,9 +28,8 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
-from urllib.parse import urlparse
 
+from _floor import PullingFloor, open_floor
 from _loop import add_loop_argument, run_async, use_loop
 
 # The bucket, its filling and both keys() loops are jetstream_kv.py's, so both
@@ -48,30 +47,10 @@ PULL = b'{"batch": %d, "expires": 30000000000, "idle_heartbeat": 5000000000}'
 NEXT = b"$JS.API.CONSUMER.MSG.NEXT." + STREAM.encode() + b".%s"
 
 
-class _FloorProtocol(asyncio.Protocol):
-    """Just enough NATS: CONNECT, one SUB, API requests, and counting deliveries."""
+class _FloorProtocol(PullingFloor):
+    """Counts the headers-only deliveries; API replies and control lines aside."""
 
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.buffer = b""
-        loop = asyncio.get_running_loop()
-        self.connected: asyncio.Future[None] = loop.create_future()
-        self.reply: asyncio.Future[bytes] | None = None
-        self.done: asyncio.Future[None] = loop.create_future()
-        self.next_subject = b""
-        self.count = 0
-        #: deliveries still due from the pulls sent
-        self.outstanding = 0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # cast, not isinstance: uvloop's transports are not asyncio.Transport subclasses
-        self.transport = cast("asyncio.Transport", transport)
-
-    def pull(self, batch: int) -> None:
-        assert self.transport is not None
-        body = PULL % batch
-        self.transport.write(b"PUB %s _FLOOR.d %d\r\n%s\r\n" % (self.next_subject, len(body), body))
-        self.outstanding += batch
+    PULL = PULL
 
     def data_received(self, data: bytes) -> None:
         buf = self.buffer + data if self.buffer else data
@@ -106,39 +85,15 @@ class _FloorProtocol(asyncio.Protocol):
                     break
                 body = buf[end + 2 : end + 2 + total]
                 pos = end + 2 + total + 2
-                if self.reply is not None and not self.reply.done():
-                    self.reply.set_result(body)
+                self.api_reply(body)
                 continue
-            line = buf[pos:end]
+            self.control(buf[pos:end])
             pos = end + 2
-            if line.startswith(b"PING"):
-                assert self.transport is not None
-                self.transport.write(b"PONG\r\n")
-            elif line.startswith(b"PONG") and not self.connected.done():
-                self.connected.set_result(None)
-            elif line.startswith(b"-ERR"):
-                raise RuntimeError(line.decode())
         self.buffer = buf[pos:]
-
-    async def request(self, subject: str, body: bytes) -> dict[str, Any]:
-        assert self.transport is not None
-        self.reply = asyncio.get_running_loop().create_future()
-        self.transport.write(
-            b"PUB %s _FLOOR.api %d\r\n%s\r\n" % (subject.encode(), len(body), body)
-        )
-        reply = json.loads(await asyncio.wait_for(self.reply, 30))
-        if "error" in reply:
-            raise RuntimeError(reply["error"])
-        return cast("dict[str, Any]", reply)
 
 
 async def floor_keys(url: str, n: int) -> float:
-    u = urlparse(url)
-    loop = asyncio.get_running_loop()
-    transport, proto = await loop.create_connection(_FloorProtocol, u.hostname, u.port)
-    connect = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True}
-    transport.write(b"CONNECT " + json.dumps(connect).encode() + b"\r\nSUB _FLOOR.* 1\r\nPING\r\n")
-    await proto.connected
+    transport, proto = await open_floor(url, _FloorProtocol)
     start = time.perf_counter()
     config = {
         "deliver_policy": "last_per_subject",

@@ -29,10 +29,9 @@ import argparse
 import asyncio
 import json
 import time
-from typing import Any, cast
-from urllib.parse import urlparse
 
 import nats
+from _floor import PullingFloor, open_floor
 from _loop import add_loop_argument, run_async, use_loop
 
 from aioclients import jetstream
@@ -109,29 +108,10 @@ FLOOR_BATCH = 2000
 FLOOR_PULL = b'{"batch":%d,"expires":30000000000,"idle_heartbeat":5000000000}'
 
 
-class _FloorReader(asyncio.Protocol):
-    """Just enough NATS: CONNECT, one SUB, API requests, and counting deliveries."""
+class _FloorReader(PullingFloor):
+    """Counts an ordered consumer's deliveries; API replies and control lines aside."""
 
-    def __init__(self) -> None:
-        loop = asyncio.get_running_loop()
-        self.transport: asyncio.Transport | None = None
-        self.buffer = b""
-        self.connected: asyncio.Future[None] = loop.create_future()
-        self.reply: asyncio.Future[bytes] | None = None
-        self.done: asyncio.Future[None] = loop.create_future()
-        self.next_subject = b""
-        self.count = 0
-        self.outstanding = 0  # deliveries still due from the pulls sent
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # cast, not isinstance: uvloop's transports are not asyncio.Transport subclasses
-        self.transport = cast("asyncio.Transport", transport)
-
-    def pull(self, batch: int) -> None:
-        assert self.transport is not None
-        body = FLOOR_PULL % batch
-        self.transport.write(b"PUB %s _FLOOR.d %d\r\n%s\r\n" % (self.next_subject, len(body), body))
-        self.outstanding += batch
+    PULL = FLOOR_PULL
 
     def data_received(self, data: bytes) -> None:
         buf = self.buffer + data if self.buffer else data
@@ -160,40 +140,17 @@ class _FloorReader(asyncio.Protocol):
                             self.done.set_result(None)
                     elif self.outstanding <= FLOOR_BATCH // 2:
                         self.pull(FLOOR_BATCH - self.outstanding)
-                elif self.reply is not None and not self.reply.done():
-                    self.reply.set_result(body)  # an API reply
+                else:
+                    self.api_reply(body)
                 continue
-            line = buf[pos:end]
+            self.control(buf[pos:end])
             pos = end + 2
-            if line.startswith(b"PING"):
-                assert self.transport is not None
-                self.transport.write(b"PONG\r\n")
-            elif line.startswith(b"PONG") and not self.connected.done():
-                self.connected.set_result(None)
-            elif line.startswith(b"-ERR"):
-                raise RuntimeError(line.decode())
         self.buffer = buf[pos:]
-
-    async def request(self, subject: str, body: bytes) -> dict[str, Any]:
-        assert self.transport is not None
-        self.reply = asyncio.get_running_loop().create_future()
-        self.transport.write(
-            b"PUB %s _FLOOR.api %d\r\n%s\r\n" % (subject.encode(), len(body), body)
-        )
-        reply = json.loads(await asyncio.wait_for(self.reply, 30))
-        if "error" in reply:
-            raise RuntimeError(reply["error"])
-        return cast("dict[str, Any]", reply)
 
 
 async def floor(url: str, n: int) -> float:
-    u = urlparse(url)
-    loop = asyncio.get_running_loop()
     cpu = time.process_time()
-    transport, reader = await loop.create_connection(_FloorReader, u.hostname, u.port)
-    connect = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True}
-    transport.write(b"CONNECT " + json.dumps(connect).encode() + b"\r\nSUB _FLOOR.* 1\r\nPING\r\n")
-    await reader.connected
+    transport, reader = await open_floor(url, _FloorReader)
     start = time.perf_counter()
     config = {
         "deliver_policy": "all",

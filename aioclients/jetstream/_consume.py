@@ -605,12 +605,7 @@ class MessageStream(_Puller):
         count = len(frames)
         self._received += count
         self._received_bytes += total
-        waiters = self._waiters
-        while waiters and count:  # one message, one waiting task
-            count -= 1
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+        _wake(self._waiters, count)
 
     @property
     def pin_id(self) -> str | None:
@@ -763,12 +758,7 @@ class BatchStream(MessageStream):
                     size += len(header)
             self._bytes += size
         self._sink(frames)
-        waiters = self._waiters
-        while waiters and count:  # one message, one waiting task
-            count -= 1
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+        _wake(self._waiters, count)
 
     def _on_mixed_run(self, frames: list[Frame]) -> None:
         """A run with status messages (heartbeats, the end of a pull): each status
@@ -906,6 +896,15 @@ class FetchResult(_Puller):
             ) from None
         finally:
             await self.aclose()
+
+
+def _wake(waiters: collections.deque[asyncio.Future[None]], count: int) -> None:
+    """Wake up to ``count`` waiting tasks: one message each."""
+    while waiters and count:
+        count -= 1
+        waiter = waiters.popleft()
+        if not waiter.done():
+            waiter.set_result(None)
 
 
 def _int_header(value: object) -> int | None:
