@@ -282,8 +282,15 @@ async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool =
 
         bare_spans = BareSpans(telemetry)
 
+        # The hand-made spans are flushed in the client's own measured time, as
+        # telemetry.on() flushes the instrumented ones: else their export would be
+        # charged to the next instrumented client.
         async def bare(url: str, n: int, ack: bool) -> float:
-            return await ours_bare_spans(url, n, ack, bare_spans)
+            assert telemetry is not None
+            try:
+                return await ours_bare_spans(url, n, ack, bare_spans)
+            finally:
+                telemetry.tracer_provider.force_flush()
 
         scenarios[2:2] = [
             ("ours none +otel", traced, False),

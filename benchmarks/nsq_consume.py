@@ -74,10 +74,13 @@ def counting_handler(count: int) -> tuple[Callable[[object], bool], asyncio.Futu
     return handler, done
 
 
-async def ours_run(tcp: str, topic: str, count: int, mif: int) -> float:
+async def ours_run(tcp: str, topic: str, count: int, mif: int, telemetry: Any = None) -> float:
     """``Reader.run(handler)``: the handler model pynsq has (a handler that returns is
-    finished by the library)."""
+    finished by the library). With ``telemetry``, uninstrumented, its handler making
+    the SDK's process span by hand."""
     handler, done = counting_handler(count)
+    if telemetry is not None:
+        handler = bare_process_span(telemetry, topic, handler)
     async with Reader(topic, "bench", nsqd_tcp_addresses=[tcp], max_in_flight=mif) as reader:
         start = time.perf_counter()
         task = asyncio.ensure_future(reader.run(handler, concurrency=1))
@@ -150,21 +153,6 @@ def bare_process_span(
             span.end(time_ns())
 
     return traced
-
-
-async def ours_run_bare_span(tcp: str, topic: str, count: int, mif: int, telemetry: Any) -> float:
-    """``ours_run`` uninstrumented, its handler making the SDK's process span by hand."""
-    handler, done = counting_handler(count)
-    traced = bare_process_span(telemetry, topic, handler)
-    async with Reader(topic, "bench", nsqd_tcp_addresses=[tcp], max_in_flight=mif) as reader:
-        start = time.perf_counter()
-        task = asyncio.ensure_future(reader.run(traced, concurrency=1))
-        try:
-            return count / (await done - start)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def pynsq(tcp: str, topic: str, count: int, mif: int) -> float:
@@ -263,7 +251,7 @@ async def main(args: argparse.Namespace, tcp: str, http: str) -> None:
         async def bare_run(tcp: str, topic: str, count: int, mif: int) -> float:
             assert telemetry is not None
             try:
-                return await ours_run_bare_span(tcp, topic, count, mif, telemetry)
+                return await ours_run(tcp, topic, count, mif, telemetry)
             finally:
                 telemetry.tracer_provider.force_flush()
 
