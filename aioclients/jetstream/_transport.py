@@ -347,35 +347,38 @@ class FastParser:
     ) -> None:
         """``reader.feed_data``: dispatch ``data`` at once if that is safe, else hand
         it to ``feed`` (the reader's own), for the read loop."""
-        if (
-            self._reader is reader
-            and not self._need
-            and not self._rest
-            and not reader._buffer  # type: ignore[attr-defined]
-            and self.nc.is_connected
-        ):
-            waiter = reader._waiter  # type: ignore[attr-defined]
-            # Only while the read loop is idle, waiting for these bytes.
-            if waiter is not None and not waiter.done():
-                # The usual reply: one whole message, alone (payloads handed on are
-                # bytes). Anything else (bursts of deliveries, frames cut short) is
-                # the read loop's: taking bursts here measured slower for consume
-                # (~10-20%).
-                one = single_message(data if type(data) is bytes else bytes(data))
-                if one is not None:
-                    handler = self.nc._reply_handlers.get(one[2])
-                    # None: not a reply (e.g. a pull delivery): the read loop's, as ever
-                    if handler is not None:
-                        _, subject, _, reply, header, payload = one
-                        stats = self.nc.stats
-                        stats["in_msgs"] += 1
-                        stats["in_bytes"] += len(payload)
-                        try:
-                            handler(subject.decode(), reply.decode(), payload, header)
-                        except Exception:
-                            log.exception("message handler for %r failed", subject)
-                        return
-        feed(data)
+        if not self._dispatch_now(reader, data):
+            feed(data)
+
+    def _dispatch_now(self, reader: asyncio.StreamReader, data: bytes) -> bool:
+        """Hand ``data`` to a reply handler now, if it is one whole message alone
+        for one and the read loop is idle; whether it did."""
+        if self._reader is not reader or self._need or self._rest:
+            return False
+        if reader._buffer or not self.nc.is_connected:  # type: ignore[attr-defined]
+            return False
+        # Only while the read loop is idle, waiting for these bytes.
+        waiter = reader._waiter  # type: ignore[attr-defined]
+        if waiter is None or waiter.done():
+            return False
+        # The usual reply: one whole message, alone (payloads handed on are bytes).
+        # Anything else (bursts of deliveries, frames cut short) is the read loop's:
+        # taking bursts here measured slower for consume (~10-20%).
+        one = single_message(data if type(data) is bytes else bytes(data))
+        if one is None:
+            return False
+        handler = self.nc._reply_handlers.get(one[2])
+        if handler is None:  # not a reply (e.g. a pull delivery): the read loop's, as ever
+            return False
+        _, subject, _, reply, header, payload = one
+        stats = self.nc.stats
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(payload)
+        try:
+            handler(subject.decode(), reply.decode(), payload, header)
+        except Exception:
+            log.exception("message handler for %r failed", subject)
+        return True
 
     def _keep(self, rest: bytes, need: int) -> None:
         """Hold the start of a frame still arriving, for the next ``parse``."""
