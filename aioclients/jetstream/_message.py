@@ -134,11 +134,11 @@ class Msg:
         Raises:
             MessageAlreadyAckedError: it was acknowledged already.
         """
-        if self._acked or not self._reply:
+        reply = self._reply
+        if self._acked or not reply:
             self._claim("ack")  # raises
         self._acked = True
-        reply = self._reply
-        if isinstance(reply, str):
+        if type(reply) is not bytes and isinstance(reply, str):  # bytes: the usual
             reply = reply.encode()
         self._api.transport.send_nowait(b"PUB %s 4\r\n+ACK\r\n" % reply)
 

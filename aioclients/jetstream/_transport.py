@@ -100,6 +100,8 @@ _NO_RUNS: dict[int, RunHandler] = {}
 _PAYLOAD = operator.itemgetter(5)
 _SID = operator.itemgetter(2)
 
+_CONNECTED = NATS.CONNECTED
+
 #: How long a write may wait for a server that does not read, when no timeout applies.
 DEFAULT_WRITE_TIMEOUT = 5.0
 
@@ -813,7 +815,9 @@ class NatsTransport:
         its reconnect buffer size.
         """
         nc = self.nc
-        if nc.is_connected:  # the hot path (acks): open, and no reconnect buffer to fill
+        # The hot path (acks): open, and no reconnect buffer to fill. The status is
+        # read first: is_connected (a property, also true while draining) only if not.
+        if nc._status == _CONNECTED or nc.is_connected:
             nc._pending.append(frame)
             nc._pending_data_size += len(frame)
             queue = nc._flush_queue
