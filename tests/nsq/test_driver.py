@@ -450,14 +450,14 @@ async def test_answers_go_out_together_unless_the_first_waited(
             held = [await asyncio.wait_for(reader.__anext__(), 5) for _ in range(4)]
             (conn,) = reader._conns.values()
             writes: list[bytes] = []
-            flush = conn.flush
+            data_to_send = conn.core.data_to_send
 
-            def recording_flush() -> None:
-                if conn.core.has_data_to_send:
-                    writes.append(conn.core._out[:])
-                flush()
+            def recording_data_to_send() -> bytes:
+                data = data_to_send()
+                writes.append(data)
+                return data
 
-            monkeypatch.setattr(conn, "flush", recording_flush)
+            monkeypatch.setattr(conn.core, "data_to_send", recording_data_to_send)
             # no await that yields between these: the loop is held
             await held[0].finish()
             clock[0] += _connection.EARLY_FLUSH_DELAY / 2
