@@ -294,6 +294,26 @@ class NsqdConnection(asyncio.Protocol):
             data = self._codec.encode(data)
         transport.write(data)
 
+    def fin(self, message_id: bytes) -> bool | None:
+        """FIN a message delivered here, written like :meth:`answered` says. Returns
+        True when queued; False when the message is not in flight here (answered
+        already, or its id was delivered again and that copy answered); None when
+        the connection is closed or lost (nothing to say on a dead link: nsqd
+        re-delivers the message after its timeout). The answer to nearly every
+        message: :meth:`answered` is inlined."""
+        queued = self.core.fin_if_in_flight(message_id)  # (lost: the core is CLOSED)
+        if not queued:
+            return queued
+        self.finished += 1
+        if self._flush_scheduled:
+            if perf_counter() - self._flush_since >= EARLY_FLUSH_DELAY:
+                self.flush()
+        else:
+            self._flush_scheduled = True
+            self._flush_since = perf_counter()
+            self._loop.call_soon(self.flush)
+        return True
+
     def answered(self) -> None:
         """An answer (FIN, REQ) was queued in the core outside a read: write it at
         the end of this loop iteration with the others, or now when the first one

@@ -399,15 +399,13 @@ class ConnectionCore:
         self.in_flight.pop(message_id, None)
         self._fins.append(message_id)
 
-    def fin_if_in_flight(self, message_id: bytes) -> bool:
-        """Queue FIN when the message is in flight here; False (nothing queued) when
-        it is not (answered already, or its id was delivered again and answered).
-
-        Raises:
-            LocalProtocolError: the connection is closed.
-        """
+    def fin_if_in_flight(self, message_id: bytes) -> bool | None:
+        """Queue FIN when the message is in flight here (True); False (nothing
+        queued) when it is not (answered already, or its id was delivered again and
+        answered); None (nothing queued) when the connection is closed: nsqd
+        re-delivers the message after its timeout, there is nothing to say."""
         if self.state is _CLOSED:
-            raise LocalProtocolError("FIN: the connection is closed")
+            return None
         if self.in_flight.pop(message_id, None) is None:
             return False
         self._fins.append(message_id)
