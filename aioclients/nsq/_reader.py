@@ -625,12 +625,14 @@ class Reader:
         dist = self._dist
         assert dist is not None
         updates = dist.on_messages(conn.address, len(items), now)
-        if updates:
-            self._apply(updates)
         self._queue.extend(items)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if updates:
+            # after the wake-up: the consumer's step comes first in the loop's queue,
+            # so that the RDY goes out in one write with the FINs it makes
+            self._apply(updates)
 
     def on_oversized_message(
         self, conn: NsqdConnection, event: OversizedMessage, now: float

@@ -201,18 +201,27 @@ class NsqdConnection(asyncio.Protocol):
         try:
             codec = self._codec
             if codec is None:
-                self._feed(data)
+                delivered = self._feed(data)
             else:
+                delivered = False
                 for chunk in codec.decode(data):
-                    self._feed(chunk)
+                    if self._feed(chunk):
+                        delivered = True
                     if self.lost:
                         return
         except Exception as exc:  # bad bytes, a refused handshake step
             self._fail(exc)
             return
-        self.flush()
+        if delivered:
+            # The owner answers these messages in the callbacks of this loop
+            # iteration: what the read queued (a RDY refill, a NOP) goes out with
+            # those answers in one write, as an answer would (answered).
+            self.answered()
+        else:
+            self.flush()
 
-    def _feed(self, data: bytes) -> None:
+    def _feed(self, data: bytes) -> bool:
+        """Decode ``data`` and tell the owner; True when it delivered messages."""
         now = self._clock()
         core = self.core
         events = core.receive_data(data, now)
@@ -222,6 +231,8 @@ class NsqdConnection(asyncio.Protocol):
             core.received = []
             self.messages_received += len(made)
             owner.on_messages(self, made, now)
+        if not events:
+            return bool(made)
         for event in events:
             if type(event) is MessageReceived:  # the hot path: one per message
                 self.messages_received += 1
@@ -247,6 +258,7 @@ class NsqdConnection(asyncio.Protocol):
                     self._close_wait.set_result(None)
             else:
                 self._handshake_event(event)
+        return bool(made)
 
     def eof_received(self) -> bool | None:
         return None  # close our side too
@@ -331,6 +343,7 @@ class NsqdConnection(asyncio.Protocol):
         """Write what the core has queued at the end of this loop iteration."""
         if not self._flush_scheduled:
             self._flush_scheduled = True
+            self._flush_since = perf_counter()  # what answered()'s early write counts from
             self._loop.call_soon(self.flush)
 
     async def drain(self) -> None:
