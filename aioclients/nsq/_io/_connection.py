@@ -8,6 +8,8 @@ the owner's ``make_message`` in the core go to the owner as one list per read
 (``on_messages``). Responses made outside a read cycle (``Message.finish()``) are
 queued in the core and written by one ``call_soon`` flush per loop iteration, so a
 burst of FINs is one write (earlier when the first has waited ``EARLY_FLUSH_DELAY``).
+A read that delivered messages writes the same way (its RDY refill then leaves with
+the FINs of those messages, one write a read); any other read writes at once.
 The core's one deadline (handshake timeout, heartbeat watchdog) is one
 ``loop.call_at`` handle, re-armed when it fires (deadlines only move later while
 data flows, so it never needs re-arming per read).
