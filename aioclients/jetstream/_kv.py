@@ -751,8 +751,7 @@ class KeyLister:
         # never sees the key at or before ``last``. Those keys are what remains
         # here once the scan is over; each is looked up as it is now.
         start = StartSubjects(subjects, last)
-        # StartSubjects.delivered, inline: the read loop runs it once per key.
-        reached = start.unreached.discard
+        reached = start.delivered
         oc = await open_ordered_consumer(
             kv._api,
             kv._stream_name,
@@ -785,8 +784,7 @@ class KeyLister:
             ) -> str | None:
                 # The read loop's work per key: no Msg, no entry (and no pending
                 # count or timestamp: meta=False).
-                if sseq <= last:
-                    reached(subject)
+                reached(subject, sseq)
                 if deliver(sseq) is not take:
                     return None  # listed already, or written after the start
                 if header is not None and (
