@@ -26,7 +26,6 @@ from _loop import add_loop_argument, run_async, use_loop
 
 from aioclients.nsq import Reader
 from aioclients.nsq._io._connection import NsqdConnection
-from aioclients.nsq._message import Message
 from aioclients.nsq._protocol._connection import ConnectionCore, ConnectionState
 from aioclients.nsq._protocol._rdy import RdyDistributor
 from aioclients.nsq._responder import ReaderResponder
@@ -62,7 +61,7 @@ async def one_pass(rounds: int, batch: int) -> tuple[float, int]:
     reader._started = True
     reader._loop = loop
     dist = reader._dist = RdyDistributor(batch, rng=reader._rng)
-    responder = reader._responder = ReaderResponder(
+    reader._responder = ReaderResponder(
         dist, reader._apply, loop.time, requeue_delay=90.0, max_requeue_delay=900.0
     )
     core = ConnectionCore(identify={}, topic="t", channel="c")
@@ -71,9 +70,7 @@ async def one_pass(rounds: int, batch: int) -> tuple[float, int]:
     conn = NsqdConnection("127.0.0.1:1", core, reader)
     transport = _CountingTransport()
     conn._transport = transport  # type: ignore[assignment]
-    core.make_message = Message
-    core.make_with = (conn, responder)
-    core.attempts_limit = 5
+    reader._wire(conn)
     reader._conns[conn.address] = conn
     reader._apply(dist.add_connection(conn.address, 2500, loop.time()))
     core.rdy_allowance = batch

@@ -23,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import inspect
+import itertools
 import json
 import logging
+import operator
 import random
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
@@ -42,7 +44,7 @@ from aioclients.jetstream._errors import (
     NoMessagesError,
     StreamNotFoundError,
 )
-from aioclients.jetstream._message import Msg
+from aioclients.jetstream._message import Msg, keep_run
 from aioclients.jetstream._models import ConsumerInfo
 from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._pull import (
@@ -80,6 +82,8 @@ __all__ = (
 log = logging.getLogger("aioclients.jetstream.consume")
 
 ConsumeEvent = HeartbeatMissed | Pinned | Unpinned | StatusWarning | Disconnected | Reconnected
+
+_SIZE = operator.attrgetter("_size")
 
 
 class PullTarget(Protocol):
@@ -132,6 +136,45 @@ class ConsumeStatistics(NamedTuple):
 class _Puller:
     """Shared machinery of :class:`FetchResult` and :class:`MessageStream`."""
 
+    # Slots: more than 30 instance attributes would put them in a plain dict
+    # (CPython's shared-key limit), where every read on the hot path is slower.
+    # Subclasses add theirs in a __dict__ of their own.
+    __slots__ = (
+        "__dict__",
+        "__weakref__",
+        "_api",
+        "_batched",
+        "_buffer",
+        "_consumer",
+        "_core",
+        "_credit",
+        "_draining",
+        "_entered",
+        "_error",
+        "_finished",
+        "_granted",
+        "_granted_bytes",
+        "_inbox",
+        "_loop",
+        "_on_event",
+        "_ready",
+        "_received",
+        "_received_bytes",
+        "_reconnects",
+        "_recovery",
+        "_started",
+        "_stopped",
+        "_sub",
+        "_subject",
+        "_taken",
+        "_taken_bytes",
+        "_tasks",
+        "_timer",
+        "_timer_when",
+        "_transport",
+        "_waiters",
+    )
+
     #: ``_on_raw`` takes subject and reply undecoded (Msg decodes them if read);
     #: consume() only: the inboxes of fetches stay as they were (str)
     _raw_as_bytes = False
@@ -162,6 +205,10 @@ class _Puller:
         self._received = self._received_bytes = 0  # received, not yet told to the core
         self._taken = self._taken_bytes = 0  # taken, not yet told to the core
         self._credit = 0  # takes left before the core must hear of them
+        # Granted to the iterator's fast path (see MessageStream._grant): the first
+        # _ready buffered messages may be handed out with no other step; _granted
+        # (of _granted_bytes) were granted, and are counted as taken by _fold.
+        self._ready = self._granted = self._granted_bytes = 0
         self._subject = api.subject(f"CONSUMER.MSG.NEXT.{consumer.stream_name}.{consumer.name}")
         self._sub: RawSubscription | None = None
         self._inbox = ""
@@ -202,6 +249,7 @@ class _Puller:
 
     def _release(self) -> None:
         """Drop the subscription, the timer and the listener (idempotent, sync)."""
+        self._fold()  # stopped or failed: no message leaves by the fast path any more
         if self._finished:
             return
         self._finished = True
@@ -270,9 +318,25 @@ class _Puller:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def _fold(self) -> None:
+        """End the grant of the iterator's fast path (see ``MessageStream._grant``):
+        the messages it handed out count as taken, as if each had been counted."""
+        granted = self._granted
+        if not granted:
+            return
+        ready = self._ready
+        size = self._granted_bytes
+        if ready:  # the rest stays buffered, for the next take
+            size -= sum(map(_SIZE, itertools.islice(self._buffer, ready)))
+            self._ready = 0
+        self._granted = self._granted_bytes = 0
+        self._taken += granted - ready
+        self._taken_bytes += size
+
     def _sync(self) -> None:
         """Tell the core of the messages received and taken since it last heard;
         send the pull that may be due. Before anything else asks the core."""
+        self._fold()
         core = self._core
         count = self._received
         if count:
@@ -499,6 +563,7 @@ class _Puller:
         )
 
     async def _next_message(self) -> Msg:
+        self._fold()
         while True:
             if self._stopped:
                 raise StopAsyncIteration
@@ -563,6 +628,8 @@ class MessageStream(_Puller):
     """
 
     _raw_as_bytes = True
+    #: whether the iterator's fast path may be granted messages (see _grant)
+    _grants = True
 
     def __init__(
         self,
@@ -593,15 +660,7 @@ class MessageStream(_Puller):
                         return  # released meanwhile: the rest is no longer ours
                     self._on_raw(subject, reply, data, header)
                 return
-        api = self._api
-        keep = self._buffer.append
-        total = 0
-        for _, subject, _, reply, header, data in frames:
-            size = len(subject) + len(reply) + len(data)
-            if header is not None:
-                size += len(header)
-            keep(Msg(api, subject, reply, data, header, size))
-            total += size
+        total = keep_run(self._api, frames, self._buffer.append)
         count = len(frames)
         self._received += count
         self._received_bytes += total
@@ -666,16 +725,16 @@ class MessageStream(_Puller):
         return self if self._entered else self._owned_iteration()
 
     async def __anext__(self) -> Msg:
-        # The hot path, inlined: a buffered message is returned without another
-        # coroutine; everything else (waiting, ending, errors) is _next_message's.
-        # _take_buffered is the same fast path for telemetry: keep the two in step.
-        buffer = self._buffer
-        if buffer and not self._stopped and self._error is None:
-            msg = buffer.popleft()
-            self._taken += 1
-            self._taken_bytes += msg._size
-            if self._taken >= self._credit:
-                self._settle()
+        # The hot path, inlined: a message granted by _take is returned at once;
+        # a buffered one through _take, without another coroutine; everything else
+        # (waiting, ending, errors) is _next_message's. _take_buffered is the same
+        # fast path for telemetry: keep the two in step.
+        ready = self._ready
+        if ready:
+            self._ready = ready - 1
+            return self._buffer.popleft()
+        msg = self._take()
+        if msg is not None:
             return msg
         return await self._next_message()
 
@@ -685,15 +744,38 @@ class MessageStream(_Puller):
         ``aioclients.telemetry``, whose receive span then needs no second coroutine
         per message; ``__anext__`` keeps its own inlined copy, so that the path
         without telemetry is not one call longer."""
+        ready = self._ready
+        if ready:
+            self._ready = ready - 1
+            return self._buffer.popleft()
+        return self._take()
+
+    def _take(self) -> Msg | None:
+        """Take the next buffered message and count it, or None where the iterator
+        would wait, end or raise; then grant the messages that follow."""
         buffer = self._buffer
         if buffer and not self._stopped and self._error is None:
+            self._fold()
             msg = buffer.popleft()
             self._taken += 1
             self._taken_bytes += msg._size
             if self._taken >= self._credit:
                 self._settle()
+            self._grant()
             return msg
         return None
+
+    def _grant(self) -> None:
+        """Let the fast path of the iterator hand out the next buffered messages
+        with no step per message: as many as are buffered, short of the take that
+        reaches the credit (that one goes through :meth:`_take`, which tells the
+        core). What the old per-message step did is done by :meth:`_fold`, at the
+        next take, sync or release: the counts end up the same. Nothing grants
+        while stopped or failed, and a release ends the grant."""
+        grant = min(len(self._buffer), self._credit - self._taken - 1)
+        if grant > 0 and self._grants:
+            self._ready = self._granted = grant
+            self._granted_bytes = sum(map(_SIZE, itertools.islice(self._buffer, grant)))
 
 
 #: ``sink(frames)`` of a :class:`BatchStream`: a run of deliveries (no status

@@ -368,6 +368,10 @@ class KeyValue:
         """Every kept revision of ``key``, oldest first (markers included), up to
         the stream's last sequence at the call (later writes are left out).
 
+        A key rewritten so fast that every revision kept at the call is replaced
+        before the read reaches it gives the revisions found instead (all newer
+        than the call), not an error.
+
         Raises:
             KeyNotFoundError: the key has no message at all.
         """
@@ -379,19 +383,7 @@ class KeyValue:
         last = await _last_seq(self)
         if self._direct:
             try:
-                seq = 1
-                while seq <= last:
-                    batch = self._stream.direct_get_batch(batch=64, seq=seq, next_by_subj=subject)
-                    newer = False
-                    async with batch:
-                        async for stored in batch:
-                            if stored.seq > last:
-                                newer = True
-                            elif not entries or stored.seq > entries[-1].revision:
-                                entries.append(self._from_stored(key, stored))
-                    if newer or not batch.num_pending or not entries:
-                        break
-                    seq = entries[-1].revision + 1
+                entries = await self._history_direct(key, subject, last)
             except ServerTooOldError:
                 entries = []
             else:
@@ -406,6 +398,28 @@ class KeyValue:
         finally:
             await oc.close()
         return self._deltas(key, entries)
+
+    async def _history_direct(self, key: str, subject: str, last: int) -> list[KeyValueEntry]:
+        """``history`` through Direct Get batches: the revisions up to ``last``, or
+        if none of those is left, the newer ones of the first batch."""
+        entries: list[KeyValueEntry] = []
+        newer: list[KeyValueEntry] = []
+        seq = 1
+        while seq <= last:
+            batch = self._stream.direct_get_batch(batch=64, seq=seq, next_by_subj=subject)
+            past = False  # the batch went past the snapshot: nothing more to read
+            async with batch:
+                async for stored in batch:
+                    if stored.seq > last:
+                        past = True
+                        if not entries:
+                            newer.append(self._from_stored(key, stored))
+                    elif not entries or stored.seq > entries[-1].revision:
+                        entries.append(self._from_stored(key, stored))
+            if past or not batch.num_pending or not entries:
+                break
+            seq = entries[-1].revision + 1
+        return entries or newer
 
     def _deltas(self, key: str, entries: list[KeyValueEntry]) -> list[KeyValueEntry]:
         if not entries:
@@ -751,8 +765,7 @@ class KeyLister:
         # never sees the key at or before ``last``. Those keys are what remains
         # here once the scan is over; each is looked up as it is now.
         start = StartSubjects(subjects, last)
-        # StartSubjects.delivered, inline: the read loop runs it once per key.
-        reached = start.unreached.discard
+        reached = start.delivered
         oc = await open_ordered_consumer(
             kv._api,
             kv._stream_name,
@@ -785,8 +798,7 @@ class KeyLister:
             ) -> str | None:
                 # The read loop's work per key: no Msg, no entry (and no pending
                 # count or timestamp: meta=False).
-                if sseq <= last:
-                    reached(subject)
+                reached(subject, sseq)
                 if deliver(sseq) is not take:
                     return None  # listed already, or written after the start
                 if header is not None and (

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._errors import JetStreamError, MessageAlreadyAckedError
@@ -19,7 +20,7 @@ from aioclients.jetstream._protocol._metadata import MsgMetadata, parse_ack_subj
 if TYPE_CHECKING:
     from aioclients.jetstream._api import JetStreamApi
 
-__all__ = ("Msg", "header_block_of")
+__all__ = ("Msg", "header_block_of", "keep_run")
 
 _ACK = b"+ACK"
 _NAK = b"-NAK"
@@ -57,6 +58,7 @@ class Msg:
     ) -> None:
         # subject and reply may come as the bytes on the wire: decoded when read
         # (most consumers never read them; an ack sends the reply's bytes as they are).
+        # keep_run() sets the same attributes: keep the two in step.
         self._api = api
         self._subject = subject
         self._reply = reply
@@ -132,11 +134,11 @@ class Msg:
         Raises:
             MessageAlreadyAckedError: it was acknowledged already.
         """
-        if self._acked or not self._reply:
+        reply = self._reply
+        if self._acked or not reply:
             self._claim("ack")  # raises
         self._acked = True
-        reply = self._reply
-        if isinstance(reply, str):
+        if type(reply) is not bytes and isinstance(reply, str):  # bytes: the usual
             reply = reply.encode()
         self._api.transport.send_nowait(b"PUB %s 4\r\n+ACK\r\n" % reply)
 
@@ -195,6 +197,39 @@ class Msg:
             raise InvalidArgumentError("reason must be a str without CR or LF")
         self._claim("term")
         self._send(_TERM + (b" " + reason.encode() if reason else b""))
+
+
+def keep_run(
+    api: JetStreamApi, frames: Iterable[tuple[Any, ...]], keep: Callable[[Msg], object]
+) -> int:
+    """Make a :class:`Msg` of each delivery of a run (``(MSG, subject, sid, reply,
+    header_or_None, payload)`` as the frame scanner gives them, subject and reply
+    undecoded), hand each to ``keep`` in order, and return their sizes in all (as
+    the pull buffer counts them: subject, reply, headers and payload).
+
+    The same objects ``Msg(api, subject, reply, data, header, size)`` makes,
+    without a Python ``__init__`` call per message (a third of their cost): keep
+    the two in step.
+    """
+    new = object.__new__
+    total = 0
+    for _, subject, _, reply, header, data in frames:
+        size = len(subject) + len(reply) + len(data)
+        if header is not None:
+            size += len(header)
+        msg = new(Msg)
+        msg._api = api
+        msg._subject = subject
+        msg._reply = reply
+        msg.data = data
+        msg._header_block = header
+        msg._headers = None
+        msg._metadata = None
+        msg._acked = False
+        msg._size = size
+        keep(msg)
+        total += size
+    return total
 
 
 def header_block_of(msg: Msg) -> bytes | None:

@@ -246,9 +246,17 @@ class ReplyMux(Generic[T]):
         self._counter += 1
         return self._counter, self._prefix + str(self._counter)
 
-    def _register(self, token: int, what: str, timeout: float) -> tuple[asyncio.Future[T], float]:
-        """Enter ``token`` in the table of outstanding requests, with its deadline."""
-        loop = asyncio.get_running_loop()
+    def _register(
+        self,
+        token: int,
+        what: str,
+        timeout: float,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> tuple[asyncio.Future[T], float]:
+        """Enter ``token`` in the table of outstanding requests, with its deadline
+        (``loop``: the running one, if the caller has it at hand)."""
+        if loop is None:
+            loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         deadline = loop.time() + timeout
         self._pending[token] = (future, what, deadline)
@@ -376,12 +384,8 @@ class ReplyMux(Generic[T]):
         ):
             return None
         self._counter = token
-        future: asyncio.Future[Any] = loop.create_future()
-        deadline = loop.time() + timeout
-        self._pending[token] = (future, what, deadline)
-        if deadline < self._timer_at:
-            self._arm(loop, deadline)
-        return token, future
+        future, _ = self._register(token, what, timeout, loop)
+        return token, future  # type: ignore[return-value]
 
     def forget(self, token: int) -> None:
         """Drop ``token`` from the outstanding requests, if it is still there."""

@@ -170,6 +170,9 @@ class PushMessageStream(MessageStream):
 
     _kind = "push consumer"
     _on_missed_heartbeat = "checking that the consumer still exists"
+    # No grants to the iterator's fast path: the overflow check of each delivery
+    # reads the taken bytes, which a grant counts only at its end.
+    _grants = False
 
     def __init__(
         self,
@@ -363,6 +366,7 @@ class PushMessageStream(MessageStream):
     def _sync(self) -> None:
         """Tell the core of the messages received and taken since it last heard;
         send a flow-control reply that became due."""
+        self._fold()  # (never granted here: kept in step with the base's _sync)
         flow = self._flow
         count = self._received
         if count:

@@ -249,8 +249,14 @@ class Brokers:
         timeout: float | None = None,
         not_found: type[LiftbridgeServerError] = NoSuchStreamError,
         stores: bool = False,
+        refused_ends: bool = False,
     ) -> Any:
         """Call ``method`` on any broker, moving to the next on UNAVAILABLE (bounded).
+
+        With ``refused_ends``, a round in which every known broker refused the
+        connection ends the call at once: nothing listens at any address (the
+        first metadata fetch of ``connect``, where waiting and asking again
+        would only delay the error by seconds).
 
         The client guide's resilient RPC "retries on gRPC Unavailable errors
         while trying different servers", and warns: "It's important to be mindful
@@ -270,6 +276,8 @@ class Brokers:
                 if not order:
                     break
                 if attempt:
+                    if refused_ends and refused_only:
+                        break
                     # Every known broker failed once: refresh the list's order
                     # after a short pause instead of spinning.
                     await asyncio.sleep(self.jitter())
@@ -431,13 +439,22 @@ class Brokers:
         resp = await self.rpc("FetchMetadata", pb.FetchMetadataRequest(), what="fetch_metadata")
         return self.metadata.update(resp, now=self.clock(), wall=datetime.now(timezone.utc))
 
-    async def refresh_metadata(self) -> Metadata:
-        """Fetch metadata (one fetch at a time; a caller that waited reuses the result)."""
+    async def refresh_metadata(self, *, refused_ends: bool = False) -> Metadata:
+        """Fetch metadata (one fetch at a time; a caller that waited reuses the result).
+
+        ``refused_ends``: give up after one round in which every broker refused the
+        connection (see :meth:`rpc`).
+        """
         generation = self.metadata.generation
         async with self._refresh_lock:
             if self.metadata.generation != generation:
                 return self.metadata.get()
-            resp = await self.rpc("FetchMetadata", pb.FetchMetadataRequest(), what="fetch_metadata")
+            resp = await self.rpc(
+                "FetchMetadata",
+                pb.FetchMetadataRequest(),
+                what="fetch_metadata",
+                refused_ends=refused_ends,
+            )
             return self.metadata.update(resp, now=self.clock(), wall=datetime.now(timezone.utc))
 
     async def partition_listed(self, stream: str, partition: int) -> bool:

@@ -909,7 +909,8 @@ async def connect(
         A connected :class:`Client` (use ``async with``).
 
     Raises:
-        LiftbridgeConnectError: no broker answered.
+        LiftbridgeConnectError: no broker answered; at once when every address
+            refuses the connection.
         InvalidArgumentError: bad arguments.
     """
     if isinstance(addresses, str):
@@ -1004,7 +1005,8 @@ async def connect(
         clock=options.get("clock"),
     )
     try:
-        await client._brokers.refresh_metadata()
+        # Seeds that all refuse the connection: nothing to wait for, say so now.
+        await client._brokers.refresh_metadata(refused_ends=True)
     except BaseException:
         await client.close()
         raise

@@ -62,7 +62,7 @@ from aioclients._version import __version__
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
 from aioclients.nsq._io._lookupd import query_lookupd
-from aioclients.nsq._message import Message
+from aioclients.nsq._message import Message, new_message
 from aioclients.nsq._protocol._connection import (
     ConnectionCore,
     MessageReceived,
@@ -625,12 +625,14 @@ class Reader:
         dist = self._dist
         assert dist is not None
         updates = dist.on_messages(conn.address, len(items), now)
-        if updates:
-            self._apply(updates)
         self._queue.extend(items)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if updates:
+            # after the wake-up: the consumer's step comes first in the loop's queue,
+            # so that the RDY goes out in one write with the FINs it makes
+            self._apply(updates)
 
     def on_oversized_message(
         self, conn: NsqdConnection, event: OversizedMessage, now: float
@@ -749,6 +751,15 @@ class Reader:
             return None
         return self._tasks.start(coro, name=name)
 
+    def _wire(self, conn: NsqdConnection) -> None:
+        """The core makes each Message as it decodes it (on_messages gets a read's
+        worth); those delivered too often come to on_message, to be given up."""
+        core = conn.core
+        assert self._responder is not None
+        core.make_message = new_message
+        core.make_with = (conn, self._responder)
+        core.attempts_limit = self._max_attempts
+
     async def _connect(self, address: str) -> None:
         core = ConnectionCore(
             identify=self._identify,
@@ -761,12 +772,7 @@ class Reader:
             heartbeat_interval=self._heartbeat_interval,
         )
         conn = NsqdConnection(address, core, self, tls_context=self._tls_context)
-        assert self._responder is not None
-        # The core makes each Message as it decodes it (on_messages gets a read's
-        # worth); those delivered too often come to on_message, to be given up.
-        core.make_message = Message
-        core.make_with = (conn, self._responder)
-        core.attempts_limit = self._max_attempts
+        self._wire(conn)
         await conn.open(self._connect_timeout)
         if self._closed:
             conn.abort()

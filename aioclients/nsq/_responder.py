@@ -22,12 +22,9 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from aioclients._core import check_float
 from aioclients.nsq._message import Message
-from aioclients.nsq._protocol._connection import ConnectionState
 from aioclients.nsq._protocol._rdy import RdyDistributor, RdyUpdate
 
 __all__ = ("ReaderResponder",)
-
-_CLOSED = ConnectionState.CLOSED  # a global: cheaper per answer than the enum's attribute
 
 
 class ReaderResponder:
@@ -79,18 +76,16 @@ class ReaderResponder:
         """FIN (success for backoff). Returns what to await while the socket's
         buffer is full, else ``None`` (no coroutine made per message)."""
         conn = msg._conn
-        core = conn.core
-        if conn.lost or core.state is _CLOSED:
+        queued = conn.fin(msg.id)
+        if queued is None:
             return None  # nsqd re-delivers it after its timeout; nothing to say on a dead link
         dist = self._dist
-        if not core.fin_if_in_flight(msg.id):
+        if not queued:
             # The same id was delivered again (msg_timeout expired) and that copy was
             # answered already: nothing to send, but this copy still frees its slot.
             self._apply(dist.on_response(conn.address, self._clock(), None))
             return None
-        conn.finished += 1
         self.finished += 1
-        conn.answered()
         if not dist.on_finished(conn.address):  # in backoff, or RDY owed somewhere
             # (_apply also re-arms the timer: a backoff window may have ended)
             self._apply(dist.on_response(conn.address, self._clock(), True))

@@ -278,6 +278,50 @@ async def test_statistics_are_consistent(js: JetStream, stream: Stream, consumer
     assert s.reconnects == 0
 
 
+async def test_statistics_exact_after_takes_without_a_look_between(
+    js: JetStream, stream: Stream, consumer: Consumer, wait_for: WaitFor
+) -> None:
+    # Buffered messages leave the iterator in a fast path that counts them at the
+    # next look (statistics, a status, a pull): the counts must be exact then.
+    await publish_many(js, f"{stream.name}.a", 50)
+    async with consumer.consume(max_messages=100) as messages:
+
+        async def all_received() -> bool:
+            return messages.statistics().received == 50
+
+        await wait_for(all_received, timeout=5, what="50 messages buffered")
+        taken = [await messages.__anext__() for _ in range(7)]
+        s = messages.statistics()
+        assert (s.delivered, s.buffered_messages) == (7, 43)
+        first_bytes = s.buffered_bytes
+        taken += [await messages.__anext__() for _ in range(5)]
+        s = messages.statistics()
+        assert (s.delivered, s.buffered_messages) == (12, 38)
+        sizes = [len(m.subject) + len(m.reply) + len(m.data) for m in taken]
+        assert first_bytes - s.buffered_bytes == sum(sizes[7:])
+        rest = [await messages.__anext__() for _ in range(38)]
+        s = messages.statistics()
+        assert (s.delivered, s.buffered_messages, s.buffered_bytes) == (50, 0, 0)
+    assert [m.metadata.sequence.stream for m in taken + rest] == list(range(1, 51))
+
+
+async def test_stop_after_fast_takes_ends_iteration_and_keeps_counts(
+    js: JetStream, stream: Stream, consumer: Consumer, wait_for: WaitFor
+) -> None:
+    await publish_many(js, f"{stream.name}.a", 30)
+    async with consumer.consume(max_messages=100) as messages:
+
+        async def all_received() -> bool:
+            return messages.statistics().received == 30
+
+        await wait_for(all_received, timeout=5, what="30 messages buffered")
+        for _ in range(4):
+            await messages.__anext__()
+        messages.stop()
+        assert [m async for m in messages] == []
+        assert messages.statistics().delivered == 4
+
+
 async def test_delete_consumer_mid_consume_raises_consumer_deleted(
     js: JetStream, stream: Stream, consumer: Consumer
 ) -> None:

@@ -281,3 +281,34 @@ async def test_history_is_the_snapshot_at_its_start_while_others_write(
         assert len(await kv.history("h")) == 60  # the later ones are there
         if loss is not None:
             assert loss.lost, "no delivery was lost: the test did not reset the read"
+
+
+async def test_history_of_a_key_replaced_before_the_read_gives_the_newer_revisions(
+    js: JetStream, bucket: str
+) -> None:
+    # Every revision kept when history() takes its snapshot is replaced before the
+    # read reaches it (history 5, 8 more puts): the key still has revisions, so
+    # they come back (all newer than the snapshot), not KeyNotFoundError.
+    async with _cleanup(js, bucket):
+        kv = await js.create_key_value(bucket, history=5)
+        for i in range(3):
+            await kv.put("h", b"%d" % i)
+        later: list[int] = []
+        starts: list[int] = []
+        stream_info = kv._api.stream_info
+
+        async def spied(name: str, **kwargs: Any) -> Any:
+            info = await stream_info(name, **kwargs)
+            starts.append(info.state.last_seq)
+            later.extend([await kv.put("h", b"later %d" % i) for i in range(8)])
+            return info
+
+        kv._api.stream_info = spied  # type: ignore[method-assign]
+        try:
+            entries = await kv.history("h")
+        finally:
+            kv._api.stream_info = stream_info  # type: ignore[method-assign]
+        assert starts == [3]
+        assert [e.revision for e in entries] == later[-5:]
+        assert [e.value for e in entries] == [b"later %d" % i for i in range(3, 8)]
+        assert [e.delta for e in entries] == [4, 3, 2, 1, 0]

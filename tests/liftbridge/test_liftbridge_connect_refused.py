@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import time
 from collections.abc import Iterator
@@ -31,3 +32,25 @@ async def test_connect_to_brokers_that_refuse(refused_addresses: list[str]) -> N
         "(connection refused): start them with `aioclients-servers` or `liftbridge`, or "
         "check the addresses"
     )
+
+
+class _CountingRandom(random.Random):
+    """Counts the pauses the client draws before asking the brokers again."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.pauses = 0
+
+    def uniform(self, a: float, b: float) -> float:
+        self.pauses += 1
+        return super().uniform(a, b)
+
+
+async def test_connect_gives_up_after_one_round_of_refusals(
+    refused_addresses: list[str],
+) -> None:
+    rng = _CountingRandom()
+    with pytest.raises(liftbridge.LiftbridgeConnectError, match="connection refused"):
+        await liftbridge.connect(refused_addresses, rng=rng)
+    # One round over both addresses, no pause and no second round.
+    assert rng.pauses == 0

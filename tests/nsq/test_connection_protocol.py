@@ -124,8 +124,8 @@ def test_fin_if_in_flight_answers_once() -> None:
     assert not core.in_flight
     core.receive_data(msg(MID), 0.0)
     core.connection_lost()
-    with pytest.raises(LocalProtocolError, match="closed"):
-        core.fin_if_in_flight(MID)
+    assert core.fin_if_in_flight(MID) is None  # closed: nothing to say
+    assert not core.has_data_to_send
 
 
 def test_heartbeat_is_answered_with_nop() -> None:
@@ -544,3 +544,62 @@ def test_made_messages_keep_the_decoders_errors() -> None:
         core.receive_data(good + struct.pack(">II", 8, 7) + b"\0" * 4, 0.0)
     assert err.value.offset == start + len(good) + 4
     assert core.received == [(MID, b"x", 5, 1, None, None)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["fin", "fin_checked", "req", "touch", "rdy", "heartbeat", "take"]),
+            st.integers(0, 7),
+        ),
+        max_size=60,
+    ),
+    st.booleans(),
+)
+def test_queued_fins_keep_the_order_of_one_command_at_a_time(
+    ops: list[tuple[str, int]], close: bool
+) -> None:
+    """FINs are queued as ids and formatted at the next write or the next other
+    command: the bytes are those of each command written as it was made, and
+    pending_bytes counts them exactly."""
+    core = subscribed()
+    core.send_rdy(8)
+    core.data_to_send()
+    mids = [b"%016d" % i for i in range(8)]
+    core.receive_data(b"".join(msg(m) for m in mids), 1.0)
+    expected = b""
+    sent = b""
+    for op, n in ops:
+        mid = mids[n]
+        if op == "fin":
+            if core.fin_if_in_flight(mid):
+                expected += b"FIN %b\n" % mid
+        elif op == "fin_checked" and mid in core.in_flight:
+            core.fin(mid)
+            expected += b"FIN %b\n" % mid
+        elif op == "req" and mid in core.in_flight:
+            core.req(mid, n)
+            expected += b"REQ %b %d\n" % (mid, n)
+        elif op == "touch" and mid in core.in_flight:
+            core.touch(mid)
+            expected += b"TOUCH %b\n" % mid
+        elif op == "rdy":
+            core.send_rdy(n)
+            expected += b"RDY %d\n" % n
+        elif op == "heartbeat":
+            core.receive_data(frame(0, b"_heartbeat_"), 1.0)
+            expected += b"NOP\n"
+        elif op == "take":
+            assert core.pending_bytes == len(expected) - len(sent)
+            assert core.has_data_to_send == (core.pending_bytes > 0)
+            sent += core.data_to_send()
+            assert sent == expected
+    if close:
+        core.cls()
+        expected += b"CLS\n"
+    assert core.pending_bytes == len(expected) - len(sent)
+    assert core.has_data_to_send == (len(expected) > len(sent))
+    assert sent + core.data_to_send() == expected
+    assert core.data_to_send() == b""
+    assert not core.has_data_to_send

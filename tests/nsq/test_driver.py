@@ -450,14 +450,14 @@ async def test_answers_go_out_together_unless_the_first_waited(
             held = [await asyncio.wait_for(reader.__anext__(), 5) for _ in range(4)]
             (conn,) = reader._conns.values()
             writes: list[bytes] = []
-            flush = conn.flush
+            data_to_send = conn.core.data_to_send
 
-            def recording_flush() -> None:
-                if conn.core.has_data_to_send:
-                    writes.append(conn.core._out[:])
-                flush()
+            def recording_data_to_send() -> bytes:
+                data = data_to_send()
+                writes.append(data)
+                return data
 
-            monkeypatch.setattr(conn, "flush", recording_flush)
+            monkeypatch.setattr(conn.core, "data_to_send", recording_data_to_send)
             # no await that yields between these: the loop is held
             await held[0].finish()
             clock[0] += _connection.EARLY_FLUSH_DELAY / 2
@@ -471,3 +471,37 @@ async def test_answers_go_out_together_unless_the_first_waited(
             await fake.wait_for(lambda c: b"FIN " + mids[3] in c)
             assert len(writes) == 2
     assert [c for c in fake.commands if c.startswith(b"FIN")] == [b"FIN " + m for m in mids]
+
+
+async def test_a_refill_rdy_goes_out_with_the_fins_of_its_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The RDY a read's messages make due is written with the FINs the application
+    gives them in the same loop iteration: one write, the commands in the order
+    they were made."""
+    mids = [b"00000000000000c%d" % i for i in range(5)]
+    async with FakeNsqd() as fake:
+        async with Reader("t", "c", nsqd_tcp_addresses=[fake.address], max_in_flight=4) as reader:
+            await fake.wait_for(lambda c: b"RDY 1" in c)
+            fake.send(message_frame(mids[0], b"x"))
+            await fake.wait_for(lambda c: b"RDY 4" in c)
+            first = await asyncio.wait_for(reader.__anext__(), 5)
+            await first.finish()
+            await fake.wait_for(lambda c: b"FIN %b" % mids[0] in c)
+            (conn,) = reader._conns.values()
+            writes: list[bytes] = []
+            data_to_send = conn.core.data_to_send
+
+            def recording_data_to_send() -> bytes:
+                data = data_to_send()
+                writes.append(data)
+                return data
+
+            monkeypatch.setattr(conn.core, "data_to_send", recording_data_to_send)
+            # 4 messages use up RDY 4: the read makes the refill due
+            fake.send(b"".join(message_frame(m, b"x") for m in mids[1:]))
+            for _ in range(4):
+                msg = await reader.__anext__()  # waits for the read once, then queued
+                await msg.finish()
+            await fake.wait_for(lambda c: b"FIN %b" % mids[4] in c)
+            assert writes == [b"RDY 4\n" + b"".join(b"FIN %b\n" % m for m in mids[1:])]

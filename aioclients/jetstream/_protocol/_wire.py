@@ -132,7 +132,7 @@ def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int, int]:
             if end + 2 > size:
                 need = end + 2 - pos
                 break  # the payload is still on its way
-            if buffer[end : end + 2] != _CRLF:
+            if buffer[end] != 13 or buffer[end + 1] != 10:  # CRLF, without a slice
                 raise RemoteProtocolError("message payload not followed by CRLF", offset=end)
             if hsize:
                 header = buffer[body : body + hsize]

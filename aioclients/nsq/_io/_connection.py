@@ -8,6 +8,8 @@ the owner's ``make_message`` in the core go to the owner as one list per read
 (``on_messages``). Responses made outside a read cycle (``Message.finish()``) are
 queued in the core and written by one ``call_soon`` flush per loop iteration, so a
 burst of FINs is one write (earlier when the first has waited ``EARLY_FLUSH_DELAY``).
+A read that delivered messages writes the same way (its RDY refill then leaves with
+the FINs of those messages, one write a read); any other read writes at once.
 The core's one deadline (handshake timeout, heartbeat watchdog) is one
 ``loop.call_at`` handle, re-armed when it fires (deadlines only move later while
 data flows, so it never needs re-arming per read).
@@ -201,18 +203,27 @@ class NsqdConnection(asyncio.Protocol):
         try:
             codec = self._codec
             if codec is None:
-                self._feed(data)
+                delivered = self._feed(data)
             else:
+                delivered = False
                 for chunk in codec.decode(data):
-                    self._feed(chunk)
+                    if self._feed(chunk):
+                        delivered = True
                     if self.lost:
                         return
         except Exception as exc:  # bad bytes, a refused handshake step
             self._fail(exc)
             return
-        self.flush()
+        if delivered:
+            # The owner answers these messages in the callbacks of this loop
+            # iteration: what the read queued (a RDY refill, a NOP) goes out with
+            # those answers in one write, as an answer would (answered).
+            self.answered()
+        else:
+            self.flush()
 
-    def _feed(self, data: bytes) -> None:
+    def _feed(self, data: bytes) -> bool:
+        """Decode ``data`` and tell the owner; True when it delivered messages."""
         now = self._clock()
         core = self.core
         events = core.receive_data(data, now)
@@ -222,6 +233,8 @@ class NsqdConnection(asyncio.Protocol):
             core.received = []
             self.messages_received += len(made)
             owner.on_messages(self, made, now)
+        if not events:
+            return bool(made)
         for event in events:
             if type(event) is MessageReceived:  # the hot path: one per message
                 self.messages_received += 1
@@ -247,6 +260,7 @@ class NsqdConnection(asyncio.Protocol):
                     self._close_wait.set_result(None)
             else:
                 self._handshake_event(event)
+        return bool(made)
 
     def eof_received(self) -> bool | None:
         return None  # close our side too
@@ -294,6 +308,26 @@ class NsqdConnection(asyncio.Protocol):
             data = self._codec.encode(data)
         transport.write(data)
 
+    def fin(self, message_id: bytes) -> bool | None:
+        """FIN a message delivered here, written like :meth:`answered` says. Returns
+        True when queued; False when the message is not in flight here (answered
+        already, or its id was delivered again and that copy answered); None when
+        the connection is closed or lost (nothing to say on a dead link: nsqd
+        re-delivers the message after its timeout). The answer to nearly every
+        message: :meth:`answered` is inlined."""
+        queued = self.core.fin_if_in_flight(message_id)  # (lost: the core is CLOSED)
+        if not queued:
+            return queued
+        self.finished += 1
+        if self._flush_scheduled:
+            if perf_counter() - self._flush_since >= EARLY_FLUSH_DELAY:
+                self.flush()
+        else:
+            self._flush_scheduled = True
+            self._flush_since = perf_counter()
+            self._loop.call_soon(self.flush)
+        return True
+
     def answered(self) -> None:
         """An answer (FIN, REQ) was queued in the core outside a read: write it at
         the end of this loop iteration with the others, or now when the first one
@@ -311,6 +345,7 @@ class NsqdConnection(asyncio.Protocol):
         """Write what the core has queued at the end of this loop iteration."""
         if not self._flush_scheduled:
             self._flush_scheduled = True
+            self._flush_since = perf_counter()  # what answered()'s early write counts from
             self._loop.call_soon(self.flush)
 
     async def drain(self) -> None:

@@ -307,6 +307,10 @@ class ConnectionCore:
         self.decoder = F.FrameDecoder(HANDSHAKE_FRAME_LIMIT)
         self._max_message_size = max_message_size
         self._out = bytearray()
+        # The ids of the FINs queued since the last other command: written as one
+        # join (one formatting per write, not per message) before whatever is
+        # queued next (_settle), so the byte stream is that of a FIN at a time.
+        self._fins: list[bytes] = []
         # id -> when it arrived; nsqd stops counting a message against RDY once its
         # msg_timeout passes (it re-queues it), so the arrival time matters.
         self.in_flight: dict[bytes, float] = {}
@@ -343,26 +347,43 @@ class ConnectionCore:
 
     def data_to_send(self) -> bytes:
         """Return and clear the bytes queued for the socket."""
-        if not self._out:
-            return b""
-        data = bytes(self._out)
-        self._out.clear()
+        out = self._out
+        if not out:
+            fins = self._fins
+            if not fins:
+                return b""
+            data = b"FIN %b\n" % b"\nFIN ".join(fins)
+            fins.clear()
+            return data
+        if self._fins:
+            self._settle()
+        data = bytes(out)
+        out.clear()
         return data
+
+    def _settle(self) -> None:
+        """Write the queued FINs into the output (before anything queued after them)."""
+        fins = self._fins
+        if fins:
+            self._out += b"FIN %b\n" % b"\nFIN ".join(fins)
+            fins.clear()
 
     @property
     def has_data_to_send(self) -> bool:
-        return bool(self._out)
+        return bool(self._out) or bool(self._fins)
 
     @property
     def pending_bytes(self) -> int:
         """Bytes queued and not yet taken by :meth:`data_to_send`."""
-        return len(self._out)
+        return len(self._out) + sum(len(i) + 5 for i in self._fins)
 
     def send_rdy(self, count: int) -> None:
         if self.state is not ConnectionState.SUBSCRIBED:
             if self.state is ConnectionState.CLOSING or self.state is ConnectionState.CLOSED:
                 return  # nsqd ignores RDY after CLS; nothing to say on a dead connection
             raise LocalProtocolError(f"RDY before SUB was accepted (state {self.state.value})")
+        if self._fins:
+            self._settle()
         self._out += F.encode_rdy(count)
         if count > self.rdy_allowance:
             self.rdy_allowance = count
@@ -376,29 +397,31 @@ class ConnectionCore:
     def fin(self, message_id: bytes) -> None:
         self._respond_check(message_id, "FIN")
         self.in_flight.pop(message_id, None)
-        self._out += b"FIN " + message_id + b"\n"
+        self._fins.append(message_id)
 
-    def fin_if_in_flight(self, message_id: bytes) -> bool:
-        """Queue FIN when the message is in flight here; False (nothing queued) when
-        it is not (answered already, or its id was delivered again and answered).
-
-        Raises:
-            LocalProtocolError: the connection is closed.
-        """
+    def fin_if_in_flight(self, message_id: bytes) -> bool | None:
+        """Queue FIN when the message is in flight here (True); False (nothing
+        queued) when it is not (answered already, or its id was delivered again and
+        answered); None (nothing queued) when the connection is closed: nsqd
+        re-delivers the message after its timeout, there is nothing to say."""
         if self.state is _CLOSED:
-            raise LocalProtocolError("FIN: the connection is closed")
+            return None
         if self.in_flight.pop(message_id, None) is None:
             return False
-        self._out += b"FIN %b\n" % message_id
+        self._fins.append(message_id)
         return True
 
     def req(self, message_id: bytes, delay_ms: int) -> None:
         self._respond_check(message_id, "REQ")
+        if self._fins:
+            self._settle()
         self._out += F.encode_req(message_id, delay_ms)
         self.in_flight.pop(message_id, None)
 
     def touch(self, message_id: bytes) -> None:
         self._respond_check(message_id, "TOUCH")
+        if self._fins:
+            self._settle()
         self._out += F.encode_touch(message_id)
 
     def cls(self) -> None:
@@ -407,6 +430,8 @@ class ConnectionCore:
             raise LocalProtocolError(
                 f"CLS is for subscribed connections (state {self.state.value})"
             )
+        if self._fins:
+            self._settle()
         self._out += F.encode_cls()
         self.state = ConnectionState.CLOSING
 
@@ -416,6 +441,8 @@ class ConnectionCore:
             raise LocalProtocolError(
                 f"publishing needs a READY connection (state {self.state.value})"
             )
+        if self._fins:
+            self._settle()
         self._out += command
         self.pending_responses += 1
 
@@ -502,17 +529,17 @@ class ConnectionCore:
         made = self.received.append
         with_a, with_b = self.make_with
         limit = self.attempts_limit or 0x10000  # attempts are 16 bits
-        unpack_header = F._HEADER.unpack_from
-        unpack_head = F._MESSAGE_HEAD.unpack_from
+        unpack = F._MESSAGE_FRAME_HEAD.unpack_from  # size, type, timestamp, attempts
+        message = F.FRAME_MESSAGE
         # a message frame's size counts the type, the 26-byte header and the body
         smallest = 4 + F.MESSAGE_HEADER_SIZE
         largest = decoder.max_frame_size + 4
         pos = 0
         end = len(whole)
         other = False
-        while end - pos >= 8:
-            size, ftype = unpack_header(whole, pos)
-            if ftype != F.FRAME_MESSAGE or size < smallest or size > largest:
+        while end - pos >= 18:
+            size, ftype, ts, attempts = unpack(whole, pos)
+            if ftype != message or size < smallest or size > largest:
                 other = True
                 break
             stop = pos + 4 + size
@@ -520,12 +547,16 @@ class ConnectionCore:
                 break
             message_id = whole[pos + 18 : pos + 34]
             in_flight[message_id] = now
-            ts, attempts = unpack_head(whole, pos + 8)
             if attempts <= limit:
                 made(make(message_id, whole[pos + 34 : stop], ts, attempts, with_a, with_b))
             else:
                 events.append(MessageReceived(ts, attempts, message_id, whole[pos + 34 : stop]))
             pos = stop
+        if not other and end - pos >= 8:
+            # a frame header without the 18 bytes above: a frame shorter than that
+            # is no message (the general path takes it), else wait for the rest
+            size, ftype = F._HEADER.unpack_from(whole, pos)
+            other = ftype != message or size < smallest or size > largest
         decoder.consumed(whole, pos)
         if other:
             events.extend(self._steady(decoder.feed(b""), now))
@@ -553,6 +584,8 @@ class ConnectionCore:
                     append(MessageReceived(ts, attempts, message_id, payload[26:]))
             elif ftype == 0:
                 if payload == _HEARTBEAT:
+                    if self._fins:
+                        self._settle()
                     self._out += b"NOP\n"
                     append(Heartbeat())
                 elif payload == _CLOSE_WAIT:
@@ -626,6 +659,8 @@ class ConnectionCore:
                     f"message frame during the handshake ({self.state.value})", offset=offset
                 )
             if payload == _HEARTBEAT:
+                if self._fins:
+                    self._settle()
                 self._out += b"NOP\n"
                 continue
             if self._step(payload, offset, events):

@@ -75,6 +75,8 @@ DEFAULT_MAX_FRAME_SIZE: Final = 1024 * 1024 + MESSAGE_HEADER_SIZE
 _HEADER = struct.Struct(">II")
 _SIZE = struct.Struct(">I")
 _MESSAGE_HEAD = struct.Struct(">qH")
+# a message frame's first 18 bytes: size, type, timestamp, attempts
+_MESSAGE_FRAME_HEAD = struct.Struct(">IIqH")
 _NAME = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?")
 _U32_MAX: Final = 0xFFFFFFFF
 
