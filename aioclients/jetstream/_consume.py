@@ -654,11 +654,15 @@ class MessageStream(_Puller):
         for frame in frames:
             header = frame[4]
             if header is not None and header[8:9] == b" ":
-                # A status among them: every message the way it comes alone, in order.
+                # A status among them: every message the way it comes alone, in order
+                # (one that cannot be handled is lost alone, as when it came alone).
                 for _, subject, _, reply, header, data in frames:
                     if self._finished:
                         return  # released meanwhile: the rest is no longer ours
-                    self._on_raw(subject, reply, data, header)
+                    try:
+                        self._on_raw(subject, reply, data, header)
+                    except Exception:
+                        _log_run_failure(subject)
                 return
         total = keep_run(self._api, frames, self._buffer.append)
         count = len(frames)
@@ -857,7 +861,11 @@ class BatchStream(MessageStream):
                 return  # released meanwhile: the rest is no longer ours
             assert self._loop is not None
             self._flush_received()
-            self._on_status(header, self._loop.time())
+            try:
+                self._on_status(header, self._loop.time())
+            except Exception:
+                # Lost alone, as when it came alone: the deliveries after it are kept.
+                _log_run_failure(frame[1])
             if self._finished:
                 return
         if start < len(frames):
@@ -978,6 +986,12 @@ class FetchResult(_Puller):
             ) from None
         finally:
             await self.aclose()
+
+
+def _log_run_failure(subject: bytes | str) -> None:
+    """One message of a run could not be handled (logged as the read loop logs a
+    message handler that fails); the run goes on with the next."""
+    log.exception("message handler for %r failed", subject)
 
 
 def _wake(waiters: collections.deque[asyncio.Future[None]], count: int) -> None:

@@ -21,6 +21,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from operator import itemgetter
 from types import TracebackType
 from typing import Any, cast
 
@@ -64,7 +65,9 @@ from aioclients.jetstream._protocol._kv import (
     PUT,
     ROLLUP,
     KeyValueEntry,
+    all_put,
     bucket_stream_config,
+    decode_subjects,
     direct_entry_fields,
     direct_put_fields,
     key_filter_subjects,
@@ -734,8 +737,10 @@ class KeyLister:
         self._subjects = subjects
         self._keys = self._read()
 
-    def __aiter__(self) -> KeyLister:
-        return self
+    def __aiter__(self) -> AsyncIterator[str]:
+        # The generator itself: ``async for`` then takes each key with no call of
+        # ours in between (closing it is still aclose()'s).
+        return self._keys
 
     def __anext__(self) -> Awaitable[str]:
         return self._keys.__anext__()
@@ -808,6 +813,23 @@ class KeyLister:
                         return None
                 return subject[cut:]
 
+            take_run = scan.take_run
+            reached_run = start.delivered_run
+            key_slice = itemgetter(slice(cut, None))
+
+            def keys_of(
+                subjects: tuple[bytes, ...],
+                headers: tuple[bytes | None, ...],
+                seqs: list[int],
+            ) -> tuple[list[str], list[int]] | None:
+                # key_of for a whole run, when every key of it is taken: no Python
+                # call per key. Nothing changes before the last check.
+                texts = decode_subjects(subjects)
+                if texts is None or not all_put(headers) or not take_run(seqs):
+                    return None
+                reached_run(texts, seqs)
+                return list(map(key_slice, texts)), seqs
+
             messages = OrderedItems(
                 oc,
                 ordered_consume_options(
@@ -816,6 +838,7 @@ class KeyLister:
                 key_of,
                 on_open=opened,
                 meta=False,
+                make_run=keys_of,
             )
             async with SnapshotReader(kv._api, scan, self._subjects, messages) as reader:
                 while (keys := await reader.next_batch()) is not None:

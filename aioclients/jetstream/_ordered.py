@@ -30,6 +30,7 @@ import inspect
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import datetime
+from itertools import repeat
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -84,6 +85,7 @@ __all__ = (
     "OrderedFetch",
     "OrderedItems",
     "OrderedMessageStream",
+    "RunMaker",
     "SnapshotReader",
     "SnapshotStallGuard",
     "initial_pending",
@@ -405,6 +407,15 @@ def ordered_consume_options(
 #: item an in-order message becomes (``None``: nothing to yield for it); ``reply``
 #: is the ack subject's bytes, as they came.
 ItemMaker = Callable[[str, bytes, bytes, "bytes | None", int, int, int], Any]
+#: ``make_run(subjects, headers, stream_seqs)``: what a whole run of in-order
+#: messages becomes at once, as ``(items, their stream sequences)``, exactly what
+#: ``make`` would give for each in turn (subjects as the bytes on the wire), or
+#: ``None``, having changed nothing, when it cannot tell at once: ``make`` then
+#: takes them one by one. It must not reset the consumer.
+RunMaker = Callable[
+    [tuple[bytes, ...], "tuple[bytes | None, ...]", list[int]],
+    "tuple[list[Any], list[int]] | None",
+]
 
 
 class OrderedMessageStream:
@@ -424,11 +435,13 @@ class OrderedMessageStream:
         make: ItemMaker | None = None,
         *,
         meta: bool = True,
+        make_run: RunMaker | None = None,
     ) -> None:
         self._oc = oc
         self._options = options
         self._on_event = on_event
         self._make = make
+        self._make_run = make_run
         #: ``make`` is given the pending count and timestamp (``False``: 0 and 0,
         #: the ack subject's numbers left unread)
         self._meta = meta
@@ -474,13 +487,39 @@ class OrderedMessageStream:
         meta = self._meta
         incoming = self._incoming
         seqs = self._incoming_seqs
+        make_run = self._make_run
         deliver = cursor.deliver
+        judge_run = cursor.judge_run
+        took_run = cursor.took_run
         yield_ = Delivery.YIELD
         reset = Delivery.RESET
+        keep_all = incoming.extend
+        keep_seqs = seqs.extend
 
         def sink(frames: list[Frame]) -> None:
             # Subject and reply as the bytes on the wire: never decoded here (a Msg
             # decodes them when read).
+            if frames and (make is None or make_run is not None):
+                # The usual run, every delivery in order: judged at once, and its
+                # messages (or items) made with no Python loop here.
+                _, subjects, _, replies, headers, datas = zip(*frames, strict=True)
+                in_order = judge_run(generation, replies)
+                if in_order is not None:
+                    if make_run is None:
+                        took_run(in_order)
+                        keep_all(map(Msg, repeat(api), subjects, replies, datas, headers))
+                        keep_seqs(in_order)
+                        return
+                    try:
+                        made = make_run(subjects, headers, in_order)
+                    except Exception:  # a bug: one by one, each failure in its place
+                        log.debug("a run maker failed; making one by one", exc_info=True)
+                        made = None
+                    if made is not None:
+                        took_run(in_order)
+                        keep_all(made[0])
+                        keep_seqs(made[1])
+                        return
             keep = incoming.append
             keep_seq = seqs.append
             for _, subject, _, reply, header, data in frames:
@@ -722,7 +761,9 @@ class OrderedItems(OrderedMessageStream):
     ``watch``.
 
     ``meta=False``: ``make`` is given 0 for the pending count and the timestamp
-    (a reader that uses neither saves their parsing per delivery).
+    (a reader that uses neither saves their parsing per delivery). ``make_run``
+    (a :data:`RunMaker`): the same work for a whole run of in-order deliveries at
+    once, where it can tell.
 
     Read it with ``await items.fill()`` (wait until ``ready`` holds something)
     and ``ready.popleft()``; ``incoming`` holds what the read loop kept and
@@ -740,8 +781,9 @@ class OrderedItems(OrderedMessageStream):
         *,
         on_open: Callable[[int], object] | None = None,
         meta: bool = True,
+        make_run: RunMaker | None = None,
     ) -> None:
-        super().__init__(oc, options, on_event or oc._on_event, make, meta=meta)
+        super().__init__(oc, options, on_event or oc._on_event, make, meta=meta, make_run=make_run)
         self._on_open = on_open
         #: handed out next, in order (the same deque as the base class's)
         self.ready = self._ready

@@ -785,6 +785,10 @@ class NatsTransport:
         them (subject and reply undecoded): one Python call per run instead of one
         per message. On another client each message comes alone, as a run of one
         (subject and reply encoded back to bytes).
+
+        ``handler`` must not raise for one message it cannot handle: it handles
+        (or logs and drops) that one and goes on with the rest of the run. What it
+        lets out is logged, and the rest of the run is lost.
         """
         self.check_open()
         nc = self.nc

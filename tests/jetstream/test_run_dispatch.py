@@ -114,3 +114,46 @@ async def test_consume_takes_a_run_with_a_status_in_order(js: JetStream, unique_
         assert [m.metadata.sequence.stream for m in buffered] == [5]
         with pytest.raises(ConsumerDeletedError):
             await asyncio.wait_for(messages.__anext__(), 5)
+
+
+#: a status whose pending header cannot be read (a line without ':'): handling it raises
+_BAD_STATUS = (
+    MSG,
+    b"_INBOX.x",
+    1,
+    b"",
+    b"NATS/1.0 100 Idle Heartbeat\r\nNats-Pending-Messages 5\r\n\r\n",
+    b"",
+)
+
+
+async def test_a_status_that_cannot_be_handled_loses_only_itself(
+    js: JetStream, unique_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As when each message came alone: the deliveries after it in the run are kept.
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    consumer = await stream.create_consumer(durable_name="c", ack_policy="none")
+    taken: list[Frames] = []
+    batch = BatchStream(
+        js._jsapi, consumer, consume_options(max_messages=10), lambda f: taken.append(list(f))
+    )
+    async with batch:
+        d1, d2, d3 = _delivery(1), _delivery(2), _delivery(3)
+        batch._on_run([d1, _BAD_STATUS, d2, d3])
+        assert taken == [[d1], [d2, d3]]
+        assert await asyncio.wait_for(batch.next_batch(), 5) == 3
+    assert "message handler for b'_INBOX.x' failed" in caplog.text
+
+
+async def test_consume_keeps_the_run_after_a_status_that_cannot_be_handled(
+    js: JetStream, unique_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    consumer = await stream.create_consumer(durable_name="c", ack_policy="none")
+    async with consumer.consume(max_messages=10) as messages:
+        messages._on_run(  # type: ignore[attr-defined]
+            [_delivery(1), _BAD_STATUS, _delivery(2), _delivery(3)]
+        )
+        got = [await asyncio.wait_for(messages.__anext__(), 5) for _ in range(3)]
+        assert [m.metadata.sequence.stream for m in got] == [1, 2, 3]
+    assert "message handler for b'_INBOX.x' failed" in caplog.text

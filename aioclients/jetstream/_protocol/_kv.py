@@ -14,7 +14,7 @@ Pure: no I/O, no clock. The asyncio side lives in ``aioclients.jetstream._kv``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -31,7 +31,9 @@ __all__ = (
     "PUT",
     "ROLLUP",
     "KeyValueEntry",
+    "all_put",
     "bucket_stream_config",
+    "decode_subjects",
     "direct_entry_fields",
     "direct_put_fields",
     "key_filter_subjects",
@@ -201,6 +203,21 @@ def operation_of_header_block(block: bytes | None) -> str:
     if value == b"PURGE":
         return PURGE
     return PUT
+
+
+def all_put(blocks: Iterable[bytes | None]) -> bool:
+    """``True`` when :func:`operation_of_header_block` gives ``PUT`` for every one of
+    ``blocks`` (none names an operation or a marker), told at once; ``False``: ask
+    each."""
+    joined = b"".join(filter(None, blocks))
+    return b"KV-Operation" not in joined and b"Nats-Marker-Reason" not in joined
+
+
+def decode_subjects(subjects: Sequence[bytes]) -> list[str] | None:
+    """``[s.decode("utf-8", "replace") for s in subjects]`` in one decode; ``None``
+    when that cannot be told at once (a subject holding a space): decode each."""
+    texts = b" ".join(subjects).decode("utf-8", "replace").split(" ")
+    return texts if len(texts) == len(subjects) else None
 
 
 def _last_header(block: bytes, name: bytes) -> bytes | None:

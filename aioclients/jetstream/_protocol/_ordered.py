@@ -42,8 +42,11 @@ messages is skipped.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
+from operator import lt
 from typing import Any
 
 from aioclients._errors import InvalidArgumentError, LocalProtocolError, RemoteProtocolError
@@ -54,6 +57,7 @@ __all__ = (
     "CursorState",
     "Delivery",
     "OrderedCursor",
+    "ack_run_numbers",
     "ack_sequences",
     "ordered_consumer_config",
 )
@@ -257,6 +261,47 @@ class OrderedCursor:
         self.stream_seq = stream_seq
         return _YIELD
 
+    def judge_run(self, generation: int, replies: Sequence[bytes]) -> list[int] | None:
+        """Judge a run of deliveries at once, by their ack subjects as they came,
+        changing nothing.
+
+        Returns their stream sequences when :meth:`deliver` would yield every one
+        of them (the usual case: in order, of the current consumer, the ack
+        subjects as :func:`ack_run_numbers` reads them); then :meth:`took_run`
+        records them as those calls would. ``None`` otherwise: judge them one by
+        one with ``deliver``.
+        """
+        if generation != self.generation or self.state is not _RUNNING:
+            return None
+        numbers = ack_run_numbers(replies)
+        if numbers is None:
+            return None
+        try:
+            consumer_seqs = list(map(int, numbers[1::5]))
+            stream_seqs = list(map(int, numbers[0::5]))
+        except ValueError:
+            return None
+        expected = self.expected
+        if consumer_seqs != list(range(expected, expected + len(consumer_seqs))):
+            return None
+        if stream_seqs[0] <= self.stream_seq or not all(
+            map(lt, stream_seqs, islice(stream_seqs, 1, None))
+        ):
+            return None
+        return stream_seqs
+
+    def took_run(self, stream_seqs: Sequence[int]) -> None:
+        """Record a run that :meth:`judge_run` judged (as its ``deliver`` calls would)."""
+        self.expected += len(stream_seqs)
+        self.stream_seq = stream_seqs[-1]
+
+    def deliver_run(self, generation: int, replies: Sequence[bytes]) -> list[int] | None:
+        """:meth:`judge_run`, and :meth:`took_run` when it gives the stream sequences."""
+        stream_seqs = self.judge_run(generation, replies)
+        if stream_seqs is not None:
+            self.took_run(stream_seqs)
+        return stream_seqs
+
     def reset(self, reason: str) -> ConsumerReset | None:
         """Replace the consumer for ``reason``; ``None`` when a reset is already
         under way (or the cursor is stopped)."""
@@ -315,6 +360,39 @@ class OrderedCursor:
     def stop(self) -> None:
         self.state = CursorState.STOPPED
         self._retry_at = None
+
+
+def ack_run_numbers(replies: Sequence[bytes]) -> list[bytes] | None:
+    """The numbers of a run of ack subjects of the 9-token form
+    (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<timestamp
+    ns>.<pending>``) that share their first five tokens (one consumer's first
+    deliveries), read at once: ``numbers[5 * i : 5 * i + 4]`` are the stream
+    sequence, consumer sequence, timestamp and pending count of ``replies[i]``, as
+    bytes. ``None`` when the run is empty or not all of that kind (read those one by
+    one with :func:`ack_sequences`)."""
+    count = len(replies)
+    if not count:
+        return None
+    first = replies[0]
+    at = -1
+    for _ in range(5):
+        at = first.find(b".", at + 1)
+        if at < 0:
+            return None
+    head = first[: at + 1]
+    if not head.startswith(b"$JS."):
+        return None
+    joined = b" ".join(replies)
+    joint = b" " + head
+    # Every space is a joint (no ack subject on a control line holds one), and each
+    # one starts the same five tokens: only the numbers are left, a space between
+    # those of two ack subjects, four each.
+    if joined.count(b" ") != count - 1 or joined.count(joint) != count - 1:
+        return None
+    numbers = joined.replace(joint, b". .")[len(head) :].split(b".")
+    if len(numbers) != 5 * count - 1 or numbers[4::5].count(b" ") != count - 1:
+        return None
+    return numbers
 
 
 def ack_sequences(reply: str) -> tuple[int, int, int, int]:

@@ -64,7 +64,9 @@ interleaving of writes and resets.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from itertools import islice
+from operator import lt
 
 __all__ = ("ScanVerdict", "SnapshotScan", "StartSubjects")
 
@@ -175,6 +177,29 @@ class SnapshotScan:
         self.taken += 1
         return _TAKE
 
+    def take_run(self, stream_seqs: Sequence[int]) -> bool:
+        """Judge a run of in-order deliveries at once: ``True`` (recorded as
+        :meth:`deliver` would) when it would answer ``TAKE`` for every one of them
+        and the scan goes on after them (the usual case); ``False`` (nothing
+        changed) otherwise: judge them one by one."""
+        count = len(stream_seqs)
+        if (
+            self.done
+            or not count
+            or count >= self._left
+            or stream_seqs[0] <= self.reached
+            or stream_seqs[-1] >= self.last_seq
+            or not all(map(lt, stream_seqs, islice(stream_seqs, 1, None)))
+        ):
+            return False
+        last = stream_seqs[-1]
+        self._count += count
+        self._seen = last
+        self._left -= count
+        self.reached = last
+        self.taken += count
+        return True
+
     # -- a snapshot whose messages vanish ------------------------------------------------------
 
     def start_timer(self, now: float) -> None:
@@ -273,6 +298,16 @@ class StartSubjects:
         (or a later one the scan judges), so the subject needs no look-up."""
         if stream_seq <= self.last_seq:
             self.unreached.discard(subject)
+
+    def delivered_run(self, subjects: Sequence[str], stream_seqs: Sequence[int]) -> None:
+        """:meth:`delivered` for each ``(subject, stream_seq)`` of a run, at once."""
+        last = self.last_seq
+        if max(stream_seqs, default=0) <= last:
+            self.unreached.difference_update(subjects)
+        else:
+            self.unreached.difference_update(
+                [subject for subject, seq in zip(subjects, stream_seqs, strict=True) if seq <= last]
+            )
 
     def left(self) -> list[str]:
         """The subjects no delivery reached, sorted: to look up as they are now."""
