@@ -153,6 +153,19 @@ class Instruments:
         self.record: Callable[[float, Attributes], None] | None = (
             None if isinstance(self.duration, NoOpHistogram) else self.duration.record
         )
+        # The conventions keep processing apart: a "process" span's duration (the
+        # user's handler) goes here, never into messaging.client.operation.duration.
+        self.process_duration = meter.create_histogram(
+            "messaging.process.duration",
+            unit="s",
+            description="Duration of processing operation.",
+            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+        )
+        self.record_process: Callable[[float, Attributes], None] | None = (
+            None
+            if isinstance(self.process_duration, NoOpHistogram)
+            else self.process_duration.record
+        )
 
     def start(
         self,
@@ -179,10 +192,12 @@ class Instruments:
         sent: int = 0,
         consumed: int = 0,
         key: Any = None,
+        process: bool = False,
     ) -> None:
         """End ``span`` (failed with ``error`` if given) and record the metrics:
-        the operation's duration, and the messages sent or consumed. ``key`` is
-        ``frozenset(metric_attributes.items())`` when the caller has it at hand."""
+        the operation's duration (a ``process`` span's in
+        ``messaging.process.duration``), and the messages sent or consumed. ``key``
+        is ``frozenset(metric_attributes.items())`` when the caller has it at hand."""
         end = _time_ns()
         if error is not None:
             error_type = type(error).__qualname__
@@ -192,8 +207,9 @@ class Instruments:
             metric_attributes = {**metric_attributes, ERROR_TYPE: error_type}
             key = None
         span.end(end)
-        if self.record is not None:
-            self.record((end - start_ns) / 1e9, metric_attributes)
+        record = self.record_process if process else self.record
+        if record is not None:
+            record((end - start_ns) / 1e9, metric_attributes)
         if sent:
             self.sent.add(sent, metric_attributes, key)
         if consumed:

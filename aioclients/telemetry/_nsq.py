@@ -207,6 +207,7 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
     last: list[Any] = [_dead_ref, None, None]
     start_span_now = inst.start_span
     record = inst.record
+    record_process = inst.record_process
 
     def failed(reader: Reader, start: int, exc: BaseException) -> None:
         attrs: Attributes = {
@@ -296,8 +297,8 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                 detach(token)
                 end = _time_ns()
                 span.end(end)
-                if record is not None:
-                    record((end - start) / 1e9, attrs)
+                if record_process is not None:
+                    record_process((end - start) / 1e9, attrs)
 
             async def awaited(
                 result: Awaitable[object],
@@ -310,7 +311,7 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                     value = await result
                 except BaseException as exc:
                     detach(token)
-                    finish(span, attrs, start, exc)
+                    finish(span, attrs, start, exc, process=True)
                     raise
                 ended(span, attrs, start, token)
                 return value
@@ -332,7 +333,7 @@ def instrument_nsq(inst: Instruments, patches: Patches) -> None:
                     result = handler(msg)
                 except BaseException as exc:
                     detach(token)
-                    finish(span, attrs, start, exc)
+                    finish(span, attrs, start, exc, process=True)
                     raise
                 if inspect.isawaitable(result):
                     # the span stays current in the handler's coroutine, and ends

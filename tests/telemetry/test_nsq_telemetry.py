@@ -162,6 +162,21 @@ async def test_run_makes_a_process_span_around_the_handler(nsqd: object, otel: O
     assert otel.spans(f"receive {topic}") == []
     # Each delivery is counted once as consumed, receive span or not.
     assert otel.total("messaging.client.consumed.messages", messaging__destination__name=topic) == 3
+    # The handlers' durations are processing, kept apart from the client operations
+    # (the conventions' messaging.process.duration), the failed one with error.type.
+    process_points = [
+        p
+        for p in otel.points("messaging.process.duration")
+        if p.attributes.get("messaging.destination.name") == topic
+    ]
+    assert sum(p.count for p in process_points) == 3
+    assert {p.attributes["messaging.operation.type"] for p in process_points} == {"process"}
+    assert sum(p.count for p in process_points if "error.type" in p.attributes) == 1
+    assert not [
+        p
+        for p in otel.points("messaging.client.operation.duration")
+        if p.attributes.get("messaging.operation.type") == "process"
+    ]
 
 
 async def test_run_handler_that_finishes_itself_makes_a_settle_span(
