@@ -34,24 +34,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+# The stream, its filling and the pull size are jetstream_consume.py's, so that both
+# scripts measure the same loops (its imports count once per process, taken out with
+# the rest of the start-up).
+from jetstream_consume import BATCH, STREAM, SUBJECT, fill_stream
+
 HERE = Path(__file__).resolve().parent
-STREAM = "BENCHI"
-SUBJECT = "benchi.data"
-BATCH = 1000
-
-
-async def fill(url: str, count: int) -> None:
-    from aioclients import jetstream
-
-    async with await jetstream.connect(url) as js:
-        try:
-            await js.delete_stream(STREAM)
-        except jetstream.StreamNotFoundError:
-            pass
-        await js.create_stream(STREAM, subjects=["benchi.>"], storage="file")
-        for _ in range(count):
-            await js.publish_async(SUBJECT, b"x" * 100)
-        await js.publish_async_complete(timeout=120)
 
 
 async def consume(url: str, loop: str, n: int, ack: bool) -> None:
@@ -162,7 +150,7 @@ def main() -> None:
     if args.run:
         run_async(consume(args.url, args.run[0], int(args.run[1]), args.ack))
         return
-    run_async(fill(args.url, 3 * args.count))
+    run_async(fill_stream(args.url, 3 * args.count))
     print(
         f"instructions per message, {args.loop}, ack {'explicit' if args.ack else 'none'}, "
         f"checkout {args.tree} ({2 * args.count} minus {args.count} messages):"

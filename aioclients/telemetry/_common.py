@@ -117,6 +117,20 @@ class _Totals:
         return [Observation(count, attributes) for attributes, count in list(self._counts.values())]
 
 
+def _duration_recorder(
+    meter: Meter, name: str, description: str
+) -> Callable[[float, Attributes], None] | None:
+    """A duration histogram's ``record`` (seconds, the conventions' buckets), or
+    ``None`` when the meter is the API's no-op one: nothing at all is called then."""
+    histogram = meter.create_histogram(
+        name,
+        unit="s",
+        description=description,
+        explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+    )
+    return None if isinstance(histogram, NoOpHistogram) else histogram.record
+
+
 class Instruments:
     """The tracer and the three instruments of one ``instrument()`` call.
 
@@ -143,28 +157,15 @@ class Instruments:
             unit="{message}",
             description="Number of messages that were delivered to the application.",
         )
-        self.duration = meter.create_histogram(
+        self.record = _duration_recorder(
+            meter,
             "messaging.client.operation.duration",
-            unit="s",
-            description="Duration of messaging operation initiated by a producer or consumer "
-            "client.",
-            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
-        )
-        self.record: Callable[[float, Attributes], None] | None = (
-            None if isinstance(self.duration, NoOpHistogram) else self.duration.record
+            "Duration of messaging operation initiated by a producer or consumer client.",
         )
         # The conventions keep processing apart: a "process" span's duration (the
         # user's handler) goes here, never into messaging.client.operation.duration.
-        self.process_duration = meter.create_histogram(
-            "messaging.process.duration",
-            unit="s",
-            description="Duration of processing operation.",
-            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
-        )
-        self.record_process: Callable[[float, Attributes], None] | None = (
-            None
-            if isinstance(self.process_duration, NoOpHistogram)
-            else self.process_duration.record
+        self.record_process = _duration_recorder(
+            meter, "messaging.process.duration", "Duration of processing operation."
         )
 
     def start(

@@ -107,14 +107,22 @@ def test_judge_run_agrees_with_deliver_one_by_one(
     assert _cursor_state(c) == _cursor_state(one_by_one)
 
 
+def _deliver_run(c: OrderedCursor, generation: int, replies: list[bytes]) -> list[int] | None:
+    """What the ordered sink does with a run: judge it, and record it if in order."""
+    stream_seqs = c.judge_run(generation, replies)
+    if stream_seqs is not None:
+        c.took_run(stream_seqs)
+    return stream_seqs
+
+
 def test_the_usual_run_is_judged_at_once_and_a_gap_is_not() -> None:
     c = OrderedCursor({"deliver_policy": "all"})
     c.created()
-    assert c.deliver_run(1, [_ack(1, 1), _ack(3, 2), _ack(4, 3)]) == [1, 3, 4]
+    assert _deliver_run(c, 1, [_ack(1, 1), _ack(3, 2), _ack(4, 3)]) == [1, 3, 4]
     assert (c.stream_seq, c.expected) == (4, 4)
-    assert c.deliver_run(1, [_ack(5, 4), _ack(6, 6)]) is None  # a gap: deliver() says so
-    assert c.deliver_run(2, [_ack(5, 4)]) is None  # stale
-    assert c.deliver_run(1, []) is None
+    assert _deliver_run(c, 1, [_ack(5, 4), _ack(6, 6)]) is None  # a gap: deliver() says so
+    assert _deliver_run(c, 2, [_ack(5, 4)]) is None  # stale
+    assert _deliver_run(c, 1, []) is None
     assert c.state is CursorState.RUNNING
     assert (c.stream_seq, c.expected) == (4, 4)
 

@@ -295,13 +295,6 @@ class OrderedCursor:
         self.expected += len(stream_seqs)
         self.stream_seq = stream_seqs[-1]
 
-    def deliver_run(self, generation: int, replies: Sequence[bytes]) -> list[int] | None:
-        """:meth:`judge_run`, and :meth:`took_run` when it gives the stream sequences."""
-        stream_seqs = self.judge_run(generation, replies)
-        if stream_seqs is not None:
-            self.took_run(stream_seqs)
-        return stream_seqs
-
     def reset(self, reason: str) -> ConsumerReset | None:
         """Replace the consumer for ``reason``; ``None`` when a reset is already
         under way (or the cursor is stopped)."""

@@ -287,8 +287,7 @@ class StartSubjects:
     __slots__ = ("last_seq", "unreached")
 
     def __init__(self, subjects: Iterable[str], last_seq: int) -> None:
-        #: the subjects not reached yet (a hot loop may discard from it itself, as
-        #: ``delivered`` does)
+        #: the subjects not reached yet
         self.unreached = subjects if isinstance(subjects, set) else set(subjects)
         self.last_seq = last_seq
 

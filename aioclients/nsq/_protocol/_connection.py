@@ -347,16 +347,11 @@ class ConnectionCore:
 
     def data_to_send(self) -> bytes:
         """Return and clear the bytes queued for the socket."""
-        out = self._out
-        if not out:
-            fins = self._fins
-            if not fins:
-                return b""
-            data = b"FIN %b\n" % b"\nFIN ".join(fins)
-            fins.clear()
-            return data
         if self._fins:
             self._settle()
+        out = self._out
+        if not out:
+            return b""
         data = bytes(out)
         out.clear()
         return data
@@ -364,9 +359,15 @@ class ConnectionCore:
     def _settle(self) -> None:
         """Write the queued FINs into the output (before anything queued after them)."""
         fins = self._fins
-        if fins:
-            self._out += b"FIN %b\n" % b"\nFIN ".join(fins)
-            fins.clear()
+        self._out += b"FIN %b\n" % b"\nFIN ".join(fins)
+        fins.clear()
+
+    def _queue(self, command: bytes) -> None:
+        """Queue ``command`` after the FINs queued before it (the byte stream stays
+        that of one command at a time, in the order they were made)."""
+        if self._fins:
+            self._settle()
+        self._out += command
 
     @property
     def has_data_to_send(self) -> bool:
@@ -382,9 +383,7 @@ class ConnectionCore:
             if self.state is ConnectionState.CLOSING or self.state is ConnectionState.CLOSED:
                 return  # nsqd ignores RDY after CLS; nothing to say on a dead connection
             raise LocalProtocolError(f"RDY before SUB was accepted (state {self.state.value})")
-        if self._fins:
-            self._settle()
-        self._out += F.encode_rdy(count)
+        self._queue(F.encode_rdy(count))
         if count > self.rdy_allowance:
             self.rdy_allowance = count
 
@@ -413,16 +412,12 @@ class ConnectionCore:
 
     def req(self, message_id: bytes, delay_ms: int) -> None:
         self._respond_check(message_id, "REQ")
-        if self._fins:
-            self._settle()
-        self._out += F.encode_req(message_id, delay_ms)
+        self._queue(F.encode_req(message_id, delay_ms))
         self.in_flight.pop(message_id, None)
 
     def touch(self, message_id: bytes) -> None:
         self._respond_check(message_id, "TOUCH")
-        if self._fins:
-            self._settle()
-        self._out += F.encode_touch(message_id)
+        self._queue(F.encode_touch(message_id))
 
     def cls(self) -> None:
         """Queue CLS (consumers); nsqd answers CLOSE_WAIT and stops sending messages."""
@@ -430,9 +425,7 @@ class ConnectionCore:
             raise LocalProtocolError(
                 f"CLS is for subscribed connections (state {self.state.value})"
             )
-        if self._fins:
-            self._settle()
-        self._out += F.encode_cls()
+        self._queue(F.encode_cls())
         self.state = ConnectionState.CLOSING
 
     def publish(self, command: bytes) -> None:
@@ -441,9 +434,7 @@ class ConnectionCore:
             raise LocalProtocolError(
                 f"publishing needs a READY connection (state {self.state.value})"
             )
-        if self._fins:
-            self._settle()
-        self._out += command
+        self._queue(command)
         self.pending_responses += 1
 
     def connection_lost(self) -> None:
@@ -584,9 +575,7 @@ class ConnectionCore:
                     append(MessageReceived(ts, attempts, message_id, payload[26:]))
             elif ftype == 0:
                 if payload == _HEARTBEAT:
-                    if self._fins:
-                        self._settle()
-                    self._out += b"NOP\n"
+                    self._queue(b"NOP\n")
                     append(Heartbeat())
                 elif payload == _CLOSE_WAIT:
                     append(CloseWait())
@@ -659,9 +648,7 @@ class ConnectionCore:
                     f"message frame during the handshake ({self.state.value})", offset=offset
                 )
             if payload == _HEARTBEAT:
-                if self._fins:
-                    self._settle()
-                self._out += b"NOP\n"
+                self._queue(b"NOP\n")
                 continue
             if self._step(payload, offset, events):
                 break  # the driver must switch transport or encoding first
