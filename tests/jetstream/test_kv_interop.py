@@ -144,7 +144,12 @@ async def test_our_bucket_is_read_watched_and_updated_by_nats_py(
     watcher = await theirs.watch("cfg.>")
     try:
         initial = [await watcher.updates(5) for _ in range(3)]
-        assert [e.key if e else None for e in initial] == ["cfg.x", "cfg.y", None]
+        # nats-py ends the initial replay with a None marker. The same race as in
+        # their_listing (nats-io/nats.py#842) can put that marker first: its consumer
+        # info says nothing is pending once the server has pushed both entries, while
+        # its callback has counted none of them yet.
+        keys = [e.key if e else None for e in initial]
+        assert keys in (["cfg.x", "cfg.y", None], [None, "cfg.x", "cfg.y"])
         await ours.put("cfg.x", b"changed by us")
         change = await watcher.updates(5)
         assert (change.key, change.value) == ("cfg.x", b"changed by us")
