@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from aioclients.jetstream import ConsumerDeletedError, JetStream
+from aioclients.jetstream import ConsumerDeletedError, JetStream, Msg
 from aioclients.jetstream._consume import BatchStream
 from aioclients.jetstream._protocol._pull import consume_options
 from aioclients.jetstream._protocol._wire import MSG
@@ -157,3 +157,43 @@ async def test_consume_keeps_the_run_after_a_status_that_cannot_be_handled(
         got = [await asyncio.wait_for(messages.__anext__(), 5) for _ in range(3)]
         assert [m.metadata.sequence.stream for m in got] == [1, 2, 3]
     assert "message handler for b'_INBOX.x' failed" in caplog.text
+
+
+def _slots(msg: Msg) -> dict[str, object]:
+    return {name: getattr(msg, name) for name in Msg.__slots__}
+
+
+async def test_consume_takes_a_read_of_deliveries_as_columns_making_the_same_msgs(
+    js: JetStream, unique_name: str
+) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    count = 300
+    payloads = [b"%d:" % i + b"p" * (i % 40) for i in range(count)]
+    acks = [js.publish_async(f"{unique_name}.{i % 3}", p) for i, p in enumerate(payloads)]
+    await asyncio.wait_for(asyncio.gather(*acks), 10)
+    consumer = await stream.create_consumer(durable_name="c", ack_policy="none")
+    runs: list[int] = []
+    async with consumer.consume(max_messages=count) as messages:
+        handlers = js.nc._deliveries_handlers  # type: ignore[attr-defined]
+        ((sid, columns),) = handlers.items()  # the pull inbox's, before the pull goes out
+
+        def spy(*run: Any) -> None:
+            runs.append(len(run[3]))
+            columns(*run)
+
+        handlers[sid] = spy
+        got = []
+        async for msg in messages:
+            # as Msg(...) makes it (compared before anything is read and cached)
+            subject, reply = msg._subject, msg._reply  # type: ignore[attr-defined]
+            made = Msg(js._jsapi, subject, reply, msg.data, None, len(subject + reply + msg.data))
+            assert _slots(msg) == _slots(made)
+            got.append(msg)
+            if len(got) == count:
+                break
+        assert messages.statistics().received == count
+    assert max(runs, default=0) > 1, "no read came as columns"
+    assert [m.data for m in got] == payloads
+    assert [m.subject for m in got] == [f"{unique_name}.{i % 3}" for i in range(count)]
+    assert [m.metadata.sequence.stream for m in got] == list(range(1, count + 1))
+    assert all(m.headers is None for m in got)
