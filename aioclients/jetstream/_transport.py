@@ -58,6 +58,7 @@ from aioclients.jetstream._protocol._wire import (
     PING,
     PONG,
     Frame,
+    first_delivery_sid,
     scan,
     scan_deliveries,
     single_message,
@@ -109,6 +110,11 @@ _CRLF = b"\r\n"
 _NO_HANDLERS: dict[int, BytesHandler] = {}
 _NO_RUNS: dict[int, RunHandler] = {}
 _NO_DELIVERIES: dict[int, DeliveriesHandler] = {}
+#: After scan_deliveries refuses a read of at least _LARGE_READ bytes, this many
+#: reads go to scan() alone: a stream whose payloads hold CRLFs pays its split of
+#: the whole read on one read in 17, not on each.
+_LARGE_READ = 4096
+_SKIP_AFTER_REFUSAL = 16
 _PAYLOAD = operator.itemgetter(5)
 _SID = operator.itemgetter(2)
 
@@ -323,11 +329,13 @@ class FastParser:
     switch). Anything else goes to the read loop, in order, exactly as before.
     """
 
-    __slots__ = ("_need", "_parts", "_reader", "_rest", "_size", "nc")
+    __slots__ = ("_need", "_parts", "_reader", "_rest", "_size", "_skip", "nc")
 
     def __init__(self, nc: NatsClient) -> None:
         self.nc = nc
         self._reader: asyncio.StreamReader | None = None
+        #: reads left to scan() as frames, after a large one scan_deliveries refused
+        self._skip = 0
         self.reset()
 
     def reset(self) -> None:
@@ -424,7 +432,20 @@ class FastParser:
         nc = self.nc
         runs = getattr(nc, "_run_handlers", None) or _NO_RUNS
         # The usual read of a consume: deliveries to one run handler, read as columns.
-        deliveries = scan_deliveries(buffer, runs) if runs else None
+        deliveries = None
+        if runs:
+            if self._skip:
+                self._skip -= 1
+            else:
+                deliveries = scan_deliveries(buffer, runs)
+                if (
+                    deliveries is None
+                    and len(buffer) >= _LARGE_READ
+                    and first_delivery_sid(buffer) in runs
+                ):
+                    # Refused after its split of the whole read (payloads holding
+                    # CRLFs, perhaps): try again some reads later.
+                    self._skip = _SKIP_AFTER_REFUSAL
         try:
             frames, used, need = scan(buffer, deliveries[5] if deliveries else 0)
         except RemoteProtocolError as exc:

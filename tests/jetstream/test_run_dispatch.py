@@ -14,6 +14,7 @@ from aioclients.jetstream import ConsumerDeletedError, JetStream, Msg
 from aioclients.jetstream._consume import BatchStream
 from aioclients.jetstream._protocol._pull import consume_options
 from aioclients.jetstream._protocol._wire import MSG
+from aioclients.jetstream._transport import NatsClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -169,8 +170,9 @@ async def test_consume_takes_a_read_of_deliveries_as_columns_making_the_same_msg
     stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
     count = 300
     payloads = [b"%d:" % i + b"p" * (i % 40) for i in range(count)]
-    acks = [js.publish_async(f"{unique_name}.{i % 3}", p) for i, p in enumerate(payloads)]
-    await asyncio.wait_for(asyncio.gather(*acks), 10)
+    for i, payload in enumerate(payloads):
+        await js.publish_async(f"{unique_name}.{i % 3}", payload)
+    await js.publish_async_complete(10)  # no PubAck left to share a read with deliveries
     consumer = await stream.create_consumer(durable_name="c", ack_policy="none")
     runs: list[int] = []
     async with consumer.consume(max_messages=count) as messages:
@@ -197,3 +199,52 @@ async def test_consume_takes_a_read_of_deliveries_as_columns_making_the_same_msg
     assert [m.subject for m in got] == [f"{unique_name}.{i % 3}" for i in range(count)]
     assert [m.metadata.sequence.stream for m in got] == list(range(1, count + 1))
     assert all(m.headers is None for m in got)
+
+
+def _wire(seq: int, payload: bytes = b"x" * 100) -> bytes:
+    reply = b"$JS.ACK.S.C.1.%d.%d.1764168000000000000.0" % (seq, seq)
+    return b"MSG s.a 7 %s %d\r\n%s\r\n" % (reply, len(payload), payload)
+
+
+async def test_the_parser_hands_reads_of_deliveries_over_as_columns_else_as_frames() -> None:
+    nc = NatsClient()  # not connected: its parser is fed by hand
+    parser = nc._ps
+    columns: list[tuple[Any, ...]] = []
+    frames: list[Frames] = []
+    nc._run_handlers[7] = lambda run: frames.append(list(run))
+    nc._deliveries_handlers[7] = lambda *run: columns.append(run)
+    plain = b"".join(_wire(seq) for seq in range(1, 41))  # 40 deliveries, > 4 KiB
+    await parser.parse(plain)  # type: ignore[union-attr]
+    assert frames == []
+    ((subjects, replies, payloads, sizes),) = columns
+    assert list(subjects) == [b"s.a"] * 40
+    assert [r.split(b".")[5] for r in replies] == [b"%d" % seq for seq in range(1, 41)]
+    assert list(payloads) == [b"x" * 100] * 40
+    assert list(sizes) == [100] * 40
+    assert nc.stats["in_msgs"] == 40
+    # Payloads holding CRLFs: the read goes to scan(), and so do the next 16 reads.
+    crlf = b"".join(_wire(seq, b"a\r\nb" * 25) for seq in range(41, 81))
+    await parser.parse(crlf)  # type: ignore[union-attr]
+    assert [f[5] for f in frames[0]] == [b"a\r\nb" * 25] * 40
+    for _ in range(16):
+        await parser.parse(plain)  # type: ignore[union-attr]
+    assert (len(columns), len(frames)) == (1, 17)
+    assert frames[-1] == [
+        (MSG, b"s.a", 7, r, None, p) for r, p in zip(replies, payloads, strict=True)
+    ]
+    await parser.parse(plain)  # type: ignore[union-attr]
+    assert (len(columns), len(frames)) == (2, 17)
+    # A small read refused costs little, and a read that does not start with a
+    # delivery is refused before any split: the next read is tried as columns again.
+    await parser.parse(_wire(1, b"\r\n") + _wire(2))  # type: ignore[union-attr]
+    await parser.parse(plain)  # type: ignore[union-attr]
+    assert (len(columns), len(frames)) == (3, 18)
+    nc._process_pong = _no_pong  # type: ignore[method-assign]
+    await parser.parse(b"PONG\r\n" + plain)  # type: ignore[union-attr]
+    await parser.parse(plain)  # type: ignore[union-attr]
+    assert (len(columns), len(frames)) == (4, 19)
+    assert nc.stats["in_msgs"] == 40 * 22 + 2
+
+
+async def _no_pong() -> None:
+    pass

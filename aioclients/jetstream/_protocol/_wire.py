@@ -31,6 +31,7 @@ __all__ = (
     "PONG",
     "Deliveries",
     "Frame",
+    "first_delivery_sid",
     "scan",
     "scan_deliveries",
     "single_message",
@@ -167,17 +168,9 @@ def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int, int]:
     return frames, pos, need
 
 
-def scan_deliveries(buffer: bytes, sids: Container[int]) -> Deliveries | None:
-    """The messages at the start of ``buffer``, as columns, when it starts with
-    ``MSG`` frames that all have a reply and no headers, for one sid in ``sids``
-    (the usual socket read of a pull consumer); ``None`` otherwise (use :func:`scan`).
-
-    ``scan(buffer)`` reads the same messages, as frames, up to ``used``; what follows
-    (a frame cut short, a PING) is ``scan(buffer, used)``'s. One split of the whole
-    buffer at CRLF and checks done in C over all of its pieces, where ``scan`` takes
-    some 40 Python steps per message: a payload holding a CRLF, a header, another
-    sid or a malformed line fails a check, and the buffer is left to ``scan``.
-    """
+def first_delivery_sid(buffer: bytes) -> int | None:
+    """The sid of the frame ``buffer`` starts with, when its line is that of a
+    ``MSG`` with a reply (the line :func:`scan_deliveries` asks of every frame)."""
     eol = buffer.find(_CRLF)
     if eol < 0:
         return None
@@ -191,8 +184,24 @@ def scan_deliveries(buffer: bytes, sids: Container[int]) -> Deliveries | None:
             sid = _number(sid_b)
         except ValueError:
             return None
-    if sid not in sids:
+    return sid if sid_b == b"%d" % sid else None
+
+
+def scan_deliveries(buffer: bytes, sids: Container[int]) -> Deliveries | None:
+    """The messages at the start of ``buffer``, as columns, when it starts with
+    ``MSG`` frames that all have a reply and no headers, for one sid in ``sids``
+    (the usual socket read of a pull consumer); ``None`` otherwise (use :func:`scan`).
+
+    ``scan(buffer)`` reads the same messages, as frames, up to ``used``; what follows
+    (a frame cut short, a PING) is ``scan(buffer, used)``'s. One split of the whole
+    buffer at CRLF and checks done in C over all of its pieces, where ``scan`` takes
+    some 40 Python steps per message: a payload holding a CRLF, a header, another
+    sid or a malformed line fails a check, and the buffer is left to ``scan``.
+    """
+    sid = first_delivery_sid(buffer)
+    if sid is None or sid not in sids:
         return None
+    sid_b = b"%d" % sid
     parts = buffer.split(_CRLF)
     # A whole frame is a line and a payload, each ending in CRLF; the last piece is
     # what follows the last CRLF, and an odd CRLF is a line whose payload is to come.
