@@ -363,69 +363,6 @@ def test_on_messages_is_that_many_on_message(operations: list, mif: int, seed: i
     assert _state(one) == _state(batch)
 
 
-@settings(max_examples=400, deadline=None)
-@given(batch_ops, st.integers(0, 800), st.integers(0, 1000))
-def test_on_finished_is_on_response_with_success_when_it_accepts(
-    operations: list, mif: int, seed: int
-) -> None:
-    """The FIN fast path: where on_finished accepts a success it leaves the state
-    on_response(True) leaves and owes no RDY; where it refuses it changes nothing,
-    and on_response does the rest."""
-    full = RdyDistributor(
-        mif, rng=random.Random(seed), low_rdy_idle_timeout=5.0, max_backoff_duration=16.0
-    )
-    fast = RdyDistributor(
-        mif, rng=random.Random(seed), low_rdy_idle_timeout=5.0, max_backoff_duration=16.0
-    )
-    now = 0.0
-    next_id = 0
-    for op in operations:
-        kind = op[0]
-        conns = list(full.connections)
-        if kind == "connect":
-            key = f"c{next_id}"
-            next_id += 1
-            assert full.add_connection(key, op[1], now) == fast.add_connection(key, op[1], now)
-        elif kind == "disconnect" and conns:
-            key = conns[op[1] % len(conns)]
-            assert full.remove_connection(key, now) == fast.remove_connection(key, now)
-        elif kind == "messages" and conns:
-            key = conns[op[1] % len(conns)]
-            assert full.on_messages(key, op[2], now) == fast.on_messages(key, op[2], now)
-        elif kind == "finish" and conns:
-            key = conns[op[1] % len(conns)]
-            if op[2] is True:
-                before = _state(fast)
-                expected = full.on_response(key, now, True)
-                if fast.on_finished(key):
-                    assert expected == []
-                    assert full.get_timer() == fast.get_timer()
-                else:
-                    assert _state(fast) == before
-                    assert fast.on_response(key, now, True) == expected
-            else:
-                assert full.on_response(key, now, op[2]) == fast.on_response(key, now, op[2])
-        elif kind == "set_max_in_flight":
-            assert full.set_max_in_flight(op[1], now) == fast.set_max_in_flight(op[1], now)
-        elif kind == "advance":
-            now += op[1]
-            timer = full.get_timer()
-            if timer is not None and timer <= now:
-                assert full.handle_timer(timer) == fast.handle_timer(timer)
-        assert _state(full) == _state(fast)
-
-
-def test_on_finished_refuses_in_backoff_and_with_rdy_owed() -> None:
-    d = RdyDistributor(2, rng=random.Random(1), max_backoff_duration=8.0)
-    d.add_connection("a", 2500, 0.0)
-    d.on_messages("a", 2, 0.0)
-    assert d.on_finished("a")  # steady state: the slot is freed, nothing else
-    assert d.in_flight("a") == 1
-    d.on_response("a", 0.0, False)  # a failure opens a backoff window
-    assert not d.on_finished("a")
-    assert d.in_flight("a") == 0  # on_response counted the failure's slot only
-
-
 def _settled_by_the_rules(d: RdyDistributor) -> bool:
     return not (d.backoff.level or d.backoff.window_until is not None or d._deficit)
 

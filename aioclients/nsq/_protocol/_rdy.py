@@ -337,22 +337,6 @@ class RdyDistributor:
             count -= 1
         return updates if updates else _NO_UPDATES
 
-    def on_finished(self, key: Hashable) -> bool:
-        """The message from ``key`` was FIN'd, when that is all there is to it: outside
-        backoff and with no connection short of its share, a success only frees the
-        slot (``on_response(key, now, True)`` would change nothing else and send no
-        RDY). Returns False, having changed nothing, otherwise: then call
-        :meth:`on_response`. The answer to nearly every message, so it needs no
-        ``now`` (a driver may also count it in :attr:`finishes` while
-        :attr:`settled`, without a call)."""
-        if not self.settled:
-            return False
-        self._fold()
-        c = self._conns.get(key)
-        if c is not None and c.in_flight > 0:
-            c.in_flight -= 1
-        return True
-
     def on_response(self, key: Hashable, now: float, success: bool | None) -> list[RdyUpdate]:
         """The message from ``key`` was FIN'd (``success=True``), REQ'd with backoff
         (``False``) or REQ'd without backoff (``None``)."""
