@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import re
@@ -192,15 +193,31 @@ async def go(args: argparse.Namespace, topic: str) -> Result:
     return rate, cpu, round(rate * args.go_runfor)
 
 
-async def delete_topic(http: str, topic: str) -> None:
+async def _http(http: str, method: str, target: str) -> bytes:
     host, port = http.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
     writer.write(
-        f"POST /topic/delete?topic={topic} HTTP/1.1\r\nHost: {http}\r\n"
+        f"{method} {target} HTTP/1.1\r\nHost: {http}\r\n"
         "Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
     )
-    await reader.read()
+    answer = await asyncio.wait_for(reader.read(), 10)
     writer.close()
+    return answer
+
+
+async def delete_topic(http: str, topic: str) -> None:
+    # nsqd 1.3.0 can panic (inFlightPqueue.Remove from FinishMessage) when a topic is
+    # deleted while it still reads the FINs of a reader that has just closed its
+    # connection, so wait until the channel has no client left (at most 10 s).
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        answer = await _http(http, "GET", f"/stats?format=json&topic={topic}")
+        stats = json.loads(answer.partition(b"\r\n\r\n")[2] or b"{}")
+        topics = stats.get("topics") or []
+        if not any(c.get("clients") for t in topics for c in t.get("channels") or []):
+            break
+        await asyncio.sleep(0.05)
+    await _http(http, "POST", f"/topic/delete?topic={topic}")
 
 
 async def run(args: argparse.Namespace) -> None:

@@ -86,8 +86,16 @@ class ReaderResponder:
             self._apply(dist.on_response(conn.address, self._clock(), None))
             return None
         self.finished += 1
-        if not dist.on_finished(conn.address):  # in backoff, or RDY owed somewhere
-            # (_apply also re-arms the timer: a backoff window may have ended)
+        if dist.settled:
+            # no backoff, no RDY owed: the success only frees its slot, counted
+            # without a call (the distributor folds it in at its next input)
+            try:
+                dist.finishes[conn.address] += 1
+            except KeyError:
+                pass  # not one of the distributor's connections (any more)
+        else:
+            # in backoff, or RDY owed somewhere (_apply also re-arms the timer: a
+            # backoff window may have ended)
             self._apply(dist.on_response(conn.address, self._clock(), True))
         if conn._paused:
             return conn.drain()

@@ -363,18 +363,39 @@ def test_on_messages_is_that_many_on_message(operations: list, mif: int, seed: i
     assert _state(one) == _state(batch)
 
 
+def _settled_by_the_rules(d: RdyDistributor) -> bool:
+    return not (d.backoff.level or d.backoff.window_until is not None or d._deficit)
+
+
+counted_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("connect"), st.integers(1, 3000)),
+        st.tuples(st.just("disconnect"), st.integers(0, 20)),
+        st.tuples(st.just("messages"), st.integers(0, 20), st.integers(0, 300)),
+        # several FINs in a row, so that counted ones pile up before an input
+        st.tuples(st.just("finish"), st.integers(0, 20), st.integers(1, 40)),
+        st.tuples(st.just("fail"), st.integers(0, 20), st.sampled_from([False, None])),
+        st.tuples(st.just("set_max_in_flight"), st.integers(0, 800)),
+        st.tuples(st.just("advance"), st.floats(0.0, 30.0)),
+        st.tuples(st.just("look"), st.just(0)),
+    ),
+    max_size=80,
+)
+
+
 @settings(max_examples=400, deadline=None)
-@given(batch_ops, st.integers(0, 800), st.integers(0, 1000))
-def test_on_finished_is_on_response_with_success_when_it_accepts(
+@given(counted_ops, st.integers(0, 800), st.integers(0, 1000))
+def test_fins_counted_while_settled_are_on_response_with_success(
     operations: list, mif: int, seed: int
 ) -> None:
-    """The FIN fast path: where on_finished accepts a success it leaves the state
-    on_response(True) leaves and owes no RDY; where it refuses it changes nothing,
-    and on_response does the rest."""
+    """A FIN counted in ``finishes`` while ``settled`` (no call), folded in at the
+    next input or query: every input returns the updates, and every query the
+    state, that one ``on_response(key, now, True)`` per FIN gives; ``settled`` is
+    exactly "not in backoff and no RDY owed" after every input."""
     full = RdyDistributor(
         mif, rng=random.Random(seed), low_rdy_idle_timeout=5.0, max_backoff_duration=16.0
     )
-    fast = RdyDistributor(
+    counted = RdyDistributor(
         mif, rng=random.Random(seed), low_rdy_idle_timeout=5.0, max_backoff_duration=16.0
     )
     now = 0.0
@@ -385,42 +406,53 @@ def test_on_finished_is_on_response_with_success_when_it_accepts(
         if kind == "connect":
             key = f"c{next_id}"
             next_id += 1
-            assert full.add_connection(key, op[1], now) == fast.add_connection(key, op[1], now)
+            assert full.add_connection(key, op[1], now) == counted.add_connection(key, op[1], now)
         elif kind == "disconnect" and conns:
             key = conns[op[1] % len(conns)]
-            assert full.remove_connection(key, now) == fast.remove_connection(key, now)
+            assert full.remove_connection(key, now) == counted.remove_connection(key, now)
         elif kind == "messages" and conns:
             key = conns[op[1] % len(conns)]
-            assert full.on_messages(key, op[2], now) == fast.on_messages(key, op[2], now)
+            assert full.on_messages(key, op[2], now) == counted.on_messages(key, op[2], now)
         elif kind == "finish" and conns:
             key = conns[op[1] % len(conns)]
-            if op[2] is True:
-                before = _state(fast)
+            for _ in range(op[2]):
                 expected = full.on_response(key, now, True)
-                if fast.on_finished(key):
+                if counted.settled:
                     assert expected == []
-                    assert full.get_timer() == fast.get_timer()
+                    counted.finishes[key] += 1
                 else:
-                    assert _state(fast) == before
-                    assert fast.on_response(key, now, True) == expected
-            else:
-                assert full.on_response(key, now, op[2]) == fast.on_response(key, now, op[2])
+                    assert counted.on_response(key, now, True) == expected
+        elif kind == "fail" and conns:
+            key = conns[op[1] % len(conns)]
+            assert full.on_response(key, now, op[2]) == counted.on_response(key, now, op[2])
         elif kind == "set_max_in_flight":
-            assert full.set_max_in_flight(op[1], now) == fast.set_max_in_flight(op[1], now)
+            assert full.set_max_in_flight(op[1], now) == counted.set_max_in_flight(op[1], now)
         elif kind == "advance":
             now += op[1]
             timer = full.get_timer()
+            assert timer == counted.get_timer()
             if timer is not None and timer <= now:
-                assert full.handle_timer(timer) == fast.handle_timer(timer)
-        assert _state(full) == _state(fast)
+                assert full.handle_timer(timer) == counted.handle_timer(timer)
+        elif kind == "look":  # queries fold too
+            assert counted.total_in_flight == full.total_in_flight
+            assert counted.is_starved() == full.is_starved()
+        assert counted.settled == _settled_by_the_rules(counted) == _settled_by_the_rules(full)
+        assert set(counted.finishes) == set(counted.connections)
+    assert _state(full) == _state(counted)
 
 
-def test_on_finished_refuses_in_backoff_and_with_rdy_owed() -> None:
-    d = RdyDistributor(2, rng=random.Random(1), max_backoff_duration=8.0)
+def test_fins_counted_while_settled_free_their_slots_at_the_next_input() -> None:
+    d = make(4)
     d.add_connection("a", 2500, 0.0)
-    d.on_messages("a", 2, 0.0)
-    assert d.on_finished("a")  # steady state: the slot is freed, nothing else
-    assert d.in_flight("a") == 1
-    d.on_response("a", 0.0, False)  # a failure opens a backoff window
-    assert not d.on_finished("a")
-    assert d.in_flight("a") == 0  # on_response counted the failure's slot only
+    d.on_messages("a", 1, 0.0)  # RDY 1, then its share: RDY 4
+    assert d.rdy("a") == 4
+    assert d.settled
+    d.on_messages("a", 4, 0.0)
+    for _ in range(3):
+        d.finishes["a"] += 1
+    assert d.in_flight("a") == 2  # a query folds the three in
+    assert d.finishes["a"] == 0
+    d.finishes["a"] += 1
+    d.on_response("a", 1.0, False)  # a failure: the counted FIN first, then its slot
+    assert d.in_flight("a") == 0
+    assert not d.settled  # in a backoff window: FINs must be told again

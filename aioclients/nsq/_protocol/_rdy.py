@@ -31,6 +31,13 @@ and ``in_flight`` (received, not yet FIN'd/REQ'd). The rules:
    test the waters. A success lowers the level: at 0 the full distribution returns,
    above 0 another (shorter) window opens. A failure opens a longer one.
 
+The answer to nearly every message, a FIN outside backoff with no connection short
+of its share, only frees a slot: while :attr:`RdyDistributor.settled` says so, the
+driver may count it in :attr:`RdyDistributor.finishes` instead of calling in, and
+the distributor folds those counts into the connections' in-flight counts at its
+next input or query, which then sees exactly the state one call per FIN would have
+left (the tests check this against :meth:`RdyDistributor.on_response`).
+
 Timers follow the sans-I/O convention: :meth:`RdyDistributor.get_timer` is the next
 deadline (window end or rotation), :meth:`RdyDistributor.handle_timer` acts on it.
 Every method returns the :class:`RdyUpdate` commands the driver must send.
@@ -185,6 +192,14 @@ class RdyDistributor:
         self._rotation: list[Hashable] = []
         self._deficit = False
         self._now = 0.0  # time of the call being handled (set by every input)
+        #: True while a success changes nothing but its connection's in-flight count:
+        #: not in backoff, and no connection short of its share. Kept up to date by
+        #: every input. While it is True a FIN may be counted in ``finishes``.
+        self.settled = True
+        #: FINs counted while ``settled``, by connection (every known connection has
+        #: an entry): a driver adds 1 per FIN instead of calling
+        #: ``on_response(key, now, True)``; folded in at the next input or query.
+        self.finishes: dict[Hashable, int] = {}
 
     # ---- queries ----------------------------------------------------------------------
 
@@ -201,6 +216,7 @@ class RdyDistributor:
         return self._conns[key].rdy
 
     def in_flight(self, key: Hashable) -> int:
+        self._fold()
         return self._conns[key].in_flight
 
     @property
@@ -209,11 +225,13 @@ class RdyDistributor:
 
     @property
     def total_in_flight(self) -> int:
+        self._fold()
         return sum(c.in_flight for c in self._conns.values())
 
     def is_starved(self) -> bool:
         """True when some connection has at least 85 % of its RDY in flight (the
         guide's ``is_starved``): a batching handler should process its batch now."""
+        self._fold()
         for c in self._conns.values():
             if c.in_flight > 0 and c.in_flight >= c.rdy * 0.85:
                 return True
@@ -225,28 +243,44 @@ class RdyDistributor:
         """A connection finished SUB; ``max_rdy_count`` comes from IDENTIFY."""
         if key in self._conns:
             raise InvalidArgumentError(f"connection {key!r} is already known")
+        self._fold()
         self._now = now
         self._conns[key] = _Conn(key, max(0, max_rdy_count), now)
-        return self._rebalance(now)
+        self.finishes[key] = 0
+        try:
+            return self._rebalance(now)
+        finally:
+            self._update_settled()
 
     def remove_connection(self, key: Hashable, now: float) -> list[RdyUpdate]:
         """A connection is gone; its share goes to the others."""
-        if self._conns.pop(key, None) is None:
+        if key not in self._conns:
             return []
+        self._fold()
+        del self._conns[key]
+        del self.finishes[key]
         self._now = now
-        return self._rebalance(now)
+        try:
+            return self._rebalance(now)
+        finally:
+            self._update_settled()
 
     def set_max_in_flight(self, max_in_flight: int, now: float) -> list[RdyUpdate]:
         """Change ``max_in_flight`` at run time (0 pauses every connection)."""
         self._max_in_flight = check_int("max_in_flight", max_in_flight, minimum=0)
+        self._fold()
         self._now = now
-        return self._rebalance(now)
+        try:
+            return self._rebalance(now)
+        finally:
+            self._update_settled()
 
     def on_message(self, key: Hashable, now: float) -> tuple[RdyUpdate, ...] | list[RdyUpdate]:
         """A message arrived on ``key``."""
         c = self._conns.get(key)
         if c is None:
             return _NO_UPDATES
+        self._fold()
         c.in_flight += 1
         c.remaining -= 1
         c.last_message_at = now
@@ -263,7 +297,10 @@ class RdyDistributor:
         else:
             target = eff // n
         self._now = now
-        return self._grant(c, target, resend=True)
+        try:
+            return self._grant(c, target, resend=True)
+        finally:
+            self._update_settled()
 
     def on_messages(
         self, key: Hashable, count: int, now: float
@@ -276,6 +313,7 @@ class RdyDistributor:
         c = self._conns.get(key)
         if c is None:
             return _NO_UPDATES
+        self._fold()
         backoff = self.backoff
         updates: list[RdyUpdate] = []
         while count > 0:
@@ -299,24 +337,16 @@ class RdyDistributor:
             count -= 1
         return updates if updates else _NO_UPDATES
 
-    def on_finished(self, key: Hashable) -> bool:
-        """The message from ``key`` was FIN'd, when that is all there is to it: outside
-        backoff and with no connection short of its share, a success only frees the
-        slot (``on_response(key, now, True)`` would change nothing else and send no
-        RDY). Returns False, having changed nothing, otherwise: then call
-        :meth:`on_response`. The answer to nearly every message, so it needs no
-        ``now``."""
-        backoff = self.backoff
-        if backoff.level or backoff.window_until is not None or self._deficit:
-            return False
-        c = self._conns.get(key)
-        if c is not None and c.in_flight > 0:
-            c.in_flight -= 1
-        return True
-
     def on_response(self, key: Hashable, now: float, success: bool | None) -> list[RdyUpdate]:
         """The message from ``key`` was FIN'd (``success=True``), REQ'd with backoff
         (``False``) or REQ'd without backoff (``None``)."""
+        self._fold()
+        try:
+            return self._on_response(key, now, success)
+        finally:
+            self._update_settled()
+
+    def _on_response(self, key: Hashable, now: float, success: bool | None) -> list[RdyUpdate]:
         c = self._conns.get(key)
         if c is not None and c.in_flight > 0:
             c.in_flight -= 1
@@ -353,6 +383,13 @@ class RdyDistributor:
 
     def handle_timer(self, now: float) -> list[RdyUpdate]:
         """Close an expired backoff window (RDY 1 to one connection) and rotate RDY."""
+        self._fold()
+        try:
+            return self._handle_timer(now)
+        finally:
+            self._update_settled()
+
+    def _handle_timer(self, now: float) -> list[RdyUpdate]:
         self._now = now
         if self.backoff.window_until is not None:
             if not self.backoff.window_expired(now):
@@ -369,6 +406,20 @@ class RdyDistributor:
         return updates
 
     # ---- internals --------------------------------------------------------------------
+
+    def _fold(self) -> None:
+        """Count the FINs of ``finishes`` as freed slots (as many ``on_response(key,
+        now, True)`` calls would have while ``settled``: nothing but that)."""
+        finishes = self.finishes
+        for key, n in finishes.items():
+            if n:
+                finishes[key] = 0
+                c = self._conns[key]
+                c.in_flight = c.in_flight - n if c.in_flight > n else 0
+
+    def _update_settled(self) -> None:
+        backoff = self.backoff
+        self.settled = not (backoff.level or backoff.window_until is not None or self._deficit)
 
     def _due(self, c: _Conn) -> float:
         active = max(c.last_message_at, c.granted_at)
