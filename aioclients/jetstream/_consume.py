@@ -28,7 +28,7 @@ import json
 import logging
 import operator
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -44,7 +44,7 @@ from aioclients.jetstream._errors import (
     NoMessagesError,
     StreamNotFoundError,
 )
-from aioclients.jetstream._message import Msg, keep_run
+from aioclients.jetstream._message import Msg, keep_deliveries, keep_run
 from aioclients.jetstream._models import ConsumerInfo
 from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._pull import (
@@ -646,7 +646,24 @@ class MessageStream(_Puller):
     async def _subscribe(self, inbox: str) -> RawSubscription:
         if not self._batched:  # a priority group: the core hears of each message (pins)
             return await super()._subscribe(inbox)
-        return await self._transport.subscribe_runs(inbox, self._on_run)
+        return await self._transport.subscribe_runs(inbox, self._on_run, self._on_deliveries)
+
+    def _on_deliveries(
+        self,
+        subjects: Sequence[bytes],
+        replies: Sequence[bytes],
+        payloads: Sequence[bytes],
+        payload_sizes: Sequence[int],
+    ) -> None:
+        """A run that filled a whole read, as columns (see ``subscribe_runs``): what
+        :meth:`_on_run` does with a run without a status, with no frame per message."""
+        total = keep_deliveries(
+            self._api, subjects, replies, payloads, payload_sizes, self._buffer.append
+        )
+        count = len(payload_sizes)
+        self._received += count
+        self._received_bytes += total
+        _wake(self._waiters, count)
 
     def _on_run(self, frames: list[Frame]) -> None:
         """A run of messages from the read loop (see ``subscribe_runs``): each

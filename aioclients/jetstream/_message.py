@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aioclients._errors import InvalidArgumentError
@@ -20,7 +20,7 @@ from aioclients.jetstream._protocol._metadata import MsgMetadata, parse_ack_subj
 if TYPE_CHECKING:
     from aioclients.jetstream._api import JetStreamApi
 
-__all__ = ("Msg", "header_block_of", "keep_run")
+__all__ = ("Msg", "header_block_of", "keep_deliveries", "keep_run")
 
 _ACK = b"+ACK"
 _NAK = b"-NAK"
@@ -58,7 +58,7 @@ class Msg:
     ) -> None:
         # subject and reply may come as the bytes on the wire: decoded when read
         # (most consumers never read them; an ack sends the reply's bytes as they are).
-        # keep_run() sets the same attributes: keep the two in step.
+        # keep_run() and keep_deliveries() set the same attributes: keep the two in step.
         self._api = api
         self._subject = subject
         self._reply = reply
@@ -223,6 +223,37 @@ def keep_run(
         msg._reply = reply
         msg.data = data
         msg._header_block = header
+        msg._headers = None
+        msg._metadata = None
+        msg._acked = False
+        msg._size = size
+        keep(msg)
+        total += size
+    return total
+
+
+def keep_deliveries(
+    api: JetStreamApi,
+    subjects: Sequence[bytes],
+    replies: Sequence[bytes],
+    payloads: Sequence[bytes],
+    payload_sizes: Sequence[int],
+    keep: Callable[[Msg], object],
+) -> int:
+    """:func:`keep_run` for a run read as columns (``scan_deliveries``: every
+    message with a reply and no headers): the same :class:`Msg` objects, handed to
+    ``keep`` in order, and their sizes in all, with no frame per message."""
+    new = object.__new__
+    total = 0
+    columns = zip(subjects, replies, payloads, payload_sizes, strict=True)
+    for subject, reply, data, payload_size in columns:
+        size = len(subject) + len(reply) + payload_size
+        msg = new(Msg)
+        msg._api = api
+        msg._subject = subject
+        msg._reply = reply
+        msg.data = data
+        msg._header_block = None
         msg._headers = None
         msg._metadata = None
         msg._acked = False

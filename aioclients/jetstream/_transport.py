@@ -25,7 +25,8 @@ import json
 import logging
 import math
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, cast
 
 import nats.errors
@@ -57,7 +58,9 @@ from aioclients.jetstream._protocol._wire import (
     PING,
     PONG,
     Frame,
+    first_delivery_sid,
     scan,
+    scan_deliveries,
     single_message,
 )
 
@@ -69,6 +72,7 @@ __all__ = (
     "BytesHandler",
     "RawHandler",
     "RunHandler",
+    "DeliveriesHandler",
     "RawSubscription",
     "ReplyInbox",
     "abort_socket",
@@ -91,12 +95,26 @@ BytesHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
 #: :func:`~aioclients.jetstream._protocol._wire.scan` gives them, subject and reply
 #: the bytes on the wire (see :meth:`NatsTransport.subscribe_runs`).
 RunHandler = Callable[[list[Frame]], None]
+#: ``handler(subjects, replies, payloads, payload_sizes)``: a run of deliveries
+#: (each with a reply, none with headers) of one subscription, as columns, in
+#: order, subject and reply the bytes on the wire (see
+#: :func:`~aioclients.jetstream._protocol._wire.scan_deliveries` and
+#: :meth:`NatsTransport.subscribe_runs`).
+DeliveriesHandler = Callable[
+    [Sequence[bytes], Sequence[bytes], Sequence[bytes], Sequence[int]], None
+]
 
 log = logging.getLogger("aioclients.jetstream")
 
 _CRLF = b"\r\n"
 _NO_HANDLERS: dict[int, BytesHandler] = {}
 _NO_RUNS: dict[int, RunHandler] = {}
+_NO_DELIVERIES: dict[int, DeliveriesHandler] = {}
+#: After scan_deliveries refuses a read of at least _LARGE_READ bytes, this many
+#: reads go to scan() alone: a stream whose payloads hold CRLFs pays its split of
+#: the whole read on one read in 17, not on each.
+_LARGE_READ = 4096
+_SKIP_AFTER_REFUSAL = 16
 _PAYLOAD = operator.itemgetter(5)
 _SID = operator.itemgetter(2)
 
@@ -190,6 +208,9 @@ class NatsClient(NATS):
         self._bytes_handlers: dict[int, BytesHandler] = {}
         #: sid -> handler taking whole runs of its messages at once (ordered consumers)
         self._run_handlers: dict[int, RunHandler] = {}
+        #: sid -> handler taking those runs as columns, when a read holds nothing
+        #: else (consume()): no frame per message (see FastParser.parse)
+        self._deliveries_handlers: dict[int, DeliveriesHandler] = {}
         #: those of them that take replies to requests: a reply that arrives alone
         #: is handed to them from the socket's read callback (see FastParser)
         self._reply_handlers: dict[int, RawHandler] = {}
@@ -200,6 +221,7 @@ class NatsClient(NATS):
             self._raw_handlers = None  # type: ignore[assignment]
             self._bytes_handlers = None  # type: ignore[assignment]
             self._run_handlers = None  # type: ignore[assignment]
+            self._deliveries_handlers = None  # type: ignore[assignment]
             report_fast_path_off("the fast protocol parser", "its client has no _ps.parse")
         self._written: asyncio.Future[None] | None = None
 
@@ -307,11 +329,13 @@ class FastParser:
     switch). Anything else goes to the read loop, in order, exactly as before.
     """
 
-    __slots__ = ("_need", "_parts", "_reader", "_rest", "_size", "nc")
+    __slots__ = ("_need", "_parts", "_reader", "_rest", "_size", "_skip", "nc")
 
     def __init__(self, nc: NatsClient) -> None:
         self.nc = nc
         self._reader: asyncio.StreamReader | None = None
+        #: reads left to scan() as frames, after a large one scan_deliveries refused
+        self._skip = 0
         self.reset()
 
     def reset(self) -> None:
@@ -405,19 +429,36 @@ class FastParser:
             self._need = 0
         else:
             buffer = self._rest + data if self._rest else bytes(data)
+        nc = self.nc
+        runs = getattr(nc, "_run_handlers", None) or _NO_RUNS
+        # The usual read of a consume: deliveries to one run handler, read as columns.
+        deliveries = None
+        if runs:
+            if self._skip:
+                self._skip -= 1
+            else:
+                deliveries = scan_deliveries(buffer, runs)
+                if (
+                    deliveries is None
+                    and len(buffer) >= _LARGE_READ
+                    and first_delivery_sid(buffer) in runs
+                ):
+                    # Refused after its split of the whole read (payloads holding
+                    # CRLFs, perhaps): try again some reads later.
+                    self._skip = _SKIP_AFTER_REFUSAL
         try:
-            frames, used, need = scan(buffer)
+            frames, used, need = scan(buffer, deliveries[5] if deliveries else 0)
         except RemoteProtocolError as exc:
             self.reset()
             log.error("NATS protocol error: %s", exc)
             raise nats.errors.ProtocolError() from exc
         self._rest = b""
         self._keep(buffer[used:], need)
-        nc = self.nc
         handlers = nc._raw_handlers
         fast = getattr(nc, "_bytes_handlers", None) or _NO_HANDLERS
-        runs = getattr(nc, "_run_handlers", None) or _NO_RUNS
         stats = nc.stats
+        if deliveries is not None:
+            self._deliver(deliveries, runs)
         if runs and frames:
             # The usual burst of a consume: every frame a delivery to one run handler.
             run = _whole_run(frames, runs)
@@ -489,6 +530,37 @@ class FastParser:
             if count:
                 stats["in_msgs"] += count
                 stats["in_bytes"] += size
+
+    def _deliver(self, deliveries: tuple[Any, ...], runs: dict[int, RunHandler]) -> None:
+        """Hand the run :func:`scan_deliveries` read to its subscription's handler
+        of columns, or as frames to its run handler."""
+        sid, subjects, replies, payloads, sizes, _ = deliveries
+        nc = self.nc
+        stats = nc.stats
+        stats["in_msgs"] += len(sizes)
+        stats["in_bytes"] += sum(sizes)
+        handler = (getattr(nc, "_deliveries_handlers", None) or _NO_DELIVERIES).get(sid)
+        try:
+            if handler is not None:
+                handler(subjects, replies, payloads, sizes)
+                return
+            count = len(sizes)
+            run = runs[sid]
+            run(
+                list(
+                    zip(
+                        repeat(MSG, count),
+                        subjects,
+                        repeat(sid, count),
+                        replies,
+                        repeat(None, count),
+                        payloads,
+                        strict=True,
+                    )
+                )
+            )
+        except Exception:
+            log.exception("message handler for %r failed", subjects[0])
 
 
 def _whole_run(frames: list[Frame], runs: dict[int, RunHandler]) -> RunHandler | None:
@@ -777,7 +849,9 @@ class NatsTransport:
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
             raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
 
-    async def subscribe_runs(self, subject: str, handler: RunHandler) -> RawSubscription:
+    async def subscribe_runs(
+        self, subject: str, handler: RunHandler, deliveries: DeliveriesHandler | None = None
+    ) -> RawSubscription:
         """Subscribe with a handler of runs of messages, called from the read loop.
 
         On our own :class:`NatsClient`, the messages of one socket read that follow
@@ -789,6 +863,12 @@ class NatsTransport:
         ``handler`` must not raise for one message it cannot handle: it handles
         (or logs and drops) that one and goes on with the rest of the run. What it
         lets out is logged, and the rest of the run is lost.
+
+        ``deliveries``, if given, takes instead the runs that fill a whole read and
+        hold only deliveries with a reply and no headers (a pull consumer's, as a
+        rule), as columns: ``deliveries(subjects, replies, payloads, payload_sizes)``
+        (see :data:`DeliveriesHandler`), with no frame made per message. Whatever
+        ``handler`` would do with such a run as frames, it must do the same.
         """
         self.check_open()
         nc = self.nc
@@ -797,6 +877,9 @@ class NatsTransport:
             if isinstance(runs, dict):
                 sub = await nc.subscribe(subject, pending_bytes_limit=0)
                 runs[sub._id] = handler
+                columns = getattr(nc, "_deliveries_handlers", None)
+                if deliveries is not None and isinstance(columns, dict):
+                    columns[sub._id] = deliveries
                 return RawSubscription(self, sub)
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
             raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
@@ -881,7 +964,13 @@ class RawSubscription:
         self.closed = True
         nc = self._transport.nc
         sid = self._sub._id
-        for name in ("_reply_handlers", "_raw_handlers", "_bytes_handlers", "_run_handlers"):
+        for name in (
+            "_reply_handlers",
+            "_raw_handlers",
+            "_bytes_handlers",
+            "_run_handlers",
+            "_deliveries_handlers",
+        ):
             handlers = getattr(nc, name, None)
             if isinstance(handlers, dict):
                 handlers.pop(sid, None)

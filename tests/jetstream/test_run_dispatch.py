@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from aioclients.jetstream import ConsumerDeletedError, JetStream
+from aioclients.jetstream import ConsumerDeletedError, JetStream, Msg
 from aioclients.jetstream._consume import BatchStream
 from aioclients.jetstream._protocol._pull import consume_options
 from aioclients.jetstream._protocol._wire import MSG
+from aioclients.jetstream._transport import NatsClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -157,3 +158,93 @@ async def test_consume_keeps_the_run_after_a_status_that_cannot_be_handled(
         got = [await asyncio.wait_for(messages.__anext__(), 5) for _ in range(3)]
         assert [m.metadata.sequence.stream for m in got] == [1, 2, 3]
     assert "message handler for b'_INBOX.x' failed" in caplog.text
+
+
+def _slots(msg: Msg) -> dict[str, object]:
+    return {name: getattr(msg, name) for name in Msg.__slots__}
+
+
+async def test_consume_takes_a_read_of_deliveries_as_columns_making_the_same_msgs(
+    js: JetStream, unique_name: str
+) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    count = 300
+    payloads = [b"%d:" % i + b"p" * (i % 40) for i in range(count)]
+    for i, payload in enumerate(payloads):
+        await js.publish_async(f"{unique_name}.{i % 3}", payload)
+    await js.publish_async_complete(10)  # no PubAck left to share a read with deliveries
+    consumer = await stream.create_consumer(durable_name="c", ack_policy="none")
+    runs: list[int] = []
+    async with consumer.consume(max_messages=count) as messages:
+        handlers = js.nc._deliveries_handlers  # type: ignore[attr-defined]
+        ((sid, columns),) = handlers.items()  # the pull inbox's, before the pull goes out
+
+        def spy(*run: Any) -> None:
+            runs.append(len(run[3]))
+            columns(*run)
+
+        handlers[sid] = spy
+        got = []
+        async for msg in messages:
+            # as Msg(...) makes it (compared before anything is read and cached)
+            subject, reply = msg._subject, msg._reply  # type: ignore[attr-defined]
+            made = Msg(js._jsapi, subject, reply, msg.data, None, len(subject + reply + msg.data))
+            assert _slots(msg) == _slots(made)
+            got.append(msg)
+            if len(got) == count:
+                break
+        assert messages.statistics().received == count
+    assert max(runs, default=0) > 1, "no read came as columns"
+    assert [m.data for m in got] == payloads
+    assert [m.subject for m in got] == [f"{unique_name}.{i % 3}" for i in range(count)]
+    assert [m.metadata.sequence.stream for m in got] == list(range(1, count + 1))
+    assert all(m.headers is None for m in got)
+
+
+def _wire(seq: int, payload: bytes = b"x" * 100) -> bytes:
+    reply = b"$JS.ACK.S.C.1.%d.%d.1764168000000000000.0" % (seq, seq)
+    return b"MSG s.a 7 %s %d\r\n%s\r\n" % (reply, len(payload), payload)
+
+
+async def test_the_parser_hands_reads_of_deliveries_over_as_columns_else_as_frames() -> None:
+    nc = NatsClient()  # not connected: its parser is fed by hand
+    parser = nc._ps
+    columns: list[tuple[Any, ...]] = []
+    frames: list[Frames] = []
+    nc._run_handlers[7] = lambda run: frames.append(list(run))
+    nc._deliveries_handlers[7] = lambda *run: columns.append(run)
+    plain = b"".join(_wire(seq) for seq in range(1, 41))  # 40 deliveries, > 4 KiB
+    await parser.parse(plain)  # type: ignore[union-attr]
+    assert frames == []
+    ((subjects, replies, payloads, sizes),) = columns
+    assert list(subjects) == [b"s.a"] * 40
+    assert [r.split(b".")[5] for r in replies] == [b"%d" % seq for seq in range(1, 41)]
+    assert list(payloads) == [b"x" * 100] * 40
+    assert list(sizes) == [100] * 40
+    assert nc.stats["in_msgs"] == 40
+    # Payloads holding CRLFs: the read goes to scan(), and so do the next 16 reads.
+    crlf = b"".join(_wire(seq, b"a\r\nb" * 25) for seq in range(41, 81))
+    await parser.parse(crlf)  # type: ignore[union-attr]
+    assert [f[5] for f in frames[0]] == [b"a\r\nb" * 25] * 40
+    for _ in range(16):
+        await parser.parse(plain)  # type: ignore[union-attr]
+    assert (len(columns), len(frames)) == (1, 17)
+    assert frames[-1] == [
+        (MSG, b"s.a", 7, r, None, p) for r, p in zip(replies, payloads, strict=True)
+    ]
+    await parser.parse(plain)  # type: ignore[union-attr]
+    assert (len(columns), len(frames)) == (2, 17)
+    # A small read refused costs little, and a read that does not start with a
+    # delivery is refused before any split: the next read is tried as columns again.
+    await parser.parse(_wire(1, b"\r\n") + _wire(2))  # type: ignore[union-attr]
+    await parser.parse(plain)  # type: ignore[union-attr]
+    assert (len(columns), len(frames)) == (3, 18)
+    nc._process_pong = _no_pong  # type: ignore[method-assign]
+    await parser.parse(b"PONG\r\n" + plain)  # type: ignore[union-attr]
+    await parser.parse(plain)  # type: ignore[union-attr]
+    assert (len(columns), len(frames)) == (4, 19)
+    assert nc.stats["in_msgs"] == 40 * 22 + 2
+
+
+async def _no_pong() -> None:
+    pass

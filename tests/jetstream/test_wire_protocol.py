@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioclients._errors import RemoteProtocolError
@@ -17,6 +17,7 @@ from aioclients.jetstream._protocol._wire import (
     PING,
     PONG,
     scan,
+    scan_deliveries,
     single_message,
 )
 
@@ -198,3 +199,102 @@ def test_the_number_cache_stays_bounded_and_refuses_what_int_refuses() -> None:
             scan(b"MSG s 1 -1\r\n\r\n")
         with pytest.raises(RemoteProtocolError):
             scan(b"HMSG s 1 5 4\r\nNATS/\r\n")
+
+
+def _delivery(seq: int, payload: bytes = b"x" * 10, sid: int = 7) -> bytes:
+    reply = b"$JS.ACK.S.C.1.%d.%d.1764168000000000000.0" % (seq, seq)
+    return b"MSG s.%d %d %s %d\r\n%s\r\n" % (seq % 3, sid, reply, len(payload), payload)
+
+
+def _as_columns(frames: list[tuple[object, ...]]) -> tuple[object, ...]:
+    return (
+        tuple(f[1] for f in frames),
+        tuple(f[3] for f in frames),
+        [f[5] for f in frames],
+        [len(f[5]) for f in frames],  # type: ignore[arg-type]
+    )
+
+
+def test_a_read_of_deliveries_comes_as_columns_up_to_what_follows() -> None:
+    run = b"".join(_delivery(seq) for seq in range(1, 6))
+    for tail in (b"", b"MSG s.1 7 r 10\r\nxx", b"PING\r\n", b"MSG s.1 7 r", b"\r"):
+        data = run + tail
+        frames, used, need = scan(data)
+        got = scan_deliveries(data, {7})
+        assert got is not None
+        sid, *columns, upto = got
+        assert (sid, upto) == (7, len(run))
+        assert tuple(columns) == _as_columns(frames[:5])
+        # what follows the run is scan's, from there on, as it would read it
+        assert scan(data, upto) == (frames[5:], used, need)
+
+
+def test_what_follows_deliveries_is_read_on_and_may_be_malformed() -> None:
+    data = _delivery(1) + b"MSG s 7 r -3\r\n"
+    got = scan_deliveries(data, {7})
+    assert got is not None
+    with pytest.raises(RemoteProtocolError):
+        scan(data, got[5])
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"MSG s 7 r 10\r\nxx",  # no whole message
+        _delivery(1, sid=8) + _delivery(2),  # another sid first
+        _delivery(1) + _delivery(2, sid=8),  # another sid among them
+        _delivery(1) + _delivery(2, b"a\r\nb") + _delivery(3),  # a CRLF in a payload
+        _delivery(1) + b"HMSG s 7 r 12 12\r\nNATS/1.0\r\n\r\n\r\n",  # headers
+        _delivery(1) + b"MSG s 7 10\r\nxxxxxxxxxx\r\n",  # no reply
+        _delivery(1) + b"PING\r\n" + _delivery(2),
+        _delivery(1) + b"MSG s 7 r 9\r\nxxxxxxxxxx\r\n",  # size not the payload's
+        _delivery(1) + b"MSG s 7 r 1x\r\nxxxxxxxxxx\r\n",
+        b"MSG s x r 1\r\nx\r\n",
+        b"MSGX s 7 r 1\r\nx\r\n",
+    ],
+)
+def test_anything_else_is_left_to_scan(data: bytes) -> None:
+    assert scan_deliveries(data, {7}) is None
+
+
+_PIECES = st.sampled_from(
+    [
+        _delivery(1),
+        _delivery(2, b""),
+        _delivery(3, b"a\r\nMSG s 7 r 1\r\nb"),
+        _delivery(4, b"\r\n"),
+        _delivery(5, sid=8),
+        b"HMSG s 7 r 12 12\r\nNATS/1.0\r\n\r\n\r\n",
+        b"MSG s 7 3\r\nabc\r\n",
+        b"MSG\ts\t7\tr\t3\r\nabc\r\n",
+        b"PING\r\n",
+        b"MSG s 7 r 3\r\nabcd\r\n",
+        b"MSG s 7 r -3\r\n",
+    ]
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(_PIECES, max_size=12), st.integers(0, 400))
+def test_whatever_scan_deliveries_reads_scan_reads_the_same(pieces: list[bytes], cut: int) -> None:
+    data = b"".join(pieces)
+    data = data[: len(data) - cut % (len(data) + 1)]  # cut anywhere, or not at all
+    got = scan_deliveries(data, {7})
+    if got is None:
+        return
+    sid, *columns, upto = got
+    count = len(columns[3])
+    assert count > 0
+    assert sid == 7
+    try:
+        frames, used, need = scan(data)
+    except RemoteProtocolError:
+        # malformed after the deliveries: reading on from them fails the same way
+        # (and the parser reads on before it hands them over)
+        with pytest.raises(RemoteProtocolError):
+            scan(data, upto)
+        return
+    assert tuple(columns) == _as_columns(frames[:count])
+    assert all(f[2] == 7 and f[4] is None for f in frames[:count])
+    assert scan(data, upto) == (frames[count:], used, need)
