@@ -657,9 +657,7 @@ class MessageStream(_Puller):
     ) -> None:
         """A run that filled a whole read, as columns (see ``subscribe_runs``): what
         :meth:`_on_run` does with a run without a status, with no frame per message."""
-        total = keep_deliveries(
-            self._api, subjects, replies, payloads, payload_sizes, self._buffer.append
-        )
+        total = keep_deliveries(self._api, subjects, replies, payloads, self._buffer.append)
         count = len(payload_sizes)
         self._received += count
         self._received_bytes += total

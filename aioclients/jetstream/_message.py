@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from aioclients._errors import InvalidArgumentError
@@ -58,7 +59,7 @@ class Msg:
     ) -> None:
         # subject and reply may come as the bytes on the wire: decoded when read
         # (most consumers never read them; an ack sends the reply's bytes as they are).
-        # keep_run() and keep_deliveries() set the same attributes: keep the two in step.
+        # _keep() (keep_run, keep_deliveries) sets the same attributes: keep the two in step.
         self._api = api
         self._subject = subject
         self._reply = reply
@@ -206,14 +207,40 @@ def keep_run(
     header_or_None, payload)`` as the frame scanner gives them, subject and reply
     undecoded), hand each to ``keep`` in order, and return their sizes in all (as
     the pull buffer counts them: subject, reply, headers and payload).
-
-    The same objects ``Msg(api, subject, reply, data, header, size)`` makes,
-    without a Python ``__init__`` call per message (a third of their cost): keep
-    the two in step.
     """
+    run = list(frames)
+    if not run:
+        return 0
+    _, subjects, _, replies, headers, payloads = zip(*run, strict=True)
+    return _keep(api, subjects, replies, headers, payloads, keep)
+
+
+def keep_deliveries(
+    api: JetStreamApi,
+    subjects: Sequence[bytes],
+    replies: Sequence[bytes],
+    payloads: Sequence[bytes],
+    keep: Callable[[Msg], object],
+) -> int:
+    """:func:`keep_run` for a run read as columns (``scan_deliveries``: every
+    message with a reply and no headers), with no frame per message."""
+    return _keep(api, subjects, replies, repeat(None, len(payloads)), payloads, keep)
+
+
+def _keep(
+    api: JetStreamApi,
+    subjects: Iterable[bytes],
+    replies: Iterable[bytes],
+    headers: Iterable[bytes | None],
+    payloads: Iterable[bytes],
+    keep: Callable[[Msg], object],
+) -> int:
+    # The same objects ``Msg(api, subject, reply, data, header, size)`` makes, without
+    # a Python ``__init__`` call per message (a third of their cost): keep the two in
+    # step.
     new = object.__new__
     total = 0
-    for _, subject, _, reply, header, data in frames:
+    for subject, reply, header, data in zip(subjects, replies, headers, payloads, strict=True):
         size = len(subject) + len(reply) + len(data)
         if header is not None:
             size += len(header)
@@ -223,37 +250,6 @@ def keep_run(
         msg._reply = reply
         msg.data = data
         msg._header_block = header
-        msg._headers = None
-        msg._metadata = None
-        msg._acked = False
-        msg._size = size
-        keep(msg)
-        total += size
-    return total
-
-
-def keep_deliveries(
-    api: JetStreamApi,
-    subjects: Sequence[bytes],
-    replies: Sequence[bytes],
-    payloads: Sequence[bytes],
-    payload_sizes: Sequence[int],
-    keep: Callable[[Msg], object],
-) -> int:
-    """:func:`keep_run` for a run read as columns (``scan_deliveries``: every
-    message with a reply and no headers): the same :class:`Msg` objects, handed to
-    ``keep`` in order, and their sizes in all, with no frame per message."""
-    new = object.__new__
-    total = 0
-    columns = zip(subjects, replies, payloads, payload_sizes, strict=True)
-    for subject, reply, data, payload_size in columns:
-        size = len(subject) + len(reply) + payload_size
-        msg = new(Msg)
-        msg._api = api
-        msg._subject = subject
-        msg._reply = reply
-        msg.data = data
-        msg._header_block = None
         msg._headers = None
         msg._metadata = None
         msg._acked = False

@@ -12,6 +12,7 @@ import pytest
 
 from aioclients.jetstream import ConsumerDeletedError, JetStream, Msg
 from aioclients.jetstream._consume import BatchStream
+from aioclients.jetstream._message import keep_deliveries, keep_run
 from aioclients.jetstream._protocol._pull import consume_options
 from aioclients.jetstream._protocol._wire import MSG
 from aioclients.jetstream._transport import NatsClient
@@ -162,6 +163,30 @@ async def test_consume_keeps_the_run_after_a_status_that_cannot_be_handled(
 
 def _slots(msg: Msg) -> dict[str, object]:
     return {name: getattr(msg, name) for name in Msg.__slots__}
+
+
+def test_keep_run_and_keep_deliveries_make_what_msg_makes() -> None:
+    api: Any = object()
+    header = b"NATS/1.0\r\nA: b\r\n\r\n"
+    frames = [
+        (MSG, b"s.a", 7, b"$JS.ACK.S.C.1.1.1.0.0", None, b"one"),
+        (MSG, b"s.b", 7, b"$JS.ACK.S.C.1.2.2.0.0", header, b""),
+    ]
+    made = [
+        Msg(api, s, r, d, h, len(s) + len(r) + len(d) + (len(h) if h else 0))
+        for _, s, _, r, h, d in frames
+    ]
+    kept: list[Msg] = []
+    sizes = [m._size for m in made]  # type: ignore[attr-defined]
+    assert keep_run(api, frames, kept.append) == sum(sizes)
+    assert [_slots(m) for m in kept] == [_slots(m) for m in made]
+    assert keep_run(api, [], kept.append) == 0
+    assert len(kept) == 2
+
+    columns: list[Msg] = []
+    total = keep_deliveries(api, [b"s.a"], [b"$JS.ACK.S.C.1.1.1.0.0"], [b"one"], columns.append)
+    assert total == sizes[0]
+    assert [_slots(m) for m in columns] == [_slots(made[0])]
 
 
 async def test_consume_takes_a_read_of_deliveries_as_columns_making_the_same_msgs(
