@@ -653,12 +653,11 @@ class MessageStream(_Puller):
         subjects: Sequence[bytes],
         replies: Sequence[bytes],
         payloads: Sequence[bytes],
-        payload_sizes: Sequence[int],
     ) -> None:
         """A run that filled a whole read, as columns (see ``subscribe_runs``): what
         :meth:`_on_run` does with a run without a status, with no frame per message."""
         total = keep_deliveries(self._api, subjects, replies, payloads, self._buffer.append)
-        count = len(payload_sizes)
+        count = len(payloads)
         self._received += count
         self._received_bytes += total
         _wake(self._waiters, count)

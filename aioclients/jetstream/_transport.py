@@ -95,14 +95,12 @@ BytesHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
 #: :func:`~aioclients.jetstream._protocol._wire.scan` gives them, subject and reply
 #: the bytes on the wire (see :meth:`NatsTransport.subscribe_runs`).
 RunHandler = Callable[[list[Frame]], None]
-#: ``handler(subjects, replies, payloads, payload_sizes)``: a run of deliveries
+#: ``handler(subjects, replies, payloads)``: a run of deliveries
 #: (each with a reply, none with headers) of one subscription, as columns, in
 #: order, subject and reply the bytes on the wire (see
 #: :func:`~aioclients.jetstream._protocol._wire.scan_deliveries` and
 #: :meth:`NatsTransport.subscribe_runs`).
-DeliveriesHandler = Callable[
-    [Sequence[bytes], Sequence[bytes], Sequence[bytes], Sequence[int]], None
-]
+DeliveriesHandler = Callable[[Sequence[bytes], Sequence[bytes], Sequence[bytes]], None]
 
 log = logging.getLogger("aioclients.jetstream")
 
@@ -542,7 +540,7 @@ class FastParser:
         handler = (getattr(nc, "_deliveries_handlers", None) or _NO_DELIVERIES).get(sid)
         try:
             if handler is not None:
-                handler(subjects, replies, payloads, sizes)
+                handler(subjects, replies, payloads)
                 return
             count = len(sizes)
             run = runs[sid]
@@ -866,7 +864,7 @@ class NatsTransport:
 
         ``deliveries``, if given, takes instead the runs that fill a whole read and
         hold only deliveries with a reply and no headers (a pull consumer's, as a
-        rule), as columns: ``deliveries(subjects, replies, payloads, payload_sizes)``
+        rule), as columns: ``deliveries(subjects, replies, payloads)``
         (see :data:`DeliveriesHandler`), with no frame made per message. Whatever
         ``handler`` would do with such a run as frames, it must do the same.
         """
