@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Container
 from itertools import repeat
-from operator import getitem, le
+from operator import add, getitem, le
 from typing import Any
 
 from aioclients._errors import RemoteProtocolError
@@ -60,7 +60,7 @@ HeaderDeliveries = tuple[int, tuple[bytes, ...], tuple[bytes, ...], list[bytes],
 
 _CRLF = b"\r\n"
 _SPLIT = bytes.split
-_PARTITION = bytes.partition
+_FIND = bytes.find
 _STARTSWITH = bytes.startswith
 _HMSG = b"HMSG "
 #: Where one ``HMSG`` frame ends and the next begins (the payload's CRLF, the verb).
@@ -333,23 +333,35 @@ def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliver
     count = len(pieces)
     if not count:
         return None
-    lines, seps, bodies = zip(*map(_PARTITION, pieces, repeat(_CRLF)), strict=True)
-    args = list(map(_SPLIT, lines))
-    if seps.count(_CRLF) != count or list(map(len, args)).count(5) != count:
+    # One split per piece: its line's five words, and the rest (a body starts with
+    # its header block, "NATS/1.0", so no whitespace of it is skipped). The rest is
+    # the body the line announces when it is as long as the line says and the
+    # piece's first CRLF ends the line right before it: then the words are those
+    # of that line (what follows them up to the CRLF is whitespace).
+    args = list(map(_SPLIT, pieces, repeat(None), repeat(5)))
+    if list(map(len, args)).count(6) != count:
         return None
-    subjects, sids_b, replies, hsizes_b, totals_b = zip(*args, strict=True)
+    subjects, sids_b, replies, hsizes_b, totals_b, bodies = zip(*args, strict=True)
     if sids_b.count(b"%d" % sid) != count:
         return None
     totals = _numbers(totals_b)
     hsizes = _numbers(hsizes_b)
     if totals is None or hsizes is None or totals != list(map(len, bodies)):
         return None
+    ends = list(map(_FIND, pieces, repeat(_CRLF)))
+    if list(map(len, pieces)) != list(map(add, ends, map(add, totals, repeat(2)))):
+        return None
     if min(hsizes) < 0 or not all(map(le, hsizes, totals)):
         return None
-    headers: list[bytes] = list(map(getitem, bodies, map(slice, hsizes)))
-    if list(map(_STARTSWITH, headers, repeat(_PLAIN_HEADER))).count(True) != count:
+    if list(map(_STARTSWITH, bodies, repeat(_PLAIN_HEADER))).count(True) != count:
         return None  # a status among them (scan reads it; the consumer handles it)
-    payloads: list[bytes] = list(map(getitem, bodies, map(slice, hsizes, repeat(None))))
+    headers: list[bytes]
+    payloads: list[bytes]
+    if hsizes == totals:  # headers only (a headers-only consumer's): no slicing
+        headers, payloads = list(bodies), [b""] * count
+    else:
+        headers = list(map(getitem, bodies, map(slice, hsizes)))
+        payloads = list(map(getitem, bodies, map(slice, hsizes, repeat(None))))
     used = 5 + sum(map(len, pieces)) + 7 * (count - 1) + 2
     return sid, subjects, replies, headers, payloads, used
 
