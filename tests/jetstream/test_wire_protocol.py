@@ -391,6 +391,10 @@ _HEADED_PIECES = st.sampled_from(
         _delivery(9),
         b"HMSG s 7 r 2 1\r\nabc\r\n",
         b"HMSG s 7 r 3 2\r\nab\r\n",
+        # whitespace the line's split skips: before its CRLF, or instead of it
+        b"HMSG s 7  r 12 12\t\r\nNATS/1.0\r\n\r\n\r\n",
+        b"HMSG s 7 r 12 12\n\nNATS/1.0\r\n\r\n\r\n",
+        b"HMSG s 7 r 13 13\r\n NATS/1.0\r\n\r\n\r\n",
         b"PING\r\n",
         b"HMSG s 7 r 2 -3\r\n",
     ]
