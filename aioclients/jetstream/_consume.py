@@ -75,6 +75,7 @@ __all__ = (
     "FetchResult",
     "MessageStream",
     "PullTarget",
+    "ColumnsSink",
     "RawSink",
     "check_on_event",
 )
@@ -801,6 +802,13 @@ class MessageStream(_Puller):
 #: payload)`` with subject and reply the bytes on the wire (see
 #: ``NatsTransport.subscribe_runs``).
 RawSink = Callable[[list[Frame]], None]
+#: ``columns(subjects, replies, headers, payloads)`` of a :class:`BatchStream`: the
+#: same as its ``sink`` for a run the read loop read as columns (no status among
+#: them; ``headers`` items ``None`` where a message has none), with no frame per
+#: message.
+ColumnsSink = Callable[
+    [Sequence[bytes], Sequence[bytes], Sequence["bytes | None"], Sequence[bytes]], None
+]
 
 
 class BatchStream(MessageStream):
@@ -821,11 +829,13 @@ class BatchStream(MessageStream):
         options: PullOptions,
         sink: RawSink,
         on_event: Callable[[ConsumeEvent], object] | None = None,
+        columns: ColumnsSink | None = None,
     ) -> None:
         super().__init__(api, consumer, options, on_event)
         if options.group is not None:
             raise InvalidArgumentError("a batch stream does not take a priority group")
         self._sink = sink
+        self._columns = columns
         self._by_bytes = options.max_bytes is not None
         # received, not yet told to the core
         self._count = 0
@@ -835,7 +845,35 @@ class BatchStream(MessageStream):
         self._held_bytes = 0
 
     async def _subscribe(self, inbox: str) -> RawSubscription:
-        return await self._transport.subscribe_runs(inbox, self._on_run)
+        if self._columns is None:
+            return await self._transport.subscribe_runs(inbox, self._on_run)
+        return await self._transport.subscribe_runs(
+            inbox, self._on_run, self._on_plain_columns, self._on_columns
+        )
+
+    def _on_plain_columns(
+        self, subjects: Sequence[bytes], replies: Sequence[bytes], payloads: Sequence[bytes]
+    ) -> None:
+        """A run read as columns, none with headers (see ``subscribe_runs``)."""
+        self._on_columns(subjects, replies, (None,) * len(payloads), payloads)
+
+    def _on_columns(
+        self,
+        subjects: Sequence[bytes],
+        replies: Sequence[bytes],
+        headers: Sequence[bytes | None],
+        payloads: Sequence[bytes],
+    ) -> None:
+        """A run read as columns, no status among them (see ``subscribe_runs``):
+        what :meth:`_take_run` does with it as frames."""
+        count = len(payloads)
+        self._count += count
+        if self._by_bytes:
+            size = sum(map(len, subjects)) + sum(map(len, replies)) + sum(map(len, payloads))
+            self._bytes += size + sum(map(len, filter(None, headers)))
+        assert self._columns is not None
+        self._columns(subjects, replies, headers, payloads)
+        _wake(self._waiters, count)
 
     def _on_run(self, frames: list[Frame]) -> None:
         for frame in frames:

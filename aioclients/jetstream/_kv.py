@@ -818,8 +818,8 @@ class KeyLister:
             key_slice = itemgetter(slice(cut, None))
 
             def keys_of(
-                subjects: tuple[bytes, ...],
-                headers: tuple[bytes | None, ...],
+                subjects: Sequence[bytes],
+                headers: Sequence[bytes | None],
                 seqs: list[int],
             ) -> tuple[list[str], list[int]] | None:
                 # key_of for a whole run, when every key of it is taken: no Python

@@ -28,7 +28,7 @@ import asyncio
 import collections
 import inspect
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from itertools import repeat
 from types import TracebackType
@@ -40,6 +40,7 @@ from aioclients._tasks import TaskOwner
 from aioclients.jetstream._api import JetStreamApi
 from aioclients.jetstream._consume import (
     BatchStream,
+    ColumnsSink,
     ConsumeEvent,
     ConsumeStatistics,
     FetchResult,
@@ -413,7 +414,7 @@ ItemMaker = Callable[[str, bytes, bytes, "bytes | None", int, int, int], Any]
 #: ``None``, having changed nothing, when it cannot tell at once: ``make`` then
 #: takes them one by one. It must not reset the consumer.
 RunMaker = Callable[
-    [tuple[bytes, ...], "tuple[bytes | None, ...]", list[int]],
+    [Sequence[bytes], "Sequence[bytes | None]", list[int]],
     "tuple[list[Any], list[int]] | None",
 ]
 
@@ -467,8 +468,9 @@ class OrderedMessageStream:
         self._oc._active = self
         if self._on_open is not None:
             self._on_open(generation)  # before any delivery of this consumer
+        sink, columns = self._sink(generation)
         inner = BatchStream(
-            self._oc._api, consumer, self._options, self._sink(generation), self._inner_event
+            self._oc._api, consumer, self._options, sink, self._inner_event, columns
         )
         await inner.__aenter__()
         if self._stopped:
@@ -477,10 +479,11 @@ class OrderedMessageStream:
         self._inner = inner
         self._generation = generation
 
-    def _sink(self, generation: int) -> RawSink:
+    def _sink(self, generation: int) -> tuple[RawSink, ColumnsSink]:
         """The read loop's work for one generation of consumer: a run of
-        deliveries at a time (see ``BatchStream``), one loop with no Python call
-        per message but the cursor's judgement (and ``make``'s)."""
+        deliveries at a time (see ``BatchStream``), as frames or as columns, one
+        loop with no Python call per message but the cursor's judgement (and
+        ``make``'s)."""
         cursor = self._oc._cursor
         api = self._oc._api
         make = self._make
@@ -497,12 +500,21 @@ class OrderedMessageStream:
         keep_seqs = seqs.extend
 
         def sink(frames: list[Frame]) -> None:
+            if frames:
+                _, subjects, _, replies, headers, datas = zip(*frames, strict=True)
+                columns(subjects, replies, headers, datas)
+
+        def columns(
+            subjects: Sequence[bytes],
+            replies: Sequence[bytes],
+            headers: Sequence[bytes | None],
+            datas: Sequence[bytes],
+        ) -> None:
             # Subject and reply as the bytes on the wire: never decoded here (a Msg
             # decodes them when read).
-            if frames and (make is None or make_run is not None):
+            if make is None or make_run is not None:
                 # The usual run, every delivery in order: judged at once, and its
                 # messages (or items) made with no Python loop here.
-                _, subjects, _, replies, headers, datas = zip(*frames, strict=True)
                 in_order = judge_run(generation, replies)
                 if in_order is not None:
                     if make_run is None:
@@ -522,7 +534,7 @@ class OrderedMessageStream:
                         return
             keep = incoming.append
             keep_seq = seqs.append
-            for _, subject, _, reply, header, data in frames:
+            for subject, reply, header, data in zip(subjects, replies, headers, datas, strict=True):
                 tokens = reply.split(b".")
                 if len(tokens) == 9 and tokens[0] == b"$JS":
                     sseq_text, cseq_text = tokens[5], tokens[6]
@@ -573,7 +585,7 @@ class OrderedMessageStream:
                     self._oc._drop_consumer()
                     self._stop_inner_soon()
 
-        return sink
+        return sink, columns
 
     def _fail(self, reply: bytes) -> None:
         inner = self._inner

@@ -59,8 +59,10 @@ from aioclients.jetstream._protocol._wire import (
     PONG,
     Frame,
     first_delivery_sid,
+    first_header_delivery_sid,
     scan,
     scan_deliveries,
+    scan_header_deliveries,
     single_message,
 )
 
@@ -73,6 +75,7 @@ __all__ = (
     "RawHandler",
     "RunHandler",
     "DeliveriesHandler",
+    "HeaderDeliveriesHandler",
     "RawSubscription",
     "ReplyInbox",
     "abort_socket",
@@ -101,6 +104,14 @@ RunHandler = Callable[[list[Frame]], None]
 #: :func:`~aioclients.jetstream._protocol._wire.scan_deliveries` and
 #: :meth:`NatsTransport.subscribe_runs`).
 DeliveriesHandler = Callable[[Sequence[bytes], Sequence[bytes], Sequence[bytes]], None]
+#: ``handler(subjects, replies, headers, payloads)``: a run of deliveries (each with
+#: a reply and a header block that is no status) of one subscription, as columns,
+#: in order (see
+#: :func:`~aioclients.jetstream._protocol._wire.scan_header_deliveries` and
+#: :meth:`NatsTransport.subscribe_runs`).
+HeaderDeliveriesHandler = Callable[
+    [Sequence[bytes], Sequence[bytes], Sequence[bytes], Sequence[bytes]], None
+]
 
 log = logging.getLogger("aioclients.jetstream")
 
@@ -108,6 +119,7 @@ _CRLF = b"\r\n"
 _NO_HANDLERS: dict[int, BytesHandler] = {}
 _NO_RUNS: dict[int, RunHandler] = {}
 _NO_DELIVERIES: dict[int, DeliveriesHandler] = {}
+_NO_HEADER_DELIVERIES: dict[int, HeaderDeliveriesHandler] = {}
 #: After scan_deliveries refuses a read of at least _LARGE_READ bytes, this many
 #: reads go to scan() alone: a stream whose payloads hold CRLFs pays its split of
 #: the whole read on one read in 17, not on each.
@@ -209,6 +221,9 @@ class NatsClient(NATS):
         #: sid -> handler taking those runs as columns, when a read holds nothing
         #: else (consume()): no frame per message (see FastParser.parse)
         self._deliveries_handlers: dict[int, DeliveriesHandler] = {}
+        #: sid -> handler taking runs of deliveries with headers as columns, when a
+        #: read holds nothing else (ordered consumers, KV keys()): see FastParser.parse
+        self._header_deliveries_handlers: dict[int, HeaderDeliveriesHandler] = {}
         #: those of them that take replies to requests: a reply that arrives alone
         #: is handed to them from the socket's read callback (see FastParser)
         self._reply_handlers: dict[int, RawHandler] = {}
@@ -220,6 +235,7 @@ class NatsClient(NATS):
             self._bytes_handlers = None  # type: ignore[assignment]
             self._run_handlers = None  # type: ignore[assignment]
             self._deliveries_handlers = None  # type: ignore[assignment]
+            self._header_deliveries_handlers = None  # type: ignore[assignment]
             report_fast_path_off("the fast protocol parser", "its client has no _ps.parse")
         self._written: asyncio.Future[None] | None = None
 
@@ -429,23 +445,31 @@ class FastParser:
             buffer = self._rest + data if self._rest else bytes(data)
         nc = self.nc
         runs = getattr(nc, "_run_handlers", None) or _NO_RUNS
-        # The usual read of a consume: deliveries to one run handler, read as columns.
-        deliveries = None
+        # The usual read of a consume: deliveries to one run handler, read as columns
+        # (with headers: a headers-only consumer's, such as KV keys()'s).
+        deliveries = with_headers = None
+        used = 0
         if runs:
             if self._skip:
                 self._skip -= 1
+            elif buffer[:1] == b"H":
+                with_headers = scan_header_deliveries(buffer, runs)
+                if with_headers is not None:
+                    used = with_headers[5]
+                elif len(buffer) >= _LARGE_READ and first_header_delivery_sid(buffer) in runs:
+                    # Refused after its split of the whole read (a status among the
+                    # deliveries, a body holding a joint): try again some reads later.
+                    self._skip = _SKIP_AFTER_REFUSAL
             else:
                 deliveries = scan_deliveries(buffer, runs)
-                if (
-                    deliveries is None
-                    and len(buffer) >= _LARGE_READ
-                    and first_delivery_sid(buffer) in runs
-                ):
+                if deliveries is not None:
+                    used = deliveries[5]
+                elif len(buffer) >= _LARGE_READ and first_delivery_sid(buffer) in runs:
                     # Refused after its split of the whole read (payloads holding
                     # CRLFs, perhaps): try again some reads later.
                     self._skip = _SKIP_AFTER_REFUSAL
         try:
-            frames, used, need = scan(buffer, deliveries[5] if deliveries else 0)
+            frames, used, need = scan(buffer, used)
         except RemoteProtocolError as exc:
             self.reset()
             log.error("NATS protocol error: %s", exc)
@@ -457,6 +481,8 @@ class FastParser:
         stats = nc.stats
         if deliveries is not None:
             self._deliver(deliveries, runs)
+        elif with_headers is not None:
+            self._deliver_with_headers(with_headers, runs)
         if runs and frames:
             # The usual burst of a consume: every frame a delivery to one run handler.
             run = _whole_run(frames, runs)
@@ -552,6 +578,40 @@ class FastParser:
                         repeat(sid, count),
                         replies,
                         repeat(None, count),
+                        payloads,
+                        strict=True,
+                    )
+                )
+            )
+        except Exception:
+            log.exception("message handler for %r failed", subjects[0])
+
+    def _deliver_with_headers(
+        self, deliveries: tuple[Any, ...], runs: dict[int, RunHandler]
+    ) -> None:
+        """Hand the run :func:`scan_header_deliveries` read to its subscription's
+        handler of such columns, or as frames to its run handler."""
+        sid, subjects, replies, headers, payloads, _ = deliveries
+        nc = self.nc
+        stats = nc.stats
+        count = len(payloads)
+        stats["in_msgs"] += count
+        stats["in_bytes"] += sum(map(len, payloads))
+        handlers = getattr(nc, "_header_deliveries_handlers", None) or _NO_HEADER_DELIVERIES
+        handler = handlers.get(sid)
+        try:
+            if handler is not None:
+                handler(subjects, replies, headers, payloads)
+                return
+            run = runs[sid]
+            run(
+                list(
+                    zip(
+                        repeat(MSG, count),
+                        subjects,
+                        repeat(sid, count),
+                        replies,
+                        headers,
                         payloads,
                         strict=True,
                     )
@@ -848,7 +908,11 @@ class NatsTransport:
             raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
 
     async def subscribe_runs(
-        self, subject: str, handler: RunHandler, deliveries: DeliveriesHandler | None = None
+        self,
+        subject: str,
+        handler: RunHandler,
+        deliveries: DeliveriesHandler | None = None,
+        with_headers: HeaderDeliveriesHandler | None = None,
     ) -> RawSubscription:
         """Subscribe with a handler of runs of messages, called from the read loop.
 
@@ -867,6 +931,9 @@ class NatsTransport:
         rule), as columns: ``deliveries(subjects, replies, payloads)``
         (see :data:`DeliveriesHandler`), with no frame made per message. Whatever
         ``handler`` would do with such a run as frames, it must do the same.
+        ``with_headers`` likewise takes the runs that fill a whole read and hold
+        only deliveries with a reply and a header block that is no status:
+        ``with_headers(subjects, replies, headers, payloads)``.
         """
         self.check_open()
         nc = self.nc
@@ -878,6 +945,9 @@ class NatsTransport:
                 columns = getattr(nc, "_deliveries_handlers", None)
                 if deliveries is not None and isinstance(columns, dict):
                     columns[sub._id] = deliveries
+                headed = getattr(nc, "_header_deliveries_handlers", None)
+                if with_headers is not None and isinstance(headed, dict):
+                    headed[sub._id] = with_headers
                 return RawSubscription(self, sub)
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
             raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
@@ -968,6 +1038,7 @@ class RawSubscription:
             "_bytes_handlers",
             "_run_handlers",
             "_deliveries_handlers",
+            "_header_deliveries_handlers",
         ):
             handlers = getattr(nc, name, None)
             if isinstance(handlers, dict):

@@ -108,33 +108,52 @@ async def snoop_pulls(
 
 class LoseOne:
     """Loses the delivery numbered ``consumer_seq`` by the first consumer that gets
-    that far: the ordered consumer sees a gap and replaces its consumer."""
+    that far: the ordered consumer sees a gap and replaces its consumer. Runs read
+    as frames and runs read as columns (with or without headers) alike."""
 
     def __init__(self, js: JetStream, consumer_seq: int) -> None:
         self.nc: Any = js.nc
         self.consumer_seq = consumer_seq
         self.lost: list[int] = []
-        lossy = self
 
-        class Handlers(dict[int, RunHandler]):
-            def __setitem__(self, sid: int, handler: RunHandler) -> None:
-                super().__setitem__(sid, lossy.wrap(handler))
+        def wrapping(wrap: Callable[[Any], Any]) -> type[dict[int, Any]]:
+            class Handlers(dict[int, Any]):
+                def __setitem__(self, sid: int, handler: Any) -> None:
+                    super().__setitem__(sid, wrap(handler))
+
+            return Handlers
 
         # ordered consumes take their deliveries a run at a time
-        self.nc._run_handlers = Handlers(self.nc._run_handlers)
+        nc = self.nc
+        nc._run_handlers = wrapping(self.wrap)(nc._run_handlers)
+        nc._deliveries_handlers = wrapping(self.wrap_columns)(nc._deliveries_handlers)
+        nc._header_deliveries_handlers = wrapping(self.wrap_columns)(nc._header_deliveries_handlers)
+
+    def _loses(self, reply: bytes) -> bool:
+        text = reply.decode()
+        if not self.lost and text.startswith("$JS.ACK"):
+            sseq, cseq, _, _ = ack_sequences(text)
+            if cseq == self.consumer_seq:
+                self.lost.append(sseq)
+                return True
+        return False
 
     def wrap(self, handler: RunHandler) -> RunHandler:
         def lossy(frames: list[tuple[Any, ...]]) -> None:
-            kept = []
-            for frame in frames:
-                text = frame[3].decode()
-                if not self.lost and text.startswith("$JS.ACK"):
-                    sseq, cseq, _, _ = ack_sequences(text)
-                    if cseq == self.consumer_seq:
-                        self.lost.append(sseq)
-                        continue
-                kept.append(frame)
+            kept = [frame for frame in frames if not self._loses(frame[3])]
             if kept:
                 handler(kept)
+
+        return lossy
+
+    def wrap_columns(self, handler: Callable[..., None]) -> Callable[..., None]:
+        def lossy(subjects: Any, replies: Any, *rest: Any) -> None:
+            keep = [not self._loses(reply) for reply in replies]
+            columns = [
+                [item for item, kept in zip(column, keep, strict=True) if kept]
+                for column in (subjects, replies, *rest)
+            ]
+            if columns[0]:
+                handler(*columns)
 
         return lossy

@@ -272,3 +272,93 @@ async def test_the_parser_hands_reads_of_deliveries_over_as_columns_else_as_fram
 
 async def _no_pong() -> None:
     pass
+
+
+def _headed_wire(seq: int, body: bytes = b"") -> bytes:
+    reply = b"$JS.ACK.S.C.1.%d.%d.1764168000000000000.0" % (seq, seq)
+    header = b"NATS/1.0\r\nNats-Msg-Size: 100\r\n\r\n"
+    size = len(header) + len(body)
+    return b"HMSG $KV.b.k%d 7 %s %d %d\r\n%s%s\r\n" % (seq, reply, len(header), size, header, body)
+
+
+async def test_the_parser_hands_reads_of_headed_deliveries_over_as_columns_else_as_frames() -> None:
+    nc = NatsClient()  # not connected: its parser is fed by hand
+    parser = nc._ps
+    columns: list[tuple[Any, ...]] = []
+    frames: list[Frames] = []
+    nc._run_handlers[7] = lambda run: frames.append(list(run))
+    nc._header_deliveries_handlers[7] = lambda *run: columns.append(run)
+    headed = b"".join(_headed_wire(seq) for seq in range(1, 81))  # 80 deliveries, > 4 KiB
+    await parser.parse(headed + b"PING"[:2])  # type: ignore[union-attr]
+    assert frames == []
+    ((subjects, replies, headers, payloads),) = columns
+    assert list(subjects) == [b"$KV.b.k%d" % seq for seq in range(1, 81)]
+    assert [r.split(b".")[5] for r in replies] == [b"%d" % seq for seq in range(1, 81)]
+    assert list(headers) == [b"NATS/1.0\r\nNats-Msg-Size: 100\r\n\r\n"] * 80
+    assert list(payloads) == [b""] * 80
+    assert nc.stats["in_msgs"] == 80
+    nc._process_ping = _no_pong  # type: ignore[method-assign]
+    await parser.parse(b"NG\r\n")  # type: ignore[union-attr]  # the rest, read on
+    # A body holding the joint: the read goes to scan(), and so do the next 16 reads.
+    odd = b"".join(_headed_wire(seq, b"v\r\nHMSG x") for seq in range(1, 81))
+    await parser.parse(odd)  # type: ignore[union-attr]
+    assert [f[5] for f in frames[0]] == [b"v\r\nHMSG x"] * 80
+    for _ in range(16):
+        await parser.parse(headed)  # type: ignore[union-attr]
+    assert (len(columns), len(frames)) == (1, 17)
+    assert frames[-1] == [
+        (MSG, s, 7, r, h, p)
+        for s, r, h, p in zip(subjects, replies, headers, payloads, strict=True)
+    ]
+    await parser.parse(headed)  # type: ignore[union-attr]
+    assert (len(columns), len(frames)) == (2, 17)
+    # Without a handler of such columns, the run handler takes them as frames.
+    del nc._header_deliveries_handlers[7]
+    await parser.parse(headed)  # type: ignore[union-attr]
+    assert (len(columns), len(frames)) == (2, 18)
+    assert frames[-1] == frames[-2]
+    assert nc.stats["in_msgs"] == 80 * 20
+
+
+@pytest.mark.parametrize("headers_only", [False, True])
+async def test_an_ordered_consume_takes_reads_as_columns_yielding_the_same(
+    js: JetStream, unique_name: str, headers_only: bool
+) -> None:
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    count = 300
+    payloads = [b"%d:" % i + b"p" * (i % 40) for i in range(count)]
+    for i, payload in enumerate(payloads):
+        await js.publish_async(f"{unique_name}.{i % 3}", payload)
+    await js.publish_async_complete(10)  # no PubAck left to share a read with deliveries
+    oc = await stream.ordered_consumer(headers_only=headers_only)
+    runs: list[int] = []
+    kind = "_header_deliveries_handlers" if headers_only else "_deliveries_handlers"
+    handlers = getattr(js.nc, kind)
+    real_setitem = type(handlers).__setitem__
+
+    class Spying(dict[int, Any]):
+        def __setitem__(self, sid: int, columns: Any) -> None:
+            def spy(*run: Any) -> None:
+                runs.append(len(run[0]))
+                columns(*run)
+
+            real_setitem(self, sid, spy)
+
+    setattr(js.nc, kind, Spying(handlers))
+    got = []
+    async with oc.consume(max_messages=count) as messages:
+        async for msg in messages:
+            got.append(msg)
+            if len(got) == count:
+                break
+    assert max(runs, default=0) > 1, "no read came as columns"
+    assert [m.metadata.sequence.stream for m in got] == list(range(1, count + 1))
+    assert [m.subject for m in got] == [f"{unique_name}.{i % 3}" for i in range(count)]
+    if headers_only:
+        assert [m.data for m in got] == [b""] * count
+        assert [m.headers["Nats-Msg-Size"] for m in got] == [  # type: ignore[index]
+            str(len(p)) for p in payloads
+        ]
+    else:
+        assert [m.data for m in got] == payloads
+        assert all(m.headers is None for m in got)

@@ -16,8 +16,10 @@ from aioclients.jetstream._protocol._wire import (
     OK,
     PING,
     PONG,
+    first_header_delivery_sid,
     scan,
     scan_deliveries,
+    scan_header_deliveries,
     single_message,
 )
 
@@ -297,4 +299,130 @@ def test_whatever_scan_deliveries_reads_scan_reads_the_same(pieces: list[bytes],
         return
     assert tuple(columns) == _as_columns(frames[:count])
     assert all(f[2] == 7 and f[4] is None for f in frames[:count])
+    assert scan(data, upto) == (frames[count:], used, need)
+
+
+_KEY_HEADER = b"NATS/1.0\r\nNats-Msg-Size: 100\r\n\r\n"
+
+
+def _headed(
+    seq: int, header: bytes = _KEY_HEADER, payload: bytes = b"", sid: int = 7, reply: bool = True
+) -> bytes:
+    """An HMSG delivery as a headers-only consumer gets it (header, empty body)."""
+    ack = b" $JS.ACK.S.C.1.%d.%d.1764168000000000000.0" % (seq, seq) if reply else b""
+    size = len(header) + len(payload)
+    return b"HMSG $KV.b.k%d %d%s %d %d\r\n%s%s\r\n" % (
+        seq,
+        sid,
+        ack,
+        len(header),
+        size,
+        header,
+        payload,
+    )
+
+
+def _as_header_columns(frames: list[tuple[object, ...]]) -> tuple[object, ...]:
+    return (
+        tuple(f[1] for f in frames),
+        tuple(f[3] for f in frames),
+        [f[4] for f in frames],
+        [f[5] for f in frames],
+    )
+
+
+def test_a_read_of_deliveries_with_headers_comes_as_columns_up_to_what_follows() -> None:
+    run = b"".join(_headed(seq) for seq in range(1, 6)) + _headed(6, payload=b"v\r\nHMS")
+    beat = b"NATS/1.0 100 Idle Heartbeat\r\n\r\n"
+    status = b"HMSG _INBOX.x 7 %d %d\r\n%s\r\n" % (len(beat), len(beat), beat)
+    for tail in (b"", b"HMSG s 7 r 10 10\r\nxx", b"PING\r\n", _headed(7)[:-1], status, b"\r"):
+        data = run + tail
+        frames, used, need = scan(data)
+        got = scan_header_deliveries(data, {7})
+        assert got is not None
+        sid, *columns, upto = got
+        assert (sid, upto) == (7, len(run))
+        assert tuple(columns) == _as_header_columns(frames[:6])
+        # what follows the run is scan's, from there on, as it would read it
+        assert scan(data, upto) == (frames[6:], used, need)
+    assert first_header_delivery_sid(run) == 7
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"HMSG s 7 r 10 10\r\nxx",  # no whole message
+        _headed(1)[:-2],  # its CRLF still to come
+        _headed(1, sid=8) + _headed(2),  # another sid first
+        _headed(1) + _headed(2, sid=8),  # another sid among them
+        _headed(1) + _headed(2, payload=b"a\r\nHMSG b") + _headed(3),  # the joint in a body
+        _headed(1, header=b"NATS/1.0\r\n\r\nHMSG x\r\n\r\n") + _headed(2),  # in a header
+        _headed(1) + _headed(2, header=b"NATS/1.0 100 Idle Heartbeat\r\n\r\n") + _headed(3),
+        _headed(1) + _headed(2, reply=False) + _headed(3),  # no reply
+        _headed(1) + _headed(2, header=b"NATS/1.0 409 x\r\n\r\n"),  # a status with a reply
+        _headed(1) + _headed(2, header=b"") + _headed(3),  # hsize 0
+        _headed(1) + b"HMSG s 7 r 40 38\r\n" + b"x" * 38 + b"\r\n" + _headed(2),  # hsize > size
+        _headed(1) + b"HMSG s 7 r -2 2\r\nxx\r\n" + _headed(2),
+        _headed(1) + b"HMSG s 7 r 2 1x\r\nxx\r\n" + _headed(2),
+        _headed(1) + b"PING\r\n" + _headed(2),
+        _headed(1) + b"MSG s 7 r 3\r\nabc\r\n" + _headed(2),
+        b"HMSG s x r 2 2\r\nxx\r\n",
+        b"HMSG s 07 r 2 2\r\nxx\r\n",
+        b"HMSGX s 7 r 2 2\r\nxx\r\n",
+        b"HMSG\ts 7 r 2 2\r\nxx\r\n",
+        _delivery(1),
+    ],
+)
+def test_anything_else_with_headers_is_left_to_scan(data: bytes) -> None:
+    assert scan_header_deliveries(data, {7}) is None
+
+
+_HEADED_PIECES = st.sampled_from(
+    [
+        _headed(1),
+        _headed(2, payload=b"value"),
+        _headed(3, payload=b"a\r\nHMSG s 7 r 2 2\r\nb"),
+        _headed(4, header=b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n"),
+        _headed(5, payload=b"\r\n"),
+        _headed(6, sid=8),
+        _headed(7, reply=False),
+        _headed(8, header=b"NATS/1.0 100 Idle Heartbeat\r\n\r\n"),
+        _delivery(9),
+        b"HMSG s 7 r 2 1\r\nabc\r\n",
+        b"HMSG s 7 r 3 2\r\nab\r\n",
+        # whitespace the line's split skips: before its CRLF, or instead of it
+        b"HMSG s 7  r 12 12\t\r\nNATS/1.0\r\n\r\n\r\n",
+        b"HMSG s 7 r 12 12\n\nNATS/1.0\r\n\r\n\r\n",
+        b"HMSG s 7 r 13 13\r\n NATS/1.0\r\n\r\n\r\n",
+        b"PING\r\n",
+        b"HMSG s 7 r 2 -3\r\n",
+    ]
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(_HEADED_PIECES, max_size=12), st.integers(0, 500))
+def test_whatever_scan_header_deliveries_reads_scan_reads_the_same(
+    pieces: list[bytes], cut: int
+) -> None:
+    data = b"".join(pieces)
+    data = data[: len(data) - cut % (len(data) + 1)]  # cut anywhere, or not at all
+    got = scan_header_deliveries(data, {7})
+    if got is None:
+        return
+    sid, *columns, upto = got
+    count = len(columns[0])
+    assert count > 0
+    assert sid == 7
+    try:
+        frames, used, need = scan(data)
+    except RemoteProtocolError:
+        # malformed after the deliveries: reading on from them fails the same way
+        # (and the parser reads on before it hands them over)
+        with pytest.raises(RemoteProtocolError):
+            scan(data, upto)
+        return
+    assert tuple(columns) == _as_header_columns(frames[:count])
+    assert all(f[2] == 7 and f[4][:10] == b"NATS/1.0\r\n" for f in frames[:count])
     assert scan(data, upto) == (frames[count:], used, need)

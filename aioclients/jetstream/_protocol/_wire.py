@@ -17,6 +17,8 @@ buffer's head per message).
 from __future__ import annotations
 
 from collections.abc import Container
+from itertools import repeat
+from operator import add, getitem, le
 from typing import Any
 
 from aioclients._errors import RemoteProtocolError
@@ -31,9 +33,12 @@ __all__ = (
     "PONG",
     "Deliveries",
     "Frame",
+    "HeaderDeliveries",
     "first_delivery_sid",
+    "first_header_delivery_sid",
     "scan",
     "scan_deliveries",
+    "scan_header_deliveries",
     "single_message",
 )
 
@@ -49,8 +54,19 @@ Frame = tuple[Any, ...]
 #: payload_sizes, used)``, the messages as columns (one item per message, in order).
 Deliveries = tuple[int, tuple[bytes, ...], tuple[bytes, ...], list[bytes], list[int], int]
 
+#: What :func:`scan_header_deliveries` gives: ``(sid, subjects, replies, headers,
+#: payloads, used)``, the messages as columns (one item per message, in order).
+HeaderDeliveries = tuple[int, tuple[bytes, ...], tuple[bytes, ...], list[bytes], list[bytes], int]
+
 _CRLF = b"\r\n"
 _SPLIT = bytes.split
+_FIND = bytes.find
+_STARTSWITH = bytes.startswith
+_HMSG = b"HMSG "
+#: Where one ``HMSG`` frame ends and the next begins (the payload's CRLF, the verb).
+_HMSG_JOINT = b"\r\nHMSG "
+#: How a header block that is no status begins.
+_PLAIN_HEADER = b"NATS/1.0\r\n"
 
 #: The numbers of control lines read so far (sids, sizes: few distinct values), by
 #: their bytes: a look-up here costs about a fifth of ``int()`` on bytes, which
@@ -229,6 +245,125 @@ def scan_deliveries(buffer: bytes, sids: Container[int]) -> Deliveries | None:
             _number(text)  # read from the cache next time
     used = sum(map(len, lines)) + sum(sizes) + 4 * count
     return sid, subjects, replies, payloads, sizes, used
+
+
+def first_header_delivery_sid(buffer: bytes) -> int | None:
+    """The sid of the frame ``buffer`` starts with, when its line is that of an
+    ``HMSG`` with a reply (the line :func:`scan_header_deliveries` asks of every
+    frame)."""
+    if not buffer.startswith(_HMSG):
+        return None
+    eol = buffer.find(_CRLF)
+    if eol < 0:
+        return None
+    first = buffer[5:eol].split()
+    if len(first) != 5:
+        return None
+    return _sid_of(first[1])
+
+
+def _sid_of(sid_b: bytes) -> int | None:
+    """The sid ``sid_b`` says, when it is written as ``%d`` writes it."""
+    sid = _NUMBERS.get(sid_b)
+    if sid is None:
+        try:
+            sid = _number(sid_b)
+        except ValueError:
+            return None
+    return sid if sid_b == b"%d" % sid else None
+
+
+def _numbers(texts: tuple[bytes, ...]) -> list[int] | None:
+    """``list(map(int, texts))``, from :data:`_NUMBERS` where it can (``None``: one
+    is no number)."""
+    got = list(map(_NUMBERS.get, texts))
+    if None not in got:
+        return got  # type: ignore[return-value]
+    try:
+        got = list(map(int, texts))
+    except ValueError:
+        return None
+    for text in set(texts):
+        _number(text)  # read from the cache next time
+    return got  # type: ignore[return-value]
+
+
+def _whole_frame(piece: bytes) -> bytes | None:
+    """The line and body of the frame ``piece`` starts with (the part after its
+    ``HMSG``), when it is whole and followed by its CRLF; ``None`` otherwise."""
+    eol = piece.find(_CRLF)
+    if eol < 0:
+        return None
+    words = piece[:eol].split()
+    if len(words) != 5:
+        return None
+    try:
+        total = int(words[4])
+    except ValueError:
+        return None
+    end = eol + 2 + total
+    if total < 0 or piece[end : end + 2] != _CRLF:
+        return None
+    return piece[:end]
+
+
+def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliveries | None:
+    """The messages at the start of ``buffer``, as columns, when it starts with
+    ``HMSG`` frames that all have a reply and a header block that is no status
+    (``NATS/1.0`` then CRLF), for one sid in ``sids`` (a read of a headers-only
+    consumer, such as a listing of KV keys); ``None`` otherwise (use :func:`scan`).
+
+    ``scan(buffer)`` reads the same messages, as frames, up to ``used``; what follows
+    (a frame cut short, a status, a PING) is ``scan(buffer, used)``'s. Header blocks
+    hold CRLFs, so the buffer is split where one frame ends and the next begins
+    (CRLF, ``HMSG``, a space) and each piece must be exactly one line and the body its
+    line announces: a body holding that joint leaves a piece short, and the buffer
+    is left to ``scan``. The checks are C calls over all the pieces.
+    """
+    sid = first_header_delivery_sid(buffer)
+    if sid is None or sid not in sids:
+        return None
+    pieces = buffer[5:].split(_HMSG_JOINT)
+    # Every piece but the last is a whole frame if the checks below pass; the last
+    # one holds what follows the last joint: one whole frame and whatever comes after
+    # it (another kind of frame, one cut short), or only a frame cut short.
+    tail = _whole_frame(pieces.pop())
+    if tail is not None:
+        pieces.append(tail)
+    count = len(pieces)
+    if not count:
+        return None
+    # One split per piece: its line's five words, and the rest (a body starts with
+    # its header block, "NATS/1.0", so no whitespace of it is skipped). The rest is
+    # the body the line announces when it is as long as the line says and the
+    # piece's first CRLF ends the line right before it: then the words are those
+    # of that line (what follows them up to the CRLF is whitespace).
+    args = list(map(_SPLIT, pieces, repeat(None), repeat(5)))
+    if list(map(len, args)).count(6) != count:
+        return None
+    subjects, sids_b, replies, hsizes_b, totals_b, bodies = zip(*args, strict=True)
+    if sids_b.count(b"%d" % sid) != count:
+        return None
+    totals = _numbers(totals_b)
+    hsizes = _numbers(hsizes_b)
+    if totals is None or hsizes is None or totals != list(map(len, bodies)):
+        return None
+    ends = list(map(_FIND, pieces, repeat(_CRLF)))
+    if list(map(len, pieces)) != list(map(add, ends, map(add, totals, repeat(2)))):
+        return None
+    if min(hsizes) < 0 or not all(map(le, hsizes, totals)):
+        return None
+    if list(map(_STARTSWITH, bodies, repeat(_PLAIN_HEADER))).count(True) != count:
+        return None  # a status among them (scan reads it; the consumer handles it)
+    headers: list[bytes]
+    payloads: list[bytes]
+    if hsizes == totals:  # headers only (a headers-only consumer's): no slicing
+        headers, payloads = list(bodies), [b""] * count
+    else:
+        headers = list(map(getitem, bodies, map(slice, hsizes)))
+        payloads = list(map(getitem, bodies, map(slice, hsizes, repeat(None))))
+    used = 5 + sum(map(len, pieces)) + 7 * (count - 1) + 2
+    return sid, subjects, replies, headers, payloads, used
 
 
 def single_message(buffer: bytes) -> Frame | None:

@@ -1,0 +1,119 @@
+"""Instructions per message of an ordered consumer's read path, without a socket.
+
+The parser (``FastParser.parse``), the ordered consumer's sink (the cursor's
+judgement, the ``Msg`` objects) and the hand-out (``__anext__``), fed 32 KiB reads
+made in the process: 100-byte deliveries (``--kind msg``, an ordered read) or
+headers-only ones (``--kind hmsg``, as ``headers_only=True`` gets them; KV
+``keys()`` reads the same frames and makes keys of them instead), all of one
+consumer and in order. No server, no event loop's reads and no
+pulls (so no --loop: the event loop only drives the coroutines): only our own
+per-message work, which the machine's load does not change when
+counted in instructions.
+
+Each count runs ``valgrind --tool=cachegrind --cache-sim=no`` four times, reading N
+and 3N messages and only making those reads; the instructions per message are the
+difference of the reads minus the difference of the making, divided by 2N.
+
+    python benchmarks/ordered_read_instructions.py --kind msg
+    python benchmarks/ordered_read_instructions.py --kind hmsg --tree /tmp/base
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+#: a header block like the one a headers-only consumer gets for a 100-byte message
+HEADER = b"NATS/1.0\r\nNats-Msg-Size: 100\r\n\r\n"
+READ = 32768
+
+
+def frame(kind: str, seq: int) -> bytes:
+    reply = b"$JS.ACK.ORD.Xq8BPwdgYhWw3cO0S1H7Bd.1.%d.%d.1764168000123456789.%d" % (
+        seq,
+        seq,
+        10**7 - seq,
+    )
+    if kind == "msg":
+        return b"MSG ord.data 5 %s 100\r\n%s\r\n" % (reply, b"x" * 100)
+    size = len(HEADER)
+    return b"HMSG $KV.b.key-%07d 5 %s %d %d\r\n%s\r\n" % (seq, reply, size, size, HEADER)
+
+
+def reads(kind: str, n: int) -> list[bytes]:
+    whole = b"".join(frame(kind, seq) for seq in range(1, n + 1))
+    return [whole[at : at + READ] for at in range(0, len(whole), READ)]
+
+
+async def read(kind: str, n: int) -> None:
+    from aioclients.jetstream._ordered import OrderedConsumer, OrderedMessageStream
+    from aioclients.jetstream._protocol._pull import consume_options
+    from aioclients.jetstream._transport import NatsClient
+
+    data = reads(kind, n)
+    nc: Any = NatsClient()  # not connected: its parser is fed by hand
+    api: Any = None  # the Msgs keep it; nothing here calls it
+    oc = OrderedConsumer(api, "ORD", {})
+    oc._cursor.created()
+    stream = OrderedMessageStream(oc, consume_options(max_messages=2000), None)
+    made: Any = stream._sink(1)
+    sink, columns = made if isinstance(made, tuple) else (made, None)
+    nc._run_handlers[5] = sink
+    if columns is not None:  # as BatchStream registers them
+        nc._deliveries_handlers[5] = lambda s, r, p: columns(s, r, (None,) * len(p), p)
+        nc._header_deliveries_handlers[5] = columns
+    got = 0
+    for chunk in data:
+        await nc._ps.parse(chunk)
+        if stream._take_incoming():
+            while stream._ready:
+                await stream.__anext__()
+                got += 1
+    assert got == n, (got, n)
+
+
+def count(tree: str, kind: str, n: int, only_make: bool) -> int:
+    env = dict(os.environ, PYTHONPATH=tree)
+    args = [sys.executable, __file__, "--run", kind, str(n)] + (["--make"] if only_make else [])
+    valgrind = ["valgrind", "--tool=cachegrind", "--cache-sim=no"]
+    valgrind.append("--cachegrind-out-file=/dev/null")
+    done = subprocess.run(
+        [*valgrind, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"no instruction count from valgrind: {done.stderr[-500:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--run":
+        kind, n = sys.argv[2], int(sys.argv[3])
+        if len(sys.argv) > 4:  # only the reads made
+            reads(kind, n)
+            return
+        asyncio.run(read(kind, n))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", choices=("msg", "hmsg"), default="msg")
+    parser.add_argument("--count", type=int, default=20_000, help="N (reads of N and 3N)")
+    parser.add_argument("--tree", default=os.getcwd(), help="the checkout to measure")
+    args = parser.parse_args()
+    n = args.count
+    tree = os.path.abspath(args.tree)
+    ran = count(tree, args.kind, 3 * n, False) - count(tree, args.kind, n, False)
+    made = count(tree, args.kind, 3 * n, True) - count(tree, args.kind, n, True)
+    print(f"{args.kind}, {tree}: {(ran - made) / (2 * n):,.0f} instructions per message")
+
+
+if __name__ == "__main__":
+    main()
