@@ -39,8 +39,9 @@ from __future__ import annotations
 import enum
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Final, NamedTuple
 
 from aioclients._errors import LocalProtocolError
@@ -330,6 +331,24 @@ class ConnectionCore:
         #: above 0) is still a :class:`MessageReceived` event, for the owner to
         #: give up on.
         self.make_message: Callable[[bytes, bytes, int, int, Any, Any], Any] | None = None
+        #: And this, for a read whose message frames are read as columns
+        #: (:func:`~aioclients.nsq._protocol._frames.message_columns`): what
+        #: ``map(make_message, ids, bodies, timestamps, attempts, repeat(a),
+        #: repeat(b))`` would give, in one call (``make_with``: ``(a, b)``).
+        self.make_messages: (
+            Callable[
+                [
+                    Sequence[bytes],
+                    Sequence[bytes],
+                    Sequence[int],
+                    Sequence[int],
+                    Any,
+                    Any,
+                ],
+                Iterable[Any],
+            ]
+            | None
+        ) = None
         self.make_with: tuple[Any, Any] = (None, None)
         self.attempts_limit = 0
         self.received: list[Any] = []
@@ -506,9 +525,10 @@ class ConnectionCore:
     def _steady_made(self, data: bytes, now: float) -> list[Event | MessageReceived]:
         """The steady state of a consumer whose owner makes its messages: the
         message frames at the start of the bytes are decoded and made in one loop
-        (no frame list, the body sliced once); from the first other frame on (a
-        heartbeat, a response, an error, anything malformed or oversized) the
-        decoder's general path takes the rest."""
+        (no frame list, the body sliced once), or, when they all have one size, as
+        columns (``make_messages``); from the first other frame on (a heartbeat, a
+        response, an error, anything malformed or oversized) the decoder's general
+        path takes the rest."""
         decoder = self.decoder
         whole = decoder.view(data)
         if whole is None:
@@ -528,6 +548,23 @@ class ConnectionCore:
         pos = 0
         end = len(whole)
         other = False
+        # A read of same-sized messages (the usual one) as columns, in one C pass;
+        # the frames after them (or all, when refused) one at a time below.
+        columns = F.message_columns(whole, smallest, largest)
+        if columns is not None:
+            ids, bodies, stamps, attempts_col, pos = columns
+            if max(attempts_col) <= limit:
+                in_flight.update(zip(ids, repeat(now)))
+                make_many = self.make_messages
+                many: Iterable[Any]
+                if make_many is None:
+                    a, b = repeat(with_a), repeat(with_b)
+                    many = map(make, ids, bodies, stamps, attempts_col, a, b)
+                else:
+                    many = make_many(ids, bodies, stamps, attempts_col, with_a, with_b)
+                self.received.extend(many)
+            else:
+                pos = 0  # some are to be given up: one at a time, below
         while end - pos >= 18:
             size, ftype, ts, attempts = unpack(whole, pos)
             if ftype != message or size < smallest or size > largest:
