@@ -308,10 +308,12 @@ class ConnectionCore:
         self.decoder = F.FrameDecoder(HANDSHAKE_FRAME_LIMIT)
         self._max_message_size = max_message_size
         self._out = bytearray()
-        # The ids of the FINs queued since the last other command: written as one
-        # join (one formatting per write, not per message) before whatever is
-        # queued next (_settle), so the byte stream is that of a FIN at a time.
-        self._fins: list[bytes] = []
+        #: The ids of the FINs queued since the last other command: written as one
+        #: join (one formatting per write, not per message) before whatever is
+        #: queued next (_settle), so the byte stream is that of a FIN at a time. A
+        #: driver may queue a FIN here itself, as :meth:`fin_if_in_flight` does (the
+        #: state not CLOSED, the id popped from ``in_flight``), without the call.
+        self.fins: list[bytes] = []
         # id -> when it arrived; nsqd stops counting a message against RDY once its
         # msg_timeout passes (it re-queues it), so the arrival time matters.
         self.in_flight: dict[bytes, float] = {}
@@ -366,7 +368,7 @@ class ConnectionCore:
 
     def data_to_send(self) -> bytes:
         """Return and clear the bytes queued for the socket."""
-        if self._fins:
+        if self.fins:
             self._settle()
         out = self._out
         if not out:
@@ -377,25 +379,25 @@ class ConnectionCore:
 
     def _settle(self) -> None:
         """Write the queued FINs into the output (before anything queued after them)."""
-        fins = self._fins
+        fins = self.fins
         self._out += b"FIN %b\n" % b"\nFIN ".join(fins)
         fins.clear()
 
     def _queue(self, command: bytes) -> None:
         """Queue ``command`` after the FINs queued before it (the byte stream stays
         that of one command at a time, in the order they were made)."""
-        if self._fins:
+        if self.fins:
             self._settle()
         self._out += command
 
     @property
     def has_data_to_send(self) -> bool:
-        return bool(self._out) or bool(self._fins)
+        return bool(self._out) or bool(self.fins)
 
     @property
     def pending_bytes(self) -> int:
         """Bytes queued and not yet taken by :meth:`data_to_send`."""
-        return len(self._out) + sum(len(i) + 5 for i in self._fins)
+        return len(self._out) + sum(len(i) + 5 for i in self.fins)
 
     def send_rdy(self, count: int) -> None:
         if self.state is not ConnectionState.SUBSCRIBED:
@@ -415,7 +417,7 @@ class ConnectionCore:
     def fin(self, message_id: bytes) -> None:
         self._respond_check(message_id, "FIN")
         self.in_flight.pop(message_id, None)
-        self._fins.append(message_id)
+        self.fins.append(message_id)
 
     def fin_if_in_flight(self, message_id: bytes) -> bool | None:
         """Queue FIN when the message is in flight here (True); False (nothing
@@ -426,7 +428,7 @@ class ConnectionCore:
             return None
         if self.in_flight.pop(message_id, None) is None:
             return False
-        self._fins.append(message_id)
+        self.fins.append(message_id)
         return True
 
     def req(self, message_id: bytes, delay_ms: int) -> None:
