@@ -6,7 +6,7 @@ by the Reader that received it (``nsq/_responder.py``); it knows no Reader.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from aioclients.nsq._errors import MessageRespondedError
@@ -203,25 +203,22 @@ def new_message(
 
 
 def new_messages(
-    ids: Sequence[bytes],
-    bodies: Sequence[bytes],
-    timestamps: Sequence[int],
-    attempts: Sequence[int],
+    rows: Iterable[tuple[int, int, bytes, bytes]],
     conn: NsqdConnection,
     responder: MessageResponder,
 ) -> list[Message]:
-    """:func:`new_message` for each message of a read taken as columns (the same
-    slots, the same values), in one call: a call per message is a Python frame
-    each (``ConnectionCore.make_messages``)."""
+    """:func:`new_message` for each ``(timestamp, attempts, id, body)`` row of a
+    read (the same slots, the same values), in one call: a call per message is a
+    Python frame each (``ConnectionCore.make_messages``)."""
     address = conn.address
     out: list[Message] = []
     append = out.append
-    for message_id, body, timestamp, attempt in zip(ids, bodies, timestamps, attempts, strict=True):
+    for timestamp, attempts, message_id, body in rows:
         msg: Message = _new(Message)
         msg.id = message_id
         msg.body = body
         msg.timestamp = timestamp
-        msg.attempts = attempt
+        msg.attempts = attempts
         msg.nsqd_address = address
         msg._conn = conn
         msg._responder = responder

@@ -569,8 +569,8 @@ def test_same_sized_messages_read_as_columns_are_the_events(
     limit: int,
     many: bool,
 ) -> None:
-    """Reads that start with message frames of one size are taken as columns
-    (message_columns, then make_messages or make_message over them): the same
+    """Reads that start with message frames of one size are taken as rows
+    (message_rows, then make_messages or make_message over them): the same
     messages, events, in-flight ids (in order) and bytes to send as a core that
     reports each message as an event, cut anywhere."""
     size, items = stream_spec
@@ -586,11 +586,10 @@ def test_same_sized_messages_read_as_columns_are_the_events(
     calls: list[int] = []
     if many:
 
-        def make_many(*args: Any) -> list[C.MessageReceived]:
-            ids, bodies, stamps, attempts, a, b = args
-            assert (a, b) == made.make_with
-            calls.append(len(ids))
-            return list(map(C.MessageReceived, stamps, attempts, ids, bodies))
+        def make_many(rows: list[tuple[int, int, bytes, bytes]], *with_: Any) -> list[object]:
+            assert with_ == made.make_with
+            calls.append(len(rows))
+            return [C.MessageReceived(*row) for row in rows]
 
         made.make_messages = make_many
     made.attempts_limit = limit
@@ -624,49 +623,43 @@ def test_a_read_of_same_sized_messages_is_made_in_one_call() -> None:
     data = b"".join(msg(m, b"abc", attempts=2) for m in mids)
     # three whole frames, the fourth cut short: it waits for the rest
     assert core.receive_data(data[:-1], 2.0) == []
-    assert calls == [(tuple(mids[:3]), (b"abc",) * 3, (5,) * 3, (2,) * 3, "conn", "responder")]
+    assert calls == [([(5, 2, m, b"abc") for m in mids[:3]], "conn", "responder")]
     assert core.received == ["m1", "m2", "m3"]
     assert list(core.in_flight) == mids[:3]
     assert core.decoder.buffered == len(data) // 4 - 1
 
 
-def test_message_columns_read_same_sized_frames_only() -> None:
+def test_message_rows_read_same_sized_frames_only() -> None:
     mids = [b"%016d" % i for i in range(5)]
     same = b"".join(msg(m, b"abc", attempts=i + 1) for i, m in enumerate(mids))
-    assert F.message_columns(same, 30, 1000) == (
-        tuple(mids),
-        (b"abc",) * 5,
-        (5,) * 5,
-        (1, 2, 3, 4, 5),
-        len(same),
-    )
+    rows = [(5, i + 1, m, b"abc") for i, m in enumerate(mids)]
+    assert F.message_rows(same, 30, 1000) == (rows, len(same))
     # the frames that fit whole; a frame cut short is left
-    assert F.message_columns(same[:-1], 30, 1000) == (
-        tuple(mids[:4]),
-        (b"abc",) * 4,
-        (5,) * 4,
-        (1, 2, 3, 4),
-        len(same) // 5 * 4,
-    )
+    assert F.message_rows(same[:-1], 30, 1000) == (rows[:4], len(same) // 5 * 4)
     one = msg(mids[0], b"abc")
-    assert F.message_columns(one, 30, 1000) is None  # one frame: walk it
-    assert F.message_columns(one[:7], 30, 1000) is None
+    assert F.message_rows(one, 30, 1000) is None  # one frame: walk it
+    assert F.message_rows(one[:7], 30, 1000) is None
     # another size anywhere among the frames taken, even where the first, the second
     # and the last of them agree: refused
     mixed = same[: 2 * len(one)] + msg(mids[2], b"ab") + msg(mids[3], b"abcd") + same[-len(one) :]
     assert len(mixed) == len(same)
-    assert F.message_columns(mixed, 30, 1000) is None
+    assert F.message_rows(mixed, 30, 1000) is None
     # a frame of another type among them: refused
     heartbeat = frame(0, b"_heartbeat_" + b"x" * (len(one) - 8 - 11))
     assert len(heartbeat) == len(one)
     assert (
-        F.message_columns(same[: 2 * len(one)] + heartbeat + same[-2 * len(one) :], 30, 1000)
-        is None
+        F.message_rows(same[: 2 * len(one)] + heartbeat + same[-2 * len(one) :], 30, 1000) is None
     )
+    # each byte of the size and the type of a frame among them, changed: refused
+    third = 2 * len(one)
+    for k in range(8):
+        changed = bytearray(same)
+        changed[third + k] ^= 0x40
+        assert F.message_rows(bytes(changed), 30, 1000) is None, k
     # sizes a message frame may not have: refused
-    assert F.message_columns(same, 31, 1000) == F.message_columns(same, 30, 1000)
-    assert F.message_columns(same, 34, 1000) is None
-    assert F.message_columns(same, 30, 32) is None
+    assert F.message_rows(same, 33, 1000) == F.message_rows(same, 30, 1000)
+    assert F.message_rows(same, 34, 1000) is None
+    assert F.message_rows(same, 30, 32) is None
 
 
 def test_made_messages_keep_the_decoders_errors() -> None:

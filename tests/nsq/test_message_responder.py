@@ -114,11 +114,14 @@ def test_new_message_is_the_message_the_class_makes(
 def test_new_messages_are_the_messages_the_class_makes(
     rows: list[tuple[bytes, bytes, int, int]],
 ) -> None:
-    """The columns' way of making a read's Messages leaves every slot of each as
+    """The rows' way of making a read's Messages leaves every slot of each as
     ``Message(...)`` does, in order."""
     conn, responder = Conn(), RecordingResponder()
-    columns = tuple(zip(*rows, strict=True)) or ((), (), (), ())
-    made = new_messages(*columns, conn, responder)  # type: ignore[arg-type]
+    made = new_messages(
+        [(ts, attempts, mid, body) for mid, body, ts, attempts in rows],
+        conn,  # type: ignore[arg-type]
+        responder,
+    )
     assert len(made) == len(rows)
     for msg, row in zip(made, rows, strict=True):
         built = Message(*row, conn, responder)  # type: ignore[arg-type]

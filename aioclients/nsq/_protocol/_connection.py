@@ -39,9 +39,10 @@ from __future__ import annotations
 import enum
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
+from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
 from aioclients._errors import LocalProtocolError
@@ -265,6 +266,8 @@ _HANDSHAKE_STATES = frozenset(
     }
 )
 _HEARTBEAT: Final = b"_heartbeat_"
+_ATTEMPTS: Final = itemgetter(1)  # of a message row: timestamp, attempts, id, body
+_ID: Final = itemgetter(2)
 _CLOSE_WAIT: Final = b"CLOSE_WAIT"
 
 
@@ -333,23 +336,12 @@ class ConnectionCore:
         #: above 0) is still a :class:`MessageReceived` event, for the owner to
         #: give up on.
         self.make_message: Callable[[bytes, bytes, int, int, Any, Any], Any] | None = None
-        #: And this, for a read whose message frames are read as columns
-        #: (:func:`~aioclients.nsq._protocol._frames.message_columns`): what
-        #: ``map(make_message, ids, bodies, timestamps, attempts, repeat(a),
-        #: repeat(b))`` would give, in one call (``make_with``: ``(a, b)``).
+        #: And this, for a read whose message frames are read as rows
+        #: (:func:`~aioclients.nsq._protocol._frames.message_rows`: ``(timestamp,
+        #: attempts, id, body)`` each): ``make_messages(rows, *make_with)``, what
+        #: ``make_message`` would make of each row, in one call.
         self.make_messages: (
-            Callable[
-                [
-                    Sequence[bytes],
-                    Sequence[bytes],
-                    Sequence[int],
-                    Sequence[int],
-                    Any,
-                    Any,
-                ],
-                Iterable[Any],
-            ]
-            | None
+            Callable[[list[tuple[int, int, bytes, bytes]], Any, Any], Iterable[Any]] | None
         ) = None
         self.make_with: tuple[Any, Any] = (None, None)
         self.attempts_limit = 0
@@ -528,7 +520,7 @@ class ConnectionCore:
         """The steady state of a consumer whose owner makes its messages: the
         message frames at the start of the bytes are decoded and made in one loop
         (no frame list, the body sliced once), or, when they all have one size, as
-        columns (``make_messages``); from the first other frame on (a heartbeat, a
+        rows (``make_messages``); from the first other frame on (a heartbeat, a
         response, an error, anything malformed or oversized) the decoder's general
         path takes the rest."""
         decoder = self.decoder
@@ -550,21 +542,20 @@ class ConnectionCore:
         pos = 0
         end = len(whole)
         other = False
-        # A read of same-sized messages (the usual one) as columns, in one C pass;
+        # A read of same-sized messages (the usual one) as rows, in one C pass;
         # the frames after them (or all, when refused) one at a time below.
-        columns = F.message_columns(whole, smallest, largest)
-        if columns is not None:
-            ids, bodies, stamps, attempts_col, pos = columns
-            if max(attempts_col) <= limit:
-                in_flight.update(zip(ids, repeat(now)))
+        got = F.message_rows(whole, smallest, largest)
+        if got is not None:
+            rows, pos = got
+            if max(map(_ATTEMPTS, rows)) <= limit:
+                in_flight.update(zip(map(_ID, rows), repeat(now)))
                 make_many = self.make_messages
-                many: Iterable[Any]
                 if make_many is None:
-                    a, b = repeat(with_a), repeat(with_b)
-                    many = map(make, ids, bodies, stamps, attempts_col, a, b)
+                    self.received += [
+                        make(i, body, ts, n, with_a, with_b) for ts, n, i, body in rows
+                    ]
                 else:
-                    many = make_many(ids, bodies, stamps, attempts_col, with_a, with_b)
-                self.received.extend(many)
+                    self.received += make_many(rows, with_a, with_b)
             else:
                 pos = 0  # some are to be given up: one at a time, below
         while end - pos >= 18:
