@@ -12,6 +12,7 @@ each checkout on ``PYTHONPATH``, alternating). Prints the CPU time per message o
 each pass.
 
     python benchmarks/nsq_reader_cpu.py --rounds 1000 --passes 3 --loop uvloop
+    python benchmarks/nsq_reader_cpu.py ... --vary 7   # bodies of 100-106 bytes
 """
 
 from __future__ import annotations
@@ -45,15 +46,16 @@ class _CountingTransport:
         pass
 
 
-def frames(count: int) -> bytes:
+def frames(count: int, vary: int = 1) -> bytes:
+    """``count`` message frames, bodies of 100 to 100 + ``vary`` - 1 bytes in turn."""
     out = []
     for i in range(count):
-        payload = struct.pack(">qH", 1, 1) + b"%016d" % i + b"x" * 100
+        payload = struct.pack(">qH", 1, 1) + b"%016d" % i + b"x" * (100 + i % vary)
         out.append(struct.pack(">ll", 4 + len(payload), 2) + payload)
     return b"".join(out)
 
 
-async def one_pass(rounds: int, batch: int) -> tuple[float, int]:
+async def one_pass(rounds: int, batch: int, vary: int = 1) -> tuple[float, int]:
     """CPU us per message of ``rounds`` batches, and the writes made."""
     loop = asyncio.get_running_loop()
     reader = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:1"], max_in_flight=batch)
@@ -74,7 +76,7 @@ async def one_pass(rounds: int, batch: int) -> tuple[float, int]:
     reader._conns[conn.address] = conn
     reader._apply(dist.add_connection(conn.address, 2500, loop.time()))
     core.rdy_allowance = batch
-    data = frames(batch)
+    data = frames(batch, vary)
     half = len(data) // 2
     anext: Any = reader.__anext__
     used = time.process_time()
@@ -94,11 +96,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1000, help="batches per pass")
     parser.add_argument("--batch", type=int, default=200, help="messages per batch (RDY)")
     parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument(
+        "--vary",
+        type=int,
+        default=1,
+        help="bodies of 100 to 100+VARY-1 bytes in turn (default 1: all 100 bytes)",
+    )
     add_loop_argument(parser)
     args = parser.parse_args()
     use_loop(args.loop)
     for _ in range(args.passes):
-        us, writes = run_async(one_pass(args.rounds, args.batch))
+        us, writes = run_async(one_pass(args.rounds, args.batch, args.vary))
         print(f"{us:.3f} us of CPU per message ({writes} writes)", flush=True)
 
 

@@ -6,7 +6,7 @@ by the Reader that received it (``nsq/_responder.py``); it knows no Reader.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from aioclients.nsq._errors import MessageRespondedError
@@ -14,7 +14,7 @@ from aioclients.nsq._errors import MessageRespondedError
 if TYPE_CHECKING:
     from aioclients.nsq._io._connection import NsqdConnection
 
-__all__ = ("Message", "MessageResponder", "new_message")
+__all__ = ("Message", "MessageResponder", "new_message", "new_messages")
 
 
 class MessageResponder(Protocol):
@@ -200,3 +200,28 @@ def new_message(
     msg._responder = responder
     msg._responded = False
     return msg
+
+
+def new_messages(
+    rows: Iterable[tuple[int, int, bytes, bytes]],
+    conn: NsqdConnection,
+    responder: MessageResponder,
+) -> list[Message]:
+    """:func:`new_message` for each ``(timestamp, attempts, id, body)`` row of a
+    read (the same slots, the same values), in one call: a call per message is a
+    Python frame each (``ConnectionCore.make_messages``)."""
+    address = conn.address
+    out: list[Message] = []
+    append = out.append
+    for timestamp, attempts, message_id, body in rows:
+        msg: Message = _new(Message)
+        msg.id = message_id
+        msg.body = body
+        msg.timestamp = timestamp
+        msg.attempts = attempts
+        msg.nsqd_address = address
+        msg._conn = conn
+        msg._responder = responder
+        msg._responded = False
+        append(msg)
+    return out

@@ -62,7 +62,7 @@ from aioclients._version import __version__
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
 from aioclients.nsq._io._lookupd import query_lookupd
-from aioclients.nsq._message import Message, new_message
+from aioclients.nsq._message import Message, new_message, new_messages
 from aioclients.nsq._protocol._connection import (
     ConnectionCore,
     MessageReceived,
@@ -757,6 +757,7 @@ class Reader:
         core = conn.core
         assert self._responder is not None
         core.make_message = new_message
+        core.make_messages = new_messages
         core.make_with = (conn, self._responder)
         core.attempts_limit = self._max_attempts
 

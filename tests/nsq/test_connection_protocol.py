@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from aioclients import LocalProtocolError
 from aioclients.nsq import NSQError, NSQProtocolError
 from aioclients.nsq._errors import NSQConnectError
 from aioclients.nsq._protocol import _connection as C
+from aioclients.nsq._protocol import _frames as F
 
 
 def frame(ftype: int, data: bytes) -> bytes:
@@ -533,6 +535,131 @@ def test_made_messages_are_the_events_any_chunking(
     ]
     assert made.in_flight == plain.in_flight
     assert made.data_to_send() == plain.data_to_send()
+
+
+# Streams where most message frames have one size (the column read's case): a
+# body of another size, an attempts count above the limit, a heartbeat or a body
+# above max_message_size (30) now and then, so that reads start with same-sized
+# runs of every length, out of step with the frames where a read is cut.
+_same_size_st = st.tuples(
+    st.integers(0, 40),
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("msg"), st.integers(0, 0), st.integers(1, 6)),
+            st.tuples(st.just("msg"), st.integers(0, 0), st.integers(1, 6)),
+            st.tuples(st.just("msg"), st.integers(0, 0), st.integers(1, 6)),
+            st.tuples(st.just("msg"), st.integers(0, 45), st.integers(1, 6)),
+            st.tuples(st.just("heartbeat"), st.just(0), st.just(0)),
+        ),
+        max_size=40,
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _same_size_st,
+    st.lists(st.integers(1, 400), max_size=12),
+    st.integers(0, 4),
+    st.booleans(),
+)
+def test_same_sized_messages_read_as_columns_are_the_events(
+    stream_spec: tuple[int, list[tuple[str, int, int]]],
+    cuts: list[int],
+    limit: int,
+    many: bool,
+) -> None:
+    """Reads that start with message frames of one size are taken as rows
+    (message_rows, then make_messages or make_message over them): the same
+    messages, events, in-flight ids (in order) and bytes to send as a core that
+    reports each message as an event, cut anywhere."""
+    size, items = stream_spec
+    stream = b""
+    for i, (kind, other_size, attempts) in enumerate(items):
+        if kind == "msg":  # other_size 0: the stream's common size
+            body = bytes([i % 256]) * (other_size or size)
+            stream += msg(b"%016d" % i, body, attempts=attempts)
+        else:
+            stream += frame(0, b"_heartbeat_")
+    plain, made = _made_core(30), _made_core(30)
+    made.make_message = lambda *args: C.MessageReceived(args[2], args[3], args[0], args[1])
+    calls: list[int] = []
+    if many:
+
+        def make_many(rows: list[tuple[int, int, bytes, bytes]], *with_: Any) -> list[object]:
+            assert with_ == made.make_with
+            calls.append(len(rows))
+            return [C.MessageReceived(*row) for row in rows]
+
+        made.make_messages = make_many
+    made.attempts_limit = limit
+    plain_events: list[object] = []
+    made_events: list[object] = []
+    pos = 0
+    for cut in [*cuts, len(stream)]:
+        chunk, pos = stream[pos : pos + cut], pos + cut
+        plain_events += plain.receive_data(chunk, 1.0)
+        made_events += made.receive_data(chunk, 1.0)
+        assert plain.decoder.offset == made.decoder.offset
+        assert plain.decoder.buffered == made.decoder.buffered
+    messages = [e for e in plain_events if isinstance(e, C.MessageReceived)]
+    over = [m for m in messages if limit and m.attempts > limit]
+    assert made.received == [m for m in messages if m not in over]
+    assert [repr(e) for e in made_events] == [
+        repr(e) for e in plain_events if e not in made.received
+    ]
+    assert list(made.in_flight.items()) == list(plain.in_flight.items())
+    assert made.data_to_send() == plain.data_to_send()
+    assert all(n >= 2 for n in calls)
+
+
+def test_a_read_of_same_sized_messages_is_made_in_one_call() -> None:
+    core = _made_core()
+    core.make_message = lambda *args: pytest.fail("made one at a time")
+    calls: list[tuple[Any, ...]] = []
+    core.make_messages = lambda *args: calls.append(args) or ["m1", "m2", "m3"]
+    core.make_with = ("conn", "responder")
+    mids = [b"%016d" % i for i in range(4)]
+    data = b"".join(msg(m, b"abc", attempts=2) for m in mids)
+    # three whole frames, the fourth cut short: it waits for the rest
+    assert core.receive_data(data[:-1], 2.0) == []
+    assert calls == [([(5, 2, m, b"abc") for m in mids[:3]], "conn", "responder")]
+    assert core.received == ["m1", "m2", "m3"]
+    assert list(core.in_flight) == mids[:3]
+    assert core.decoder.buffered == len(data) // 4 - 1
+
+
+def test_message_rows_read_same_sized_frames_only() -> None:
+    mids = [b"%016d" % i for i in range(5)]
+    same = b"".join(msg(m, b"abc", attempts=i + 1) for i, m in enumerate(mids))
+    rows = [(5, i + 1, m, b"abc") for i, m in enumerate(mids)]
+    assert F.message_rows(same, 30, 1000) == (rows, len(same))
+    # the frames that fit whole; a frame cut short is left
+    assert F.message_rows(same[:-1], 30, 1000) == (rows[:4], len(same) // 5 * 4)
+    one = msg(mids[0], b"abc")
+    assert F.message_rows(one, 30, 1000) is None  # one frame: walk it
+    assert F.message_rows(one[:7], 30, 1000) is None
+    # another size anywhere among the frames taken, even where the first, the second
+    # and the last of them agree: refused
+    mixed = same[: 2 * len(one)] + msg(mids[2], b"ab") + msg(mids[3], b"abcd") + same[-len(one) :]
+    assert len(mixed) == len(same)
+    assert F.message_rows(mixed, 30, 1000) is None
+    # a frame of another type among them: refused
+    heartbeat = frame(0, b"_heartbeat_" + b"x" * (len(one) - 8 - 11))
+    assert len(heartbeat) == len(one)
+    assert (
+        F.message_rows(same[: 2 * len(one)] + heartbeat + same[-2 * len(one) :], 30, 1000) is None
+    )
+    # each byte of the size and the type of a frame among them, changed: refused
+    third = 2 * len(one)
+    for k in range(8):
+        changed = bytearray(same)
+        changed[third + k] ^= 0x40
+        assert F.message_rows(bytes(changed), 30, 1000) is None, k
+    # sizes a message frame may not have: refused
+    assert F.message_rows(same, 33, 1000) == F.message_rows(same, 30, 1000)
+    assert F.message_rows(same, 34, 1000) is None
+    assert F.message_rows(same, 30, 32) is None
 
 
 def test_made_messages_keep_the_decoders_errors() -> None:

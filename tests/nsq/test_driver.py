@@ -505,3 +505,62 @@ async def test_a_refill_rdy_goes_out_with_the_fins_of_its_read(
                 await msg.finish()
             await fake.wait_for(lambda c: b"FIN %b" % mids[4] in c)
             assert writes == [b"RDY 4\n" + b"".join(b"FIN %b\n" % m for m in mids[1:])]
+
+
+async def test_a_fin_queues_what_the_cores_fin_if_in_flight_queues() -> None:
+    """The connection's fin (the core's fin_if_in_flight inlined, no call into the
+    core) answers and queues as the core's own call does: in flight or not,
+    delivered again, on a closed connection; over seeded random sequences."""
+    import random
+
+    from aioclients.nsq._io._connection import NsqdConnection
+    from aioclients.nsq._protocol._connection import ConnectionCore, ConnectionState
+
+    class Owner:
+        def __getattr__(self, name: str) -> object:
+            return lambda *args: None
+
+    def subscribed() -> ConnectionCore:
+        core = ConnectionCore(identify={}, topic="t", channel="c")
+        core.state = ConnectionState.SUBSCRIBED
+        core.decoder.max_frame_size = 1 << 20
+        core.rdy_allowance = 100
+        return core
+
+    mids = [b"%016d" % i for i in range(6)]
+    for seed in range(40):
+        rng = random.Random(seed)
+        conn = NsqdConnection("127.0.0.1:1", subscribed(), Owner())  # type: ignore[arg-type]
+        # the answer to nearly every message makes no call into the core
+        conn.core.fin_if_in_flight = lambda mid: pytest.fail("a call")  # type: ignore[method-assign]
+        reference = subscribed()
+        finished = 0
+        for _ in range(30):
+            op, mid = (
+                rng.choice(["deliver", "fin", "fin", "req", "take", "close"]),
+                rng.choice(mids),
+            )
+            if op == "deliver":
+                data = message_frame(mid, b"x")
+                conn.core.receive_data(data, 1.0)
+                reference.receive_data(data, 1.0)
+            elif op == "fin":
+                queued = reference.fin_if_in_flight(mid)
+                assert conn.fin(mid) is queued
+                finished += queued is True
+            elif (
+                op == "req"
+                and mid in reference.in_flight
+                and reference.state is not (ConnectionState.CLOSED)
+            ):
+                conn.core.req(mid, 5)
+                reference.req(mid, 5)
+            elif op == "take":
+                assert conn.core.data_to_send() == reference.data_to_send()
+            elif op == "close" and rng.random() < 0.2:
+                conn.core.connection_lost()
+                reference.connection_lost()
+            assert conn.core.in_flight == reference.in_flight
+            assert conn.core.pending_bytes == reference.pending_bytes
+        assert conn.core.data_to_send() == reference.data_to_send()
+        assert conn.finished == finished

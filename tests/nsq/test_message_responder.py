@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from aioclients import InvalidArgumentError
 from aioclients.nsq import Message, MessageRespondedError
-from aioclients.nsq._message import MessageResponder, new_message
+from aioclients.nsq._message import MessageResponder, new_message, new_messages
 
 
 @dataclass
@@ -97,3 +97,36 @@ def test_new_message_is_the_message_the_class_makes(
     assert made.give_up_reason is None
     assert made.body_size == len(body)
     assert not made.has_responded
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(min_size=16, max_size=16),
+            st.binary(max_size=64),
+            st.integers(0, 2**63 - 1),
+            st.integers(0, 0xFFFF),
+        ),
+        max_size=5,
+    )
+)
+def test_new_messages_are_the_messages_the_class_makes(
+    rows: list[tuple[bytes, bytes, int, int]],
+) -> None:
+    """The rows' way of making a read's Messages leaves every slot of each as
+    ``Message(...)`` does, in order."""
+    conn, responder = Conn(), RecordingResponder()
+    made = new_messages(
+        [(ts, attempts, mid, body) for mid, body, ts, attempts in rows],
+        conn,  # type: ignore[arg-type]
+        responder,
+    )
+    assert len(made) == len(rows)
+    for msg, row in zip(made, rows, strict=True):
+        built = Message(*row, conn, responder)  # type: ignore[arg-type]
+        assert type(msg) is Message
+        for name in Message.__slots__:
+            assert hasattr(msg, name) == hasattr(built, name), name
+            if hasattr(built, name):
+                assert getattr(msg, name) is getattr(built, name), name

@@ -23,7 +23,7 @@ import logging
 import ssl
 from collections.abc import Callable
 from time import perf_counter
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from aioclients.nsq._errors import NSQConnectError, NSQError
 from aioclients.nsq._io._compression import Codec, make_codec
@@ -48,6 +48,8 @@ from aioclients.nsq._protocol._lookup import parse_address
 __all__ = ("ConnectionOwner", "NsqdConnection")
 
 log = logging.getLogger("aioclients.nsq.connection")
+
+_CLOSED: Final = ConnectionState.CLOSED  # a global: no lookup through the enum class
 
 #: Seconds an answer made outside a read may wait for the end of the loop iteration
 #: (where the answers of a batch go out in one write) before it is written early.
@@ -314,10 +316,13 @@ class NsqdConnection(asyncio.Protocol):
         already, or its id was delivered again and that copy answered); None when
         the connection is closed or lost (nothing to say on a dead link: nsqd
         re-delivers the message after its timeout). The answer to nearly every
-        message: :meth:`answered` is inlined."""
-        queued = self.core.fin_if_in_flight(message_id)  # (lost: the core is CLOSED)
-        if not queued:
-            return queued
+        message: :meth:`answered` and the core's ``fin_if_in_flight`` are inlined."""
+        core = self.core
+        if core.state is _CLOSED:  # (lost: the core is CLOSED)
+            return None
+        if core.in_flight.pop(message_id, None) is None:
+            return False
+        core.fins.append(message_id)
         self.finished += 1
         if self._flush_scheduled:
             if perf_counter() - self._flush_since >= EARLY_FLUSH_DELAY:

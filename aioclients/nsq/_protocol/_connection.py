@@ -39,8 +39,10 @@ from __future__ import annotations
 import enum
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
 from aioclients._errors import LocalProtocolError
@@ -264,6 +266,8 @@ _HANDSHAKE_STATES = frozenset(
     }
 )
 _HEARTBEAT: Final = b"_heartbeat_"
+_ATTEMPTS: Final = itemgetter(1)  # of a message row: timestamp, attempts, id, body
+_ID: Final = itemgetter(2)
 _CLOSE_WAIT: Final = b"CLOSE_WAIT"
 
 
@@ -307,10 +311,12 @@ class ConnectionCore:
         self.decoder = F.FrameDecoder(HANDSHAKE_FRAME_LIMIT)
         self._max_message_size = max_message_size
         self._out = bytearray()
-        # The ids of the FINs queued since the last other command: written as one
-        # join (one formatting per write, not per message) before whatever is
-        # queued next (_settle), so the byte stream is that of a FIN at a time.
-        self._fins: list[bytes] = []
+        #: The ids of the FINs queued since the last other command: written as one
+        #: join (one formatting per write, not per message) before whatever is
+        #: queued next (_settle), so the byte stream is that of a FIN at a time. A
+        #: driver may queue a FIN here itself, as :meth:`fin_if_in_flight` does (the
+        #: state not CLOSED, the id popped from ``in_flight``), without the call.
+        self.fins: list[bytes] = []
         # id -> when it arrived; nsqd stops counting a message against RDY once its
         # msg_timeout passes (it re-queues it), so the arrival time matters.
         self.in_flight: dict[bytes, float] = {}
@@ -330,6 +336,13 @@ class ConnectionCore:
         #: above 0) is still a :class:`MessageReceived` event, for the owner to
         #: give up on.
         self.make_message: Callable[[bytes, bytes, int, int, Any, Any], Any] | None = None
+        #: And this, for a read whose message frames are read as rows
+        #: (:func:`~aioclients.nsq._protocol._frames.message_rows`: ``(timestamp,
+        #: attempts, id, body)`` each): ``make_messages(rows, *make_with)``, what
+        #: ``make_message`` would make of each row, in one call.
+        self.make_messages: (
+            Callable[[list[tuple[int, int, bytes, bytes]], Any, Any], Iterable[Any]] | None
+        ) = None
         self.make_with: tuple[Any, Any] = (None, None)
         self.attempts_limit = 0
         self.received: list[Any] = []
@@ -347,7 +360,7 @@ class ConnectionCore:
 
     def data_to_send(self) -> bytes:
         """Return and clear the bytes queued for the socket."""
-        if self._fins:
+        if self.fins:
             self._settle()
         out = self._out
         if not out:
@@ -358,25 +371,25 @@ class ConnectionCore:
 
     def _settle(self) -> None:
         """Write the queued FINs into the output (before anything queued after them)."""
-        fins = self._fins
+        fins = self.fins
         self._out += b"FIN %b\n" % b"\nFIN ".join(fins)
         fins.clear()
 
     def _queue(self, command: bytes) -> None:
         """Queue ``command`` after the FINs queued before it (the byte stream stays
         that of one command at a time, in the order they were made)."""
-        if self._fins:
+        if self.fins:
             self._settle()
         self._out += command
 
     @property
     def has_data_to_send(self) -> bool:
-        return bool(self._out) or bool(self._fins)
+        return bool(self._out) or bool(self.fins)
 
     @property
     def pending_bytes(self) -> int:
         """Bytes queued and not yet taken by :meth:`data_to_send`."""
-        return len(self._out) + sum(len(i) + 5 for i in self._fins)
+        return len(self._out) + sum(len(i) + 5 for i in self.fins)
 
     def send_rdy(self, count: int) -> None:
         if self.state is not ConnectionState.SUBSCRIBED:
@@ -396,7 +409,7 @@ class ConnectionCore:
     def fin(self, message_id: bytes) -> None:
         self._respond_check(message_id, "FIN")
         self.in_flight.pop(message_id, None)
-        self._fins.append(message_id)
+        self.fins.append(message_id)
 
     def fin_if_in_flight(self, message_id: bytes) -> bool | None:
         """Queue FIN when the message is in flight here (True); False (nothing
@@ -407,7 +420,7 @@ class ConnectionCore:
             return None
         if self.in_flight.pop(message_id, None) is None:
             return False
-        self._fins.append(message_id)
+        self.fins.append(message_id)
         return True
 
     def req(self, message_id: bytes, delay_ms: int) -> None:
@@ -506,9 +519,10 @@ class ConnectionCore:
     def _steady_made(self, data: bytes, now: float) -> list[Event | MessageReceived]:
         """The steady state of a consumer whose owner makes its messages: the
         message frames at the start of the bytes are decoded and made in one loop
-        (no frame list, the body sliced once); from the first other frame on (a
-        heartbeat, a response, an error, anything malformed or oversized) the
-        decoder's general path takes the rest."""
+        (no frame list, the body sliced once), or, when they all have one size, as
+        rows (``make_messages``); from the first other frame on (a heartbeat, a
+        response, an error, anything malformed or oversized) the decoder's general
+        path takes the rest."""
         decoder = self.decoder
         whole = decoder.view(data)
         if whole is None:
@@ -528,6 +542,22 @@ class ConnectionCore:
         pos = 0
         end = len(whole)
         other = False
+        # A read of same-sized messages (the usual one) as rows, in one C pass;
+        # the frames after them (or all, when refused) one at a time below.
+        got = F.message_rows(whole, smallest, largest)
+        if got is not None:
+            rows, pos = got
+            if max(map(_ATTEMPTS, rows)) <= limit:
+                in_flight.update(zip(map(_ID, rows), repeat(now)))
+                make_many = self.make_messages
+                if make_many is None:
+                    self.received += [
+                        make(i, body, ts, n, with_a, with_b) for ts, n, i, body in rows
+                    ]
+                else:
+                    self.received += make_many(rows, with_a, with_b)
+            else:
+                pos = 0  # some are to be given up: one at a time, below
         while end - pos >= 18:
             size, ftype, ts, attempts = unpack(whole, pos)
             if ftype != message or size < smallest or size > largest:
