@@ -25,7 +25,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from aioclients._errors import name_public_module as _name_public_module
-from aioclients.spark import _liftbridge, _nsq
 from aioclients.spark._errors import (
     DataLossError,
     DataSourceOptionError,
@@ -84,6 +83,11 @@ def register_data_sources(spark: SparkSession, *, filter_pushdown: bool = True) 
         spark: the active ``SparkSession`` (classic or Spark Connect).
         filter_pushdown: push filters down to the servers (see above).
     """
+    # Imported here, not with the package: a Python worker that unpickles a
+    # jetstream reader imports this package, and the liftbridge (grpc) and nsq
+    # (aiohttp) modules would add about half a second to each fresh worker.
+    from aioclients.spark import _liftbridge, _nsq
+
     parallelism = _default_parallelism(spark)
     if filter_pushdown:
         _enable_filter_pushdown(spark)

@@ -21,12 +21,11 @@ import asyncio
 import collections
 import ssl
 from collections.abc import Callable, Iterator
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aioclients import nsq
 from aioclients._core import redact_text
 from aioclients._errors import (
     ConnectError,
@@ -44,6 +43,9 @@ from aioclients.spark._protocol._publish_frames import (
     header_blocks,
     publish_frames,
 )
+
+if TYPE_CHECKING:
+    from aioclients import nsq
 
 __all__ = (
     "JetStreamPublishConnection",
@@ -305,6 +307,10 @@ async def nsq_publish(
     Returns (messages, commands). ``on_failure`` is called (and must raise) for
     the first command in order that failed; nothing after it is sent.
     """
+    # Imported here: the jetstream and liftbridge writers share this module, and
+    # a Python worker running one of them need not load the nsq client (aiohttp).
+    from aioclients import nsq
+
     in_flight: collections.deque[tuple[Mpub, asyncio.Future[None]]] = collections.deque()
     published = mpubs = 0
 
