@@ -249,6 +249,7 @@ def test_what_follows_deliveries_is_read_on_and_may_be_malformed() -> None:
         _delivery(1) + _delivery(2, b"a\r\nb") + _delivery(3),  # a CRLF in a payload
         _delivery(1) + b"HMSG s 7 r 12 12\r\nNATS/1.0\r\n\r\n\r\n",  # headers
         _delivery(1) + b"MSG s 7 10\r\nxxxxxxxxxx\r\n",  # no reply
+        _delivery(1) + b"MSG s 7 r 0 10\r\nxxxxxxxxxx\r\n",  # a sixth word
         _delivery(1) + b"PING\r\n" + _delivery(2),
         _delivery(1) + b"MSG s 7 r 9\r\nxxxxxxxxxx\r\n",  # size not the payload's
         _delivery(1) + b"MSG s 7 r 1x\r\nxxxxxxxxxx\r\n",
@@ -273,6 +274,7 @@ _PIECES = st.sampled_from(
         b"PING\r\n",
         b"MSG s 7 r 3\r\nabcd\r\n",
         b"MSG s 7 r -3\r\n",
+        b"MSG s 7 r x 3\r\nabc\r\n",
     ]
 )
 

@@ -226,10 +226,12 @@ def scan_deliveries(buffer: bytes, sids: Container[int]) -> Deliveries | None:
         return None
     lines = parts[0 : 2 * count : 2]
     payloads = parts[1 : 2 * count : 2]
-    args = list(map(_SPLIT, lines))
-    if list(map(len, args)).count(5) != count:
+    try:
+        # Every line 5 words: a line of more or fewer fails zip's strict check (or,
+        # all of them, the unpacking), in C.
+        verbs, subjects, sids_b, replies, totals = zip(*map(_SPLIT, lines), strict=True)
+    except ValueError:
         return None
-    verbs, subjects, sids_b, replies, totals = zip(*args, strict=True)
     if verbs.count(b"MSG") != count or sids_b.count(sid_b) != count:
         return None
     # Each payload is as long as its line says: no CRLF inside it, nothing cut short.
@@ -243,7 +245,11 @@ def scan_deliveries(buffer: bytes, sids: Container[int]) -> Deliveries | None:
             return None
         for text in set(totals):
             _number(text)  # read from the cache next time
-    used = sum(map(len, lines)) + sum(sizes) + 4 * count
+    # What the whole frames take: all but the pieces after the last payload's CRLF
+    # (what follows, and a line whose payload is to come, with its CRLF).
+    used = len(buffer) - len(parts[-1])
+    if len(parts) % 2 == 0:
+        used -= len(parts[-2]) + 2
     return sid, subjects, replies, payloads, sizes, used
 
 
