@@ -25,7 +25,7 @@ import json
 import logging
 import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any, cast
 
@@ -568,21 +568,7 @@ class FastParser:
             if handler is not None:
                 handler(subjects, replies, payloads)
                 return
-            count = len(sizes)
-            run = runs[sid]
-            run(
-                list(
-                    zip(
-                        repeat(MSG, count),
-                        subjects,
-                        repeat(sid, count),
-                        replies,
-                        repeat(None, count),
-                        payloads,
-                        strict=True,
-                    )
-                )
-            )
+            runs[sid](_frames_of(sid, subjects, replies, repeat(None, len(sizes)), payloads))
         except Exception:
             log.exception("message handler for %r failed", subjects[0])
 
@@ -603,22 +589,32 @@ class FastParser:
             if handler is not None:
                 handler(subjects, replies, headers, payloads)
                 return
-            run = runs[sid]
-            run(
-                list(
-                    zip(
-                        repeat(MSG, count),
-                        subjects,
-                        repeat(sid, count),
-                        replies,
-                        headers,
-                        payloads,
-                        strict=True,
-                    )
-                )
-            )
+            runs[sid](_frames_of(sid, subjects, replies, headers, payloads))
         except Exception:
             log.exception("message handler for %r failed", subjects[0])
+
+
+def _frames_of(
+    sid: int,
+    subjects: Sequence[bytes],
+    replies: Sequence[bytes],
+    headers: Iterable[bytes | None],
+    payloads: Sequence[bytes],
+) -> list[Frame]:
+    """A run read as columns, as the frames :func:`scan` makes of it (for a run
+    handler that takes no columns)."""
+    count = len(payloads)
+    return list(
+        zip(
+            repeat(MSG, count),
+            subjects,
+            repeat(sid, count),
+            replies,
+            headers,
+            payloads,
+            strict=True,
+        )
+    )
 
 
 def _whole_run(frames: list[Frame], runs: dict[int, RunHandler]) -> RunHandler | None:

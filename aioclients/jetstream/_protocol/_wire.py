@@ -193,14 +193,7 @@ def first_delivery_sid(buffer: bytes) -> int | None:
     first = buffer[:eol].split()
     if len(first) != 5 or first[0] != b"MSG":
         return None
-    sid_b = first[2]
-    sid = _NUMBERS.get(sid_b)
-    if sid is None:
-        try:
-            sid = _number(sid_b)
-        except ValueError:
-            return None
-    return sid if sid_b == b"%d" % sid else None
+    return _sid_of(first[2])
 
 
 def scan_deliveries(buffer: bytes, sids: Container[int]) -> Deliveries | None:
