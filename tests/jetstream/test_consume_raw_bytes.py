@@ -4,6 +4,7 @@ an ack sends the reply's bytes as they came."""
 from __future__ import annotations
 
 import pytest
+from support import WaitFor
 
 from aioclients.jetstream import JetStream, Msg
 
@@ -44,7 +45,7 @@ async def test_msg_from_str_still_works() -> None:
 
 
 async def test_consume_reads_a_utf8_subject_and_its_acks_are_taken(
-    js: JetStream, unique_name: str
+    js: JetStream, unique_name: str, wait_for: WaitFor
 ) -> None:
     stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
     subjects = [f"{unique_name}.é.{i}" for i in range(20)]
@@ -63,7 +64,13 @@ async def test_consume_reads_a_utf8_subject_and_its_acks_are_taken(
                 break
         assert messages.statistics().delivered == len(subjects)
     assert seen == subjects
-    await js._transport.round_trip(5)  # the acks are read before the info below
+
+    # The PONG of a round trip says the server has read the acks, not that the
+    # consumer has applied them (it takes them from a queue of its own): wait for it.
+    async def all_acked() -> bool:
+        return (await consumer.info()).num_ack_pending == 0
+
+    await wait_for(all_acked, timeout=5, what="no acks pending")
     info = await consumer.info()
     assert info.num_ack_pending == 0
     assert info.delivered.consumer_seq == len(subjects)
