@@ -26,7 +26,6 @@ import inspect
 import itertools
 import json
 import logging
-import operator
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
@@ -44,7 +43,7 @@ from aioclients.jetstream._errors import (
     NoMessagesError,
     StreamNotFoundError,
 )
-from aioclients.jetstream._message import Msg, keep_deliveries, keep_run
+from aioclients.jetstream._message import Msg, keep_deliveries, keep_run, message_size
 from aioclients.jetstream._models import ConsumerInfo
 from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._pull import (
@@ -83,8 +82,6 @@ __all__ = (
 log = logging.getLogger("aioclients.jetstream.consume")
 
 ConsumeEvent = HeartbeatMissed | Pinned | Unpinned | StatusWarning | Disconnected | Reconnected
-
-_SIZE = operator.attrgetter("_size")
 
 
 class PullTarget(Protocol):
@@ -146,6 +143,7 @@ class _Puller:
         "_api",
         "_batched",
         "_buffer",
+        "_buffer_bytes",
         "_consumer",
         "_core",
         "_credit",
@@ -200,6 +198,10 @@ class _Puller:
         self._core = PullBuffer(options, mode)
         self._on_event = on_event
         self._buffer: collections.deque[Msg] = collections.deque()
+        # The sizes of the buffered messages, less those granted (see _grant): a
+        # grant of the whole buffer learns its bytes from this, with no step per
+        # message (a message's size is message_size(msg), not kept in it).
+        self._buffer_bytes = 0
         # Consume without a priority group: the core hears of messages received
         # and taken in batches, at the latest when a pull may be due (_credit).
         self._batched = mode is Mode.CONSUME and options.group is None
@@ -299,7 +301,8 @@ class _Puller:
             return
         else:
             size = len(subject) + len(reply) + len(header) + len(data)
-        self._buffer.append(Msg(self._api, subject, reply, data, header, size))
+        self._buffer.append(Msg(self._api, subject, reply, data, header))
+        self._buffer_bytes += size
         if self._batched:
             self._received += 1
             self._received_bytes += size
@@ -328,7 +331,9 @@ class _Puller:
         ready = self._ready
         size = self._granted_bytes
         if ready:  # the rest stays buffered, for the next take
-            size -= sum(map(_SIZE, itertools.islice(self._buffer, ready)))
+            rest = sum(map(message_size, itertools.islice(self._buffer, ready)))
+            self._buffer_bytes += rest
+            size -= rest
             self._ready = 0
         self._granted = self._granted_bytes = 0
         self._taken += granted - ready
@@ -574,8 +579,10 @@ class _Puller:
             buffer = self._buffer
             if buffer:
                 msg = buffer.popleft()
+                size = message_size(msg)
+                self._buffer_bytes -= size
                 self._taken += 1
-                self._taken_bytes += msg._size
+                self._taken_bytes += size
                 if self._taken >= self._credit:
                     self._settle()
                 return msg
@@ -657,8 +664,9 @@ class MessageStream(_Puller):
     ) -> None:
         """A run that filled a whole read, as columns (see ``subscribe_runs``): what
         :meth:`_on_run` does with a run without a status, with no frame per message."""
-        total = keep_deliveries(self._api, subjects, replies, payloads, self._buffer.append)
+        total = keep_deliveries(self._api, subjects, replies, payloads, self._buffer.extend)
         count = len(payloads)
+        self._buffer_bytes += total
         self._received += count
         self._received_bytes += total
         _wake(self._waiters, count)
@@ -679,8 +687,9 @@ class MessageStream(_Puller):
                     except Exception:
                         _log_run_failure(subject)
                 return
-        total = keep_run(self._api, frames, self._buffer.append)
+        total = keep_run(self._api, frames, self._buffer.extend)
         count = len(frames)
+        self._buffer_bytes += total
         self._received += count
         self._received_bytes += total
         _wake(self._waiters, count)
@@ -776,8 +785,10 @@ class MessageStream(_Puller):
         if buffer and not self._stopped and self._error is None:
             self._fold()
             msg = buffer.popleft()
+            size = message_size(msg)
+            self._buffer_bytes -= size
             self._taken += 1
-            self._taken_bytes += msg._size
+            self._taken_bytes += size
             if self._taken >= self._credit:
                 self._settle()
             self._grant()
@@ -791,10 +802,16 @@ class MessageStream(_Puller):
         core). What the old per-message step did is done by :meth:`_fold`, at the
         next take, sync or release: the counts end up the same. Nothing grants
         while stopped or failed, and a release ends the grant."""
-        grant = min(len(self._buffer), self._credit - self._taken - 1)
+        buffer = self._buffer
+        grant = min(len(buffer), self._credit - self._taken - 1)
         if grant > 0 and self._grants:
             self._ready = self._granted = grant
-            self._granted_bytes = sum(map(_SIZE, itertools.islice(self._buffer, grant)))
+            if grant == len(buffer):  # the usual grant: all of it, its bytes known
+                size = self._buffer_bytes
+            else:
+                size = sum(map(message_size, itertools.islice(buffer, grant)))
+            self._granted_bytes = size
+            self._buffer_bytes -= size
 
 
 #: ``sink(frames)`` of a :class:`BatchStream`: a run of deliveries (no status

@@ -21,7 +21,7 @@ from aioclients.jetstream._protocol._metadata import MsgMetadata, parse_ack_subj
 if TYPE_CHECKING:
     from aioclients.jetstream._api import JetStreamApi
 
-__all__ = ("Msg", "header_block_of", "keep_deliveries", "keep_run")
+__all__ = ("Msg", "header_block_of", "keep_deliveries", "keep_run", "message_size")
 
 _ACK = b"+ACK"
 _NAK = b"-NAK"
@@ -43,7 +43,6 @@ class Msg:
         "_headers",
         "_metadata",
         "_reply",
-        "_size",
         "_subject",
         "data",
     )
@@ -55,11 +54,11 @@ class Msg:
         reply: str | bytes,
         data: bytes,
         header_block: bytes | None,
-        size: int = 0,
     ) -> None:
         # subject and reply may come as the bytes on the wire: decoded when read
         # (most consumers never read them; an ack sends the reply's bytes as they are).
-        # _keep() (keep_run, keep_deliveries) sets the same attributes: keep the two in step.
+        # _make() (keep_run, keep_deliveries) sets the same attributes: keep the two in
+        # step. What the pull buffer counts for a message is message_size(msg).
         self._api = api
         self._subject = subject
         self._reply = reply
@@ -68,7 +67,6 @@ class Msg:
         self._headers: Headers | None = None
         self._metadata: MsgMetadata | None = None
         self._acked = False
-        self._size = size  # what the pull buffer counted for it
 
     def __repr__(self) -> str:
         return f"<Msg {self.subject} reply={self.reply!r} {len(self.data)}B>"
@@ -200,19 +198,34 @@ class Msg:
         self._send(_TERM + (b" " + reason.encode() if reason else b""))
 
 
+def message_size(msg: Msg) -> int:
+    """What a pull buffer counts for ``msg``: its subject, reply, headers and payload,
+    as they came (read before the subject or reply is decoded, as every buffered
+    message is)."""
+    header = msg._header_block
+    size = len(msg._subject) + len(msg._reply) + len(msg.data)
+    return size if header is None else size + len(header)
+
+
 def keep_run(
-    api: JetStreamApi, frames: Iterable[tuple[Any, ...]], keep: Callable[[Msg], object]
+    api: JetStreamApi,
+    frames: Iterable[tuple[Any, ...]],
+    keep: Callable[[list[Msg]], object],
 ) -> int:
     """Make a :class:`Msg` of each delivery of a run (``(MSG, subject, sid, reply,
     header_or_None, payload)`` as the frame scanner gives them, subject and reply
-    undecoded), hand each to ``keep`` in order, and return their sizes in all (as
-    the pull buffer counts them: subject, reply, headers and payload).
+    undecoded), hand them to ``keep`` in a list, in order, and return their sizes in
+    all (as the pull buffer counts them: subject, reply, headers and payload).
     """
     run = list(frames)
     if not run:
         return 0
     _, subjects, _, replies, headers, payloads = zip(*run, strict=True)
-    return _keep(api, subjects, replies, headers, payloads, keep)
+    keep(_make(api, subjects, replies, headers, payloads))
+    size = _size(subjects, replies, payloads)
+    if headers.count(None) == len(headers):
+        return size
+    return size + sum(map(len, filter(None, headers)))
 
 
 def keep_deliveries(
@@ -220,32 +233,35 @@ def keep_deliveries(
     subjects: Sequence[bytes],
     replies: Sequence[bytes],
     payloads: Sequence[bytes],
-    keep: Callable[[Msg], object],
+    keep: Callable[[list[Msg]], object],
 ) -> int:
     """:func:`keep_run` for a run read as columns (``scan_deliveries``: every
     message with a reply and no headers), with no frame per message."""
-    return _keep(api, subjects, replies, repeat(None, len(payloads)), payloads, keep)
+    keep(_make(api, subjects, replies, repeat(None, len(payloads)), payloads))
+    return _size(subjects, replies, payloads)
 
 
-def _keep(
+def _size(subjects: Iterable[bytes], replies: Iterable[bytes], payloads: Iterable[bytes]) -> int:
+    # A join of the short subjects and replies costs a quarter of sum(map(len, ...)).
+    return len(b"".join(subjects)) + len(b"".join(replies)) + sum(map(len, payloads))
+
+
+def _make(
     api: JetStreamApi,
     subjects: Iterable[bytes],
     replies: Iterable[bytes],
     headers: Iterable[bytes | None],
-    payloads: Iterable[bytes],
-    keep: Callable[[Msg], object],
-) -> int:
-    # The same objects ``Msg(api, subject, reply, data, header, size)`` makes, without
-    # a Python ``__init__`` call per message (a third of their cost): keep the two in
-    # step. keep_run and keep_deliveries share this loop (a loop of its own without
-    # the header column saved keep_deliveries under 1% of a consume's instructions).
-    new = object.__new__
-    total = 0
-    for subject, reply, header, data in zip(subjects, replies, headers, payloads, strict=True):
-        size = len(subject) + len(reply) + len(data)
-        if header is not None:
-            size += len(header)
-        msg = new(Msg)
+    payloads: Sequence[bytes],
+) -> list[Msg]:
+    # The same objects ``Msg(api, subject, reply, data, header)`` makes, without a
+    # Python ``__init__`` call per message (a third of their cost): keep the two in
+    # step. The objects are made by one ``map`` and handed over in one list; no
+    # size per message (the pull buffer counts a run's bytes at once, and a
+    # message's when it needs it, with message_size).
+    msgs = list(map(object.__new__, repeat(Msg, len(payloads))))
+    for msg, subject, reply, header, data in zip(
+        msgs, subjects, replies, headers, payloads, strict=True
+    ):
         msg._api = api
         msg._subject = subject
         msg._reply = reply
@@ -254,10 +270,7 @@ def _keep(
         msg._headers = None
         msg._metadata = None
         msg._acked = False
-        msg._size = size
-        keep(msg)
-        total += size
-    return total
+    return msgs
 
 
 def header_block_of(msg: Msg) -> bytes | None:

@@ -12,7 +12,7 @@ import pytest
 
 from aioclients.jetstream import ConsumerDeletedError, JetStream, Msg
 from aioclients.jetstream._consume import BatchStream
-from aioclients.jetstream._message import keep_deliveries, keep_run
+from aioclients.jetstream._message import keep_deliveries, keep_run, message_size
 from aioclients.jetstream._protocol._pull import consume_options
 from aioclients.jetstream._protocol._wire import MSG
 from aioclients.jetstream._transport import NatsClient
@@ -172,19 +172,17 @@ def test_keep_run_and_keep_deliveries_make_what_msg_makes() -> None:
         (MSG, b"s.a", 7, b"$JS.ACK.S.C.1.1.1.0.0", None, b"one"),
         (MSG, b"s.b", 7, b"$JS.ACK.S.C.1.2.2.0.0", header, b""),
     ]
-    made = [
-        Msg(api, s, r, d, h, len(s) + len(r) + len(d) + (len(h) if h else 0))
-        for _, s, _, r, h, d in frames
-    ]
+    made = [Msg(api, s, r, d, h) for _, s, _, r, h, d in frames]
     kept: list[Msg] = []
-    sizes = [m._size for m in made]  # type: ignore[attr-defined]
-    assert keep_run(api, frames, kept.append) == sum(sizes)
+    sizes = [len(s) + len(r) + len(d) + (len(h) if h else 0) for _, s, _, r, h, d in frames]
+    assert [message_size(m) for m in made] == sizes
+    assert keep_run(api, frames, kept.extend) == sum(sizes)
     assert [_slots(m) for m in kept] == [_slots(m) for m in made]
-    assert keep_run(api, [], kept.append) == 0
+    assert keep_run(api, [], kept.extend) == 0
     assert len(kept) == 2
 
     columns: list[Msg] = []
-    total = keep_deliveries(api, [b"s.a"], [b"$JS.ACK.S.C.1.1.1.0.0"], [b"one"], columns.append)
+    total = keep_deliveries(api, [b"s.a"], [b"$JS.ACK.S.C.1.1.1.0.0"], [b"one"], columns.extend)
     assert total == sizes[0]
     assert [_slots(m) for m in columns] == [_slots(made[0])]
 
@@ -213,7 +211,7 @@ async def test_consume_takes_a_read_of_deliveries_as_columns_making_the_same_msg
         async for msg in messages:
             # as Msg(...) makes it (compared before anything is read and cached)
             subject, reply = msg._subject, msg._reply  # type: ignore[attr-defined]
-            made = Msg(js._jsapi, subject, reply, msg.data, None, len(subject + reply + msg.data))
+            made = Msg(js._jsapi, subject, reply, msg.data, None)
             assert _slots(msg) == _slots(made)
             got.append(msg)
             if len(got) == count:
