@@ -409,10 +409,15 @@ class _Puller:
 
     def _send_pull(self, pull: PullRequest) -> None:
         body = json.dumps(pull.to_json(), separators=(",", ":")).encode()
+        transport = self._transport
         try:
-            self._transport.send_nowait(
-                self._transport.frame(self._subject, body, self._inbox, None)
-            )
+            frame = transport.frame(self._subject, body, self._inbox, None)
+            # To the socket at once when nothing is queued before it: a pull is due
+            # while the iterator hands out buffered messages, and queued it would
+            # wait for the flusher's turn, after the buffer is drained, while the
+            # server may have run out of requested messages to send.
+            if not transport.write_now(frame):
+                transport.send_nowait(frame)
         except AioClientsError as exc:
             # Disconnected with a full buffer, or closing: the reconnect (or the
             # heartbeat check) sends a fresh pull.

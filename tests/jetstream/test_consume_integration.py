@@ -305,6 +305,28 @@ async def test_statistics_exact_after_takes_without_a_look_between(
     assert [m.metadata.sequence.stream for m in taken + rest] == list(range(1, 51))
 
 
+async def test_a_pull_due_while_buffered_messages_are_taken_goes_out_at_once(
+    js: JetStream, stream: Stream, consumer: Consumer, wait_for: WaitFor
+) -> None:
+    # Taking buffered messages never gives the event loop a turn: a pull queued
+    # for the client's flusher would wait until the buffer is drained, while the
+    # server has nothing requested left to send.
+    await publish_many(js, f"{stream.name}.a", 10)
+    async with consumer.consume(max_messages=10) as messages:  # refill at 5
+
+        async def all_received() -> bool:
+            return messages.statistics().received == 10
+
+        await wait_for(all_received, timeout=5, what="10 messages buffered")
+        pulls = messages.statistics().pulls
+        assert js.nc._pending_data_size == 0  # type: ignore[attr-defined]
+        for _ in range(6):  # the take that leaves 4 buffered makes a pull due
+            await messages.__anext__()
+        assert js.nc._pending_data_size == 0, "the pull waits for the flusher"  # type: ignore[attr-defined]
+        assert messages.statistics().pulls == pulls + 1
+        await until_pull_waiting(consumer)  # the server has it
+
+
 async def test_stop_after_fast_takes_ends_iteration_and_keeps_counts(
     js: JetStream, stream: Stream, consumer: Consumer, wait_for: WaitFor
 ) -> None:
