@@ -143,7 +143,6 @@ class _Puller:
         "_api",
         "_batched",
         "_buffer",
-        "_buffer_bytes",
         "_consumer",
         "_core",
         "_credit",
@@ -161,6 +160,7 @@ class _Puller:
         "_received_bytes",
         "_reconnects",
         "_recovery",
+        "_runs",
         "_started",
         "_stopped",
         "_sub",
@@ -198,10 +198,12 @@ class _Puller:
         self._core = PullBuffer(options, mode)
         self._on_event = on_event
         self._buffer: collections.deque[Msg] = collections.deque()
-        # The sizes of the buffered messages, less those granted (see _grant): a
-        # grant of the whole buffer learns its bytes from this, with no step per
-        # message (a message's size is message_size(msg), not kept in it).
-        self._buffer_bytes = 0
+        # The buffered messages not granted (see _grant), in order, as runs of
+        # [messages, bytes] as they came (a read's deliveries, one message alone): a
+        # take or a grant counts whole runs out with no step per message, and only
+        # the run it ends inside by the sizes of some of its messages
+        # (message_size(msg): a Msg does not keep its size).
+        self._runs: collections.deque[list[int]] = collections.deque()
         # Consume without a priority group: the core hears of messages received
         # and taken in batches, at the latest when a pull may be due (_credit).
         self._batched = mode is Mode.CONSUME and options.group is None
@@ -302,7 +304,7 @@ class _Puller:
         else:
             size = len(subject) + len(reply) + len(header) + len(data)
         self._buffer.append(Msg(self._api, subject, reply, data, header))
-        self._buffer_bytes += size
+        self._runs.append([1, size])
         if self._batched:
             self._received += 1
             self._received_bytes += size
@@ -330,14 +332,42 @@ class _Puller:
             return
         ready = self._ready
         size = self._granted_bytes
-        if ready:  # the rest stays buffered, for the next take
+        if ready:  # the rest stays buffered, for the next take, as a run of its own
             rest = sum(map(message_size, itertools.islice(self._buffer, ready)))
-            self._buffer_bytes += rest
+            self._runs.appendleft([ready, rest])
             size -= rest
             self._ready = 0
         self._granted = self._granted_bytes = 0
         self._taken += granted - ready
         self._taken_bytes += size
+
+    def _count_out(self, count: int) -> int:
+        """Take the first ``count`` buffered messages (none granted) out of the runs,
+        before they leave the buffer; returns their bytes. Whole runs are counted
+        out at once; a run that ends inside is split, by the sizes of its messages
+        on the shorter side of the split."""
+        runs = self._runs
+        size = 0
+        at = 0  # where runs[0] begins in the buffer
+        while True:
+            run = runs[0]
+            messages, total = run
+            if messages > count:
+                break
+            runs.popleft()
+            size += total
+            count -= messages
+            if not count:
+                return size
+            at += messages
+        if count <= messages - count:
+            part = sum(map(message_size, itertools.islice(self._buffer, at, at + count)))
+        else:
+            rest = itertools.islice(self._buffer, at + count, at + messages)
+            part = total - sum(map(message_size, rest))
+        run[0] = messages - count
+        run[1] = total - part
+        return size + part
 
     def _sync(self) -> None:
         """Tell the core of the messages received and taken since it last heard;
@@ -583,9 +613,8 @@ class _Puller:
                 raise self._error
             buffer = self._buffer
             if buffer:
+                size = self._count_out(1)
                 msg = buffer.popleft()
-                size = message_size(msg)
-                self._buffer_bytes -= size
                 self._taken += 1
                 self._taken_bytes += size
                 if self._taken >= self._credit:
@@ -671,7 +700,7 @@ class MessageStream(_Puller):
         :meth:`_on_run` does with a run without a status, with no frame per message."""
         total = keep_deliveries(self._api, subjects, replies, payloads, self._buffer.extend)
         count = len(payloads)
-        self._buffer_bytes += total
+        self._runs.append([count, total])
         self._received += count
         self._received_bytes += total
         _wake(self._waiters, count)
@@ -694,7 +723,7 @@ class MessageStream(_Puller):
                 return
         total = keep_run(self._api, frames, self._buffer.extend)
         count = len(frames)
-        self._buffer_bytes += total
+        self._runs.append([count, total])
         self._received += count
         self._received_bytes += total
         _wake(self._waiters, count)
@@ -789,9 +818,8 @@ class MessageStream(_Puller):
         buffer = self._buffer
         if buffer and not self._stopped and self._error is None:
             self._fold()
+            size = self._count_out(1)
             msg = buffer.popleft()
-            size = message_size(msg)
-            self._buffer_bytes -= size
             self._taken += 1
             self._taken_bytes += size
             if self._taken >= self._credit:
@@ -807,16 +835,10 @@ class MessageStream(_Puller):
         core). What the old per-message step did is done by :meth:`_fold`, at the
         next take, sync or release: the counts end up the same. Nothing grants
         while stopped or failed, and a release ends the grant."""
-        buffer = self._buffer
-        grant = min(len(buffer), self._credit - self._taken - 1)
+        grant = min(len(self._buffer), self._credit - self._taken - 1)
         if grant > 0 and self._grants:
             self._ready = self._granted = grant
-            if grant == len(buffer):  # the usual grant: all of it, its bytes known
-                size = self._buffer_bytes
-            else:
-                size = sum(map(message_size, itertools.islice(buffer, grant)))
-            self._granted_bytes = size
-            self._buffer_bytes -= size
+            self._granted_bytes = self._count_out(grant)
 
 
 #: ``sink(frames)`` of a :class:`BatchStream`: a run of deliveries (no status

@@ -270,7 +270,7 @@ class PushMessageStream(MessageStream):
             self._drop()
             return
         self._buffer.append(Msg(self._api, subject, reply, data, header))
-        self._buffer_bytes += size
+        self._runs.append([1, size])
         self._received += 1
         self._received_bytes += size
         waiters = self._waiters

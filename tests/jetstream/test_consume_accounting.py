@@ -125,6 +125,11 @@ async def _run(max_messages: int, steps: list[tuple[Any, ...]]) -> None:
                 for subject, reply, header, payload in made:
                     size = len(subject) + len(reply) + len(payload) + len(header or b"")
                     model.append((payload, size))
+            # what is buffered and not granted, in runs: whole, in order
+            ungranted = model[stream._ready :]
+            runs = stream._runs
+            assert sum(count for count, _ in runs) == len(ungranted)
+            assert sum(size for _, size in runs) == sum(size for _, size in ungranted)
             s = stream.statistics()
             assert (s.delivered, s.buffered_messages) == (delivered, len(model))
             assert s.buffered_bytes == sum(size for _, size in model)
