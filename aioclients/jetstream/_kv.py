@@ -71,6 +71,7 @@ from aioclients.jetstream._protocol._kv import (
     direct_entry_fields,
     direct_put_fields,
     key_filter_subjects,
+    key_match,
     matches_any,
     operation_of,
     operation_of_header_block,
@@ -249,7 +250,8 @@ class KeyValue:
         if revision is None and self._direct:
             # The hot path, inline (one coroutine fewer per get): one Direct Get of
             # the key's last message, its reply read straight from the header block.
-            validate_key(key)
+            if key.__class__ is not str or key_match(key) is None:
+                validate_key(key)  # raises, unless a str subclass holds a valid key
             api = self._api
             requests = api.requests
             subject = self._get_prefix + key

@@ -384,7 +384,12 @@ class ReplyMux(Generic[T]):
         ):
             return None
         self._counter = token
-        future, _ = self._register(token, what, timeout, loop)
+        # _register, inline (once per get): the future, its deadline, the timer
+        future: asyncio.Future[T] = loop.create_future()
+        deadline = loop.time() + timeout
+        self._pending[token] = (future, what, deadline)
+        if deadline < self._timer_at:
+            self._arm(loop, deadline)
         return token, future  # type: ignore[return-value]
 
     def forget(self, token: int) -> None:
