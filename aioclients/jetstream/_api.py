@@ -557,15 +557,15 @@ class JetStreamApi:
             check_timeout(timeout)
         budget = timeout or self.timeout
         started = asyncio.get_running_loop().time()
-
-        async def send(left: float) -> asyncio.Future[PubAck]:
-            return await self.acks.publish(subject, payload, headers, left)
-
-        future = await send(budget)
+        future = await self.acks.publish(subject, payload, headers, budget)
         try:
             return await future
         except NoStreamResponseError as exc:
             first = exc
+
+        async def send(left: float) -> asyncio.Future[PubAck]:
+            return await self.acks.publish(subject, payload, headers, left)
+
         return await publish_again(
             send, first, started + budget, PUBLISH_RETRY_ATTEMPTS, PUBLISH_RETRY_WAIT, subject
         )

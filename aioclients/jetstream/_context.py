@@ -460,8 +460,26 @@ class JetStream:
         if retry_attempts is not PUBLISH_RETRY_ATTEMPTS or retry_wait is not PUBLISH_RETRY_WAIT:
             check_publish_retries(retry_attempts, retry_wait)
         started = asyncio.get_running_loop().time()
+        future = await self.publish_async(
+            subject,
+            payload,
+            headers=headers,
+            msg_id=msg_id,
+            expected_stream=expected_stream,
+            expected_last_seq=expected_last_seq,
+            expected_last_subject_seq=expected_last_subject_seq,
+            expected_last_msg_id=expected_last_msg_id,
+            timeout=timeout,
+            ttl=ttl,
+        )
+        try:
+            return await future
+        except NoStreamResponseError as exc:
+            if not retry_attempts:
+                raise
+            first = exc
 
-        async def send(left: float | None) -> asyncio.Future[PubAck]:
+        async def send(left: float) -> asyncio.Future[PubAck]:
             return await self.publish_async(
                 subject,
                 payload,
@@ -475,13 +493,6 @@ class JetStream:
                 ttl=ttl,
             )
 
-        future = await send(timeout)
-        try:
-            return await future
-        except NoStreamResponseError as exc:
-            if not retry_attempts:
-                raise
-            first = exc
         deadline = started + (timeout or self.timeout)
         return await publish_again(send, first, deadline, retry_attempts, retry_wait, subject)
 
