@@ -822,8 +822,8 @@ class KeyLister:
             def keys_of(
                 subjects: Sequence[bytes],
                 headers: Sequence[bytes | None],
-                seqs: list[int],
-            ) -> tuple[list[str], list[int]] | None:
+                seqs: Sequence[int],
+            ) -> tuple[list[str], Sequence[int]] | None:
                 # key_of for a whole run, when every key of it is taken: no Python
                 # call per key. Nothing changes before the last check.
                 texts = decode_subjects(subjects)
