@@ -21,6 +21,7 @@ checkout (cProfile's count, which the machine's load does not change).
     python benchmarks/checkouts_ab.py --url nats://127.0.0.1:4222 \\
         --nsqd-tcp 127.0.0.1:4150 --nsqd-http 127.0.0.1:4151 --rounds 11 /tmp/base /tmp/new
     python benchmarks/checkouts_ab.py --calls --url ... /tmp/base /tmp/new
+    python benchmarks/checkouts_ab.py --loop uvloop --url ... /tmp/base /tmp/new
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ import uuid
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from _loop import add_loop_argument, use_loop  # noqa: E402
 
 WORKER = """
 import json, sys, time
@@ -125,10 +129,11 @@ def main() -> None:
     p.add_argument("--kinds", default="js-none,js-explicit,pub-async,kv-get,nsq")
     p.add_argument("--calls", action="store_true", help="Python calls per operation")
     p.add_argument("trees", nargs="+", help="checkouts (the first is the base)")
+    add_loop_argument(p)
     a = p.parse_args()
+    use_loop(a.loop)  # the workers inherit the choice through the environment
     trees = [Path(t).resolve() for t in a.trees]
     kinds = a.kinds.split(",")
-    sys.path.insert(0, str(BENCH))
     import jetstream_consume
     import jetstream_kv
     import jetstream_publish

@@ -20,17 +20,19 @@ task, a Python worker).
     python benchmarks/spark_pushdown.py                  # 1M messages, 100 subjects
     python benchmarks/spark_pushdown.py --count 200000   # a quicker run
     python benchmarks/spark_pushdown.py --payload 1000   # 1 KB messages
+    python benchmarks/spark_pushdown.py --loop uvloop    # the fill on uvloop
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import time
 from datetime import datetime, timezone
 from typing import Any
+
+from _loop import add_loop_argument, run_async, use_loop
 
 from aioclients import jetstream
 from aioclients.testing import NatsServer
@@ -181,16 +183,18 @@ def main() -> None:
     parser.add_argument("--storage", default="file", choices=("file", "memory"))
     parser.add_argument("--payload", type=int, default=100, help="bytes per message")
     parser.add_argument("--nats-url", help="an existing nats-server with JetStream")
+    add_loop_argument(parser)  # the fill's loop; Spark's workers run their own
     args = parser.parse_args()
+    use_loop(args.loop)
     started = datetime.now(timezone.utc)
     if args.nats_url:
         payload = b"x" * args.payload
-        cut = asyncio.run(fill(args.nats_url, args.count, args.subjects, args.storage, payload))
+        cut = run_async(fill(args.nats_url, args.count, args.subjects, args.storage, payload))
         measure(args.nats_url, args.count, args.subjects, cut, args.rounds, args.master)
     else:
         with NatsServer() as server:
             payload = b"x" * args.payload
-            cut = asyncio.run(fill(server.url, args.count, args.subjects, args.storage, payload))
+            cut = run_async(fill(server.url, args.count, args.subjects, args.storage, payload))
             measure(server.url, args.count, args.subjects, cut, args.rounds, args.master)
     print(f"(run took {(datetime.now(timezone.utc) - started).total_seconds():.0f}s)")
 

@@ -26,6 +26,7 @@ server's answers as models; the handles (``Stream``, ``Consumer``,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -44,6 +45,7 @@ from aioclients.jetstream._errors import (
     JetStreamError,
     JetStreamNotEnabledError,
     MessageNotFoundError,
+    NoStreamResponseError,
     ServerTooOldError,
     TooManySubjectsError,
 )
@@ -79,7 +81,14 @@ from aioclients.jetstream._protocol._names import (
     validate_group_name,
     validate_stream_name,
 )
-from aioclients.jetstream._publisher import AckMux, ReplyMux, json_answer
+from aioclients.jetstream._publisher import (
+    PUBLISH_RETRY_ATTEMPTS,
+    PUBLISH_RETRY_WAIT,
+    AckMux,
+    ReplyMux,
+    json_answer,
+    publish_again,
+)
 from aioclients.jetstream._transport import NatsTransport, ReplyInbox, close_connection
 
 __all__ = (
@@ -541,12 +550,25 @@ class JetStreamApi:
         timeout: float | None = None,
     ) -> PubAck:
         """Publish (``headers`` built already, a TTL by :meth:`ttl_headers`) and wait
-        for the stream's ack."""
+        for the stream's ack, trying again after "no responders" as
+        :meth:`JetStream.publish` does by default."""
         self.check_not_closed()
         if timeout is not None:
             check_timeout(timeout)
-        future = await self.acks.publish(subject, payload, headers, timeout or self.timeout)
-        return await future
+        budget = timeout or self.timeout
+        started = asyncio.get_running_loop().time()
+        future = await self.acks.publish(subject, payload, headers, budget)
+        try:
+            return await future
+        except NoStreamResponseError as exc:
+            first = exc
+
+        async def send(left: float) -> asyncio.Future[PubAck]:
+            return await self.acks.publish(subject, payload, headers, left)
+
+        return await publish_again(
+            send, first, started + budget, PUBLISH_RETRY_ATTEMPTS, PUBLISH_RETRY_WAIT, subject
+        )
 
     async def ttl_headers(
         self, headers: Mapping[str, str | list[str]] | None, ttl: object

@@ -41,6 +41,7 @@ from aioclients.jetstream._control import (
 from aioclients.jetstream._errors import (
     JetStreamClosedError,
     JetStreamConnectError,
+    NoStreamResponseError,
     StreamNameInUseError,
     StreamNotFoundError,
 )
@@ -66,6 +67,12 @@ from aioclients.jetstream._ordered import (
 )
 from aioclients.jetstream._protocol._batch import BatchAck
 from aioclients.jetstream._protocol._headers import publish_headers
+from aioclients.jetstream._publisher import (
+    PUBLISH_RETRY_ATTEMPTS,
+    PUBLISH_RETRY_WAIT,
+    check_publish_retries,
+    publish_again,
+)
 from aioclients.jetstream._push import PushConsumer, push_consumer_of, upsert_push_consumer
 from aioclients.jetstream._schedule import publish_schedule
 from aioclients.jetstream._stream import Stream
@@ -424,24 +431,35 @@ class JetStream:
         expected_last_msg_id: str | None = None,
         timeout: float | None = None,
         ttl: float | str | None = None,
+        retry_attempts: int = PUBLISH_RETRY_ATTEMPTS,
+        retry_wait: float = PUBLISH_RETRY_WAIT,
     ) -> PubAck:
         """Publish and wait for the stream's acknowledgement.
 
         ``ttl`` (ADR-43): how long the stream keeps this message, seconds (at
         least 1) or ``"never"``; the stream needs ``allow_msg_ttl=True``.
 
+        A "no responders" answer (no stream took the message) is tried again
+        ``retry_attempts`` times, ``retry_wait`` seconds apart, within ``timeout``
+        (ADR-22, as nats.go does): in a cluster a new stream, or one changing
+        leader, is briefly unreachable. ``retry_attempts=0`` fails at once.
+
         Returns:
             the ``PubAck`` (``duplicate`` is true when ``msg_id`` was seen within
             the stream's duplicate window and the message was not stored again).
         Raises:
-            NoStreamResponseError: no stream stores ``subject``.
+            NoStreamResponseError: no stream stores ``subject`` (after the retries).
             WrongLastSequenceError / WrongLastMsgIdError / WrongExpectedStreamError:
                 an expectation failed; nothing was stored.
             MaxPayloadError: the message is larger than the server accepts.
             APITimeoutError: no ack in time (the message may or may not be stored).
-            InvalidArgumentError: a ``ttl`` under one second (nothing is sent).
+            InvalidArgumentError: a ``ttl`` under one second, a bad
+                ``retry_attempts`` or ``retry_wait`` (nothing is sent).
             ServerTooOldError: ``ttl`` with a server before 2.11 (nothing is sent).
         """
+        if retry_attempts is not PUBLISH_RETRY_ATTEMPTS or retry_wait is not PUBLISH_RETRY_WAIT:
+            check_publish_retries(retry_attempts, retry_wait)
+        started = asyncio.get_running_loop().time()
         future = await self.publish_async(
             subject,
             payload,
@@ -454,7 +472,29 @@ class JetStream:
             timeout=timeout,
             ttl=ttl,
         )
-        return await future
+        try:
+            return await future
+        except NoStreamResponseError as exc:
+            if not retry_attempts:
+                raise
+            first = exc
+
+        async def send(left: float) -> asyncio.Future[PubAck]:
+            return await self.publish_async(
+                subject,
+                payload,
+                headers=headers,
+                msg_id=msg_id,
+                expected_stream=expected_stream,
+                expected_last_seq=expected_last_seq,
+                expected_last_subject_seq=expected_last_subject_seq,
+                expected_last_msg_id=expected_last_msg_id,
+                timeout=left,
+                ttl=ttl,
+            )
+
+        deadline = started + (timeout or self.timeout)
+        return await publish_again(send, first, deadline, retry_attempts, retry_wait, subject)
 
     async def publish_async(
         self,

@@ -71,6 +71,7 @@ from aioclients.jetstream._protocol._kv import (
     direct_entry_fields,
     direct_put_fields,
     key_filter_subjects,
+    key_match,
     matches_any,
     operation_of,
     operation_of_header_block,
@@ -249,7 +250,8 @@ class KeyValue:
         if revision is None and self._direct:
             # The hot path, inline (one coroutine fewer per get): one Direct Get of
             # the key's last message, its reply read straight from the header block.
-            validate_key(key)
+            if key.__class__ is not str or key_match(key) is None:
+                validate_key(key)  # raises, unless a str subclass holds a valid key
             api = self._api
             requests = api.requests
             subject = self._get_prefix + key
@@ -820,8 +822,8 @@ class KeyLister:
             def keys_of(
                 subjects: Sequence[bytes],
                 headers: Sequence[bytes | None],
-                seqs: list[int],
-            ) -> tuple[list[str], list[int]] | None:
+                seqs: Sequence[int],
+            ) -> tuple[list[str], Sequence[int]] | None:
                 # key_of for a whole run, when every key of it is taken: no Python
                 # call per key. Nothing changes before the last check.
                 texts = decode_subjects(subjects)

@@ -414,8 +414,8 @@ ItemMaker = Callable[[str, bytes, bytes, "bytes | None", int, int, int], Any]
 #: ``None``, having changed nothing, when it cannot tell at once: ``make`` then
 #: takes them one by one. It must not reset the consumer.
 RunMaker = Callable[
-    [Sequence[bytes], "Sequence[bytes | None]", list[int]],
-    "tuple[list[Any], list[int]] | None",
+    [Sequence[bytes], "Sequence[bytes | None]", Sequence[int]],
+    "tuple[list[Any], Sequence[int]] | None",
 ]
 
 

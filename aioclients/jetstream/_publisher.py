@@ -22,11 +22,12 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from nats.aio.msg import Msg as NatsMsg
 
+from aioclients._core._checks import check_float, check_int
 from aioclients._errors import RemoteProtocolError
 from aioclients.jetstream._errors import (
     APITimeoutError,
@@ -40,7 +41,16 @@ from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._names import validate_publish_subject
 from aioclients.jetstream._transport import NatsTransport, RawSubscription, send_timeout_error
 
-__all__ = ("AckMux", "ReplyMux", "json_answer", "parse_pub_ack")
+__all__ = (
+    "PUBLISH_RETRY_ATTEMPTS",
+    "PUBLISH_RETRY_WAIT",
+    "AckMux",
+    "ReplyMux",
+    "check_publish_retries",
+    "json_answer",
+    "parse_pub_ack",
+    "publish_again",
+)
 
 log = logging.getLogger("aioclients.jetstream.publish")
 
@@ -113,6 +123,58 @@ def parse_pub_ack(msg: NatsMsg, subject: str) -> PubAck:
         domain or None,
         value if isinstance(value, str) else None,
     )
+
+
+#: ADR-22: a publish that waits for its ack and is answered "no responders" (status
+#: 503) is sent again after a pause, as nats.go does by default: twice, 250 ms apart.
+PUBLISH_RETRY_ATTEMPTS = 2
+PUBLISH_RETRY_WAIT = 0.25
+
+
+def check_publish_retries(attempts: object, wait: object) -> None:
+    """Refuse a bad ``retry_attempts`` (an int >= 0) or ``retry_wait`` (seconds > 0)."""
+    check_int("retry_attempts", attempts, minimum=0)
+    check_float("retry_wait", wait)
+
+
+async def publish_again(
+    send: Callable[[float], Awaitable[asyncio.Future[PubAck]]],
+    first: NoStreamResponseError,
+    deadline: float,
+    attempts: int,
+    wait: float,
+    subject: str,
+) -> PubAck:
+    """Send again a publish the server answered with "no responders" (``first``).
+
+    A 503 means no stream took the message, so sending it again cannot store it
+    twice. In a cluster that happens for a moment after a stream is created, or
+    while its leader changes. ``send(timeout)`` sends once more and returns the
+    ack's future. Each try comes ``wait`` seconds after the last answer; after
+    ``attempts`` of them, or when the call's ``deadline`` (loop time) would pass
+    before the next one, the last "no responders" error is raised.
+    """
+    loop = asyncio.get_running_loop()
+    last = first
+    for attempt in range(1, attempts + 1):
+        if loop.time() + wait >= deadline:
+            break
+        log.debug(
+            "no stream answered the publish to %r; trying again (%d of %d)",
+            subject,
+            attempt,
+            attempts,
+        )
+        await asyncio.sleep(wait)
+        left = deadline - loop.time()
+        if left <= 0:  # the sleep overran the deadline
+            break
+        future = await send(left)
+        try:
+            return await future
+        except NoStreamResponseError as exc:
+            last = exc
+    raise last
 
 
 def _msg_headers(block: bytes | None) -> dict[str, Any] | None:
@@ -384,7 +446,12 @@ class ReplyMux(Generic[T]):
         ):
             return None
         self._counter = token
-        future, _ = self._register(token, what, timeout, loop)
+        # _register, inline (once per get): the future, its deadline, the timer
+        future: asyncio.Future[T] = loop.create_future()
+        deadline = loop.time() + timeout
+        self._pending[token] = (future, what, deadline)
+        if deadline < self._timer_at:
+            self._arm(loop, deadline)
         return token, future  # type: ignore[return-value]
 
     def forget(self, token: int) -> None:

@@ -274,7 +274,10 @@ class NatsClient(NATS):
         await super()._process_connect_init()
         parser = self._ps
         if isinstance(parser, FastParser):
-            parser.attach(getattr(self._transport, "_io_reader", None))
+            transport = self._transport
+            parser.attach(
+                getattr(transport, "_io_reader", None), getattr(transport, "_io_writer", None)
+            )
 
     async def _connect_to_server(self, s: Any) -> None:
         # A failed connect attempt (e.g. no INFO in time from a server that accepts
@@ -358,8 +361,15 @@ class FastParser:
         self._size = 0
         self._need = 0
 
-    def attach(self, reader: object) -> None:
-        """Take the bytes ``reader`` receives first (see the class docstring)."""
+    def attach(self, reader: object, writer: object = None) -> None:
+        """Take the bytes ``reader`` receives first (see the class docstring).
+
+        ``writer``: the connection's ``StreamWriter``, if at hand. When its protocol
+        is asyncio's own ``StreamReaderProtocol`` of ``reader`` (whose
+        ``data_received`` does nothing but ``reader.feed_data``), the socket's
+        transport is then given the same protocol with ``data_received`` set to
+        ours: the bytes skip that one call.
+        """
         if reader is self._reader:
             return
         if (
@@ -378,47 +388,64 @@ class FastParser:
             return
         self._reader = reader
         # A partial, not a closure: the socket's bytes reach _feed in one call.
-        reader.feed_data = functools.partial(  # type: ignore[method-assign]
-            self._feed, reader, reader.feed_data
-        )
+        feed = functools.partial(self._feed, reader, reader.feed_data)
+        reader.feed_data = feed  # type: ignore[method-assign]
+        protocol = getattr(writer, "_protocol", None)
+        transport = getattr(writer, "transport", None)
+        if (
+            type(protocol) is asyncio.StreamReaderProtocol
+            and getattr(protocol, "_stream_reader", None) is reader
+            and "data_received" not in vars(protocol)
+            and transport is not None
+            and not transport.is_closing()
+            and transport.get_protocol() is protocol
+        ):
+            protocol.data_received = feed  # type: ignore[method-assign]
+            # set_protocol, documented for every transport: one that keeps the
+            # protocol's bound data_received (uvloop's) takes the new one.
+            transport.set_protocol(protocol)
 
     def _feed(
         self, reader: asyncio.StreamReader, feed: Callable[[bytes], None], data: bytes
     ) -> None:
-        """``reader.feed_data``: dispatch ``data`` at once if that is safe, else hand
-        it to ``feed`` (the reader's own), for the read loop."""
-        if not self._dispatch_now(reader, data):
-            feed(data)
-
-    def _dispatch_now(self, reader: asyncio.StreamReader, data: bytes) -> bool:
-        """Hand ``data`` to a reply handler now, if it is one whole message alone
-        for one and the read loop is idle; whether it did."""
-        if self._reader is not reader or self._need or self._rest:
-            return False
-        if reader._buffer or not self.nc.is_connected:  # type: ignore[attr-defined]
-            return False
-        # Only while the read loop is idle, waiting for these bytes.
+        """``reader.feed_data``: hand ``data`` to a reply handler now if it is one
+        whole message alone for one and the read loop is idle, else to ``feed``
+        (the reader's own), for the read loop. (One function: it runs per reply.)"""
+        nc = self.nc
+        # Only while the read loop is idle, waiting for these bytes, with nothing
+        # held (a frame still arriving), and connected (the status: is_connected is
+        # a property call; while draining the read loop takes everything).
         waiter = reader._waiter  # type: ignore[attr-defined]
-        if waiter is None or waiter.done():
-            return False
+        if (
+            waiter is None
+            or self._reader is not reader
+            or self._need
+            or self._rest
+            or reader._buffer  # type: ignore[attr-defined]
+            or nc._status != _CONNECTED
+            or waiter.done()
+        ):
+            feed(data)
+            return
         # The usual reply: one whole message, alone (payloads handed on are bytes).
         # Anything else (bursts of deliveries, frames cut short) is the read loop's:
         # taking bursts here measured slower for consume (~10-20%).
         one = single_message(data if type(data) is bytes else bytes(data))
         if one is None:
-            return False
-        handler = self.nc._reply_handlers.get(one[2])
+            feed(data)
+            return
+        handler = nc._reply_handlers.get(one[2])
         if handler is None:  # not a reply (e.g. a pull delivery): the read loop's, as ever
-            return False
+            feed(data)
+            return
         _, subject, _, reply, header, payload = one
-        stats = self.nc.stats
+        stats = nc.stats
         stats["in_msgs"] += 1
         stats["in_bytes"] += len(payload)
         try:
             handler(subject.decode(), reply.decode(), payload, header)
         except Exception:
             log.exception("message handler for %r failed", subject)
-        return True
 
     def _keep(self, rest: bytes, need: int) -> None:
         """Hold the start of a frame still arriving, for the next ``parse``."""
@@ -750,7 +777,8 @@ class NatsTransport:
             JetStreamClosedError: the connection is closed.
         """
         nc = self.nc
-        if nc._pending_data_size or not nc.is_connected:
+        # (the status, not is_connected: a property call; draining takes the queue)
+        if nc._pending_data_size or nc._status != _CONNECTED:
             self._admit(frame)  # raises if the frame may not even be queued
             return False
         # The socket's transport, looked up again only when the connection's writer

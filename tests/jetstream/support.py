@@ -6,12 +6,26 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import nats.errors
+import pytest
 from nats.aio.client import Client as NATS
 
 from aioclients.testing import NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
 
 Server = NatsServer | ExternalServer
+
+
+def skip_if_the_proxy_can_be_bypassed(nc: NATS) -> None:
+    """Skip a test whose fault must hold the client at a FaultProxy, when the server
+    behind the proxy named other servers of its cluster (INFO's ``connect_urls``).
+
+    nats-py adds those to its pool and reconnects to them past the proxy, as a client of
+    a cluster should; a standalone server names none.
+    """
+    if nc.discovered_servers:
+        pytest.skip("the server behind the proxy is in a cluster the client reconnects to")
+
+
 WaitFor = Callable[..., Awaitable[None]]
 
 #: A request payload our stand-in listeners answer at once, for :func:`until_visible`.

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 import nats
 import pytest
 from nats.aio.msg import Msg as NatsMsg
+from support import WaitFor
 
 from aioclients import InvalidArgumentError
 from aioclients.jetstream import (
@@ -36,6 +37,25 @@ async def stream(js: JetStream, unique_name: str) -> Stream:
     return s
 
 
+async def _applied(
+    wait_for: WaitFor, js: JetStream, stream: str, name: str, paused: bool
+) -> ConsumerInfo:
+    """The consumer's info once it shows ``paused`` (the test fails after 10 s).
+
+    A single server has applied a pause when it answers. A cluster answers once the
+    change is proposed, and the consumer's leader applies it a moment later.
+    """
+    info = await js.consumer_info(stream, name)
+
+    async def shown() -> bool:
+        nonlocal info
+        info = await js.consumer_info(stream, name)
+        return info.paused is paused
+
+    await wait_for(shown, what=f"the consumer's info to show paused={paused}")
+    return info
+
+
 def _later(seconds: float) -> datetime:
     return datetime.now(timezone.utc) + timedelta(seconds=seconds)
 
@@ -43,7 +63,9 @@ def _later(seconds: float) -> datetime:
 # -- pause / resume ------------------------------------------------------------------------
 
 
-async def test_pause_and_resume_report_the_pause(js: JetStream, stream: Stream) -> None:
+async def test_pause_and_resume_report_the_pause(
+    js: JetStream, stream: Stream, wait_for: WaitFor
+) -> None:
     await stream.create_consumer(durable_name="c")
     until = _later(120)
     paused = await js.pause_consumer(stream.name, "c", until)
@@ -53,26 +75,24 @@ async def test_pause_and_resume_report_the_pause(js: JetStream, stream: Stream) 
     assert abs((paused.pause_until - until).total_seconds()) < 0.001
     assert paused.pause_remaining is not None
     assert 100 < paused.pause_remaining <= 120
-    info = await js.consumer_info(stream.name, "c")
-    assert info.paused is True
+    info = await _applied(wait_for, js, stream.name, "c", True)
     assert info.pause_remaining is not None
     assert 100 < info.pause_remaining <= 120
     assert info.config.pause_until == paused.pause_until
 
     resumed = await js.resume_consumer(stream.name, "c")
     assert (resumed.paused, resumed.pause_until, resumed.pause_remaining) == (False, None, None)
-    info = await js.consumer_info(stream.name, "c")
-    assert info.paused is False
+    info = await _applied(wait_for, js, stream.name, "c", False)
     assert info.pause_remaining is None
 
 
 async def test_consumer_handle_pauses_and_a_past_time_resumes(
-    js: JetStream, stream: Stream
+    js: JetStream, stream: Stream, wait_for: WaitFor
 ) -> None:
     consumer = await stream.create_consumer(durable_name="c")
     assert (await consumer.pause(_later(60))).paused is True
     assert (await consumer.pause(_later(-60))).paused is False
-    assert (await consumer.info()).paused is False
+    await _applied(wait_for, js, stream.name, "c", False)
     assert (await consumer.pause(_later(60))).paused is True
     assert (await consumer.resume()).paused is False
 
@@ -101,10 +121,11 @@ async def test_pause_of_a_missing_consumer(js: JetStream, stream: Stream) -> Non
 
 
 async def test_a_paused_consumer_waits_quietly_then_delivers_when_resumed(
-    js: JetStream, stream: Stream
+    js: JetStream, stream: Stream, wait_for: WaitFor
 ) -> None:
     consumer = await stream.create_consumer(durable_name="c")
     await consumer.pause(_later(300))
+    await _applied(wait_for, js, stream.name, "c", True)
     events: list[object] = []
     got: list[bytes] = []
     resumed = asyncio.Event()

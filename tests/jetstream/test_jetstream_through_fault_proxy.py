@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from consume_support import next_event
-from support import Server
+from support import Server, skip_if_the_proxy_can_be_bypassed
 
 from aioclients import AioClientsError
 from aioclients.jetstream import (
@@ -50,6 +50,7 @@ async def proxied(
             await direct.create_stream(
                 unique_name, subjects=[f"{unique_name}.>"], allow_direct=True, max_bytes=1 << 30
             )
+            skip_if_the_proxy_can_be_bypassed(js.nc)
             yield proxy, js, direct, unique_name
         finally:
             proxy.thaw()

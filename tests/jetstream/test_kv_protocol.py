@@ -14,13 +14,16 @@ from aioclients.jetstream._protocol._config import config_to_wire
 from aioclients.jetstream._protocol._direct import ReplyKind, classify_reply
 from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._kv import (
+    _PLAIN_PUT_REPLY,
     DEL,
     PURGE,
     PUT,
+    _direct_trailer,
     bucket_stream_config,
     direct_entry_fields,
     direct_put_fields,
     key_filter_subjects,
+    key_match,
     key_subject,
     matches_any,
     operation_of,
@@ -35,6 +38,7 @@ from aioclients.jetstream._protocol._time import format_rfc3339, parse_server_ti
 @pytest.mark.parametrize("key", ["a", "a.b", "A-Z_0=9/x", "config.db.url", "=", "-", "__x"])
 def test_valid_keys(key: str) -> None:
     assert validate_key(key) == key
+    assert key_match(key) is not None  # the hot path's test agrees
 
 
 @pytest.mark.parametrize(
@@ -43,6 +47,8 @@ def test_valid_keys(key: str) -> None:
 def test_invalid_keys_are_refused_with_a_hint(key: object) -> None:
     with pytest.raises(InvalidArgumentError, match="invalid key"):
         validate_key(key)
+    if isinstance(key, str):
+        assert key_match(key) is None  # the hot path's test agrees
 
 
 @pytest.mark.parametrize("bucket", ["b", "B_1-x", "0"])
@@ -363,6 +369,47 @@ def test_the_cheap_reading_of_a_put_agrees_with_the_general_one(
     fields = direct_entry_fields(block)
     assert fields is not None
     assert (put[0], put[1], PUT) == (fields[0], parse_server_time(fields[1]), fields[2])
+
+
+_LINE_TEXT = st.text(
+    st.characters(codec="utf-8", blacklist_characters="\r\n"), min_size=0, max_size=12
+)
+
+
+@given(
+    _LINE_TEXT,
+    _LINE_TEXT,
+    st.sampled_from(["42", "7", "0042", "4x", "", "٣"]),
+    st.sampled_from(_STAMPS),
+)
+def test_the_one_match_reading_of_a_plain_reply_agrees_with_the_trailer_reading(
+    stream: str, subject: str, seq: str, stamp: str
+) -> None:
+    """A reply of a message stored without headers (the server's four lines alone):
+    whatever the one match over the whole block reads, the match at the trailing
+    lines reads the same, and where it refuses, so does that."""
+    block = (
+        f"NATS/1.0\r\nNats-Stream: {stream}\r\nNats-Subject: {subject}\r\n"
+        f"Nats-Sequence: {seq}\r\nNats-Time-Stamp: {stamp}\r\n\r\n"
+    ).encode()
+    whole = _PLAIN_PUT_REPLY.fullmatch(block)
+    trailer = _direct_trailer(block)
+    if whole is not None:
+        assert trailer is not None
+        assert whole.groups() == trailer.groups()
+    elif stream:  # (an empty stream name is refused by the one match alone)
+        assert trailer is None
+    put = direct_put_fields(block)
+    if trailer is None:
+        assert put is None
+    else:
+        assert put is not None
+        assert put[0] == int(trailer[1])
+
+
+def test_the_usual_reply_is_read_by_the_one_match() -> None:
+    assert _PLAIN_PUT_REPLY.fullmatch(_direct_reply()) is not None
+    assert _PLAIN_PUT_REPLY.fullmatch(_direct_reply(("X-A", "1"))) is None  # its own headers
 
 
 def test_the_fast_entry_constructor_builds_the_same_frozen_entry() -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import nats
 import pytest
@@ -28,6 +30,7 @@ from aioclients.jetstream import (
     WrongLastSequenceError,
     connect,
 )
+from aioclients.jetstream import _api as jetstream_api
 from aioclients.testing import NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
 
@@ -237,6 +240,107 @@ async def test_max_payload_is_enforced_before_sending(own_server_allowed: None) 
             assert ack.seq == 1
             assert js.nc.is_connected
             assert await _messages(js, "SMALL") == 1
+
+
+# -- "no responders" tried again (ADR-22) ------------------------------------------------------
+
+
+class _Retries(logging.Handler):
+    """Counts the publish layer's "trying again" records; sets ``seen`` at the first."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.count = 0
+        self.seen = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "trying again" in record.getMessage():
+            self.count += 1
+            self.seen.set()
+
+
+@pytest.fixture
+def retries() -> Iterator[_Retries]:
+    logger = logging.getLogger("aioclients.jetstream.publish")
+    handler, level = _Retries(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+async def test_a_publish_no_stream_took_is_sent_again_once_one_listens(
+    js: JetStream, unique_name: str, retries: _Retries
+) -> None:
+    # What a cluster does for a moment after a stream is created: no responders.
+    task = asyncio.ensure_future(
+        js.publish(f"{unique_name}.a", b"late", retry_attempts=20, retry_wait=0.5, timeout=30)
+    )
+    await asyncio.wait_for(retries.seen.wait(), 10)
+    assert not task.done()
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    ack = await asyncio.wait_for(task, 30)
+    assert (ack.stream, ack.seq) == (unique_name, 1)
+    assert await _messages(js, unique_name) == 1  # stored once
+
+
+async def test_no_responders_is_tried_retry_attempts_times_then_raised(
+    js: JetStream, unique_name: str, retries: _Retries
+) -> None:
+    subject = f"{unique_name}.nobody.stores.this"
+    with pytest.raises(NoStreamResponseError):
+        await js.publish(subject, b"x", retry_attempts=3, retry_wait=0.01)
+    assert retries.count == 3
+
+    with pytest.raises(NoStreamResponseError):
+        await js.publish(subject, b"x", retry_attempts=0)
+    assert retries.count == 3  # none more
+
+    # The timeout bounds the retries too: 0.25 s apart within 0.4 s leaves room for one.
+    start = time.monotonic()
+    with pytest.raises(NoStreamResponseError):
+        await js.publish(subject, b"x", retry_attempts=10, retry_wait=0.25, timeout=0.4)
+    assert time.monotonic() - start < 0.4 + 1.0  # scheduling slack
+    assert retries.count == 4
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"retry_attempts": -1},
+        {"retry_attempts": True},
+        {"retry_attempts": 1.5},
+        {"retry_wait": 0},
+        {"retry_wait": -1.0},
+        {"retry_wait": float("nan")},
+        {"retry_wait": "1"},
+    ],
+)
+async def test_bad_retry_options_are_refused_before_sending(
+    js: JetStream, unique_name: str, options: dict[str, Any]
+) -> None:
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    with pytest.raises(InvalidArgumentError, match="retry_"):
+        await js.publish(f"{unique_name}.a", b"x", **options)
+    assert await _messages(js, unique_name) == 0
+
+
+async def test_a_key_value_put_is_sent_again_too(
+    js: JetStream, unique_name: str, retries: _Retries, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The defaults (twice, 250 ms apart) with more tries: room for a slow stream create.
+    monkeypatch.setattr(jetstream_api, "PUBLISH_RETRY_ATTEMPTS", 40)
+    bucket = unique_name.replace(".", "_")[-60:]
+    kv = await js.create_key_value(bucket)
+    await js.delete_stream(kv.stream.name)  # the handle stays; nothing stores its keys
+    task = asyncio.ensure_future(kv.put("k", b"v"))
+    await asyncio.wait_for(retries.seen.wait(), 10)
+    await js.create_key_value(bucket)
+    assert await asyncio.wait_for(task, 10) == 1
+    assert (await kv.get("k")).value == b"v"
 
 
 # -- publish_async and back-pressure -----------------------------------------------------------

@@ -13,6 +13,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from nats.aio.client import Client as NATS
 
 from aioclients.jetstream._transport import FastParser
 
@@ -46,6 +47,7 @@ class FakeClient:
         self._reply_handlers = {RAW_SID: self.raw}
         self.stats = {"in_msgs": 0, "in_bytes": 0}
         self.is_connected = True
+        self._status = NATS.CONNECTED
 
     def raw(self, subject: str, reply: str, payload: bytes, header: bytes | None) -> None:
         self.seen.append(("raw" if not self.in_read_loop else "raw/loop", payload))
@@ -177,6 +179,16 @@ async def test_nothing_is_taken_while_the_read_loop_has_bytes_to_parse(wired: An
 async def test_a_disconnected_client_leaves_everything_to_the_read_loop(wired: Any) -> None:
     nc, reader, loop = wired
     nc.is_connected = False
+    nc._status = NATS.RECONNECTING
+    reader.feed_data(hmsg(RAW_SID, 1))
+    assert nc.seen == []
+    await loop.idle()
+    assert nc.seen == [("raw/loop", b"v1")]
+
+
+async def test_a_draining_client_leaves_everything_to_the_read_loop(wired: Any) -> None:
+    nc, reader, loop = wired
+    nc._status = NATS.DRAINING_SUBS  # still "connected" for nats-py, but draining
     reader.feed_data(hmsg(RAW_SID, 1))
     assert nc.seen == []
     await loop.idle()

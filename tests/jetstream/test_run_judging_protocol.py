@@ -6,6 +6,7 @@ does not."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ from aioclients.jetstream._protocol._ordered import (
     OrderedCursor,
     ack_run_numbers,
     ack_sequences,
+    counting_run,
 )
 from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan, StartSubjects
 
@@ -102,9 +104,118 @@ def test_judge_run_agrees_with_deliver_one_by_one(
         return
     # Wherever it answers, deliver() would have yielded each, with these sequences.
     assert verdicts == [Delivery.YIELD] * len(replies)
-    assert judged == seqs
+    assert list(judged) == seqs
     c.took_run(judged)
     assert _cursor_state(c) == _cursor_state(one_by_one)
+
+
+@st.composite
+def _counting_runs(draw: st.DrawFn) -> tuple[OrderedCursor, int, list[bytes]]:
+    """Runs whose sequences count up by one (an ordered read of a whole stream),
+    near where a sequence takes another digit, sometimes spoilt in one place: a
+    delivery repeated, skipped, moved, of another consumer or shape, a number
+    written otherwise."""
+    c = OrderedCursor({"deliver_policy": "all"})
+    c.created()
+    c.expected = draw(st.sampled_from([1, 5, 95, 990, 9_990, 99_999]))
+    c.stream_seq = draw(st.sampled_from([0, 3, 97, 989, 99_995, 999_990]))
+    start = c.stream_seq + draw(st.integers(0, 2))
+    count = draw(st.integers(1, 40))
+    pending = draw(st.sampled_from([0, 7, 1000]))
+    replies = [
+        b"$JS.ACK.S.C%d.1.%d.%d.1764168000%09d.%d"
+        % (
+            draw(st.sampled_from([1, 2])) if i == count - 1 else 1,
+            start + i,
+            c.expected + i,
+            i * 7,
+            pending + count - i,
+        )
+        for i in range(count)
+    ]
+    spoil = draw(st.integers(0, 9))
+    at = draw(st.one_of(st.just(count - 1), st.integers(0, count - 1)))
+    if spoil == 1:
+        replies.insert(at, replies[at])  # a repeated delivery
+    elif spoil == 2 and count > 1:
+        del replies[at]  # a skipped one (a gap, or the stream's)
+    elif spoil == 3 and count > 1:
+        other = draw(st.integers(0, count - 1))
+        replies[at], replies[other] = replies[other], replies[at]
+    elif spoil == 4:
+        replies[at] = replies[at].replace(b".1.", b".2.", 1)  # redelivered
+    elif spoil == 5:
+        replies[at] = draw(_REPLY)
+    elif spoil == 6:
+        tokens = replies[at].split(b".")
+        tokens[draw(st.sampled_from([5, 6]))] = draw(
+            st.sampled_from([b"0%d" % (start + at), b"+1", b"1_0", b"", b"x"])
+        )
+        replies[at] = b".".join(tokens)
+    elif spoil == 7:
+        replies[at] = replies[at] + draw(st.sampled_from([b"0", b".1", b" ", b"\t"]))
+    elif spoil == 8:  # a byte changed in place: another shape of the same length
+        where = draw(st.integers(0, len(replies[at]) - 1))
+        byte = draw(st.sampled_from([b".", b"x", b" ", b"7"]))
+        replies[at] = replies[at][:where] + byte + replies[at][where + 1 :]
+    elif spoil == 9:  # one sequence another number
+        tokens = replies[at].split(b".")
+        which = draw(st.sampled_from([5, 6]))
+        tokens[which] = b"%d" % (int(tokens[which]) + draw(st.sampled_from([-1, 1, 2, 10])))
+        replies[at] = b".".join(tokens)
+    generation = c.generation if draw(st.integers(0, 5)) else c.generation + 1
+    return c, generation, replies
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_counting_runs())
+def test_a_counting_run_is_judged_as_one_by_one(
+    run: tuple[OrderedCursor, int, list[bytes]],
+) -> None:
+    """``counting_run``'s answer (a range, without reading each number) is what
+    deliver() says one by one: a gap or a repeat inside a run is never passed."""
+    c, generation, replies = run
+    before = _cursor_state(c)
+    judged = c.judge_run(generation, replies)
+    assert _cursor_state(c) == before
+    one_by_one = copy.deepcopy(c)
+    verdicts, seqs = [], []
+    for reply in replies:
+        tokens = reply.split(b".")
+        try:
+            if len(tokens) != 9 or tokens[0] != b"$JS":
+                raise ValueError
+            stream_seq, consumer_seq = int(tokens[5]), int(tokens[6])
+        except ValueError:
+            verdicts.append(None)
+            break
+        verdicts.append(one_by_one.deliver(generation, consumer_seq, stream_seq))
+        seqs.append(stream_seq)
+    counted = counting_run(replies, c.expected)
+    if counted is not None:
+        # Told without the numbers: each ack subject says what the range says.
+        assert [(int(r.split(b".")[5]), int(r.split(b".")[6])) for r in replies] == [
+            (seq, c.expected + i) for i, seq in enumerate(counted)
+        ]
+    if judged is None:
+        assert verdicts != [Delivery.YIELD] * len(replies) or counted is None
+        return
+    assert verdicts == [Delivery.YIELD] * len(replies)
+    assert list(judged) == seqs
+    c.took_run(judged)
+    assert _cursor_state(c) == _cursor_state(one_by_one)
+
+
+def test_counting_runs_across_another_digit() -> None:
+    replies = [_ack(seq, seq - 90) for seq in range(95, 105)]  # 95..104, 5..14
+    assert counting_run(replies, 5) is None  # the lengths differ: read each number
+    replies = [_ack(seq, seq + 1) for seq in range(990, 999)]
+    assert counting_run(replies, 991) == range(990, 999)
+    assert counting_run(replies, 992) is None  # not the expected consumer sequences
+    gap = replies[:4] + replies[5:]
+    assert counting_run(gap, 991) is None
+    repeated = replies[:4] + replies[3:-1]
+    assert counting_run(repeated, 991) is None
 
 
 def _deliver_run(c: OrderedCursor, generation: int, replies: list[bytes]) -> list[int] | None:
@@ -150,7 +261,7 @@ def test_ack_run_numbers_read_what_ack_sequences_reads(replies: list[bytes], sam
 
 
 @st.composite
-def _scans(draw: st.DrawFn) -> tuple[SnapshotScan, list[int]]:
+def _scans(draw: st.DrawFn) -> tuple[SnapshotScan, Sequence[int]]:
     scan = SnapshotScan(draw(st.integers(0, 60)), latest_only=draw(st.booleans()))
     for _ in range(draw(st.integers(0, 2))):
         scan.opened(draw(st.integers(0, 60)))
@@ -164,7 +275,9 @@ def _scans(draw: st.DrawFn) -> tuple[SnapshotScan, list[int]]:
     else:  # the usual run, up to or past the end of what the consumer had pending
         first = scan.reached + draw(st.integers(0, 2))
         count = draw(st.integers(0, max(0, scan._left) + 1))
-        seqs = list(range(first, first + count))
+        seqs = range(first, first + count)  # as judge_run gives a counting run
+        if draw(st.booleans()):
+            seqs = list(seqs)
     return scan, seqs
 
 
@@ -174,7 +287,9 @@ def _scan_state(scan: SnapshotScan) -> tuple[object, ...]:
 
 @settings(max_examples=500, deadline=None)
 @given(_scans())
-def test_take_run_agrees_with_deliver_one_by_one(case: tuple[SnapshotScan, list[int]]) -> None:
+def test_take_run_agrees_with_deliver_one_by_one(
+    case: tuple[SnapshotScan, Sequence[int]],
+) -> None:
     scan, seqs = case
     one_by_one = copy.copy(scan)
     before = _scan_state(scan)
@@ -200,6 +315,20 @@ def test_delivered_run_is_delivered_for_each(
     at_once.delivered_run([s for s, _ in run], [q for _, q in run])
     for subject, seq in run:
         one_by_one.delivered(subject, seq)
+    assert at_once.unreached == one_by_one.unreached
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(1, 30), max_size=10), st.integers(1, 25), st.integers(0, 8))
+def test_delivered_run_of_a_range_is_delivered_for_each(
+    start: set[int], first: int, count: int
+) -> None:
+    names = {f"k{n}" for n in start}
+    seqs = range(first, first + count)
+    at_once, one_by_one = StartSubjects(set(names), 20), StartSubjects(set(names), 20)
+    at_once.delivered_run([f"k{seq}" for seq in seqs], seqs)
+    for seq in seqs:
+        one_by_one.delivered(f"k{seq}", seq)
     assert at_once.unreached == one_by_one.unreached
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from support import WaitFor
 
 from aioclients import AioClientsError, InvalidArgumentError
 from aioclients.jetstream import (
@@ -420,7 +421,7 @@ async def test_headers_round_trip_through_get_msg(js: JetStream, unique_name: st
     assert msg.headers == {"X": ["1", "2"], "Trace-Id": "abc-123", "Empty": ""}
 
 
-async def test_account_info(js: JetStream, unique_name: str) -> None:
+async def test_account_info(js: JetStream, unique_name: str, wait_for: WaitFor) -> None:
     before = await js.account_info()
     assert isinstance(before, AccountInfo)
     assert before.limits is not None
@@ -428,8 +429,16 @@ async def test_account_info(js: JetStream, unique_name: str) -> None:
 
     await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
     await js.publish(f"{unique_name}.big", b"x" * 4096)
+    # A single server counts the message at once; a cluster sums its servers' usage,
+    # which each of them reports a moment later.
     after = await js.account_info()
 
+    async def counted() -> bool:
+        nonlocal after
+        after = await js.account_info()
+        return after.storage >= before.storage + 4096
+
+    await wait_for(counted, what="the account's storage to count the message")
+
     assert after.streams >= before.streams + 1
-    assert after.storage >= before.storage + 4096
     assert after.api.total > before.api.total

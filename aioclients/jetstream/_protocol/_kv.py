@@ -37,6 +37,7 @@ __all__ = (
     "direct_entry_fields",
     "direct_put_fields",
     "key_filter_subjects",
+    "key_match",
     "key_subject",
     "matches_any",
     "operation_of",
@@ -65,6 +66,12 @@ _BUCKET = re.compile(r"[a-zA-Z0-9_-]+")
 _KEY = re.compile(r"[-/_=a-zA-Z0-9]+(?:\.[-/_=a-zA-Z0-9]+)*")
 # A watch / keys filter may use the subject wildcards ``*`` (one token) and ``>`` (the rest).
 _FILTER = re.compile(r"[-/_=.a-zA-Z0-9*>]+")
+
+
+#: ``key_match(key)`` is not None for a valid key: :func:`validate_key`'s test, for a
+#: hot path that takes the key's type as checked (a ``str``) and calls
+#: :func:`validate_key` only to raise.
+key_match = _KEY.fullmatch
 
 
 def validate_bucket(bucket: object) -> str:
@@ -284,6 +291,17 @@ _DIRECT_TRAILER = re.compile(
 )
 
 
+# A Direct Get reply of a message stored without headers of its own (a plain put,
+# the usual value): the server's four lines and nothing else, as current servers
+# write them. Whatever this matches, _DIRECT_TRAILER matches the same way (one
+# Nats-Subject line, the same groups), and no operation or marker header is there.
+_PLAIN_PUT_REPLY = re.compile(
+    rb"NATS/1\.0\r\nNats-Stream: [^\r\n]+\r\nNats-Subject: \S[^\r\n]*\r\n"
+    rb"Nats-Sequence: (\d+)\r\n"
+    rb"Nats-Time-Stamp: (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6})\d{0,3}Z\r\n\r\n"
+)
+
+
 def direct_put_fields(block: bytes | None) -> tuple[int, datetime] | None:
     """``(revision, created)`` of a Direct Get reply that carries a plain ``PUT``, in
     the exact form current servers write it; ``None`` for anything else.
@@ -295,8 +313,23 @@ def direct_put_fields(block: bytes | None) -> tuple[int, datetime] | None:
     take :func:`direct_entry_fields`, which reads every other form (operation
     headers, markers, other stamp precisions) or refuses it.
     """
-    if not block or not block.startswith(b"NATS/1.0\r\n"):
-        return None  # no headers, or a status line ("NATS/1.0 404 ...")
+    if not block:
+        return None
+    m = _PLAIN_PUT_REPLY.fullmatch(block)  # the usual reply, in one match
+    if m is None:
+        if not block.startswith(b"NATS/1.0\r\n"):
+            return None  # a status line ("NATS/1.0 404 ...")
+        m = _direct_trailer(block)
+        if m is None:
+            return None
+    seq, stamp = m.groups()
+    # (an offset in the text: far cheaper than .replace(tzinfo=...) afterwards)
+    return int(seq), datetime.fromisoformat(stamp.decode("ascii") + "+00:00")
+
+
+def _direct_trailer(block: bytes) -> re.Match[bytes] | None:
+    """The match of the server's trailing lines, if the stored message's own headers
+    before them hold no operation or marker header."""
     at = block.rfind(b"\r\nNats-Subject: ")
     if at < 0:
         return None
@@ -308,9 +341,7 @@ def direct_put_fields(block: bytes | None) -> tuple[int, datetime] | None:
         or b"\r\nNats-Marker-Reason:" in block
     ):
         return None
-    seq, stamp = m.groups()
-    # (an offset in the text: far cheaper than .replace(tzinfo=...) afterwards)
-    return int(seq), datetime.fromisoformat(stamp.decode("ascii") + "+00:00")
+    return m
 
 
 @dataclass(frozen=True, slots=True)

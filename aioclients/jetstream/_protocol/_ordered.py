@@ -59,6 +59,7 @@ __all__ = (
     "OrderedCursor",
     "ack_run_numbers",
     "ack_sequences",
+    "counting_run",
     "ordered_consumer_config",
 )
 
@@ -261,18 +262,23 @@ class OrderedCursor:
         self.stream_seq = stream_seq
         return _YIELD
 
-    def judge_run(self, generation: int, replies: Sequence[bytes]) -> list[int] | None:
+    def judge_run(self, generation: int, replies: Sequence[bytes]) -> Sequence[int] | None:
         """Judge a run of deliveries at once, by their ack subjects as they came,
         changing nothing.
 
         Returns their stream sequences when :meth:`deliver` would yield every one
         of them (the usual case: in order, of the current consumer, the ack
-        subjects as :func:`ack_run_numbers` reads them); then :meth:`took_run`
-        records them as those calls would. ``None`` otherwise: judge them one by
-        one with ``deliver``.
+        subjects as :func:`ack_run_numbers` reads them; a ``range`` when both
+        sequences count up by one, as :func:`counting_run` tells without reading
+        each number); then :meth:`took_run` records them as those calls would.
+        ``None`` otherwise: judge them one by one with ``deliver``.
         """
         if generation != self.generation or self.state is not _RUNNING:
             return None
+        counted = counting_run(replies, self.expected)
+        if counted is not None:
+            # Both sequences count up by one: in order, none repeated, none skipped.
+            return counted if counted.start > self.stream_seq else None
         numbers = ack_run_numbers(replies)
         if numbers is None:
             return None
@@ -389,6 +395,83 @@ def ack_run_numbers(replies: Sequence[bytes]) -> list[bytes] | None:
     if len(numbers) != 5 * count - 1 or numbers[4::5].count(b" ") != count - 1:
         return None
     return numbers
+
+
+#: every ASCII digit to ``0``: what is left of an ack subject is its shape
+_SHAPE = bytes.maketrans(b"123456789", b"000000000")
+_DIGITS = [b"%d" % d for d in range(10)]
+#: the digit at place value ``q`` of ``n, n + 1, ...`` cycles through ``_CYCLES[q]``
+#: from ``n % (10 * q)`` on (for the low places; the others change once in a run)
+_CYCLES = {q: b"".join(digit * q for digit in _DIGITS) for q in (1, 10, 100)}
+
+
+def _place_column(first: int, count: int, q: int) -> bytes:
+    """The digits at place value ``q`` of ``first, first + 1, ..., first + count - 1``."""
+    cycle = _CYCLES.get(q)
+    if cycle is not None:
+        at = first % (10 * q)
+        return (cycle * ((at + count) // len(cycle) + 1))[at : at + count]
+    parts = []
+    value = first // q
+    take = q - first % q
+    left = count
+    while left > 0:
+        take = min(take, left)
+        parts.append(_DIGITS[value % 10] * take)
+        left -= take
+        value += 1
+        take = q
+    return b"".join(parts)
+
+
+def counting_run(replies: Sequence[bytes], expected: int) -> range | None:
+    """The stream sequences of a run of ack subjects of the 9-token form (see
+    :func:`ack_run_numbers`) whose consumer sequences are ``expected``,
+    ``expected + 1``, ... and whose stream sequences count up by one from the
+    first one's (an ordered read of a stream, a listing of keys written once
+    each), told without reading each number: ``range(first, first + count)``.
+    ``None`` when that cannot be told so (the run may still be in order: ask
+    :func:`ack_run_numbers`).
+
+    Every ack subject must have the first one's shape (its bytes with each digit
+    as ``0``; one join and one ``translate`` of the run): the same length, its
+    dots and its other bytes where the first one has them, digits where it has
+    digits. Then each digit of a sequence sits at one offset in every ack subject,
+    and that column of the joined run (one strided slice) is compared with the
+    digits the counting sequence has there.
+    """
+    count = len(replies)
+    if not count:
+        return None
+    first = replies[0]
+    tokens = first.split(b".")
+    if len(tokens) != 9 or tokens[0] != b"$JS" or b" " in first:
+        return None
+    stream_text, consumer_text = tokens[5], tokens[6]
+    if not (stream_text.isdigit() and consumer_text.isdigit()):  # ASCII digits only
+        return None
+    shape = first.translate(_SHAPE)
+    joined = b" ".join(replies)
+    # The same shape (the spaces between them included): each ack subject is as
+    # long as the first, since none holds a space (the shape has as many as the run).
+    if joined.translate(_SHAPE) != (shape + b" ") * (count - 1) + shape:
+        return None
+    stride = len(first) + 1
+    stream_at = len(b".".join(tokens[:5])) + 1
+    consumer_at = stream_at + len(stream_text) + 1
+    start = int(stream_text)
+    for at, width, value in (
+        (consumer_at, len(consumer_text), expected),
+        (stream_at, len(stream_text), start),
+    ):
+        if value < 0 or value + count > 10**width:
+            return None  # the last one would need another digit (or a sign)
+        q = 10**width
+        for offset in range(at, at + width):
+            q //= 10
+            if joined[offset::stride] != _place_column(value, count, q):
+                return None
+    return range(start, start + count)
 
 
 def ack_sequences(reply: str) -> tuple[int, int, int, int]:

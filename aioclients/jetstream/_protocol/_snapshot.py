@@ -189,7 +189,10 @@ class SnapshotScan:
             or count >= self._left
             or stream_seqs[0] <= self.reached
             or stream_seqs[-1] >= self.last_seq
-            or not all(map(lt, stream_seqs, islice(stream_seqs, 1, None)))
+            or not (
+                (type(stream_seqs) is range and stream_seqs.step > 0)  # judge_run's
+                or all(map(lt, stream_seqs, islice(stream_seqs, 1, None)))
+            )
         ):
             return False
         last = stream_seqs[-1]
@@ -301,7 +304,11 @@ class StartSubjects:
     def delivered_run(self, subjects: Sequence[str], stream_seqs: Sequence[int]) -> None:
         """:meth:`delivered` for each ``(subject, stream_seq)`` of a run, at once."""
         last = self.last_seq
-        if max(stream_seqs, default=0) <= last:
+        if type(stream_seqs) is range and stream_seqs.step > 0:
+            highest = stream_seqs[-1] if stream_seqs else 0
+        else:
+            highest = max(stream_seqs, default=0)
+        if highest <= last:
             self.unreached.difference_update(subjects)
         else:
             self.unreached.difference_update(
