@@ -29,14 +29,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 # The stream, its filling and the pull size are jetstream_consume.py's, so that both
 # scripts measure the same loops (its imports count once per process, taken out with
 # the rest of the start-up).
+from _valgrind import count_instructions
 from jetstream_consume import BATCH, STREAM, SUBJECT, fill_stream
 
 HERE = Path(__file__).resolve().parent
@@ -107,29 +105,10 @@ async def consume(url: str, loop: str, n: int, ack: bool) -> None:
 
 def instructions(tree: str, args: argparse.Namespace, loop: str, n: int) -> int:
     """Instructions valgrind counts for one run of ``n`` messages (the whole process)."""
-    command = [
-        "valgrind",
-        "--tool=cachegrind",
-        "--cache-sim=no",
-        "--cachegrind-out-file=/dev/null",
-        sys.executable,
-        __file__,
-        "--url",
-        args.url,
-        "--run",
-        loop,
-        str(n),
-        "--loop",
-        args.loop,
-    ]
+    run = ["--url", args.url, "--run", loop, str(n), "--loop", args.loop]
     if args.ack:
-        command.append("--ack")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, str(HERE)])}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-    match = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
-    if match is None:
-        raise RuntimeError(f"no instruction count from valgrind:\n{done.stderr[-2000:]}")
-    return int(match.group(1).replace(",", ""))
+        run.append("--ack")
+    return count_instructions(__file__, run, [tree, str(HERE)])
 
 
 def main() -> None:

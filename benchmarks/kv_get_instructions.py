@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
+from _valgrind import count_instructions
 from jetstream_kv import BUCKET, fill, sample
 
 HERE = Path(__file__).resolve().parent
@@ -72,27 +69,8 @@ async def gets(url: str, client: str, n: int) -> None:
 
 def instructions(tree: str, args: argparse.Namespace, client: str, n: int) -> int:
     """Instructions valgrind counts for one run of ``n`` gets (the whole process)."""
-    command = [
-        "valgrind",
-        "--tool=cachegrind",
-        "--cache-sim=no",
-        "--cachegrind-out-file=/dev/null",
-        sys.executable,
-        __file__,
-        "--url",
-        args.url,
-        "--run",
-        client,
-        str(n),
-        "--loop",
-        args.loop,
-    ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, str(HERE)])}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-    match = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
-    if match is None:
-        raise RuntimeError(f"no instruction count from valgrind:\n{done.stderr[-2000:]}")
-    return int(match.group(1).replace(",", ""))
+    run = ["--url", args.url, "--run", client, str(n), "--loop", args.loop]
+    return count_instructions(__file__, run, [tree, str(HERE)])
 
 
 def main() -> None:

@@ -23,10 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
-import subprocess
 import sys
 from typing import Any
+
+from _valgrind import count_instructions
 
 #: a header block like the one a headers-only consumer gets for a 100-byte message
 HEADER = b"NATS/1.0\r\nNats-Msg-Size: 100\r\n\r\n"
@@ -78,21 +78,8 @@ async def read(kind: str, n: int) -> None:
 
 
 def count(tree: str, kind: str, n: int, only_make: bool) -> int:
-    env = dict(os.environ, PYTHONPATH=tree)
-    args = [sys.executable, __file__, "--run", kind, str(n)] + (["--make"] if only_make else [])
-    valgrind = ["valgrind", "--tool=cachegrind", "--cache-sim=no"]
-    valgrind.append("--cachegrind-out-file=/dev/null")
-    done = subprocess.run(
-        [*valgrind, *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
-    if found is None:
-        raise SystemExit(f"no instruction count from valgrind: {done.stderr[-500:]}")
-    return int(found.group(1).replace(",", ""))
+    args = ["--run", kind, str(n)] + (["--make"] if only_make else [])
+    return count_instructions(__file__, args, [tree])
 
 
 def main() -> None:

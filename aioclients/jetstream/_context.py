@@ -10,6 +10,7 @@ module but the package's ``__init__``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -460,7 +461,8 @@ class JetStream:
         if retry_attempts is not PUBLISH_RETRY_ATTEMPTS or retry_wait is not PUBLISH_RETRY_WAIT:
             check_publish_retries(retry_attempts, retry_wait)
         started = asyncio.get_running_loop().time()
-        future = await self.publish_async(
+        send = functools.partial(
+            self.publish_async,
             subject,
             payload,
             headers=headers,
@@ -469,32 +471,19 @@ class JetStream:
             expected_last_seq=expected_last_seq,
             expected_last_subject_seq=expected_last_subject_seq,
             expected_last_msg_id=expected_last_msg_id,
-            timeout=timeout,
             ttl=ttl,
         )
+        future = await send(timeout=timeout)
         try:
             return await future
         except NoStreamResponseError as exc:
             if not retry_attempts:
                 raise
             first = exc
-
-        async def send(left: float) -> asyncio.Future[PubAck]:
-            return await self.publish_async(
-                subject,
-                payload,
-                headers=headers,
-                msg_id=msg_id,
-                expected_stream=expected_stream,
-                expected_last_seq=expected_last_seq,
-                expected_last_subject_seq=expected_last_subject_seq,
-                expected_last_msg_id=expected_last_msg_id,
-                timeout=left,
-                ttl=ttl,
-            )
-
         deadline = started + (timeout or self.timeout)
-        return await publish_again(send, first, deadline, retry_attempts, retry_wait, subject)
+        return await publish_again(
+            lambda left: send(timeout=left), first, deadline, retry_attempts, retry_wait, subject
+        )
 
     async def publish_async(
         self,
