@@ -496,6 +496,23 @@ _frames_st = st.lists(
 )
 
 
+def _fed_alike(
+    plain: C.ConnectionCore, made: C.ConnectionCore, stream: bytes, cuts: list[int]
+) -> tuple[list[object], list[object]]:
+    """The events of two cores fed ``stream`` cut at ``cuts`` (then the rest), their
+    decoders checked to stay in step after every read."""
+    plain_events: list[object] = []
+    made_events: list[object] = []
+    pos = 0
+    for cut in [*cuts, len(stream)]:
+        chunk, pos = stream[pos : pos + cut], pos + cut
+        plain_events += plain.receive_data(chunk, 1.0)
+        made_events += made.receive_data(chunk, 1.0)
+        assert plain.decoder.offset == made.decoder.offset
+        assert plain.decoder.buffered == made.decoder.buffered
+    return plain_events, made_events
+
+
 @settings(max_examples=300, deadline=None)
 @given(_frames_st, st.lists(st.integers(1, 80), max_size=40), st.integers(0, 4))
 def test_made_messages_are_the_events_any_chunking(
@@ -517,15 +534,7 @@ def test_made_messages_are_the_events_any_chunking(
     plain, made = _made_core(30), _made_core(30)
     made.make_message = lambda *args: C.MessageReceived(args[2], args[3], args[0], args[1])
     made.attempts_limit = limit
-    plain_events: list[object] = []
-    made_events: list[object] = []
-    pos = 0
-    for cut in [*cuts, len(stream)]:
-        chunk, pos = stream[pos : pos + cut], pos + cut
-        plain_events += plain.receive_data(chunk, 1.0)
-        made_events += made.receive_data(chunk, 1.0)
-        assert plain.decoder.offset == made.decoder.offset
-        assert plain.decoder.buffered == made.decoder.buffered
+    plain_events, made_events = _fed_alike(plain, made, stream, cuts)
     messages = [e for e in plain_events if isinstance(e, C.MessageReceived)]
     over = [m for m in messages if limit and m.attempts > limit]
     assert made.received == [m for m in messages if m not in over]
@@ -593,15 +602,7 @@ def test_same_sized_messages_read_as_columns_are_the_events(
 
         made.make_messages = make_many
     made.attempts_limit = limit
-    plain_events: list[object] = []
-    made_events: list[object] = []
-    pos = 0
-    for cut in [*cuts, len(stream)]:
-        chunk, pos = stream[pos : pos + cut], pos + cut
-        plain_events += plain.receive_data(chunk, 1.0)
-        made_events += made.receive_data(chunk, 1.0)
-        assert plain.decoder.offset == made.decoder.offset
-        assert plain.decoder.buffered == made.decoder.buffered
+    plain_events, made_events = _fed_alike(plain, made, stream, cuts)
     messages = [e for e in plain_events if isinstance(e, C.MessageReceived)]
     over = [m for m in messages if limit and m.attempts > limit]
     assert made.received == [m for m in messages if m not in over]
