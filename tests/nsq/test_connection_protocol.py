@@ -497,10 +497,16 @@ _frames_st = st.lists(
 
 
 def _fed_alike(
-    plain: C.ConnectionCore, made: C.ConnectionCore, stream: bytes, cuts: list[int]
-) -> tuple[list[object], list[object]]:
-    """The events of two cores fed ``stream`` cut at ``cuts`` (then the rest), their
-    decoders checked to stay in step after every read."""
+    plain: C.ConnectionCore,
+    made: C.ConnectionCore,
+    stream: bytes,
+    cuts: list[int],
+    limit: int,
+) -> None:
+    """Feed ``stream`` cut at ``cuts`` (then the rest) to a plain core and to one
+    that makes messages (``attempts_limit`` ``limit``): the decoders stay in step
+    after every read, the made one holds the plain one's messages (those over the
+    limit aside), and its events are the plain one's other events."""
     plain_events: list[object] = []
     made_events: list[object] = []
     pos = 0
@@ -510,7 +516,13 @@ def _fed_alike(
         made_events += made.receive_data(chunk, 1.0)
         assert plain.decoder.offset == made.decoder.offset
         assert plain.decoder.buffered == made.decoder.buffered
-    return plain_events, made_events
+    messages = [e for e in plain_events if isinstance(e, C.MessageReceived)]
+    over = [m for m in messages if limit and m.attempts > limit]
+    assert made.received == [m for m in messages if m not in over]
+    # (NSQError compares by identity: the events are compared by their repr)
+    assert [repr(e) for e in made_events] == [
+        repr(e) for e in plain_events if e not in made.received
+    ]
 
 
 @settings(max_examples=300, deadline=None)
@@ -534,14 +546,7 @@ def test_made_messages_are_the_events_any_chunking(
     plain, made = _made_core(30), _made_core(30)
     made.make_message = lambda *args: C.MessageReceived(args[2], args[3], args[0], args[1])
     made.attempts_limit = limit
-    plain_events, made_events = _fed_alike(plain, made, stream, cuts)
-    messages = [e for e in plain_events if isinstance(e, C.MessageReceived)]
-    over = [m for m in messages if limit and m.attempts > limit]
-    assert made.received == [m for m in messages if m not in over]
-    # (NSQError compares by identity: the events are compared by their repr)
-    assert [repr(e) for e in made_events] == [
-        repr(e) for e in plain_events if e not in made.received
-    ]
+    _fed_alike(plain, made, stream, cuts, limit)
     assert made.in_flight == plain.in_flight
     assert made.data_to_send() == plain.data_to_send()
 
@@ -602,13 +607,7 @@ def test_same_sized_messages_read_as_columns_are_the_events(
 
         made.make_messages = make_many
     made.attempts_limit = limit
-    plain_events, made_events = _fed_alike(plain, made, stream, cuts)
-    messages = [e for e in plain_events if isinstance(e, C.MessageReceived)]
-    over = [m for m in messages if limit and m.attempts > limit]
-    assert made.received == [m for m in messages if m not in over]
-    assert [repr(e) for e in made_events] == [
-        repr(e) for e in plain_events if e not in made.received
-    ]
+    _fed_alike(plain, made, stream, cuts, limit)
     assert list(made.in_flight.items()) == list(plain.in_flight.items())
     assert made.data_to_send() == plain.data_to_send()
     assert all(n >= 2 for n in calls)
