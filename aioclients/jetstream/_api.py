@@ -26,7 +26,6 @@ server's answers as models; the handles (``Stream``, ``Consumer``,
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -45,7 +44,6 @@ from aioclients.jetstream._errors import (
     JetStreamError,
     JetStreamNotEnabledError,
     MessageNotFoundError,
-    NoStreamResponseError,
     ServerTooOldError,
     TooManySubjectsError,
 )
@@ -87,7 +85,6 @@ from aioclients.jetstream._publisher import (
     AckMux,
     ReplyMux,
     json_answer,
-    publish_again,
 )
 from aioclients.jetstream._transport import NatsTransport, ReplyInbox, close_connection
 
@@ -555,20 +552,14 @@ class JetStreamApi:
         self.check_not_closed()
         if timeout is not None:
             check_timeout(timeout)
-        budget = timeout or self.timeout
-        started = asyncio.get_running_loop().time()
-        future = await self.acks.publish(subject, payload, headers, budget)
-        try:
-            return await future
-        except NoStreamResponseError as exc:
-            first = exc
-
-        async def send(left: float) -> asyncio.Future[PubAck]:
-            return await self.acks.publish(subject, payload, headers, left)
-
-        return await publish_again(
-            send, first, started + budget, PUBLISH_RETRY_ATTEMPTS, PUBLISH_RETRY_WAIT, subject
+        future = await self.acks.publish(
+            subject,
+            payload,
+            headers,
+            timeout or self.timeout,
+            retry=(PUBLISH_RETRY_ATTEMPTS, PUBLISH_RETRY_WAIT),
         )
+        return await future
 
     async def ttl_headers(
         self, headers: Mapping[str, str | list[str]] | None, ttl: object

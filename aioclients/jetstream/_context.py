@@ -10,7 +10,6 @@ module but the package's ``__init__``.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -42,7 +41,6 @@ from aioclients.jetstream._control import (
 from aioclients.jetstream._errors import (
     JetStreamClosedError,
     JetStreamConnectError,
-    NoStreamResponseError,
     StreamNameInUseError,
     StreamNotFoundError,
 )
@@ -72,7 +70,6 @@ from aioclients.jetstream._publisher import (
     PUBLISH_RETRY_ATTEMPTS,
     PUBLISH_RETRY_WAIT,
     check_publish_retries,
-    publish_again,
 )
 from aioclients.jetstream._push import PushConsumer, push_consumer_of, upsert_push_consumer
 from aioclients.jetstream._schedule import publish_schedule
@@ -458,11 +455,7 @@ class JetStream:
                 ``retry_attempts`` or ``retry_wait`` (nothing is sent).
             ServerTooOldError: ``ttl`` with a server before 2.11 (nothing is sent).
         """
-        if retry_attempts is not PUBLISH_RETRY_ATTEMPTS or retry_wait is not PUBLISH_RETRY_WAIT:
-            check_publish_retries(retry_attempts, retry_wait)
-        started = asyncio.get_running_loop().time()
-        send = functools.partial(
-            self.publish_async,
+        future = await self.publish_async(
             subject,
             payload,
             headers=headers,
@@ -471,19 +464,12 @@ class JetStream:
             expected_last_seq=expected_last_seq,
             expected_last_subject_seq=expected_last_subject_seq,
             expected_last_msg_id=expected_last_msg_id,
+            timeout=timeout,
             ttl=ttl,
+            retry_attempts=retry_attempts,
+            retry_wait=retry_wait,
         )
-        future = await send(timeout=timeout)
-        try:
-            return await future
-        except NoStreamResponseError as exc:
-            if not retry_attempts:
-                raise
-            first = exc
-        deadline = started + (timeout or self.timeout)
-        return await publish_again(
-            lambda left: send(timeout=left), first, deadline, retry_attempts, retry_wait, subject
-        )
+        return await future
 
     async def publish_async(
         self,
@@ -498,13 +484,21 @@ class JetStream:
         expected_last_msg_id: str | None = None,
         timeout: float | None = None,
         ttl: float | str | None = None,
+        retry_attempts: int = PUBLISH_RETRY_ATTEMPTS,
+        retry_wait: float = PUBLISH_RETRY_WAIT,
     ) -> asyncio.Future[PubAck]:
         """Publish without waiting for the ack; return a future of it.
 
         Waits (back-pressure) while ``max_pending`` acks are outstanding, then
         sends and returns. The future fails like :meth:`publish` would, or with
         ``APITimeoutError`` when the ack does not arrive within ``timeout``.
+        A "no responders" answer is tried again as :meth:`publish` does; the
+        message keeps its place among the outstanding acks meanwhile.
         """
+        retry = None
+        if retry_attempts is not PUBLISH_RETRY_ATTEMPTS or retry_wait is not PUBLISH_RETRY_WAIT:
+            check_publish_retries(retry_attempts, retry_wait)
+            retry = (retry_attempts, retry_wait)
         if self._jsapi.closing:
             raise JetStreamClosedError("this JetStream context is closed")
         if (
@@ -532,7 +526,9 @@ class JetStream:
                 hdrs = await self._jsapi.ttl_headers(hdrs, ttl)
         if timeout is not None:
             check_timeout(timeout)
-        return await self._acks.publish(subject, payload, hdrs, timeout or self.timeout)
+        return await self._acks.publish(
+            subject, payload, hdrs, timeout or self.timeout, retry=retry
+        )
 
     async def publish_async_complete(self, timeout: float | None = None) -> None:
         """Wait until every ``publish_async`` ack has arrived (or failed).

@@ -96,6 +96,8 @@ __all__ = (
 log = logging.getLogger("aioclients.jetstream.objstore")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: A chunk's (tries again, wait) after "no responders": none (see put).
+_NO_RETRY = (0, 0.25)
 #: Bytes of chunks a put may have awaiting their acks.
 _PUT_WINDOW_BYTES = 8 * 1024 * 1024
 #: Bytes a get's pulls ask for at once (the bound of its buffer).
@@ -321,7 +323,9 @@ class ObjectStore:
             async def send(chunk: bytes) -> None:
                 while len(window) >= limit:
                     await window.popleft()
-                future = await acks.publish(subject, chunk, None, timeout)
+                # Never sent again after "no responders": a resend would store the
+                # chunk behind later ones, and the object would not read back.
+                future = await acks.publish(subject, chunk, None, timeout, retry=_NO_RETRY)
                 future.add_done_callback(_forget_outcome)
                 window.append(future)
 

@@ -22,7 +22,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from nats.aio.msg import Msg as NatsMsg
@@ -49,12 +49,15 @@ __all__ = (
     "check_publish_retries",
     "json_answer",
     "parse_pub_ack",
-    "publish_again",
 )
 
 log = logging.getLogger("aioclients.jetstream.publish")
 
 T = TypeVar("T")
+
+#: What a publish keeps to be sent again after "no responders": its frame while it
+#: has the default tries left, else (frame, tries left, wait); None for a request.
+Resend = bytes | tuple[bytes, int, float] | None
 
 # The server writes acks as {"stream":..,["domain":..,]"seq":N[,"duplicate":true]} (and a
 # counter's as {..,"seq":N,"val":"T"}); matching that shape is several times cheaper than
@@ -125,8 +128,9 @@ def parse_pub_ack(msg: NatsMsg, subject: str) -> PubAck:
     )
 
 
-#: ADR-22: a publish that waits for its ack and is answered "no responders" (status
-#: 503) is sent again after a pause, as nats.go does by default: twice, 250 ms apart.
+#: ADR-22: a publish answered "no responders" (status 503) is sent again after a
+#: pause, as nats.go does by default, for publish and publish_async alike: twice,
+#: 250 ms apart, within the publish's timeout.
 PUBLISH_RETRY_ATTEMPTS = 2
 PUBLISH_RETRY_WAIT = 0.25
 
@@ -135,46 +139,6 @@ def check_publish_retries(attempts: object, wait: object) -> None:
     """Refuse a bad ``retry_attempts`` (an int >= 0) or ``retry_wait`` (seconds > 0)."""
     check_int("retry_attempts", attempts, minimum=0)
     check_float("retry_wait", wait)
-
-
-async def publish_again(
-    send: Callable[[float], Awaitable[asyncio.Future[PubAck]]],
-    first: NoStreamResponseError,
-    deadline: float,
-    attempts: int,
-    wait: float,
-    subject: str,
-) -> PubAck:
-    """Send again a publish the server answered with "no responders" (``first``).
-
-    A 503 means no stream took the message, so sending it again cannot store it
-    twice. In a cluster that happens for a moment after a stream is created, or
-    while its leader changes. ``send(timeout)`` sends once more and returns the
-    ack's future. Each try comes ``wait`` seconds after the last answer; after
-    ``attempts`` of them, or when the call's ``deadline`` (loop time) would pass
-    before the next one, the last "no responders" error is raised.
-    """
-    loop = asyncio.get_running_loop()
-    last = first
-    for attempt in range(1, attempts + 1):
-        if loop.time() + wait >= deadline:
-            break
-        log.debug(
-            "no stream answered the publish to %r; trying again (%d of %d)",
-            subject,
-            attempt,
-            attempts,
-        )
-        await asyncio.sleep(wait)
-        left = deadline - loop.time()
-        if left <= 0:  # the sleep overran the deadline
-            break
-        future = await send(left)
-        try:
-            return await future
-        except NoStreamResponseError as exc:
-            last = exc
-    raise last
 
 
 def _msg_headers(block: bytes | None) -> dict[str, Any] | None:
@@ -191,6 +155,11 @@ def _msg_headers(block: bytes | None) -> dict[str, Any] | None:
 class ReplyMux(Generic[T]):
     """Outstanding requests of one JetStream context, correlated by a counter token."""
 
+    #: How often and how far apart a publish answered "no responders" is sent again
+    #: (an entry's ``resend`` may carry other numbers).
+    retry_attempts = PUBLISH_RETRY_ATTEMPTS
+    retry_wait = PUBLISH_RETRY_WAIT
+
     def __init__(self, transport: NatsTransport, *, kind: str = "reply") -> None:
         self._transport = transport
         self._kind = kind
@@ -204,8 +173,12 @@ class ReplyMux(Generic[T]):
         self._raw_sub: RawSubscription | None = None
         self._open_lock = asyncio.Lock()
         self._counter = 0
-        # token -> (future, what, deadline)
-        self._pending: dict[int, tuple[asyncio.Future[T], str, float]] = {}
+        # token -> (future, what, deadline, resend): ``resend`` is None for a
+        # request; for a publish it is what a "no responders" answer needs to send
+        # the frame again (see _try_again).
+        self._pending: dict[int, tuple[asyncio.Future[T], str, float, Resend]] = {}
+        # Publishes waiting to be sent again, with their timers (close() stops them).
+        self._resends: dict[int, asyncio.TimerHandle] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._closed = False
@@ -282,13 +255,52 @@ class ReplyMux(Generic[T]):
         entry = self._pending.pop(token, None)
         if entry is None:
             return  # timed out or abandoned earlier
-        future, what, _ = entry
+        future, what, _, resend = entry
         if not future.done():
             try:
                 future.set_result(self._convert(msg, what))
+            except NoStreamResponseError as exc:
+                if resend is None or not self._try_again(token, entry):
+                    future.set_exception(exc)
             except Exception as exc:
                 future.set_exception(exc)
         self._settled()
+
+    def _try_again(self, token: int, entry: tuple[asyncio.Future[T], str, float, Resend]) -> bool:
+        """Put a publish answered "no responders" back in the table, to be sent
+        again after its wait (ADR-22; nats.go's async publish does the same).
+
+        A 503 means no stream took the message, so sending it again cannot store
+        it twice. Returns False when its tries are used up, or when its deadline
+        would pass before the next one: the caller fails it with the 503.
+        """
+        future, what, deadline, resend = entry
+        if isinstance(resend, bytes):  # the defaults, no try yet
+            frame, left, wait = resend, self.retry_attempts, self.retry_wait
+        else:
+            assert resend is not None
+            frame, left, wait = resend
+        loop = asyncio.get_running_loop()
+        if left <= 0 or loop.time() + wait >= deadline or self._closed:
+            return False
+        log.debug("no stream answered the publish to %r; trying again (%d left)", what, left - 1)
+        self._pending[token] = (future, what, deadline, (frame, left - 1, wait))
+        self._resends[token] = loop.call_later(wait, self._send_again, token)
+        return True
+
+    def _send_again(self, token: int) -> None:
+        self._resends.pop(token, None)
+        entry = self._pending.get(token)
+        if entry is None or entry[0].done():
+            return  # timed out, closed or abandoned meanwhile
+        resend = entry[3]
+        assert isinstance(resend, tuple)
+        try:
+            self._transport.send_nowait(resend[0])
+        except Exception as exc:  # closed, or disconnected with a full reconnect buffer
+            del self._pending[token]
+            entry[0].set_exception(exc)
+            self._settled()
 
     def _on_raw_reply(self, subject: str, reply: str, payload: bytes, header: bytes | None) -> None:
         try:
@@ -321,7 +333,7 @@ class ReplyMux(Generic[T]):
             loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         deadline = loop.time() + timeout
-        self._pending[token] = (future, what, deadline)
+        self._pending[token] = (future, what, deadline, None)
         # Armed before sending: the send itself may wait (a server that does not
         # read), and the call's timeout bounds that wait too.
         if deadline < self._timer_at:
@@ -344,15 +356,22 @@ class ReplyMux(Generic[T]):
             raise send_timeout_error(self._describe(what), self._transport.nc) from None
 
     async def _send(
-        self, token: int, frame: bytes, what: str, timeout: float, *, immediate: bool = False
+        self,
+        token: int,
+        frame: bytes,
+        what: str,
+        timeout: float,
+        *,
+        immediate: bool = False,
+        resend: Resend = None,
     ) -> asyncio.Future[T]:
         """Register ``token`` with a deadline, then send ``frame`` (``immediate``: see
-        :meth:`NatsTransport.send`)."""
+        :meth:`NatsTransport.send`; ``resend``: see ``_pending``)."""
         # Inline rather than through _register/_queue: publish_async's path, per message.
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         deadline = loop.time() + timeout
-        self._pending[token] = (future, what, deadline)
+        self._pending[token] = (future, what, deadline, resend)
         # Armed before sending: the send itself may wait (a server that does not
         # read), and the call's timeout bounds that wait too.
         if deadline < self._timer_at:
@@ -449,7 +468,7 @@ class ReplyMux(Generic[T]):
         # _register, inline (once per get): the future, its deadline, the timer
         future: asyncio.Future[T] = loop.create_future()
         deadline = loop.time() + timeout
-        self._pending[token] = (future, what, deadline)
+        self._pending[token] = (future, what, deadline, None)
         if deadline < self._timer_at:
             self._arm(loop, deadline)
         return token, future  # type: ignore[return-value]
@@ -475,18 +494,21 @@ class ReplyMux(Generic[T]):
         self._timer_at = math.inf
         loop = asyncio.get_running_loop()
         now = loop.time()
-        overdue = [t for t, (_, _, deadline) in self._pending.items() if deadline <= now]
+        overdue = [t for t, entry in self._pending.items() if entry[2] <= now]
         for token in overdue:
-            future, what, _ = self._pending.pop(token)
+            future, what, _, _ = self._pending.pop(token)
             if not future.done():
                 future.set_exception(self._overdue_error(what))
             self._settled()
         if self._pending:
-            self._arm(loop, min(d for _, _, d in self._pending.values()))
+            self._arm(loop, min(entry[2] for entry in self._pending.values()))
 
     def _fail_all(self) -> None:
         pending, self._pending = self._pending, {}
-        for future, what, _ in pending.values():
+        resends, self._resends = self._resends, {}
+        for timer in resends.values():
+            timer.cancel()
+        for future, what, _, _ in pending.values():
             if not future.done():
                 future.set_exception(self._closed_error(what))
             self._settled()
@@ -578,10 +600,12 @@ class AckMux(ReplyMux[PubAck]):
         timeout: float,
         *,
         immediate: bool = False,
+        retry: tuple[int, float] | None = None,
     ) -> asyncio.Future[PubAck]:
         """Send one message once there is room; return the future of its ack
         (``immediate``: see :meth:`NatsTransport.send`, for a caller that waits
-        for the ack at once)."""
+        for the ack at once). A "no responders" answer sends it again, within
+        ``timeout``: ``retry`` (attempts, wait) or the defaults."""
         self._check_open()
         validate_publish_subject(subject)
         if self._sub is None:
@@ -597,7 +621,10 @@ class AckMux(ReplyMux[PubAck]):
                 self._settled()
                 raise JetStreamClosedError("this JetStream context is closed")
         self._idle.clear()
-        return await self._send(token, frame, subject, timeout, immediate=immediate)
+        resend: Resend = frame
+        if retry is not None and retry != (self.retry_attempts, self.retry_wait):
+            resend = (frame, *retry)
+        return await self._send(token, frame, subject, timeout, immediate=immediate, resend=resend)
 
     async def wait_idle(self, timeout: float | None) -> None:
         if not self._pending and not self._reserved:

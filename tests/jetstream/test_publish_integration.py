@@ -343,6 +343,81 @@ async def test_a_key_value_put_is_sent_again_too(
     assert (await kv.get("k")).value == b"v"
 
 
+async def test_publish_async_sends_again_too_and_keeps_its_slot(
+    js: JetStream, unique_name: str, retries: _Retries
+) -> None:
+    ctx = JetStream(js.nc, max_pending=1)
+    try:
+        future = await ctx.publish_async(
+            f"{unique_name}.a", b"late", retry_attempts=20, retry_wait=0.5, timeout=30
+        )
+        await asyncio.wait_for(retries.seen.wait(), 10)
+        assert not future.done()
+        assert ctx.publish_async_pending == 1  # its slot is held while it waits
+        second = asyncio.ensure_future(ctx.publish_async(f"{unique_name}.b", b"next"))
+        await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+        ack = await asyncio.wait_for(future, 30)
+        assert (ack.stream, ack.seq) == (unique_name, 1)
+        assert (await asyncio.wait_for(await second, 10)).seq == 2
+        assert await _messages(js, unique_name) == 2  # each stored once
+    finally:
+        await ctx.close()
+
+
+async def test_publish_async_no_responders_tries_and_bounds(
+    js: JetStream, unique_name: str, retries: _Retries
+) -> None:
+    subject = f"{unique_name}.nobody.stores.this"
+    future = await js.publish_async(subject, b"x", retry_attempts=3, retry_wait=0.01)
+    with pytest.raises(NoStreamResponseError):
+        await asyncio.wait_for(future, 10)
+    assert retries.count == 3
+
+    future = await js.publish_async(subject, b"x", retry_attempts=0)
+    with pytest.raises(NoStreamResponseError):
+        await asyncio.wait_for(future, 10)
+    assert retries.count == 3  # none more
+
+    # The timeout bounds the tries: 0.25 s apart within 0.4 s leaves room for one, and
+    # the answer is the stream's 503, not a timeout.
+    future = await js.publish_async(subject, b"x", retry_attempts=10, retry_wait=0.25, timeout=0.4)
+    with pytest.raises(NoStreamResponseError):
+        await asyncio.wait_for(future, 10)
+    assert retries.count == 4
+
+    with pytest.raises(InvalidArgumentError, match="retry_attempts"):
+        await js.publish_async(subject, b"x", retry_attempts=-1)
+    assert js.publish_async_pending == 0
+
+
+async def test_a_close_stops_a_publish_waiting_to_be_sent_again(
+    js: JetStream, unique_name: str, retries: _Retries
+) -> None:
+    ctx = JetStream(js.nc)
+    subject = f"{unique_name}.a"
+    future = await ctx.publish_async(subject, b"x", retry_attempts=5, retry_wait=0.5)
+    await asyncio.wait_for(retries.seen.wait(), 10)
+    await ctx.close()
+    with pytest.raises(AioClientsError) as excinfo:
+        await asyncio.wait_for(future, 10)
+    _assert_closed_error(excinfo.value)
+    # Nothing is sent after the close: its next try's timer is stopped.
+    assert not ctx._acks._resends
+
+
+async def test_object_store_chunks_are_not_sent_again(
+    js: JetStream, unique_name: str, retries: _Retries
+) -> None:
+    # A resend would store a chunk behind later ones: the put fails at once instead.
+    bucket = unique_name.replace(".", "_")[-40:]
+    store = await js.create_object_store(bucket)
+    # The stream keeps its meta subjects but no longer stores chunks.
+    await js.update_stream(f"OBJ_{bucket}", subjects=[f"$O.{bucket}.M.>"])
+    with pytest.raises(NoStreamResponseError):
+        await store.put("a", b"x" * 100)
+    assert retries.count == 0
+
+
 # -- publish_async and back-pressure -----------------------------------------------------------
 
 
