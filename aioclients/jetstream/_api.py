@@ -79,6 +79,11 @@ from aioclients.jetstream._protocol._names import (
     validate_group_name,
     validate_stream_name,
 )
+from aioclients.jetstream._protocol._snapshot import (
+    CountedStartSubjects,
+    subjects_object,
+    subjects_of_object,
+)
 from aioclients.jetstream._publisher import (
     PUBLISH_RETRY_ATTEMPTS,
     PUBLISH_RETRY_WAIT,
@@ -268,19 +273,10 @@ class JetStreamApi:
             JetStreamNotEnabledError: nobody answers the API subject.
             APITimeoutError: no answer in time.
         """
-        self.check_open()
         full = f"{self.prefix}.{subject}"
-        body = json.dumps(payload, separators=(",", ":")).encode() if payload is not None else b""
-        headers = None if level is None else {REQUIRED_LEVEL_HEADER: str(level)}
-        msg = await self.requests.request(full, body, timeout or self.timeout, full, headers)
-        if msg.headers and msg.headers.get("Status") == "503":
-            raise JetStreamNotEnabledError(
-                f"nobody answers {full}",
-                code=503,
-                hint="enable JetStream on the server (nats-server -js) or check domain/api_prefix",
-            )
+        data = await self._answer(full, payload, timeout, level)
         try:
-            return json_answer(msg.data, full)
+            return json_answer(data, full)
         except ServerTooOldError as exc:
             if level is None:
                 raise
@@ -291,6 +287,26 @@ class JetStreamApi:
                 err_code=exc.err_code,
                 hint="upgrade nats-server",
             ) from None
+
+    async def _answer(
+        self,
+        full: str,
+        payload: Mapping[str, Any] | None,
+        timeout: float | None,
+        level: int | None = None,
+    ) -> bytes:
+        """The body of the answer to a request on ``full`` (not decoded)."""
+        self.check_open()
+        body = json.dumps(payload, separators=(",", ":")).encode() if payload is not None else b""
+        headers = None if level is None else {REQUIRED_LEVEL_HEADER: str(level)}
+        msg = await self.requests.request(full, body, timeout or self.timeout, full, headers)
+        if msg.headers and msg.headers.get("Status") == "503":
+            raise JetStreamNotEnabledError(
+                f"nobody answers {full}",
+                code=503,
+                hint="enable JetStream on the server (nats-server -js) or check domain/api_prefix",
+            )
+        return msg.data
 
     async def paged(
         self, subject: str, key: str, filter_subject: str | None = None
@@ -433,8 +449,13 @@ class JetStreamApi:
         past the server's 100,000 subjects per answer: later pages are a little
         later in time)."""
         validate_stream_name(name)
-        subjects: set[str] = set()
-        last_seq: int | None = None
+        return await self._subject_pages(name, subjects_filter, set(), None)
+
+    async def _subject_pages(
+        self, name: str, subjects_filter: str, subjects: set[str], last_seq: int | None
+    ) -> tuple[set[str], int]:
+        """The pages of subjects after those in ``subjects`` (``last_seq``: that of
+        the first page, ``None`` before it)."""
         while True:
             request = {"subjects_filter": subjects_filter, "offset": len(subjects)}
             data = await self.request(f"STREAM.INFO.{name}", request)
@@ -446,6 +467,36 @@ class JetStreamApi:
             subjects.update(page)
             if len(subjects) == before or len(subjects) >= int(data.get("total") or 0):
                 return subjects, last_seq
+
+    async def counted_subjects(
+        self, name: str, subjects_filter: str
+    ) -> tuple[CountedStartSubjects | set[str], int]:
+        """:meth:`subjects_and_last_seq`, with the subjects only counted when one
+        answer holds them all and they are written plainly (see
+        :func:`subjects_object`): a :class:`CountedStartSubjects` then (the
+        subjects decoded only if it needs them), a set otherwise."""
+        validate_stream_name(name)
+        full = f"{self.prefix}.STREAM.INFO.{name}"
+        data = await self._answer(full, {"subjects_filter": subjects_filter, "offset": 0}, None)
+        cut = subjects_object(data)
+        if cut is not None:
+            rest, inner = cut
+            answer = json_answer(rest, full)
+            state = answer.get("state")
+            if isinstance(state, dict) and state.get("subjects") == {}:
+                count, load = subjects_of_object(inner)
+                last_seq = int(state.get("last_seq") or 0)
+                if count >= int(answer.get("total") or 0):
+                    return CountedStartSubjects(count, load, last_seq), last_seq
+                if count:  # more pages
+                    return await self._subject_pages(name, subjects_filter, load(), last_seq)
+        answer = json_answer(data, full)
+        state = answer.get("state") or {}
+        subjects = set(state.get("subjects") or {})
+        last_seq = int(state.get("last_seq") or 0)
+        if not subjects or len(subjects) >= int(answer.get("total") or 0):
+            return subjects, last_seq
+        return await self._subject_pages(name, subjects_filter, subjects, last_seq)
 
     async def delete_stream(self, name: str) -> None:
         validate_stream_name(name)

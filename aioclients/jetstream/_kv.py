@@ -81,7 +81,12 @@ from aioclients.jetstream._protocol._kv import (
 )
 from aioclients.jetstream._protocol._msgopts import format_ttl
 from aioclients.jetstream._protocol._ordered import ack_sequences
-from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan, StartSubjects
+from aioclients.jetstream._protocol._snapshot import (
+    CountedStartSubjects,
+    ScanVerdict,
+    SnapshotScan,
+    StartSubjects,
+)
 from aioclients.jetstream._protocol._time import parse_server_time
 from aioclients.jetstream._stream import Stream
 
@@ -763,15 +768,27 @@ class KeyLister:
         # The snapshot: the stream's last sequence now, and the subjects holding a
         # message then. Keys written after it are not listed; a reset starts
         # last_per_subject over (see _snapshot.py).
-        subjects, last = await _subjects_at_start(kv, self._subjects)
-        scan = SnapshotScan(last, latest_only=True)
-        if scan.done:
-            return
         # A key re-put (or deleted) after the start loses its message of then when
         # the bucket keeps one revision: the server passes over it, and the scan
         # never sees the key at or before ``last``. Those keys are what remains
-        # here once the scan is over; each is looked up as it is now.
-        start = StartSubjects(subjects, last)
+        # here once the scan is over; each is looked up as it is now. With one
+        # filter, the subjects are only counted until then (CountedStartSubjects).
+        start: StartSubjects | CountedStartSubjects
+        if len(self._subjects) == 1:
+            try:
+                subjects, last = await kv._api.counted_subjects(kv._stream_name, self._subjects[0])
+            except StreamNotFoundError:
+                raise _bucket_not_found(kv.bucket) from None
+            if isinstance(subjects, CountedStartSubjects):
+                start = subjects
+            else:
+                start = StartSubjects(subjects, last)
+        else:
+            start = StartSubjects(*await _subjects_at_start(kv, self._subjects))
+            last = start.last_seq
+        scan = SnapshotScan(last, latest_only=True)
+        if scan.done:
+            return
         reached = start.delivered
         oc = await open_ordered_consumer(
             kv._api,
@@ -791,6 +808,8 @@ class KeyLister:
             def opened(generation: int) -> None:
                 # The first consumer, or a replacement that starts over.
                 scan.opened(initial_pending(oc))
+                if scan.consumers > 1 and isinstance(start, CountedStartSubjects):
+                    start.restarted()  # its deliveries may repeat subjects
                 if scan.done:  # a replacement with nothing to deliver: no key left
                     asyncio.get_running_loop().call_soon(messages.stop)
 

@@ -6,13 +6,21 @@ them), ``history()``, a watch's initial values and Object Store ``list()``."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioclients.jetstream._protocol._snapshot import ScanVerdict, SnapshotScan, StartSubjects
+from aioclients.jetstream._protocol._snapshot import (
+    CountedStartSubjects,
+    ScanVerdict,
+    SnapshotScan,
+    StartSubjects,
+    subjects_object,
+    subjects_of_object,
+)
 
 TAKE, SKIP, AFTER, RESUME = (
     ScanVerdict.TAKE,
@@ -195,6 +203,7 @@ class Run:
     end: Bucket  # the bucket at the end
     first_beyond: ScanVerdict | None  # the verdict of the first delivery beyond it
     left: list[str]  # the subjects of the start the scan did not reach (StartSubjects)
+    counted_left: list[str]  # the same, told by CountedStartSubjects (latest_only)
 
 
 def run_scan(
@@ -216,6 +225,8 @@ def run_scan(
     snapshot = Bucket(history, dict(bucket.stored), bucket.last_seq)
     scan = SnapshotScan(bucket.last_seq, latest_only=latest_only)
     start = StartSubjects(snapshot.last_of(), bucket.last_seq)
+    at_start = set(snapshot.last_of())
+    counted = CountedStartSubjects(len(at_start), at_start.copy, bucket.last_seq)
     written_after: set[str] = set()
     for key, op in between:
         bucket.write(key, op)
@@ -240,6 +251,7 @@ def run_scan(
         key, seq, _, op = got  # the pending count each delivery carries is not used
         last_delivered = seq
         start.delivered(key, seq)  # every delivery, as the listing drivers do
+        counted.delivered(key, seq)
         was_done = scan.done
         verdict = scan.deliver(seq)
         if verdict is TAKE:
@@ -262,6 +274,7 @@ def run_scan(
         else:
             consumer = create()
             scan.opened(consumer.pending())
+            counted.restarted()  # as keys() tells it of a replacement
     # Drain: the scan must end (nothing can leave it waiting for ever).
     while not scan.done:
         assert deliver(), "the scan waits for a delivery that never comes"
@@ -272,6 +285,7 @@ def run_scan(
         bucket,
         first_beyond[0] if first_beyond else None,
         start.left(),
+        counted.left(),
     )
 
 
@@ -329,6 +343,44 @@ def test_history_lists_each_revision_of_the_snapshot_once_in_order(
         assert run.snapshot.stored[seq] == (key, op)
     still_there = {s for s in run.snapshot.stored if s in run.end.stored}
     assert still_there <= set(seqs), "a revision of the snapshot still stored is missing"
+
+
+@settings(max_examples=400)
+@given(histories, ops, st.lists(writes, max_size=3), steps)
+def test_counted_start_subjects_leave_what_the_set_leaves(
+    history: int,
+    before: list[tuple[str, str]],
+    between: list[tuple[str, str]],
+    script: list[tuple[str, tuple[str, str] | None]],
+) -> None:
+    # keys() counts the subjects of the start instead of keeping their set: the
+    # same ones are left to look up, whatever was written and however many
+    # consumers started over.
+    run = run_scan(history, before, between, script, latest_only=True)
+    assert run.counted_left == run.left
+
+
+def test_counted_start_subjects_load_them_only_when_one_is_left() -> None:
+    loads: list[int] = []
+
+    def load() -> set[str]:
+        loads.append(1)
+        return {"a", "b", "c"}
+
+    start = CountedStartSubjects(3, load, 10)
+    start.delivered_run(["a", "b"], range(4, 6))
+    start.delivered("c", 9)
+    assert start.left() == []
+    assert not loads
+    start = CountedStartSubjects(3, load, 10)
+    start.delivered_run(["a", "b", "c"], [4, 5, 11])  # c's message of then is gone
+    assert start.left() == ["c"]
+    assert loads == [1]
+    start = CountedStartSubjects(3, load, 10)
+    start.delivered_run(["a", "b"], range(4, 6))
+    start.restarted()  # the replacement starts over: a again, not c
+    start.delivered("a", 4)
+    assert start.left() == ["c"]
 
 
 def listing(run: Run, *, live: set[str]) -> list[str]:
@@ -393,3 +445,73 @@ def test_start_subjects_takes_a_set_over_and_drops_what_a_delivery_reached() -> 
     listed = ["$KV.b.x"]
     assert StartSubjects(listed, 1).unreached == {"$KV.b.x"}
     assert listed == ["$KV.b.x"]
+
+
+# -- the subjects of a STREAM.INFO answer, counted --
+
+subject_names = st.text(min_size=1, max_size=12)
+plain_names = st.text(
+    st.characters(blacklist_characters='"\\', blacklist_categories=("Cs", "Cc"), min_codepoint=33),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _info_answer(subjects: dict[str, int], description: str, ascii_only: bool) -> bytes:
+    # As nats-server writes it (compact); the config's subjects are a list, and a
+    # description may hold anything, quotes and braces included.
+    answer = {
+        "type": "io.nats.jetstream.api.v1.stream_info_response",
+        "total": len(subjects),
+        "offset": 0,
+        "limit": 100000,
+        "config": {"name": "KV_b", "subjects": ["$KV.b.>"], "description": description},
+        "state": {"messages": 9, "last_seq": 42, "subjects": subjects, "consumer_count": 1},
+    }
+    text = json.dumps(answer, separators=(",", ":"), ensure_ascii=ascii_only)
+    return text.encode()
+
+
+@settings(max_examples=300)
+@given(
+    st.dictionaries(st.one_of(subject_names, plain_names), st.integers(1, 10**6), max_size=8),
+    st.text(max_size=20),
+    st.booleans(),
+)
+def test_subjects_object_gives_what_decoding_the_whole_answer_gives(
+    subjects: dict[str, int], description: str, ascii_only: bool
+) -> None:
+    data = _info_answer(subjects, description, ascii_only)
+    whole = json.loads(data)
+    cut = subjects_object(data)
+    if cut is None:
+        return  # decoded whole by the caller
+    rest, inner = cut
+    left = json.loads(rest)
+    assert left["state"].pop("subjects") == {}
+    whole["state"].pop("subjects")
+    assert left == whole
+    count, load = subjects_of_object(inner)
+    assert count == len(subjects)
+    assert load() == set(subjects)
+
+
+@given(st.dictionaries(plain_names, st.integers(1, 10**6), max_size=8), st.text(max_size=20))
+def test_subjects_written_plainly_are_counted_without_decoding_them(
+    subjects: dict[str, int], description: str
+) -> None:
+    # Braces in names or in the description do not stop it; only a backslash does.
+    cut = subjects_object(_info_answer(subjects, description, False))
+    assert cut is not None
+    assert subjects_of_object(cut[1])[0] == len(subjects)
+
+
+def test_subjects_object_leaves_odd_answers_to_the_decoder() -> None:
+    assert subjects_object(b'{"state":{"last_seq":3}}') is None  # no subjects
+    assert subjects_object(b'{"state":{"subjects":{"a\\"b":1}}}') is None  # escaped
+    assert subjects_object(b'{"x":{"subjects":{}},"state":{"subjects":{"a":1}}}') is None
+    assert subjects_object(b'{"state":{"subjects":{"a}":1') is None  # cut short
+    assert subjects_object(b'{"state":{"subjects":{"a}":1,"b":2}}}') == (
+        b'{"state":{"subjects":{}}}',
+        b'"a}":1,"b":2',
+    )

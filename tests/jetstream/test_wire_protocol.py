@@ -342,8 +342,8 @@ def _headed(
 
 def _as_header_columns(frames: list[tuple[object, ...]]) -> tuple[object, ...]:
     return (
-        tuple(f[1] for f in frames),
-        tuple(f[3] for f in frames),
+        [f[1] for f in frames],
+        [f[3] for f in frames],
         [f[4] for f in frames],
         [f[5] for f in frames],
     )
@@ -389,6 +389,10 @@ def test_a_read_of_deliveries_with_headers_comes_as_columns_up_to_what_follows()
         b"HMSG s 07 r 2 2\r\nxx\r\n",
         b"HMSGX s 7 r 2 2\r\nxx\r\n",
         b"HMSG\ts 7 r 2 2\r\nxx\r\n",
+        # no reply, read as one by a split at single spaces (an empty word)
+        _headed(1) + b"HMSG $KV.b.k 7  12 12\r\nNATS/1.0\r\n\r\n\r\n" + _headed(2),
+        # six words to scan (a vertical tab is whitespace), five at single spaces
+        _headed(1) + b"HMSG $KV.b.k 7 r\x0b12 12 12\r\nNATS/1.0\r\n\r\n\r\n" + _headed(2),
         _delivery(1),
     ],
 )

@@ -64,11 +64,19 @@ interleaving of writes and resets.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from operator import lt
 
-__all__ = ("ScanVerdict", "SnapshotScan", "StartSubjects")
+__all__ = (
+    "CountedStartSubjects",
+    "ScanVerdict",
+    "SnapshotScan",
+    "StartSubjects",
+    "subjects_object",
+    "subjects_of_object",
+)
 
 
 class ScanVerdict(enum.Enum):
@@ -318,3 +326,114 @@ class StartSubjects:
     def left(self) -> list[str]:
         """The subjects no delivery reached, sorted: to look up as they are now."""
         return sorted(self.unreached)
+
+
+class CountedStartSubjects:
+    """:class:`StartSubjects` for a listing that reads the skip list of one
+    ``last_per_subject`` consumer (``keys()``), told without a set of subjects in the
+    usual case: the subjects of the start are only counted (``count``, the number
+    of them in the one answer that gave ``last_seq``) until :meth:`left` has to
+    name them (``load()`` gives their set then).
+
+    The consumer is created after that answer, so every delivery at or before
+    ``last_seq`` is the last message, at its creation, of a subject that held one
+    at the start: one delivery per subject, each subject among those of the start
+    (the filters being the same). So while a single consumer was read
+    (:meth:`restarted` not called), as many such deliveries as ``count`` reach
+    every subject of the start, and :meth:`left` is empty; otherwise (a key
+    re-put or removed meanwhile, a replacement consumer that starts over) it is
+    computed as :class:`StartSubjects` computes it, from the subjects delivered.
+
+    Args:
+        count: how many subjects held a message at the start.
+        load: the set of those subjects (called at most once).
+        last_seq: the stream's last sequence in the same answer.
+    """
+
+    __slots__ = ("_load", "_reached", "_runs", "_single", "count", "last_seq")
+
+    def __init__(self, count: int, load: Callable[[], set[str]], last_seq: int) -> None:
+        self.count = count
+        self.last_seq = last_seq
+        self._load = load
+        #: deliveries at or before ``last_seq``, and their subjects (runs of them)
+        self._reached = 0
+        self._runs: list[Sequence[str]] = []
+        self._single = True
+
+    def restarted(self) -> None:
+        """A replacement consumer started over: deliveries may repeat subjects."""
+        self._single = False
+
+    def delivered(self, subject: str, stream_seq: int) -> None:
+        """As :meth:`StartSubjects.delivered`."""
+        if stream_seq <= self.last_seq:
+            self._reached += 1
+            self._runs.append((subject,))
+
+    def delivered_run(self, subjects: Sequence[str], stream_seqs: Sequence[int]) -> None:
+        """As :meth:`StartSubjects.delivered_run`: the subjects are kept, not hashed."""
+        last = self.last_seq
+        if type(stream_seqs) is range and stream_seqs.step > 0:
+            highest = stream_seqs[-1] if stream_seqs else 0
+        else:
+            highest = max(stream_seqs, default=0)
+        if highest > last:
+            subjects = [
+                subject for subject, seq in zip(subjects, stream_seqs, strict=True) if seq <= last
+            ]
+        self._reached += len(subjects)
+        self._runs.append(subjects)
+
+    def left(self) -> list[str]:
+        """As :meth:`StartSubjects.left`."""
+        if self._single and self._reached == self.count:
+            return []
+        unreached = self._load()
+        for run in self._runs:
+            unreached.difference_update(run)
+        return sorted(unreached)
+
+
+#: How a ``STREAM.INFO`` answer names its state's subjects (an object: the
+#: config's ``subjects`` is a list).
+_SUBJECTS_KEY = b'"subjects":{'
+
+
+def subjects_object(answer: bytes) -> tuple[bytes, bytes] | None:
+    """The ``STREAM.INFO`` answer ``answer`` without the text of its subjects
+    object, and that text (what is between its braces), when it is written
+    plainly: ``"subjects":{`` once in the answer, and no backslash in the object
+    (so no string of it holds a quote or a brace that is escaped). ``None``
+    otherwise: decode the whole answer.
+
+    A 100,000-subject answer is 2.4 MB of JSON, most of which the listing needs only
+    counted (:func:`subjects_of_object`). Decoding the answer with the object left
+    empty (``{}``) gives the rest of it; the caller checks that it was the state's
+    (``state["subjects"] == {}``)."""
+    at = answer.find(_SUBJECTS_KEY)
+    if at < 0 or answer.find(_SUBJECTS_KEY, at + 1) >= 0:
+        return None
+    start = at + len(_SUBJECTS_KEY)
+    # The object ends at the first closing brace outside its strings: after an
+    # even number of quotes (a string holds none, with no backslash).
+    end = answer.find(b"}", start)
+    quotes = answer.count(b'"', start, end) if end >= 0 else 0
+    while end >= 0 and quotes % 2:
+        after = answer.find(b"}", end + 1)
+        if after >= 0:
+            quotes += answer.count(b'"', end, after)
+        end = after
+    if end < 0:
+        return None
+    inner = answer[start:end]
+    if b"\\" in inner:
+        return None
+    return answer[:start] + answer[end:], inner
+
+
+def subjects_of_object(inner: bytes) -> tuple[int, Callable[[], set[str]]]:
+    """How many subjects the object text ``inner`` (from :func:`subjects_object`)
+    names, told by counting (two quotes each: no name holds one, unescaped), and a
+    function that decodes their set."""
+    return inner.count(b'"') // 2, lambda: set(json.loads(b"{" + inner + b"}"))

@@ -16,7 +16,7 @@ buffer's head per message).
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from itertools import repeat
 from operator import add, getitem, le
 from typing import Any
@@ -56,17 +56,20 @@ Deliveries = tuple[int, tuple[bytes, ...], tuple[bytes, ...], list[bytes], list[
 
 #: What :func:`scan_header_deliveries` gives: ``(sid, subjects, replies, headers,
 #: payloads, used)``, the messages as columns (one item per message, in order).
-HeaderDeliveries = tuple[int, tuple[bytes, ...], tuple[bytes, ...], list[bytes], list[bytes], int]
+HeaderDeliveries = tuple[int, list[bytes], list[bytes], list[bytes], list[bytes], int]
 
 _CRLF = b"\r\n"
 _SPLIT = bytes.split
-_FIND = bytes.find
-_STARTSWITH = bytes.startswith
 _HMSG = b"HMSG "
 #: Where one ``HMSG`` frame ends and the next begins (the payload's CRLF, the verb).
 _HMSG_JOINT = b"\r\nHMSG "
 #: How a header block that is no status begins.
 _PLAIN_HEADER = b"NATS/1.0\r\n"
+_PLAIN_SIZE = len(_PLAIN_HEADER)
+#: Where an ``HMSG`` line ends and a header block that is no status begins.
+_HEADER_JOINT = b"\r\n" + _PLAIN_HEADER
+#: The whitespace ``bytes.split()`` splits at, but the space.
+_SPACES = (b"\t", b"\n", b"\x0b", b"\x0c", b"\r")
 
 #: The numbers of control lines read so far (sids, sizes: few distinct values), by
 #: their bytes: a look-up here costs about a fifth of ``int()`` on bytes, which
@@ -272,7 +275,7 @@ def _sid_of(sid_b: bytes) -> int | None:
     return sid if sid_b == b"%d" % sid else None
 
 
-def _numbers(texts: tuple[bytes, ...]) -> list[int] | None:
+def _numbers(texts: Sequence[bytes]) -> list[int] | None:
     """``list(map(int, texts))``, from :data:`_NUMBERS` where it can (``None``: one
     is no number)."""
     got = list(map(_NUMBERS.get, texts))
@@ -315,9 +318,13 @@ def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliver
     ``scan(buffer)`` reads the same messages, as frames, up to ``used``; what follows
     (a frame cut short, a status, a PING) is ``scan(buffer, used)``'s. Header blocks
     hold CRLFs, so the buffer is split where one frame ends and the next begins
-    (CRLF, ``HMSG``, a space) and each piece must be exactly one line and the body its
-    line announces: a body holding that joint leaves a piece short, and the buffer
-    is left to ``scan``. The checks are C calls over all the pieces.
+    (CRLF, ``HMSG``, a space), and each piece where its line ends and its header
+    block begins (CRLF, ``NATS/1.0``, CRLF): every piece must be one line and the
+    body its line announces, or the buffer is left to ``scan`` (a body holding the
+    joint leaves a piece short; a line holding a CR or LF is refused). The lines
+    are joined and split into their words at once, so a line must be as the server
+    writes it: five words, one space between each. The checks are C calls over all
+    the pieces.
     """
     sid = first_header_delivery_sid(buffer)
     if sid is None or sid not in sids:
@@ -332,37 +339,43 @@ def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliver
     count = len(pieces)
     if not count:
         return None
-    # One split per piece: its line's five words, and the rest (a body starts with
-    # its header block, "NATS/1.0", so no whitespace of it is skipped). The rest is
-    # the body the line announces when it is as long as the line says and the
-    # piece's first CRLF ends the line right before it: then the words are those
-    # of that line (what follows them up to the CRLF is whitespace).
-    args = list(map(_SPLIT, pieces, repeat(None), repeat(5)))
-    if list(map(len, args)).count(6) != count:
+    try:
+        # Each piece: its line, and what follows its header block's first line. A
+        # piece without that joint (a status, no header) fails zip's strict check.
+        lines, rests = zip(*map(_SPLIT, pieces, repeat(_HEADER_JOINT), repeat(1)), strict=True)
+    except ValueError:
         return None
-    subjects, sids_b, replies, hsizes_b, totals_b, bodies = zip(*args, strict=True)
-    if sids_b.count(b"%d" % sid) != count:
+    joined = b" ".join(lines)
+    # Only single spaces between the words: no other whitespace (a CR or LF would
+    # put the line's end elsewhere), no empty word (two spaces, or one at an end).
+    if b"  " in joined or any(map(joined.__contains__, _SPACES)):
         return None
+    words = joined.split(b" ")
+    if len(words) != 5 * count or not words[0] or not words[-1]:
+        return None
+    if words[1::5].count(b"%d" % sid) != count:
+        return None
+    totals_b, hsizes_b = words[4::5], words[3::5]
     totals = _numbers(totals_b)
-    hsizes = _numbers(hsizes_b)
-    if totals is None or hsizes is None or totals != list(map(len, bodies)):
+    # Headers only (a headers-only consumer's): the same texts, read once.
+    hsizes = totals if hsizes_b == totals_b else _numbers(hsizes_b)
+    if totals is None or hsizes is None:
         return None
-    ends = list(map(_FIND, pieces, repeat(_CRLF)))
-    if list(map(len, pieces)) != list(map(add, ends, map(add, totals, repeat(2)))):
+    # Each body (the header block's first line, then the rest) as long as its line says.
+    if list(map(add, map(len, rests), repeat(_PLAIN_SIZE))) != totals:
         return None
-    if min(hsizes) < 0 or not all(map(le, hsizes, totals)):
+    if min(hsizes) < _PLAIN_SIZE or not all(map(le, hsizes, totals)):
         return None
-    if list(map(_STARTSWITH, bodies, repeat(_PLAIN_HEADER))).count(True) != count:
-        return None  # a status among them (scan reads it; the consumer handles it)
+    bodies = list(map(add, repeat(_PLAIN_HEADER), rests))
     headers: list[bytes]
     payloads: list[bytes]
     if hsizes == totals:  # headers only (a headers-only consumer's): no slicing
-        headers, payloads = list(bodies), [b""] * count
+        headers, payloads = bodies, [b""] * count
     else:
         headers = list(map(getitem, bodies, map(slice, hsizes)))
         payloads = list(map(getitem, bodies, map(slice, hsizes, repeat(None))))
     used = 5 + sum(map(len, pieces)) + 7 * (count - 1) + 2
-    return sid, subjects, replies, headers, payloads, used
+    return sid, words[0::5], words[2::5], headers, payloads, used
 
 
 def single_message(buffer: bytes) -> Frame | None:

@@ -1,0 +1,92 @@
+"""Instructions per key of KV ``keys()`` on a large bucket, counted by valgrind.
+
+The rate of ``keys()`` on a shared 2-core machine moves with the load more than
+with a change to it; the instructions the client executes do not. This fills two
+buckets (file storage, history 1, 100-byte values, as ``jetstream_kv.py`` does)
+with N and 3N keys, then runs ``async for key in kv.keys()`` over each under
+``valgrind --tool=cachegrind --cache-sim=no`` and prints the difference divided by
+2N: the client's instructions per key, everything a listing does once (start-up,
+connecting, the failed ``multi_last`` attempt, the consumer's creation) taken out,
+and everything it does per key in (the snapshot's subjects, the frames, the
+ordered consumer's judgement, the keys handed out). The server is another process:
+none of its work is counted.
+
+    python benchmarks/kv_keys_instructions.py --loop uvloop
+    python benchmarks/kv_keys_instructions.py --url nats://127.0.0.1:4222 --no-fill \\
+        --tree /tmp/base                                        # another checkout
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from _loop import add_loop_argument, run_async, use_loop
+from _valgrind import count_instructions
+
+from aioclients import jetstream
+from aioclients.testing import NatsServer
+
+HERE = Path(__file__).resolve().parent
+VALUE = b"v" * 100
+
+
+def bucket(n: int) -> str:
+    return f"KEYS{n}"
+
+
+async def fill(url: str, n: int) -> None:
+    async with await jetstream.connect(url, timeout=30) as js:
+        await js.create_key_value(bucket(n))
+        for i in range(n):
+            await js.publish_async(f"$KV.{bucket(n)}.key.{i}", VALUE)
+        await js.publish_async_complete(timeout=120)
+
+
+async def list_keys(url: str, n: int) -> None:
+    async with await jetstream.connect(url, timeout=30) as js:
+        kv = await js.key_value(bucket(n))
+        count = 0
+        async for _ in kv.keys():
+            count += 1
+    assert count == n, (count, n)
+
+
+def instructions(tree: str, url: str, loop: str, n: int) -> int:
+    run = ["--url", url, "--loop", loop, "--run", str(n)]
+    return count_instructions(__file__, run, [tree, str(HERE)])
+
+
+def measure(url: str, args: argparse.Namespace) -> None:
+    n = args.count
+    if not args.no_fill:
+        run_async(fill(url, n))
+        run_async(fill(url, 3 * n))
+    tree = str(Path(args.tree).resolve())
+    low = instructions(tree, url, args.loop, n)
+    high = instructions(tree, url, args.loop, 3 * n)
+    print(f"keys(), {args.loop}, {tree}: {(high - low) / (2 * n):,.0f} instructions per key")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="an existing nats-server with JetStream")
+    parser.add_argument("--count", type=int, default=20_000, help="N (buckets of N and 3N)")
+    parser.add_argument("--tree", default=str(HERE.parent), help="the checkout to measure")
+    parser.add_argument("--no-fill", action="store_true", help="the buckets are filled already")
+    parser.add_argument("--run", type=int, help=argparse.SUPPRESS)
+    add_loop_argument(parser)
+    args = parser.parse_args()
+    if args.run:
+        run_async(list_keys(args.url, args.run))
+        return
+    use_loop(args.loop)
+    if args.url:
+        measure(args.url, args)
+        return
+    with NatsServer() as server:
+        measure(server.url, args)
+
+
+if __name__ == "__main__":
+    main()
