@@ -21,7 +21,14 @@ from aioclients.jetstream._protocol._metadata import MsgMetadata, parse_ack_subj
 if TYPE_CHECKING:
     from aioclients.jetstream._api import JetStreamApi
 
-__all__ = ("Msg", "header_block_of", "keep_deliveries", "keep_run", "message_size")
+__all__ = (
+    "Msg",
+    "header_block_of",
+    "keep_deliveries",
+    "keep_run",
+    "make_msgs",
+    "message_size",
+)
 
 _ACK = b"+ACK"
 _NAK = b"-NAK"
@@ -57,7 +64,7 @@ class Msg:
     ) -> None:
         # subject and reply may come as the bytes on the wire: decoded when read
         # (most consumers never read them; an ack sends the reply's bytes as they are).
-        # _make() (keep_run, keep_deliveries) sets the same attributes: keep the two in
+        # make_msgs() (keep_run, keep_deliveries) sets the same attributes: keep the two in
         # step. What the pull buffer counts for a message is message_size(msg).
         self._api = api
         self._subject = subject
@@ -221,7 +228,7 @@ def keep_run(
     if not run:
         return 0
     _, subjects, _, replies, headers, payloads = zip(*run, strict=True)
-    keep(_make(api, subjects, replies, headers, payloads))
+    keep(make_msgs(api, subjects, replies, headers, payloads))
     size = _size(subjects, replies, payloads)
     if headers.count(None) == len(headers):
         return size
@@ -237,7 +244,7 @@ def keep_deliveries(
 ) -> int:
     """:func:`keep_run` for a run read as columns (``scan_deliveries``: every
     message with a reply and no headers), with no frame per message."""
-    keep(_make(api, subjects, replies, repeat(None, len(payloads)), payloads))
+    keep(make_msgs(api, subjects, replies, repeat(None, len(payloads)), payloads))
     return _size(subjects, replies, payloads)
 
 
@@ -246,13 +253,14 @@ def _size(subjects: Iterable[bytes], replies: Iterable[bytes], payloads: Iterabl
     return len(b"".join(subjects)) + len(b"".join(replies)) + sum(map(len, payloads))
 
 
-def _make(
+def make_msgs(
     api: JetStreamApi,
     subjects: Iterable[bytes],
     replies: Iterable[bytes],
     headers: Iterable[bytes | None],
     payloads: Sequence[bytes],
 ) -> list[Msg]:
+    """``[Msg(api, subject, reply, data, header), ...]`` for the columns of a run."""
     # The same objects ``Msg(api, subject, reply, data, header)`` makes, without a
     # Python ``__init__`` call per message (a third of their cost): keep the two in
     # step. The objects are made by one ``map`` and handed over in one list; no

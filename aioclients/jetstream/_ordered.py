@@ -30,7 +30,6 @@ import inspect
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
-from itertools import repeat
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -57,7 +56,7 @@ from aioclients.jetstream._errors import (
     NoMessagesError,
     StreamNotFoundError,
 )
-from aioclients.jetstream._message import Msg
+from aioclients.jetstream._message import Msg, make_msgs
 from aioclients.jetstream._protocol._names import validate_filter_subject, validate_stream_name
 from aioclients.jetstream._protocol._ordered import (
     ConsumerReset,
@@ -451,12 +450,13 @@ class OrderedMessageStream:
         self._stopped = False
         self._entered = False
         self._closed_statistics: ConsumeStatistics | None = None
-        #: kept by the read loop, not yet handed out (and their stream sequences)
+        #: kept by the read loop, not yet handed out, and their stream sequences as
+        #: runs (a read's ``range`` as the cursor judged it: no int per message)
         self._incoming: list[Any] = []
-        self._incoming_seqs: list[int] = []
-        #: handed out next, in order (the stream sequences of the whole batch)
+        self._incoming_seqs: list[Sequence[int]] = []
+        #: handed out next, in order (the stream sequences of the whole batch, in runs)
         self._ready: collections.deque[Any] = collections.deque()
-        self._ready_seqs: list[int] = []
+        self._ready_seqs: list[Sequence[int]] = []
         #: told the generation of each server-side consumer it reads (OrderedItems)
         self._on_open: Callable[[int], object] | None = None
 
@@ -497,7 +497,7 @@ class OrderedMessageStream:
         yield_ = Delivery.YIELD
         reset = Delivery.RESET
         keep_all = incoming.extend
-        keep_seqs = seqs.extend
+        keep_seqs = seqs.append
 
         def sink(frames: list[Frame]) -> None:
             if frames:
@@ -519,7 +519,7 @@ class OrderedMessageStream:
                 if in_order is not None:
                     if make_run is None:
                         took_run(in_order)
-                        keep_all(map(Msg, repeat(api), subjects, replies, datas, headers))
+                        keep_all(make_msgs(api, subjects, replies, headers, datas))
                         keep_seqs(in_order)
                         return
                     try:
@@ -533,7 +533,9 @@ class OrderedMessageStream:
                         keep_seqs(made[1])
                         return
             keep = incoming.append
-            keep_seq = seqs.append
+            one_by_one: list[int] = []
+            seqs.append(one_by_one)
+            keep_seq = one_by_one.append
             for subject, reply, header, data in zip(subjects, replies, headers, datas, strict=True):
                 tokens = reply.split(b".")
                 if len(tokens) == 9 and tokens[0] == b"$JS":
@@ -639,6 +641,7 @@ class OrderedMessageStream:
     def _take_incoming(self) -> bool:
         incoming = self._incoming
         if not incoming:
+            self._incoming_seqs.clear()  # runs of none kept (all left out by make)
             return False
         self._ready.extend(incoming)
         incoming.clear()
@@ -650,10 +653,15 @@ class OrderedMessageStream:
         """The stream sequence of the first message kept but not handed out yet."""
         ready = self._ready
         if ready:
-            seqs = self._ready_seqs
-            return seqs[len(seqs) - len(ready)]
-        if self._incoming_seqs:
-            return self._incoming_seqs[0]
+            runs = self._ready_seqs
+            at = sum(map(len, runs)) - len(ready)  # handed out so far
+            for run in runs:
+                if at < len(run):
+                    return run[at]
+                at -= len(run)
+        for run in self._incoming_seqs:
+            if run:
+                return run[0]
         return None
 
     def __aiter__(self) -> AsyncIterator[Msg]:
