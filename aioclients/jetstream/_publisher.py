@@ -50,11 +50,24 @@ __all__ = (
     "json_answer",
     "parse_pub_ack",
     "publish_again",
+    "what_text",
 )
 
 log = logging.getLogger("aioclients.jetstream.publish")
 
 T = TypeVar("T")
+
+#: What a request is, for its errors: the text, or ``(format, *args)`` for ``%``, so
+#: that a request that is answered (the usual case) never formats it.
+What = str | tuple[Any, ...]
+
+
+def what_text(what: What) -> str:
+    """The text of a :data:`What`."""
+    if what.__class__ is str:
+        return what
+    return what[0] % what[1:]
+
 
 # The server writes acks as {"stream":..,["domain":..,]"seq":N[,"duplicate":true]} (and a
 # counter's as {..,"seq":N,"val":"T"}); matching that shape is several times cheaper than
@@ -205,7 +218,7 @@ class ReplyMux(Generic[T]):
         self._open_lock = asyncio.Lock()
         self._counter = 0
         # token -> (future, what, deadline)
-        self._pending: dict[int, tuple[asyncio.Future[T], str, float]] = {}
+        self._pending: dict[int, tuple[asyncio.Future[T], What, float]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._closed = False
@@ -285,7 +298,7 @@ class ReplyMux(Generic[T]):
         future, what, _ = entry
         if not future.done():
             try:
-                future.set_result(self._convert(msg, what))
+                future.set_result(self._convert(msg, what_text(what)))
             except Exception as exc:
                 future.set_exception(exc)
         self._settled()
@@ -311,7 +324,7 @@ class ReplyMux(Generic[T]):
     def _register(
         self,
         token: int,
-        what: str,
+        what: What,
         timeout: float,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> tuple[asyncio.Future[T], float]:
@@ -337,11 +350,11 @@ class ReplyMux(Generic[T]):
         else:
             future.cancel()
 
-    async def _queue(self, frame: bytes, deadline: float, what: str) -> None:
+    async def _queue(self, frame: bytes, deadline: float, what: What) -> None:
         try:
             await self._transport.send(frame, deadline)
         except APITimeoutError:  # the only timeout send raises: the server does not read
-            raise send_timeout_error(self._describe(what), self._transport.nc) from None
+            raise send_timeout_error(self._describe(what_text(what)), self._transport.nc) from None
 
     async def _send(
         self, token: int, frame: bytes, what: str, timeout: float, *, immediate: bool = False
@@ -390,7 +403,7 @@ class ReplyMux(Generic[T]):
                 self._settled()
 
     async def request_raw(
-        self, subject: str, timeout: float, what: str
+        self, subject: str, timeout: float, what: What
     ) -> tuple[bytes | None, bytes]:
         """Send a request without payload; return its reply's header block and payload.
 
@@ -419,7 +432,7 @@ class ReplyMux(Generic[T]):
                 self._settled()
 
     def start_raw(
-        self, subject: str, timeout: float, what: str
+        self, subject: str, timeout: float, what: What
     ) -> tuple[int, asyncio.Future[tuple[bytes | None, bytes]]] | None:
         """:meth:`request_raw` without a coroutine of its own, when that is possible
         at once: the raw inbox is open and the request went to the socket. Returns
@@ -479,7 +492,7 @@ class ReplyMux(Generic[T]):
         for token in overdue:
             future, what, _ = self._pending.pop(token)
             if not future.done():
-                future.set_exception(self._overdue_error(what))
+                future.set_exception(self._overdue_error(what_text(what)))
             self._settled()
         if self._pending:
             self._arm(loop, min(d for _, _, d in self._pending.values()))
@@ -488,7 +501,7 @@ class ReplyMux(Generic[T]):
         pending, self._pending = self._pending, {}
         for future, what, _ in pending.values():
             if not future.done():
-                future.set_exception(self._closed_error(what))
+                future.set_exception(self._closed_error(what_text(what)))
             self._settled()
 
     def _closed_error(self, what: str) -> JetStreamError | JetStreamClosedError:
