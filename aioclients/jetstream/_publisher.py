@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import json
 import logging
 import math
 import re
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -203,23 +201,6 @@ def _msg_headers(block: bytes | None) -> dict[str, Any] | None:
         return None
 
 
-def _loop_parts(
-    loop: asyncio.AbstractEventLoop,
-) -> tuple[Callable[[], float], Callable[[], asyncio.Future[Any]]]:
-    """``loop.time`` and ``loop.create_future``, or what they call where they are
-    asyncio's own Python methods (``time.monotonic`` and ``asyncio.Future`` bound
-    to the loop): the same clock and futures, a Python call fewer each per request
-    on asyncio's loop (uvloop's are C already)."""
-    kind, own = type(loop), getattr(loop, "__dict__", {})  # (own: set on the loop itself)
-    clock: Callable[[], float] = loop.time
-    if kind.time is asyncio.BaseEventLoop.time and "time" not in own:
-        clock = time.monotonic
-    new_future: Callable[[], asyncio.Future[Any]] = loop.create_future
-    if kind.create_future is asyncio.BaseEventLoop.create_future and "create_future" not in own:
-        new_future = functools.partial(asyncio.Future, loop=loop)
-    return clock, new_future
-
-
 class ReplyMux(Generic[T]):
     """Outstanding requests of one JetStream context, correlated by a counter token."""
 
@@ -243,9 +224,6 @@ class ReplyMux(Generic[T]):
         self._closed = False
         # The loop the raw inbox was opened in (start_raw's futures and deadlines).
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Its clock and future factory, looked up once (see _loop_parts)
-        self._clock: Callable[[], float] = time.monotonic
-        self._new_future: Callable[[], asyncio.Future[Any]] = asyncio.Future
         # _settled, when a subclass gives it work (the raw path skips a no-op call)
         self._settle: Callable[[], None] | None = (
             None if type(self)._settled is ReplyMux._settled else self._settled
@@ -283,9 +261,7 @@ class ReplyMux(Generic[T]):
             )
             self._raw_prefix = inbox + "."
             self._raw_prefix_len = len(self._raw_prefix)
-            loop = asyncio.get_running_loop()
-            self._clock, self._new_future = _loop_parts(loop)
-            self._loop = loop
+            self._loop = asyncio.get_running_loop()
 
     def _convert(self, msg: NatsMsg, what: str) -> T:
         """Turn a reply into the future's result (or raise the error it carries)."""
@@ -484,8 +460,8 @@ class ReplyMux(Generic[T]):
             return None
         self._counter = token
         # _register, inline (once per get): the future, its deadline, the timer
-        future: asyncio.Future[T] = self._new_future()
-        deadline = self._clock() + timeout
+        future: asyncio.Future[T] = loop.create_future()
+        deadline = loop.time() + timeout
         self._pending[token] = (future, what, deadline)
         if deadline < self._timer_at:
             self._arm(loop, deadline)
