@@ -69,7 +69,7 @@ from aioclients.jetstream._protocol._kv import (
     bucket_stream_config,
     decode_subjects,
     direct_entry_fields,
-    direct_put_fields,
+    direct_put_stamp,
     key_filter_subjects,
     key_match,
     matches_any,
@@ -145,8 +145,11 @@ def _fast_entry_constructor() -> Callable[..., KeyValueEntry]:
     plain constructor.
     """
     fields = ("bucket", "key", "value", "revision", "created", "delta", "operation", "_headers")
+    # (created's slot is read through a descriptor of its own: see _protocol/_kv.py)
     slots = [KeyValueEntry.__dict__.get(name) for name in fields]
-    if not all(type(slot).__name__ == "member_descriptor" for slot in slots):
+    if not all(hasattr(slot, "__set__") for slot in slots) or not set(fields) <= set(
+        getattr(KeyValueEntry, "__slots__", ())
+    ):
         return KeyValueEntry  # not a slots class any more: the plain constructor
 
     class _Twin:
@@ -260,7 +263,8 @@ class KeyValue:
             api = self._api
             requests = api.requests
             subject = self._get_prefix + key
-            what = f"get of {key!r} in {self.bucket!r}"
+            # (formatted only for an error: most gets are answered)
+            what = ("get of %r in %r", key, self.bucket)
             started = requests.start_raw(subject, api.timeout, what)
             if started is None:  # the inbox is not open yet, or the socket is busy
                 header, payload = await requests.request_raw(subject, api.timeout, what)
@@ -273,8 +277,9 @@ class KeyValue:
                     # (a reply takes it out of the table; a failure may not have).
                     requests.forget(token)
                     raise
-            put = direct_put_fields(header)
+            put = direct_put_stamp(header)
             if put is not None:  # the usual reply: a value, as current servers write it
+                # (its created time perhaps still the stamp: read on first access)
                 return _new_entry(self.bucket, key, payload, put[0], put[1], 0, PUT, header)
             fields = direct_entry_fields(header)
             if fields is None:

@@ -49,6 +49,7 @@ __all__ = (
     "check_publish_retries",
     "json_answer",
     "parse_pub_ack",
+    "what_text",
 )
 
 log = logging.getLogger("aioclients.jetstream.publish")
@@ -58,6 +59,18 @@ T = TypeVar("T")
 #: What a publish keeps to be sent again after "no responders": its frame while it
 #: has the default tries left, else (frame, tries left, wait); None for a request.
 Resend = bytes | tuple[bytes, int, float] | None
+
+#: What a request is, for its errors: the text, or ``(format, *args)`` for ``%``, so
+#: that a request that is answered (the usual case) never formats it.
+What = str | tuple[Any, ...]
+
+
+def what_text(what: What) -> str:
+    """The text of a :data:`What`."""
+    if what.__class__ is str:
+        return what
+    return what[0] % what[1:]
+
 
 # The server writes acks as {"stream":..,["domain":..,]"seq":N[,"duplicate":true]} (and a
 # counter's as {..,"seq":N,"val":"T"}); matching that shape is several times cheaper than
@@ -176,7 +189,7 @@ class ReplyMux(Generic[T]):
         # token -> (future, what, deadline, resend): ``resend`` is None for a
         # request; for a publish it is what a "no responders" answer needs to send
         # the frame again (see _try_again).
-        self._pending: dict[int, tuple[asyncio.Future[T], str, float, Resend]] = {}
+        self._pending: dict[int, tuple[asyncio.Future[T], What, float, Resend]] = {}
         # Publishes waiting to be sent again, with their timers (close() stops them).
         self._resends: dict[int, asyncio.TimerHandle] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -258,7 +271,9 @@ class ReplyMux(Generic[T]):
         future, what, _, resend = entry
         if not future.done():
             try:
-                future.set_result(self._convert(msg, what))
+                # (a publish's what is its subject: no call to format it per ack)
+                text = what if what.__class__ is str else what_text(what)
+                future.set_result(self._convert(msg, text))
             except NoStreamResponseError as exc:
                 if resend is None or not self._try_again(token, entry):
                     future.set_exception(exc)
@@ -266,7 +281,7 @@ class ReplyMux(Generic[T]):
                 future.set_exception(exc)
         self._settled()
 
-    def _try_again(self, token: int, entry: tuple[asyncio.Future[T], str, float, Resend]) -> bool:
+    def _try_again(self, token: int, entry: tuple[asyncio.Future[T], What, float, Resend]) -> bool:
         """Put a publish answered "no responders" back in the table, to be sent
         again after its wait (ADR-22; nats.go's async publish does the same).
 
@@ -283,7 +298,11 @@ class ReplyMux(Generic[T]):
         loop = asyncio.get_running_loop()
         if left <= 0 or loop.time() + wait >= deadline or self._closed:
             return False
-        log.debug("no stream answered the publish to %r; trying again (%d left)", what, left - 1)
+        log.debug(
+            "no stream answered the publish to %r; trying again (%d left)",
+            what_text(what),
+            left - 1,
+        )
         self._pending[token] = (future, what, deadline, (frame, left - 1, wait))
         self._resends[token] = loop.call_later(wait, self._send_again, token)
         return True
@@ -323,7 +342,7 @@ class ReplyMux(Generic[T]):
     def _register(
         self,
         token: int,
-        what: str,
+        what: What,
         timeout: float,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> tuple[asyncio.Future[T], float]:
@@ -349,11 +368,11 @@ class ReplyMux(Generic[T]):
         else:
             future.cancel()
 
-    async def _queue(self, frame: bytes, deadline: float, what: str) -> None:
+    async def _queue(self, frame: bytes, deadline: float, what: What) -> None:
         try:
             await self._transport.send(frame, deadline)
         except APITimeoutError:  # the only timeout send raises: the server does not read
-            raise send_timeout_error(self._describe(what), self._transport.nc) from None
+            raise send_timeout_error(self._describe(what_text(what)), self._transport.nc) from None
 
     async def _send(
         self,
@@ -409,7 +428,7 @@ class ReplyMux(Generic[T]):
                 self._settled()
 
     async def request_raw(
-        self, subject: str, timeout: float, what: str
+        self, subject: str, timeout: float, what: What
     ) -> tuple[bytes | None, bytes]:
         """Send a request without payload; return its reply's header block and payload.
 
@@ -438,7 +457,7 @@ class ReplyMux(Generic[T]):
                 self._settled()
 
     def start_raw(
-        self, subject: str, timeout: float, what: str
+        self, subject: str, timeout: float, what: What
     ) -> tuple[int, asyncio.Future[tuple[bytes | None, bytes]]] | None:
         """:meth:`request_raw` without a coroutine of its own, when that is possible
         at once: the raw inbox is open and the request went to the socket. Returns
@@ -498,7 +517,7 @@ class ReplyMux(Generic[T]):
         for token in overdue:
             future, what, _, _ = self._pending.pop(token)
             if not future.done():
-                future.set_exception(self._overdue_error(what))
+                future.set_exception(self._overdue_error(what_text(what)))
             self._settled()
         if self._pending:
             self._arm(loop, min(entry[2] for entry in self._pending.values()))
@@ -510,7 +529,7 @@ class ReplyMux(Generic[T]):
             timer.cancel()
         for future, what, _, _ in pending.values():
             if not future.done():
-                future.set_exception(self._closed_error(what))
+                future.set_exception(self._closed_error(what_text(what)))
             self._settled()
 
     def _closed_error(self, what: str) -> JetStreamError | JetStreamClosedError:

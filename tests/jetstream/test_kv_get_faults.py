@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable
+from datetime import datetime
 
 import pytest
 from support import Server, skip_if_the_proxy_can_be_bypassed
@@ -145,6 +146,10 @@ async def test_gets_keep_their_semantics_on_the_fast_path(
         await kv.get("gone")
     assert deleted.value.entry.operation == "DEL"  # type: ignore[attr-defined]
     assert (await kv.get("a", revision=entry.revision)).value == b"one"
+    # its time, read on first access, is the one the general reading makes
+    assert entry == await kv.get("a", revision=entry.revision)
+    assert type(entry.created) is datetime
+    assert entry.created.tzinfo is not None
     assert js._requests.outstanding == 0
 
 
@@ -157,6 +162,10 @@ async def test_a_get_on_a_frozen_connection_ends_in_time_with_a_typed_timeout(
     result = await outcome(kv.get("a"))
     assert isinstance(result, APITimeoutError), repr(result)
     assert isinstance(result, TimeoutError)
+    assert f"get of 'a' in {kv.bucket!r}" in str(result)  # what timed out, named
+    assert js._requests.outstanding == 0
+    proxy.thaw()  # the late reply arrives first: dropped, not taken by the next get
+    assert (await kv.get("a")).value == b"one"
     assert js._requests.outstanding == 0
 
 

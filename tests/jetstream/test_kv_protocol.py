@@ -22,12 +22,14 @@ from aioclients.jetstream._protocol._kv import (
     bucket_stream_config,
     direct_entry_fields,
     direct_put_fields,
+    direct_put_stamp,
     key_filter_subjects,
     key_match,
     key_subject,
     matches_any,
     operation_of,
     operation_of_header_block,
+    stamp_time,
     validate_bucket,
     validate_key,
     validate_key_filter,
@@ -396,15 +398,113 @@ def test_the_one_match_reading_of_a_plain_reply_agrees_with_the_trailer_reading(
     trailer = _direct_trailer(block)
     if whole is not None:
         assert trailer is not None
-        assert whole.groups() == trailer.groups()
-    elif stream:  # (an empty stream name is refused by the one match alone)
-        assert trailer is None
+        assert (whole[1], whole[2]) == trailer.groups()
+    elif stream and trailer is not None:
+        # (an empty stream name is refused by the one match alone) refused for its
+        # stamp only: one the one match leaves to the trailer reading
+        usual = block.replace(trailer[2], b"2024-01-02T03:04:05.123456")
+        assert _PLAIN_PUT_REPLY.fullmatch(usual) is not None
     put = direct_put_fields(block)
     if trailer is None:
         assert put is None
     else:
         assert put is not None
         assert put[0] == int(trailer[1])
+
+
+# Stamps of the reply's form whose digits may make no time (a 30th of February, a
+# 24th hour, a year 0) or stray from the usual (years before 1000, the 29th to 31st).
+_ODD_STAMPS = st.builds(
+    "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}.{:06d}{}Z".format,
+    st.sampled_from([0, 1, 999, 1000, 2024, 2025, 9999]),
+    st.integers(0, 13),
+    st.integers(0, 32),
+    st.integers(0, 25),
+    st.integers(0, 61),
+    st.integers(0, 61),
+    st.integers(0, 999_999),
+    st.sampled_from(["", "7", "789"]),
+)
+
+
+@given(_ODD_STAMPS, st.booleans())
+def test_a_stamp_left_unread_is_one_that_reads_as_the_trailer_reading_would(
+    stamp: str, plain: bool
+) -> None:
+    """``direct_put_stamp`` leaves a stamp unread (bytes) only where reading it
+    cannot fail, and otherwise reads it at once, failing where the trailer
+    reading (the reading before lazy times) fails: a get raises just as before."""
+    block = _direct_reply(stamp=stamp) if plain else _direct_reply(("X-A", "1"), stamp=stamp)
+    trailer = _direct_trailer(block)
+    assert trailer is not None
+    try:
+        expected = stamp_time(trailer[2])
+    except ValueError as exc:
+        with pytest.raises(ValueError, match=re.escape(str(exc))):
+            direct_put_stamp(block)
+        with pytest.raises(ValueError, match=re.escape(str(exc))):
+            direct_put_fields(block)
+        return
+    put = direct_put_stamp(block)
+    assert put is not None
+    assert put[0] == 42
+    created = put[1]
+    if isinstance(created, bytes):
+        assert plain  # only the one match leaves it unread
+        assert stamp_time(created) == expected
+    else:
+        assert created == expected
+    assert direct_put_fields(block) == (42, expected)
+
+
+def test_the_usual_stamp_is_left_unread() -> None:
+    assert direct_put_stamp(_direct_reply()) == (42, b"2024-01-02T03:04:05.123456")
+    # a day some month lacks: read at once (and refused at once where it is no time)
+    late = direct_put_stamp(_direct_reply(stamp="2024-01-31T03:04:05.123456Z"))
+    assert late == (42, datetime(2024, 1, 31, 3, 4, 5, 123456, tzinfo=timezone.utc))
+    with pytest.raises(ValueError, match="day is out of range"):
+        direct_put_stamp(_direct_reply(stamp="2023-02-29T03:04:05.123456Z"))
+
+
+def test_an_entry_with_its_stamp_unread_is_the_entry_with_its_time() -> None:
+    import copy
+    import dataclasses
+    import pickle
+
+    from aioclients.jetstream._kv import _new_entry
+    from aioclients.jetstream._protocol._kv import KeyValueEntry
+
+    created = datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=timezone.utc)
+    stamp = b"2024-01-02T03:04:05.123456"
+    block = b"NATS/1.0\r\n\r\n"
+    plain = KeyValueEntry("B", "a.b", b"v", 7, created, 0, PUT, block)
+
+    def lazy() -> KeyValueEntry:
+        return _new_entry("B", "a.b", b"v", 7, stamp, 0, PUT, block)
+
+    entry = lazy()
+    assert type(entry) is KeyValueEntry
+    assert type(entry.created) is datetime
+    assert entry.created == created
+    assert entry.created is entry.created  # read once, then kept
+    assert entry.created.tzinfo is timezone.utc
+    # each of these reads it first thing, on an entry not read before
+    assert lazy() == plain
+    assert plain == lazy()
+    assert hash(lazy()) == hash(plain)
+    assert repr(lazy()) == repr(plain)
+    assert str(lazy()) == str(plain)
+    assert dataclasses.astuple(lazy()) == dataclasses.astuple(plain)
+    assert dataclasses.replace(lazy(), key="a.b") == plain
+    assert pickle.loads(pickle.dumps(lazy())) == plain
+    assert copy.copy(lazy()).created == created
+    assert copy.deepcopy(lazy()) == plain
+    match lazy():
+        case KeyValueEntry(created=when):
+            assert when == created
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lazy().created = created  # type: ignore[misc]
+    assert [f.name for f in dataclasses.fields(KeyValueEntry)][4] == "created"
 
 
 def test_the_usual_reply_is_read_by_the_one_match() -> None:

@@ -36,12 +36,14 @@ __all__ = (
     "decode_subjects",
     "direct_entry_fields",
     "direct_put_fields",
+    "direct_put_stamp",
     "key_filter_subjects",
     "key_match",
     "key_subject",
     "matches_any",
     "operation_of",
     "operation_of_header_block",
+    "stamp_time",
     "stream_name",
     "subject_prefix",
     "validate_bucket",
@@ -295,10 +297,15 @@ _DIRECT_TRAILER = re.compile(
 # the usual value): the server's four lines and nothing else, as current servers
 # write them. Whatever this matches, _DIRECT_TRAILER matches the same way (one
 # Nats-Subject line, the same groups), and no operation or marker header is there.
+# Its stamp is one that always makes a datetime (years 1000-9999, months, hours,
+# minutes and seconds in range, days to the 28th: group 3, the 29th to the 31st,
+# may not exist), so that reading it can wait (see :func:`direct_put_stamp`); any
+# other stamp takes _DIRECT_TRAILER's reading, which reads it at once, as ever.
 _PLAIN_PUT_REPLY = re.compile(
     rb"NATS/1\.0\r\nNats-Stream: [^\r\n]+\r\nNats-Subject: \S[^\r\n]*\r\n"
     rb"Nats-Sequence: (\d+)\r\n"
-    rb"Nats-Time-Stamp: (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6})\d{0,3}Z\r\n\r\n"
+    rb"Nats-Time-Stamp: ([1-9]\d{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8]|(29|3[01]))"
+    rb"T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{6})\d{0,3}Z\r\n\r\n"
 )
 
 
@@ -306,25 +313,58 @@ def direct_put_fields(block: bytes | None) -> tuple[int, datetime] | None:
     """``(revision, created)`` of a Direct Get reply that carries a plain ``PUT``, in
     the exact form current servers write it; ``None`` for anything else.
 
-    The hot path of ``KeyValue.get``, a cheaper :func:`direct_entry_fields` (one
-    regular-expression match at the server's trailing lines, no time parser) for
-    the usual reply: whatever it accepts, :func:`direct_entry_fields` reads the same
-    way (its operation ``PUT``, its stamp to the same microsecond). On ``None``
-    take :func:`direct_entry_fields`, which reads every other form (operation
-    headers, markers, other stamp precisions) or refuses it.
+    A cheaper :func:`direct_entry_fields` (one regular-expression match at the
+    server's trailing lines, no time parser) for the usual reply: whatever it
+    accepts, :func:`direct_entry_fields` reads the same way (its operation ``PUT``,
+    its stamp to the same microsecond). On ``None`` take
+    :func:`direct_entry_fields`, which reads every other form (operation headers,
+    markers, other stamp precisions) or refuses it.
+
+    Raises:
+        ValueError: a stamp of the right form that is no time (a 30th of February).
+    """
+    put = direct_put_stamp(block)
+    if put is None:
+        return None
+    seq, created = put
+    if created.__class__ is bytes:
+        return seq, stamp_time(created)
+    return put  # type: ignore[return-value]
+
+
+def direct_put_stamp(block: bytes | None) -> tuple[int, datetime | bytes] | None:
+    """:func:`direct_put_fields` with the time left unread where that is sure to
+    succeed: ``created`` is then the stamp's bytes, which :func:`stamp_time` turns
+    into the same ``datetime``, and which a :class:`KeyValueEntry` takes as its
+    ``created`` (read on first access). The hot path of ``KeyValue.get``: most
+    callers never look at the time.
+
+    Raises:
+        ValueError: as :func:`direct_put_fields`.
     """
     if not block:
         return None
     m = _PLAIN_PUT_REPLY.fullmatch(block)  # the usual reply, in one match
+    if m is not None:
+        if m[3] is None:  # a day that every month has: the time reads later
+            return int(m[1]), m[2]
+        return int(m[1]), stamp_time(m[2])
+    if not block.startswith(b"NATS/1.0\r\n"):
+        return None  # a status line ("NATS/1.0 404 ...")
+    m = _direct_trailer(block)
     if m is None:
-        if not block.startswith(b"NATS/1.0\r\n"):
-            return None  # a status line ("NATS/1.0 404 ...")
-        m = _direct_trailer(block)
-        if m is None:
-            return None
-    seq, stamp = m.groups()
+        return None
+    return int(m[1]), stamp_time(m[2])
+
+
+def stamp_time(stamp: bytes) -> datetime:
+    """The time of a stamp matched by the Direct Get readings (microseconds, UTC).
+
+    Raises:
+        ValueError: no such time.
+    """
     # (an offset in the text: far cheaper than .replace(tzinfo=...) afterwards)
-    return int(seq), datetime.fromisoformat(stamp.decode("ascii") + "+00:00")
+    return datetime.fromisoformat(stamp.decode("ascii") + "+00:00")
 
 
 def _direct_trailer(block: bytes) -> re.Match[bytes] | None:
@@ -368,6 +408,39 @@ class KeyValueEntry:
     # The revision's headers as stored (a raw header block or a decoded dict): its
     # trace context, for aioclients.telemetry.context_of. Not compared, not shown.
     _headers: bytes | Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+
+
+class _Created:
+    """``KeyValueEntry.created``: its slot, read through. A get's entry is made with
+    the server's stamp in the slot (bytes, sure to be a time: see
+    :func:`direct_put_stamp`); its first reading turns it into the ``datetime``
+    and keeps that in its place, so that every reading, comparison, ``repr``,
+    hash and copy sees the ``datetime``."""
+
+    __slots__ = ("_del", "_get", "_set")
+
+    def __init__(self, slot: Any) -> None:
+        self._get = slot.__get__
+        self._set = slot.__set__
+        self._del = slot.__delete__
+
+    def __get__(self, entry: object, owner: type | None = None) -> Any:
+        if entry is None:
+            return self
+        created = self._get(entry, owner)
+        if created.__class__ is bytes:
+            created = stamp_time(created)
+            self._set(entry, created)
+        return created
+
+    def __set__(self, entry: object, value: Any) -> None:
+        self._set(entry, value)
+
+    def __delete__(self, entry: object) -> None:
+        self._del(entry)
+
+
+setattr(KeyValueEntry, "created", _Created(KeyValueEntry.__dict__["created"]))  # noqa: B010
 
 
 def bucket_stream_config(
