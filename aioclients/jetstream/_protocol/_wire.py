@@ -371,11 +371,11 @@ def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliver
     if totals is None or hsizes is None:
         return None
     # Each body (the header block's first line, then the rest) as long as its line says.
-    if list(map(add, map(len, rests), repeat(_PLAIN_SIZE))) != totals:
+    bodies = list(map(add, repeat(_PLAIN_HEADER), rests))
+    if list(map(len, bodies)) != totals:
         return None
     if min(hsizes) < _PLAIN_SIZE or (hsizes is not totals and not all(map(le, hsizes, totals))):
         return None
-    bodies = list(map(add, repeat(_PLAIN_HEADER), rests))
     headers: list[bytes]
     payloads: list[bytes]
     if hsizes == totals:  # headers only (a headers-only consumer's): no slicing
