@@ -21,7 +21,6 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from operator import itemgetter
 from types import TracebackType
 from typing import Any, cast
 
@@ -65,13 +64,14 @@ from aioclients.jetstream._protocol._kv import (
     PUT,
     ROLLUP,
     KeyValueEntry,
+    PrefixedKeys,
     all_put,
     bucket_stream_config,
-    decode_subjects,
     direct_entry_fields,
     direct_put_stamp,
     key_filter_subjects,
     key_match,
+    keys_of_subjects,
     matches_any,
     operation_of,
     operation_of_header_block,
@@ -841,7 +841,7 @@ class KeyLister:
 
             take_run = scan.take_run
             reached_run = start.delivered_run
-            key_slice = itemgetter(slice(cut, None))
+            prefix = kv._prefix
 
             def keys_of(
                 subjects: Sequence[bytes],
@@ -849,12 +849,14 @@ class KeyLister:
                 seqs: Sequence[int],
             ) -> tuple[list[str], Sequence[int]] | None:
                 # key_of for a whole run, when every key of it is taken: no Python
-                # call per key. Nothing changes before the last check.
-                texts = decode_subjects(subjects)
-                if texts is None or not all_put(headers) or not take_run(seqs):
+                # call per key, the keys cut from one split of the joined subjects
+                # (their full texts made only if the start's subjects are ever
+                # looked at). Nothing changes before the last check.
+                keys = keys_of_subjects(subjects, prefix)
+                if keys is None or not all_put(headers) or not take_run(seqs):
                     return None
-                reached_run(texts, seqs)
-                return list(map(key_slice, texts)), seqs
+                reached_run(PrefixedKeys(prefix, keys), seqs)
+                return keys, seqs
 
             messages = OrderedItems(
                 oc,

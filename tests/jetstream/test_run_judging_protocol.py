@@ -1,5 +1,5 @@
 """Runs of deliveries judged at once (``judge_run``, ``take_run``, ``delivered_run``,
-``ack_run_numbers``, ``decode_subjects``, ``all_put``): each agrees with the
+``ack_run_numbers``, ``decode_subjects``, ``keys_of_subjects``, ``all_put``): each agrees with the
 one-by-one rule it stands for, wherever it answers, and changes nothing where it
 does not."""
 
@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 from aioclients.jetstream._protocol._kv import (
     PUT,
+    PrefixedKeys,
     all_put,
     decode_subjects,
+    keys_of_subjects,
     operation_of_header_block,
 )
 from aioclients.jetstream._protocol._ordered import (
@@ -344,6 +346,50 @@ def test_decode_subjects_decodes_each(subjects: list[bytes]) -> None:
         assert not subjects or any(b" " in s for s in subjects)
     else:
         assert texts == [s.decode("utf-8", "replace") for s in subjects]
+
+
+#: subjects as a listing meets them, with the odd ones a wire may carry: no
+#: prefix, half of it, the prefix twice, spaces, bytes that are no UTF-8
+_PREFIX = "$KV.b."
+_SUBJECTS = st.lists(
+    st.builds(
+        bytes.__add__,
+        st.sampled_from([b"$KV.b.", b"", b"$KV.", b"$KV.b.$KV.b.", b" $KV.b.", b"\xe2"]),
+        st.binary(max_size=6) | st.sampled_from([b"k", b"a\xc3", b" ", b"x $KV.b.y", b"\xff"]),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_SUBJECTS, st.sampled_from([_PREFIX, "", "$KV.b. "]))
+def test_keys_of_subjects_cuts_each_decoded_subject(subjects: list[bytes], prefix: str) -> None:
+    keys = keys_of_subjects(subjects, prefix)
+    texts = [s.decode("utf-8", "replace") for s in subjects]
+    if keys is None:
+        # Refused only where one split cannot tell: none, a space, another prefix.
+        assert (
+            not subjects
+            or any(b" " in s for s in subjects)
+            or not all(t.startswith(prefix) for t in texts)
+        )
+    else:
+        assert all(t.startswith(prefix) for t in texts)
+        assert keys == [t[len(prefix) :] for t in texts]
+
+
+@given(st.lists(st.text(max_size=4), max_size=6), st.integers(-8, 8), st.integers(-8, 8))
+def test_prefixed_keys_are_the_subjects(keys: list[str], start: int, stop: int) -> None:
+    subjects = [_PREFIX + key for key in keys]
+    view = PrefixedKeys(_PREFIX, keys)
+    assert len(view) == len(subjects)
+    assert list(view) == subjects
+    assert view[start:stop] == subjects[start:stop]
+    for i in range(-len(keys), len(keys)):
+        assert view[i] == subjects[i]
+    remaining = set(subjects) | {"other"}
+    remaining.difference_update(view)
+    assert remaining == {"other"}
 
 
 _BLOCKS = st.one_of(

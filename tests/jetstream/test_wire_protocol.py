@@ -393,6 +393,11 @@ def test_a_read_of_deliveries_with_headers_comes_as_columns_up_to_what_follows()
         _headed(1) + b"HMSG $KV.b.k 7  12 12\r\nNATS/1.0\r\n\r\n\r\n" + _headed(2),
         # six words to scan (a vertical tab is whitespace), five at single spaces
         _headed(1) + b"HMSG $KV.b.k 7 r\x0b12 12 12\r\nNATS/1.0\r\n\r\n\r\n" + _headed(2),
+        # a line of six words, then one of four: as many words as two lines of five
+        _headed(1)
+        + b"HMSG a 7 b 12 12 x\r\nNATS/1.0\r\n\r\n\r\n"
+        + b"HMSG 7 d 12 12\r\nNATS/1.0\r\n\r\n\r\n"
+        + _headed(2),
         _delivery(1),
     ],
 )
@@ -419,6 +424,9 @@ _HEADED_PIECES = st.sampled_from(
         b"HMSG s 7 r 13 13\r\n NATS/1.0\r\n\r\n\r\n",
         b"PING\r\n",
         b"HMSG s 7 r 2 -3\r\n",
+        # lines of six words and of four
+        b"HMSG a 7 b 12 12 x\r\nNATS/1.0\r\n\r\n\r\n",
+        b"HMSG 7 d 12 12\r\nNATS/1.0\r\n\r\n\r\n",
     ]
 )
 

@@ -14,10 +14,10 @@ Pure: no I/O, no clock. The asyncio side lives in ``aioclients.jetstream._kv``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._protocol._headers import decode_headers
@@ -31,6 +31,7 @@ __all__ = (
     "PUT",
     "ROLLUP",
     "KeyValueEntry",
+    "PrefixedKeys",
     "all_put",
     "bucket_stream_config",
     "decode_subjects",
@@ -39,6 +40,7 @@ __all__ = (
     "direct_put_stamp",
     "key_filter_subjects",
     "key_match",
+    "keys_of_subjects",
     "key_subject",
     "matches_any",
     "operation_of",
@@ -227,6 +229,55 @@ def decode_subjects(subjects: Sequence[bytes]) -> list[str] | None:
     when that cannot be told at once (a subject holding a space): decode each."""
     texts = b" ".join(subjects).decode("utf-8", "replace").split(" ")
     return texts if len(texts) == len(subjects) else None
+
+
+def keys_of_subjects(subjects: Sequence[bytes], prefix: str) -> list[str] | None:
+    """``[s.decode("utf-8", "replace")[len(prefix):] for s in subjects]`` from one
+    join, one decode and one split at ``" " + prefix``, when every subject starts
+    with ``prefix`` and none holds a space; ``None`` otherwise (decode each).
+
+    With no space in any subject, the joined text has one between each two and no
+    other (a replacement character is no space), so the split gives one piece per
+    subject exactly when each one after the first starts with ``prefix``.
+    """
+    count = len(subjects)
+    joined = b" ".join(subjects)
+    if joined.count(b" ") != count - 1:
+        return None  # a subject holds a space (or there are none)
+    keys = joined.decode("utf-8", "replace").split(" " + prefix)
+    first = keys[0]
+    if len(keys) != count or not first.startswith(prefix):
+        return None
+    keys[0] = first[len(prefix) :]
+    return keys
+
+
+class PrefixedKeys(Sequence[str]):
+    """The subjects ``prefix + key`` of ``keys``, made only when read (the start's
+    subjects a listing delivered, most often never looked at)."""
+
+    __slots__ = ("_keys", "_prefix")
+
+    def __init__(self, prefix: str, keys: Sequence[str]) -> None:
+        self._prefix = prefix
+        self._keys = keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self._prefix.__add__, self._keys)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self._prefix + key for key in self._keys[index]]
+        return self._prefix + self._keys[index]
 
 
 def _last_header(block: bytes, name: bytes) -> bytes | None:

@@ -70,6 +70,8 @@ _PLAIN_SIZE = len(_PLAIN_HEADER)
 _HEADER_JOINT = b"\r\n" + _PLAIN_HEADER
 #: The whitespace ``bytes.split()`` splits at, but the space.
 _SPACES = (b"\t", b"\n", b"\x0b", b"\x0c", b"\r")
+#: What :func:`scan_header_deliveries` puts between two lines: a word of its own.
+_LINE_JOINT = b" \n "
 
 #: The numbers of control lines read so far (sids, sizes: few distinct values), by
 #: their bytes: a look-up here costs about a fifth of ``int()`` on bytes, which
@@ -322,9 +324,9 @@ def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliver
     block begins (CRLF, ``NATS/1.0``, CRLF): every piece must be one line and the
     body its line announces, or the buffer is left to ``scan`` (a body holding the
     joint leaves a piece short; a line holding a CR or LF is refused). The lines
-    are joined and split into their words at once, so a line must be as the server
-    writes it: five words, one space between each. The checks are C calls over all
-    the pieces.
+    are joined (a word of their own between each two) and split into their words at
+    once, so a line must be as the server writes it: five words, one space between
+    each. The checks are C calls over all the pieces.
     """
     sid = first_header_delivery_sid(buffer)
     if sid is None or sid not in sids:
@@ -345,28 +347,35 @@ def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliver
         lines, rests = zip(*map(_SPLIT, pieces, repeat(_HEADER_JOINT), repeat(1)), strict=True)
     except ValueError:
         return None
-    joined = b" ".join(lines)
-    # Only single spaces between the words: no other whitespace (a CR or LF would
-    # put the line's end elsewhere), no empty word (two spaces, or one at an end).
-    if b"  " in joined or any(map(joined.__contains__, _SPACES)):
+    # The lines joined with a word of their own between each two (a lone LF), and
+    # split at single spaces: each line must give five words, so that word comes
+    # sixth every time (the whole run's count would let a line of six words and
+    # one of four pass, each word read as another's). No other whitespace in a
+    # line (a CR or LF would put its end elsewhere) and no empty word (two spaces,
+    # or one at an end: the numbers below are none; subjects and replies checked).
+    joined = b"".join(lines)
+    if any(map(joined.__contains__, _SPACES)):
         return None
-    words = joined.split(b" ")
-    if len(words) != 5 * count or not words[0] or not words[-1]:
+    words = _LINE_JOINT.join(lines).split(b" ")
+    if len(words) != 6 * count - 1 or words[5::6].count(b"\n") != count - 1:
         return None
-    if words[1::5].count(b"%d" % sid) != count:
+    if words[1::6].count(b"%d" % sid) != count:
         return None
-    totals_b, hsizes_b = words[4::5], words[3::5]
+    subjects, replies = words[0::6], words[2::6]
+    if not (all(subjects) and all(replies)):
+        return None
+    totals_b, hsizes_b = words[4::6], words[3::6]
     totals = _numbers(totals_b)
     # Headers only (a headers-only consumer's): the same texts, read once.
     hsizes = totals if hsizes_b == totals_b else _numbers(hsizes_b)
     if totals is None or hsizes is None:
         return None
     # Each body (the header block's first line, then the rest) as long as its line says.
-    if list(map(add, map(len, rests), repeat(_PLAIN_SIZE))) != totals:
-        return None
-    if min(hsizes) < _PLAIN_SIZE or not all(map(le, hsizes, totals)):
-        return None
     bodies = list(map(add, repeat(_PLAIN_HEADER), rests))
+    if list(map(len, bodies)) != totals:
+        return None
+    if min(hsizes) < _PLAIN_SIZE or (hsizes is not totals and not all(map(le, hsizes, totals))):
+        return None
     headers: list[bytes]
     payloads: list[bytes]
     if hsizes == totals:  # headers only (a headers-only consumer's): no slicing
@@ -375,7 +384,7 @@ def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliver
         headers = list(map(getitem, bodies, map(slice, hsizes)))
         payloads = list(map(getitem, bodies, map(slice, hsizes, repeat(None))))
     used = 5 + sum(map(len, pieces)) + 7 * (count - 1) + 2
-    return sid, words[0::5], words[2::5], headers, payloads, used
+    return sid, subjects, replies, headers, payloads, used
 
 
 def single_message(buffer: bytes) -> Frame | None:
