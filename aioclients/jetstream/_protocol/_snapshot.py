@@ -284,6 +284,18 @@ class SnapshotScan:
         return True
 
 
+def _at_or_before(subjects: Sequence[str], stream_seqs: Sequence[int], last: int) -> Sequence[str]:
+    """The subjects of a run whose stream sequence is at or before ``last``: all of
+    them (as they are) when the run's highest is."""
+    if type(stream_seqs) is range and stream_seqs.step > 0:
+        highest = stream_seqs[-1] if stream_seqs else 0
+    else:
+        highest = max(stream_seqs, default=0)
+    if highest <= last:
+        return subjects
+    return [subject for subject, seq in zip(subjects, stream_seqs, strict=True) if seq <= last]
+
+
 class StartSubjects:
     """The subjects holding a message when a listing started (the stream's
     ``subjects_filter`` answer that gave ``last_seq``) that the scan has not yet
@@ -311,17 +323,7 @@ class StartSubjects:
 
     def delivered_run(self, subjects: Sequence[str], stream_seqs: Sequence[int]) -> None:
         """:meth:`delivered` for each ``(subject, stream_seq)`` of a run, at once."""
-        last = self.last_seq
-        if type(stream_seqs) is range and stream_seqs.step > 0:
-            highest = stream_seqs[-1] if stream_seqs else 0
-        else:
-            highest = max(stream_seqs, default=0)
-        if highest <= last:
-            self.unreached.difference_update(subjects)
-        else:
-            self.unreached.difference_update(
-                [subject for subject, seq in zip(subjects, stream_seqs, strict=True) if seq <= last]
-            )
+        self.unreached.difference_update(_at_or_before(subjects, stream_seqs, self.last_seq))
 
     def left(self) -> list[str]:
         """The subjects no delivery reached, sorted: to look up as they are now."""
@@ -373,15 +375,7 @@ class CountedStartSubjects:
 
     def delivered_run(self, subjects: Sequence[str], stream_seqs: Sequence[int]) -> None:
         """As :meth:`StartSubjects.delivered_run`: the subjects are kept, not hashed."""
-        last = self.last_seq
-        if type(stream_seqs) is range and stream_seqs.step > 0:
-            highest = stream_seqs[-1] if stream_seqs else 0
-        else:
-            highest = max(stream_seqs, default=0)
-        if highest > last:
-            subjects = [
-                subject for subject, seq in zip(subjects, stream_seqs, strict=True) if seq <= last
-            ]
+        subjects = _at_or_before(subjects, stream_seqs, self.last_seq)
         self._reached += len(subjects)
         self._runs.append(subjects)
 
