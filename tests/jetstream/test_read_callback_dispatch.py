@@ -176,6 +176,42 @@ async def test_nothing_is_taken_while_the_read_loop_has_bytes_to_parse(wired: An
     assert nc.seen == [("ping", None), ("raw/loop", b"v1")]
 
 
+async def test_tasks_woken_by_a_read_run_before_the_rest_of_a_socket_read_is_parsed(
+    wired: Any,
+) -> None:
+    # One socket read of about 200 KB, four of the read loop's 64 KiB reads: the
+    # task the first read's messages woke takes them before the second read is
+    # parsed, rather than the whole socket read's messages at the end.
+    nc, reader, loop = wired
+    count = 200
+    payload = b"x" * 1000
+    burst = b"".join(
+        b"MSG _P.%d %d %d\r\n%s\r\n" % (n, PULL_SID, len(payload), payload) for n in range(count)
+    )
+    came = asyncio.Event()
+    woke_at: list[int] = []
+
+    def delivered(subject: str, reply: str, data: bytes, header: bytes | None) -> None:
+        nc.seen.append(("raw/loop", data))
+        came.set()
+
+    async def take() -> None:
+        while len(nc.seen) < count:
+            await came.wait()
+            came.clear()
+            woke_at.append(len(nc.seen))
+
+    nc._raw_handlers[PULL_SID] = delivered
+    taker = asyncio.ensure_future(take())
+    await asyncio.sleep(0)  # the taker waits
+    reader.feed_data(burst)
+    await asyncio.wait_for(taker, 5)
+    assert len(woke_at) >= 3, woke_at
+    assert woke_at[0] < count // 2, woke_at
+    assert woke_at[-1] == count
+    await loop.idle()
+
+
 async def test_a_disconnected_client_leaves_everything_to_the_read_loop(wired: Any) -> None:
     nc, reader, loop = wired
     nc.is_connected = False
