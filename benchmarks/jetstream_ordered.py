@@ -10,7 +10,11 @@ them in order with:
 
 Each round reads the stream once per client, interleaved; the best round is
 printed as msgs/s with the ratio, and the client's CPU time per message (steadier
-than msgs/s on a busy machine; the server's share is not in it).
+than msgs/s on a busy machine). Each round also prints the cores each read used,
+the client's and nats-server's (CPU time over wall time, nats-server's read from
+``/proc/<pid>/stat``: ours, or the one of ``--url`` given ``--server-pid``), and the
+end nats-server's lowest CPU time per message for each reader: with 2 cores, a
+read that leaves both well under 1.0 core each waited on something else.
 
 With ``--floor``, a third reader runs in the same rounds: a bare ``asyncio.Protocol``
 on its own socket that creates the consumer ``ours`` reads through (ephemeral, ack
@@ -28,6 +32,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
+import os
 import time
 
 import nats
@@ -51,6 +57,20 @@ async def fill(url: str, n: int) -> None:
 
 
 CPU: dict[str, float] = {}
+#: each read's CPU shares, printed with its round
+USAGE: list[str] = []
+#: nats-server's pid (its CPU read from /proc), or None when unknown (--url)
+SERVER_PID: int | None = None
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu() -> float:
+    """CPU seconds (user + system) nats-server has used so far (nan if unknown)."""
+    if SERVER_PID is None:
+        return math.nan
+    with open(f"/proc/{SERVER_PID}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def note_cpu(who: str, cpu: float, n: int) -> None:
@@ -58,11 +78,30 @@ def note_cpu(who: str, cpu: float, n: int) -> None:
     CPU[who] = min(CPU.get(who, per), per)
 
 
+class Usage:
+    """The client's and nats-server's CPU over one read: per message (the lowest
+    of the rounds kept) and as a share of the read's wall time (a share near 1.0:
+    that process used a whole core)."""
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+        self.cpu = time.process_time()
+        self.server = server_cpu()
+
+    def done(self, n: int, elapsed: float) -> str:
+        cpu = time.process_time() - self.cpu
+        server = server_cpu() - self.server
+        note_cpu(self.who, cpu, n)
+        if not math.isnan(server):
+            note_cpu(self.who + " server", server, n)
+        return f"{self.who}: client {cpu / elapsed:.2f} core, server {server / elapsed:.2f}"
+
+
 async def ours(url: str, n: int) -> float:
     async with await jetstream.connect(url, timeout=30) as js:
         stream = await js.stream(STREAM)
         start = time.perf_counter()
-        cpu = time.process_time()
+        usage = Usage("ours")
         oc = await stream.ordered_consumer()
         count = 0
         async with oc.consume(max_messages=2000) as messages:
@@ -71,7 +110,7 @@ async def ours(url: str, n: int) -> float:
                 if count == n:
                     break
         elapsed = time.perf_counter() - start
-        note_cpu("ours", time.process_time() - cpu, n)
+        USAGE.append(usage.done(n, elapsed))
         last = oc.last_stream_seq
         assert last == n, last
         return n / elapsed
@@ -92,11 +131,11 @@ async def theirs(url: str, n: int) -> float:
             done.set()
 
     start = time.perf_counter()
-    cpu = time.process_time()
+    usage = Usage("theirs")
     sub = await js.subscribe(SUBJECT, stream=STREAM, ordered_consumer=True, cb=cb)
     await asyncio.wait_for(done.wait(), 600)
     elapsed = time.perf_counter() - start
-    note_cpu("theirs", time.process_time() - cpu, n)
+    USAGE.append(usage.done(n, elapsed))
     await sub.unsubscribe()
     await nc.close()
     assert last == n, last
@@ -149,9 +188,9 @@ class _FloorReader(PullingFloor):
 
 
 async def floor(url: str, n: int) -> float:
-    cpu = time.process_time()
     transport, reader = await open_floor(url, _FloorReader)
     start = time.perf_counter()
+    usage = Usage("floor")
     config = {
         "deliver_policy": "all",
         "ack_policy": "none",
@@ -169,9 +208,9 @@ async def floor(url: str, n: int) -> float:
     reader.pull(FLOOR_BATCH)
     await asyncio.wait_for(reader.done, 600)
     elapsed = time.perf_counter() - start
+    USAGE.append(usage.done(n, elapsed))
     await reader.request(f"$JS.API.CONSUMER.DELETE.{STREAM}.{name}", b"")
     transport.close()
-    note_cpu("floor", time.process_time() - cpu, n)
     assert reader.count == n, reader.count
     return n / elapsed
 
@@ -189,6 +228,8 @@ async def run(url: str, count: int, rounds: int, with_floor: bool = False) -> No
             + (f"; floor {got_floor:.0f}/s ({got_ours / got_floor:.2f}x)" if with_floor else ""),
             flush=True,
         )
+        print("    cores used: " + "; ".join(USAGE), flush=True)
+        USAGE.clear()
         best_theirs = max(best_theirs, got_theirs)
         best_ours = max(best_ours, got_ours)
         best_floor = max(best_floor, got_floor)
@@ -206,6 +247,15 @@ async def run(url: str, count: int, rounds: int, with_floor: bool = False) -> No
             f"floor (asyncio.Protocol): {best_floor:.0f}/s, client CPU {CPU['floor']:.2f} us "
             f"per message; aioclients / floor {best_ours / best_floor:.2f}x"
         )
+    if "ours server" in CPU:
+        print(
+            "nats-server CPU per message: "
+            + ", ".join(
+                f"{who} {CPU[who + ' server']:.2f} us"
+                for who in ("ours", "theirs", "floor")
+                if who + " server" in CPU
+            )
+        )
 
 
 def main() -> None:
@@ -214,13 +264,19 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--floor", action="store_true", help="add a bare socket reader")
+    parser.add_argument("--port", type=int, help="the port of the server started here")
+    parser.add_argument("--server-pid", type=int, help="with --url: its pid, to see its CPU")
     add_loop_argument(parser)
     args = parser.parse_args()
     use_loop(args.loop)
+    global SERVER_PID
     if args.url:
+        SERVER_PID = args.server_pid
         run_async(run(args.url, args.count, args.rounds, args.floor))
         return
-    with NatsServer() as server:
+    with NatsServer(port=args.port) as server:
+        assert server._proc is not None
+        SERVER_PID = server._proc.pid
         run_async(run(server.url, args.count, args.rounds, args.floor))
 
 

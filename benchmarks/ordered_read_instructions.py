@@ -1,14 +1,19 @@
 """Instructions per message of an ordered consumer's read path, without a socket.
 
 The parser (``FastParser.parse``), the ordered consumer's sink (the cursor's
-judgement, the ``Msg`` objects) and the hand-out (``__anext__``), fed 32 KiB reads
-made in the process: 100-byte deliveries (``--kind msg``, an ordered read) or
+judgement, the ``Msg`` objects) and the hand-out (``__anext__``), on messages made
+in the process: 100-byte deliveries (``--kind msg``, an ordered read) or
 headers-only ones (``--kind hmsg``, as ``headers_only=True`` gets them; KV
 ``keys()`` reads the same frames and makes keys of them instead), all of one
-consumer and in order. No server, no event loop's reads and no
-pulls (so no --loop: the event loop only drives the coroutines): only our own
-per-message work, which the machine's load does not change when
-counted in instructions.
+consumer and in order. They reach the parser as on a connection: ``--burst`` 32 KiB
+reads at a time are fed to an ``asyncio.StreamReader`` (one socket read: 8, 256
+KiB, what a busy read of a fast server brings), which a read loop like nats-py's
+reads 32 KiB at a time, while the iterator runs as a task of its own, woken as
+``BatchStream`` wakes it. No server and no pulls (so no --loop: asyncio's own
+drives the tasks): only our own per-message work, which the machine's load does not
+change when counted in instructions. Objects that outlive a read (the ``Msg``s
+waiting to be handed out) make CPython's cyclic garbage collector run; its work is
+counted too.
 
 Each count runs ``valgrind --tool=cachegrind --cache-sim=no`` four times, reading N
 and 3N messages and only making those reads; the instructions per message are the
@@ -50,55 +55,100 @@ def reads(kind: str, n: int) -> list[bytes]:
     return [whole[at : at + READ] for at in range(0, len(whole), READ)]
 
 
-async def read(kind: str, n: int) -> None:
+async def read(kind: str, n: int, burst: int) -> None:
     from aioclients.jetstream._ordered import OrderedConsumer, OrderedMessageStream
     from aioclients.jetstream._protocol._pull import consume_options
     from aioclients.jetstream._transport import NatsClient
 
     data = reads(kind, n)
-    nc: Any = NatsClient()  # not connected: its parser is fed by hand
+    nc: Any = NatsClient()  # not connected: its parser reads a StreamReader fed by hand
     api: Any = None  # the Msgs keep it; nothing here calls it
     oc = OrderedConsumer(api, "ORD", {})
     oc._cursor.created()
     stream = OrderedMessageStream(oc, consume_options(max_messages=2000), None)
     made: Any = stream._sink(1)
     sink, columns = made if isinstance(made, tuple) else (made, None)
-    nc._run_handlers[5] = sink
+    came = asyncio.Event()  # what BatchStream's wake-up of the iterator does
+
+    def woken(handler: Any) -> Any:
+        def wake(*args: Any) -> None:
+            handler(*args)
+            came.set()
+
+        return wake
+
+    nc._run_handlers[5] = woken(sink)
     if columns is not None:  # as BatchStream registers them
-        nc._deliveries_handlers[5] = lambda s, r, p: columns(s, r, (None,) * len(p), p)
-        nc._header_deliveries_handlers[5] = columns
-    got = 0
-    for chunk in data:
-        await nc._ps.parse(chunk)
-        if stream._take_incoming():
+        nc._deliveries_handlers[5] = woken(lambda s, r, p: columns(s, r, (None,) * len(p), p))
+        nc._header_deliveries_handlers[5] = woken(columns)
+    reader = asyncio.StreamReader(limit=1 << 22)
+    nc._ps.attach(reader)
+    idle = asyncio.Event()
+
+    async def read_loop() -> None:  # nats-py's, without its checks
+        while True:
+            chunk = await reader.read(READ)
+            if not chunk:
+                return
+            await nc._ps.parse(chunk)
+
+    async def take() -> int:
+        got = 0
+        while got < n:
+            if not stream._take_incoming():
+                if not reader._buffer:  # type: ignore[attr-defined]
+                    idle.set()
+                came.clear()
+                await came.wait()
+                continue
             while stream._ready:
                 await stream.__anext__()
                 got += 1
+        idle.set()
+        return got
+
+    looping = asyncio.ensure_future(read_loop())
+    taking = asyncio.ensure_future(take())
+    for at in range(0, len(data), burst):
+        # One socket read: what the event loop hands the StreamReader at once.
+        reader.feed_data(b"".join(data[at : at + burst]))
+        await idle.wait()
+        idle.clear()
+    reader.feed_eof()
+    got = await taking
+    await looping
     assert got == n, (got, n)
 
 
-def count(tree: str, kind: str, n: int, only_make: bool) -> int:
-    args = ["--run", kind, str(n)] + (["--make"] if only_make else [])
+def count(tree: str, kind: str, n: int, burst: int, only_make: bool) -> int:
+    args = ["--run", kind, str(n), str(burst)] + (["--make"] if only_make else [])
     return count_instructions(__file__, args, [tree])
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--run":
-        kind, n = sys.argv[2], int(sys.argv[3])
-        if len(sys.argv) > 4:  # only the reads made
+        kind, n, burst = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+        if len(sys.argv) > 5:  # only the reads made
             reads(kind, n)
             return
-        asyncio.run(read(kind, n))
+        asyncio.run(read(kind, n, burst))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=("msg", "hmsg"), default="msg")
     parser.add_argument("--count", type=int, default=20_000, help="N (reads of N and 3N)")
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=8,
+        help="32 KiB reads per socket read (8: 256 KiB, the most the event loops take at once)",
+    )
     parser.add_argument("--tree", default=os.getcwd(), help="the checkout to measure")
     args = parser.parse_args()
     n = args.count
     tree = os.path.abspath(args.tree)
-    ran = count(tree, args.kind, 3 * n, False) - count(tree, args.kind, n, False)
-    made = count(tree, args.kind, 3 * n, True) - count(tree, args.kind, n, True)
+    b = args.burst
+    ran = count(tree, args.kind, 3 * n, b, False) - count(tree, args.kind, n, b, False)
+    made = count(tree, args.kind, 3 * n, b, True) - count(tree, args.kind, n, b, True)
     print(f"{args.kind}, {tree}: {(ran - made) / (2 * n):,.0f} instructions per message")
 
 
