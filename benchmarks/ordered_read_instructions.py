@@ -78,6 +78,7 @@ async def read(kind: str, n: int, burst: int) -> None:
         return wake
 
     nc._run_handlers[5] = woken(sink)
+    getattr(nc, "_paced", {})[5] = True  # as BatchStream subscribes (a checkout may not)
     if columns is not None:  # as BatchStream registers them
         nc._deliveries_handlers[5] = woken(lambda s, r, p: columns(s, r, (None,) * len(p), p))
         nc._header_deliveries_handlers[5] = woken(columns)

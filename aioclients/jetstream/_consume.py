@@ -889,10 +889,11 @@ class BatchStream(MessageStream):
         self._held_bytes = 0
 
     async def _subscribe(self, inbox: str) -> RawSubscription:
+        # Paced: the sink keeps what a read brings until the iterator takes it.
         if self._columns is None:
-            return await self._transport.subscribe_runs(inbox, self._on_run)
+            return await self._transport.subscribe_runs(inbox, self._on_run, paced=True)
         return await self._transport.subscribe_runs(
-            inbox, self._on_run, self._on_plain_columns, self._on_columns
+            inbox, self._on_run, self._on_plain_columns, self._on_columns, paced=True
         )
 
     def _on_plain_columns(

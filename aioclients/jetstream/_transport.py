@@ -227,6 +227,9 @@ class NatsClient(NATS):
         #: those of them that take replies to requests: a reply that arrives alone
         #: is handed to them from the socket's read callback (see FastParser)
         self._reply_handlers: dict[int, RawHandler] = {}
+        #: sids of run handlers whose reader takes each 32 KiB read before the read
+        #: loop parses the rest of a socket read (see FastParser.parse)
+        self._paced: dict[int, bool] = {}
         if callable(getattr(getattr(self, "_ps", None), "parse", None)):
             self._ps = FastParser(self)  # type: ignore[assignment]
         else:
@@ -236,6 +239,7 @@ class NatsClient(NATS):
             self._run_handlers = None  # type: ignore[assignment]
             self._deliveries_handlers = None  # type: ignore[assignment]
             self._header_deliveries_handlers = None  # type: ignore[assignment]
+            self._paced = None  # type: ignore[assignment]
             report_fast_path_off("the fast protocol parser", "its client has no _ps.parse")
         self._written: asyncio.Future[None] | None = None
 
@@ -460,17 +464,23 @@ class FastParser:
     async def parse(self, data: bytes = b"") -> None:
         """Dispatch one read of the connection's read loop (at most 32 KiB).
 
-        When the socket brought more than that, the rest waits for the next
-        turn of the event loop: the tasks this read woke (an iterator of
-        deliveries) take what was handed to them first. Otherwise the read loop
-        makes the objects of a whole socket read (up to 256 KiB, some 1,500
-        deliveries of 100 bytes) before any of them is taken, and CPython's cyclic
+        While a paced subscription is open (``subscribe_runs(paced=True)``: an
+        ordered consumer's) and the socket brought more than this read, the rest
+        waits for the next turn of the event loop: the tasks this read woke (the
+        ordered iterator) take what was handed to them first. Otherwise the read
+        loop makes the objects of a whole socket read (up to 256 KiB, some 1,300
+        deliveries of 100 bytes) before any of them is taken: CPython's cyclic
         garbage collector, which runs after every ~700 objects made and not freed,
-        traverses them several times over.
+        traverses them, and the iterator tells its pull core of them (which sends
+        the next pull) only once per socket read.
         """
         await self._parse(data)
         reader = self._reader
-        if reader is not None and reader._buffer:  # type: ignore[attr-defined]
+        if (
+            reader is not None
+            and reader._buffer  # type: ignore[attr-defined]
+            and getattr(self.nc, "_paced", None)
+        ):
             await asyncio.sleep(0)
 
     async def _parse(self, data: bytes) -> None:
@@ -953,6 +963,8 @@ class NatsTransport:
         handler: RunHandler,
         deliveries: DeliveriesHandler | None = None,
         with_headers: HeaderDeliveriesHandler | None = None,
+        *,
+        paced: bool = False,
     ) -> RawSubscription:
         """Subscribe with a handler of runs of messages, called from the read loop.
 
@@ -974,6 +986,10 @@ class NatsTransport:
         ``with_headers`` likewise takes the runs that fill a whole read and hold
         only deliveries with a reply and a header block that is no status:
         ``with_headers(subjects, replies, headers, payloads)``.
+
+        ``paced``: while this subscription is open, the read loop lets the tasks a
+        32 KiB read woke run before it parses the rest of a larger socket read
+        (see ``FastParser.parse``).
         """
         self.check_open()
         nc = self.nc
@@ -988,6 +1004,9 @@ class NatsTransport:
                 headed = getattr(nc, "_header_deliveries_handlers", None)
                 if with_headers is not None and isinstance(headed, dict):
                     headed[sub._id] = with_headers
+                pacing = getattr(nc, "_paced", None)
+                if paced and isinstance(pacing, dict):
+                    pacing[sub._id] = True
                 return RawSubscription(self, sub)
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
             raise JetStreamClosedError("the NATS connection is closed; open a new one") from None
@@ -1079,6 +1098,7 @@ class RawSubscription:
             "_run_handlers",
             "_deliveries_handlers",
             "_header_deliveries_handlers",
+            "_paced",
         ):
             handlers = getattr(nc, name, None)
             if isinstance(handlers, dict):

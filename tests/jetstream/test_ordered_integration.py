@@ -58,6 +58,26 @@ async def test_consume_reads_the_stream_in_order_without_acks(
     assert oc.resets == 0
 
 
+async def test_an_ordered_consume_paces_the_read_loop_and_a_plain_one_does_not(
+    js: JetStream, unique_name: str
+) -> None:
+    # While an ordered consume reads, the connection's read loop hands it each
+    # 32 KiB read before parsing the next (see FastParser.parse); consume() keeps
+    # the read loop as it was; neither leaves its mark after it ends.
+    stream = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    await publish_many(js, f"{unique_name}.a", 5)
+    nc = js._transport.nc
+    oc = await stream.ordered_consumer()
+    async with oc.consume(max_messages=10) as messages:
+        assert await _read(messages, 5) == [1, 2, 3, 4, 5]
+        assert len(nc._paced) == 1
+    assert nc._paced == {}
+    plain = await stream.create_consumer(ack_policy="none")
+    async with plain.consume(max_messages=10) as plain_messages:
+        assert len(await _read(plain_messages, 5)) == 5
+        assert nc._paced == {}
+
+
 async def test_fetch_and_next_continue_where_the_last_call_stopped(
     js: JetStream, unique_name: str
 ) -> None:

@@ -176,13 +176,10 @@ async def test_nothing_is_taken_while_the_read_loop_has_bytes_to_parse(wired: An
     assert nc.seen == [("ping", None), ("raw/loop", b"v1")]
 
 
-async def test_tasks_woken_by_a_read_run_before_the_rest_of_a_socket_read_is_parsed(
-    wired: Any,
-) -> None:
-    # One socket read of about 200 KB, four of the read loop's 64 KiB reads: the
-    # task the first read's messages woke takes them before the second read is
-    # parsed, rather than the whole socket read's messages at the end.
-    nc, reader, loop = wired
+async def take_a_large_socket_read(nc: FakeClient, reader: asyncio.StreamReader) -> list[int]:
+    """Feed one socket read of about 200 KB, four of the read loop's 64 KiB reads,
+    of deliveries to PULL_SID, and return how many had been handed over each time
+    the task they wake ran."""
     count = 200
     payload = b"x" * 1000
     burst = b"".join(
@@ -206,9 +203,30 @@ async def test_tasks_woken_by_a_read_run_before_the_rest_of_a_socket_read_is_par
     await asyncio.sleep(0)  # the taker waits
     reader.feed_data(burst)
     await asyncio.wait_for(taker, 5)
-    assert len(woke_at) >= 3, woke_at
-    assert woke_at[0] < count // 2, woke_at
     assert woke_at[-1] == count
+    return woke_at
+
+
+async def test_a_paced_subscription_takes_each_read_before_the_next_is_parsed(
+    wired: Any,
+) -> None:
+    # An ordered consumer's: the task the first read's messages woke takes them
+    # before the second read is parsed, not the whole socket read's at the end.
+    nc, reader, loop = wired
+    nc._paced = {PULL_SID: True}
+    woke_at = await take_a_large_socket_read(nc, reader)
+    assert len(woke_at) >= 3, woke_at
+    assert woke_at[0] < len(nc.seen) // 2, woke_at
+    await loop.idle()
+
+
+async def test_without_a_paced_subscription_a_socket_read_is_parsed_at_once(
+    wired: Any,
+) -> None:
+    nc, reader, loop = wired
+    nc._paced = {}
+    woke_at = await take_a_large_socket_read(nc, reader)
+    assert woke_at == [len(nc.seen)]
     await loop.idle()
 
 
