@@ -21,6 +21,14 @@ difference of the reads minus the difference of the making, divided by 2N.
 
     python benchmarks/ordered_read_instructions.py --kind msg
     python benchmarks/ordered_read_instructions.py --kind hmsg --tree /tmp/base
+
+With ``--url``, the same read from a nats-server instead (an ordered consume of the
+N and 2N first messages of a stream of 100-byte ones, filled if needed; the
+difference divided by N), on ``--loop``: the socket reads are then the server's,
+which valgrind's slow client lets fill up.
+
+    python benchmarks/ordered_read_instructions.py --url nats://127.0.0.1:4222 \
+        --loop uvloop [--tree /tmp/base]
 """
 
 from __future__ import annotations
@@ -121,6 +129,39 @@ async def read(kind: str, n: int, burst: int) -> None:
     assert got == n, (got, n)
 
 
+#: the stream ``--url`` reads (filled with 100-byte messages if it has too few)
+SERVER_STREAM = "ORDINSTR"
+
+
+async def read_from_server(url: str, n: int) -> None:
+    """An ordered consume of the first ``n`` messages of the server's stream."""
+    from aioclients import jetstream
+
+    async with await jetstream.connect(url, timeout=30) as js:
+        stream = await js.stream(SERVER_STREAM)
+        oc = await stream.ordered_consumer()
+        got = 0
+        async with oc.consume(max_messages=2000) as messages:
+            async for _msg in messages:
+                got += 1
+                if got == n:
+                    break
+
+
+async def fill_server(url: str, n: int) -> None:
+    from aioclients import jetstream
+
+    async with await jetstream.connect(url, timeout=30) as js:
+        try:
+            have = (await js.stream_info(SERVER_STREAM)).state.messages
+        except jetstream.StreamNotFoundError:
+            await js.create_stream(SERVER_STREAM, subjects=["ordinstr.>"], storage="file")
+            have = 0
+        for _ in range(n - have):
+            await js.publish_async("ordinstr.data", b"x" * 100)
+        await js.publish_async_complete(timeout=300)
+
+
 def count(tree: str, kind: str, n: int, burst: int, only_make: bool) -> int:
     args = ["--run", kind, str(n), str(burst)] + (["--make"] if only_make else [])
     return count_instructions(__file__, args, [tree])
@@ -134,6 +175,12 @@ def main() -> None:
             return
         asyncio.run(read(kind, n, burst))
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve":  # --serve URL N LOOP
+        from _loop import run_async, use_loop
+
+        use_loop(sys.argv[4])
+        run_async(read_from_server(sys.argv[2], int(sys.argv[3])))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=("msg", "hmsg"), default="msg")
     parser.add_argument("--count", type=int, default=20_000, help="N (reads of N and 3N)")
@@ -144,9 +191,26 @@ def main() -> None:
         help="32 KiB reads per socket read (8: 256 KiB, the most the event loops take at once)",
     )
     parser.add_argument("--tree", default=os.getcwd(), help="the checkout to measure")
+    parser.add_argument(
+        "--url",
+        help="read 100-byte messages from this nats-server instead (reads of N and 2N)",
+    )
+    parser.add_argument("--loop", default="asyncio", choices=("asyncio", "uvloop"))
     args = parser.parse_args()
     n = args.count
     tree = os.path.abspath(args.tree)
+    if args.url:
+        asyncio.run(fill_server(args.url, 2 * n))
+        here = os.path.dirname(os.path.abspath(__file__))
+        runs = [
+            count_instructions(__file__, ["--serve", args.url, str(m), args.loop], [tree, here])
+            for m in (n, 2 * n)
+        ]
+        print(
+            f"from {args.url}, {args.loop}, {tree}: "
+            f"{(runs[1] - runs[0]) / n:,.0f} instructions per message"
+        )
+        return
     b = args.burst
     ran = count(tree, args.kind, 3 * n, b, False) - count(tree, args.kind, n, b, False)
     made = count(tree, args.kind, 3 * n, b, True) - count(tree, args.kind, n, b, True)
