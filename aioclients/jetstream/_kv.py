@@ -236,6 +236,10 @@ class KeyValue:
         # ADR-48: the bucket takes per-key TTLs (it was created with limit_marker_ttl)
         self._ttl_ok = bool(stream.cached_info.config.get("allow_msg_ttl"))
         self._get_prefix = f"{api.prefix}.DIRECT.GET.{stream.name}.{self._prefix}"
+        #: how many subjects the whole bucket held when last seen (the stream's info
+        #: when bound, then each listing of all keys): above the ``multi_last``
+        #: limit, ``keys()`` goes straight to its consumer (see KeyLister._read)
+        self._subjects_seen = stream.cached_info.state.num_subjects
 
     def __repr__(self) -> str:
         return f"<KeyValue {self.bucket}>"
@@ -760,16 +764,29 @@ class KeyLister:
     async def _read(self) -> AsyncGenerator[str, None]:
         kv = self._kv
         cut = len(kv._prefix)
-        if kv._direct:
+        # Every key (no filter): the count of subjects seen last time decides. One
+        # above the multi_last limit is refused by the server after it has looked
+        # at every subject (30 ms for 100,000): go to the consumer at once. Either
+        # way lists the same snapshot; a count gone stale costs time, not keys.
+        whole = self._subjects == [kv._prefix + ">"]
+        if kv._direct and not (whole and kv._subjects_seen > MAX_MULTI_SUBJECTS):
             try:
                 batch = kv._stream.direct_get_last_for(self._subjects)
+                seen = 0
                 async with batch:
                     async for stored in batch:
+                        seen += 1
                         if operation_of(stored.headers) == PUT:
                             yield stored.subject[cut:]
+                if whole:
+                    kv._subjects_seen = seen
                 return
-            except (TooManySubjectsError, ServerTooOldError, DirectGetUnavailableError):
-                pass  # nothing was yielded yet: these come as the first answer
+            except TooManySubjectsError:
+                # nothing was yielded yet: these come as the first answer
+                if whole:
+                    kv._subjects_seen = MAX_MULTI_SUBJECTS + 1
+            except (ServerTooOldError, DirectGetUnavailableError):
+                pass
         # The snapshot: the stream's last sequence now, and the subjects holding a
         # message then. Keys written after it are not listed; a reset starts
         # last_per_subject over (see _snapshot.py).
@@ -793,6 +810,8 @@ class KeyLister:
             last = start.last_seq
         scan = SnapshotScan(last, latest_only=True)
         if scan.done:
+            if whole:
+                kv._subjects_seen = 0  # an empty stream
             return
         reached = start.delivered
         oc = await open_ordered_consumer(
@@ -805,6 +824,8 @@ class KeyLister:
         oc.restart_on_reset()
         try:
             pending_at_start = initial_pending(oc)
+            if whole:
+                kv._subjects_seen = pending_at_start  # last_per_subject: one per subject
             if pending_at_start == 0:
                 return
             deliver = scan.deliver

@@ -319,3 +319,43 @@ async def test_a_deleted_bucket_is_reported_as_such(js: JetStream, bucket: str) 
     with pytest.raises(BucketNotFoundError):
         async with kv.watch():
             pass
+
+
+async def test_keys_of_a_large_bucket_skip_the_multi_last_the_server_would_refuse(
+    kv: KeyValue, js: JetStream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handle that saw more subjects than one multi_last answer takes lists every
+    key through its consumer at once; one that saw few tries multi_last first, and
+    a count gone stale only costs time: the keys are the same."""
+    futures = [await js.publish_async(f"$KV.{kv.bucket}.k{i}", b"v") for i in range(1100)]
+    await asyncio.gather(*futures)
+    multi_lasts: list[list[str]] = []
+
+    def spy(handle: KeyValue) -> None:
+        stream = handle.stream
+        direct_get_last_for = stream.direct_get_last_for
+
+        def counted(subjects: list[str]) -> object:
+            multi_lasts.append(list(subjects))
+            return direct_get_last_for(subjects)
+
+        monkeypatch.setattr(stream, "direct_get_last_for", counted)
+
+    spy(kv)  # bound while the bucket was empty: tries multi_last, refused
+    assert len(await _collect(kv.keys())) == 1100
+    assert len(multi_lasts) == 1
+    assert len(await _collect(kv.keys())) == 1100  # it learnt
+    assert len(multi_lasts) == 1
+    fresh = await js.key_value(kv.bucket)  # bound on a large bucket
+    spy(fresh)
+    assert len(await _collect(fresh.keys())) == 1100
+    assert len(multi_lasts) == 1
+    assert await _collect(fresh.keys("k7", "k1099")) == ["k1099", "k7"]
+    assert len(multi_lasts) == 2  # a filtered listing still tries it
+    await fresh.stream.purge()
+    await fresh.put("a", b"1")
+    await fresh.put("b", b"2")
+    assert await _collect(fresh.keys()) == ["a", "b"]  # stale count: the consumer
+    assert len(multi_lasts) == 2
+    assert await _collect(fresh.keys()) == ["a", "b"]  # and multi_last again
+    assert len(multi_lasts) == 3
