@@ -809,7 +809,7 @@ class KeyLister:
         #: with one filter: the answer naming the subjects, on its way while the
         #: consumer is created and read (for 100,000 keys the server takes some
         #: 100 ms to write it), and the stream's (last_seq, messages) it must show
-        naming: asyncio.Future[tuple[CountedStartSubjects | set[str], int, int | None]] | None
+        naming: asyncio.Future[tuple[CountedStartSubjects | set[str], int, int]] | None
         naming = None
         look = (0, 0)
         if len(self._subjects) == 1:
