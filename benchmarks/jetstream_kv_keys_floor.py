@@ -38,13 +38,12 @@ from jetstream_kv import BUCKET, fill, ours_keys, theirs_keys
 
 from aioclients.testing import NatsServer
 
-STREAM = f"KV_{BUCKET}"
 #: keys()'s pull: its buffer of 20000 keys, refilled at half (consume's default
 #: threshold), 30 s expiry, the ordered consumer's 5 s heartbeats
 BATCH = 20_000
 THRESHOLD = BATCH // 2
 PULL = b'{"batch": %d, "expires": 30000000000, "idle_heartbeat": 5000000000}'
-NEXT = b"$JS.API.CONSUMER.MSG.NEXT." + STREAM.encode() + b".%s"
+NEXT = b"$JS.API.CONSUMER.MSG.NEXT.%s.%s"
 
 
 class _FloorProtocol(PullingFloor):
@@ -92,12 +91,14 @@ class _FloorProtocol(PullingFloor):
         self.buffer = buf[pos:]
 
 
-async def floor_keys(url: str, n: int) -> float:
+async def floor_keys(url: str, n: int, bucket: str = BUCKET) -> float:
+    """List the ``n`` keys of ``bucket`` as the floor does; returns keys per second."""
+    stream = f"KV_{bucket}"
     transport, proto = await open_floor(url, _FloorProtocol)
     start = time.perf_counter()
     config = {
         "deliver_policy": "last_per_subject",
-        "filter_subject": f"$KV.{BUCKET}.>",
+        "filter_subject": f"$KV.{bucket}.>",
         "headers_only": True,
         "ack_policy": "none",
         "max_deliver": 1,
@@ -106,16 +107,16 @@ async def floor_keys(url: str, n: int) -> float:
         "inactive_threshold": 300_000_000_000,
     }
     created = await proto.request(
-        f"$JS.API.CONSUMER.CREATE.{STREAM}",
-        json.dumps({"stream_name": STREAM, "config": config}).encode(),
+        f"$JS.API.CONSUMER.CREATE.{stream}",
+        json.dumps({"stream_name": stream, "config": config}).encode(),
     )
     name = created["name"]
-    proto.next_subject = NEXT % name.encode()
+    proto.next_subject = NEXT % (stream.encode(), name.encode())
     pending = int(created["num_pending"])
     if pending:
         proto.pull(min(BATCH, pending))
         await asyncio.wait_for(proto.done, 120)
-    await proto.request(f"$JS.API.CONSUMER.DELETE.{STREAM}.{name}", b"")
+    await proto.request(f"$JS.API.CONSUMER.DELETE.{stream}.{name}", b"")
     elapsed = time.perf_counter() - start
     transport.close()
     assert proto.count == n, proto.count

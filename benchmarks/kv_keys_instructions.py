@@ -9,9 +9,11 @@ with N and 3N keys, then runs ``async for key in kv.keys()`` over each under
 connecting, the failed ``multi_last`` attempt, the consumer's creation) taken out,
 and everything it does per key in (the snapshot's subjects, the frames, the
 ordered consumer's judgement, the keys handed out). The server is another process:
-none of its work is counted.
+none of its work is counted. ``--client floor`` counts the bare ``asyncio.Protocol`` of
+``jetstream_kv_keys_floor.py`` listing the same buckets instead.
 
     python benchmarks/kv_keys_instructions.py --loop uvloop
+    python benchmarks/kv_keys_instructions.py --loop uvloop --client floor  # the floor's
     python benchmarks/kv_keys_instructions.py --url nats://127.0.0.1:4222 --no-fill \\
         --tree /tmp/base                                        # another checkout
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from _loop import add_loop_argument, run_async, use_loop
 from _valgrind import count_instructions
+from jetstream_kv_keys_floor import floor_keys
 
 from aioclients import jetstream
 from aioclients.testing import NatsServer
@@ -52,8 +55,12 @@ async def list_keys(url: str, n: int) -> None:
     assert count == n, (count, n)
 
 
-def instructions(tree: str, url: str, loop: str, n: int) -> int:
-    run = ["--url", url, "--loop", loop, "--run", str(n)]
+async def list_floor(url: str, n: int) -> None:
+    await floor_keys(url, n, bucket(n))
+
+
+def instructions(tree: str, url: str, loop: str, n: int, client: str) -> int:
+    run = ["--url", url, "--loop", loop, "--run", str(n), "--client", client]
     return count_instructions(__file__, run, [tree, str(HERE)])
 
 
@@ -63,9 +70,10 @@ def measure(url: str, args: argparse.Namespace) -> None:
         run_async(fill(url, n))
         run_async(fill(url, 3 * n))
     tree = str(Path(args.tree).resolve())
-    low = instructions(tree, url, args.loop, n)
-    high = instructions(tree, url, args.loop, 3 * n)
-    print(f"keys(), {args.loop}, {tree}: {(high - low) / (2 * n):,.0f} instructions per key")
+    low = instructions(tree, url, args.loop, n, args.client)
+    high = instructions(tree, url, args.loop, 3 * n, args.client)
+    what = "keys()" if args.client == "ours" else "the floor"
+    print(f"{what}, {args.loop}, {tree}: {(high - low) / (2 * n):,.0f} instructions per key")
 
 
 def main() -> None:
@@ -74,11 +82,14 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=20_000, help="N (buckets of N and 3N)")
     parser.add_argument("--tree", default=str(HERE.parent), help="the checkout to measure")
     parser.add_argument("--no-fill", action="store_true", help="the buckets are filled already")
+    parser.add_argument(
+        "--client", choices=("ours", "floor"), default="ours", help="what lists the keys"
+    )
     parser.add_argument("--run", type=int, help=argparse.SUPPRESS)
     add_loop_argument(parser)
     args = parser.parse_args()
     if args.run:
-        run_async(list_keys(args.url, args.run))
+        run_async((list_floor if args.client == "floor" else list_keys)(args.url, args.run))
         return
     use_loop(args.loop)
     if args.url:

@@ -470,11 +470,12 @@ class JetStreamApi:
 
     async def counted_subjects(
         self, name: str, subjects_filter: str
-    ) -> tuple[CountedStartSubjects | set[str], int]:
+    ) -> tuple[CountedStartSubjects | set[str], int, int]:
         """:meth:`subjects_and_last_seq`, with the subjects only counted when one
         answer holds them all and they are written plainly (see
         :func:`subjects_object`): a :class:`CountedStartSubjects` then (the
-        subjects decoded only if it needs them), a set otherwise."""
+        subjects decoded only if it needs them), a set otherwise. Then the
+        stream's last sequence and its number of messages in the (first) answer."""
         validate_stream_name(name)
         full = f"{self.prefix}.STREAM.INFO.{name}"
         data = await self._answer(full, {"subjects_filter": subjects_filter, "offset": 0}, None)
@@ -486,17 +487,21 @@ class JetStreamApi:
             if isinstance(state, dict) and state.get("subjects") == {}:
                 count, load = subjects_of_object(inner)
                 last_seq = int(state.get("last_seq") or 0)
+                messages = int(state.get("messages") or 0)
                 if count >= int(answer.get("total") or 0):
-                    return CountedStartSubjects(count, load, last_seq), last_seq
+                    return CountedStartSubjects(count, load, last_seq), last_seq, messages
                 if count:  # more pages
-                    return await self._subject_pages(name, subjects_filter, load(), last_seq)
+                    paged = await self._subject_pages(name, subjects_filter, load(), last_seq)
+                    return *paged, messages
         answer = json_answer(data, full)
         state = answer.get("state") or {}
         subjects = set(state.get("subjects") or {})
         last_seq = int(state.get("last_seq") or 0)
+        messages = int(state.get("messages") or 0)
         if not subjects or len(subjects) >= int(answer.get("total") or 0):
-            return subjects, last_seq
-        return await self._subject_pages(name, subjects_filter, subjects, last_seq)
+            return subjects, last_seq, messages
+        paged = await self._subject_pages(name, subjects_filter, subjects, last_seq)
+        return *paged, messages
 
     async def delete_stream(self, name: str) -> None:
         validate_stream_name(name)

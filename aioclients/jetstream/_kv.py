@@ -86,6 +86,7 @@ from aioclients.jetstream._protocol._snapshot import (
     ScanVerdict,
     SnapshotScan,
     StartSubjects,
+    same_messages,
 )
 from aioclients.jetstream._protocol._time import parse_server_time
 from aioclients.jetstream._stream import Stream
@@ -236,6 +237,10 @@ class KeyValue:
         # ADR-48: the bucket takes per-key TTLs (it was created with limit_marker_ttl)
         self._ttl_ok = bool(stream.cached_info.config.get("allow_msg_ttl"))
         self._get_prefix = f"{api.prefix}.DIRECT.GET.{stream.name}.{self._prefix}"
+        #: how many subjects the whole bucket held when last seen (the stream's info
+        #: when bound, then each listing of all keys): above the ``multi_last``
+        #: limit, ``keys()`` goes straight to its consumer (see KeyLister._read)
+        self._subjects_seen = stream.cached_info.state.num_subjects
 
     def __repr__(self) -> str:
         return f"<KeyValue {self.bucket}>"
@@ -673,6 +678,15 @@ def _bucket_not_found(bucket: str) -> BucketNotFoundError:
     )
 
 
+def _forget(answer: asyncio.Future[Any]) -> None:
+    """Stop waiting for ``answer``: cancel it, or take its error if it has one (it
+    is not logged as never retrieved)."""
+    if not answer.done():
+        answer.cancel()
+    elif not answer.cancelled():
+        answer.exception()
+
+
 async def _last_seq(kv: KeyValue) -> int:
     """The last sequence of the bucket's stream: the snapshot a listing reads."""
     try:
@@ -760,16 +774,29 @@ class KeyLister:
     async def _read(self) -> AsyncGenerator[str, None]:
         kv = self._kv
         cut = len(kv._prefix)
-        if kv._direct:
+        # Every key (no filter): the count of subjects seen last time decides. One
+        # above the multi_last limit is refused by the server after it has looked
+        # at every subject (30 ms for 100,000): go to the consumer at once. Either
+        # way lists the same snapshot; a count gone stale costs time, not keys.
+        whole = self._subjects == [kv._prefix + ">"]
+        if kv._direct and not (whole and kv._subjects_seen > MAX_MULTI_SUBJECTS):
             try:
                 batch = kv._stream.direct_get_last_for(self._subjects)
+                seen = 0
                 async with batch:
                     async for stored in batch:
+                        seen += 1
                         if operation_of(stored.headers) == PUT:
                             yield stored.subject[cut:]
+                if whole:
+                    kv._subjects_seen = seen
                 return
-            except (TooManySubjectsError, ServerTooOldError, DirectGetUnavailableError):
-                pass  # nothing was yielded yet: these come as the first answer
+            except TooManySubjectsError:
+                # nothing was yielded yet: these come as the first answer
+                if whole:
+                    kv._subjects_seen = MAX_MULTI_SUBJECTS + 1
+            except (ServerTooOldError, DirectGetUnavailableError):
+                pass
         # The snapshot: the stream's last sequence now, and the subjects holding a
         # message then. Keys written after it are not listed; a reset starts
         # last_per_subject over (see _snapshot.py).
@@ -779,105 +806,160 @@ class KeyLister:
         # here once the scan is over; each is looked up as it is now. With one
         # filter, the subjects are only counted until then (CountedStartSubjects).
         start: StartSubjects | CountedStartSubjects
+        #: with one filter: the answer naming the subjects, on its way while the
+        #: consumer is created and read (for 100,000 keys the server takes some
+        #: 100 ms to write it), and the stream's (last_seq, messages) it must show
+        naming: asyncio.Future[tuple[CountedStartSubjects | set[str], int, int]] | None
+        naming = None
+        look = (0, 0)
         if len(self._subjects) == 1:
             try:
-                subjects, last = await kv._api.counted_subjects(kv._stream_name, self._subjects[0])
+                state = (await kv._api.stream_info(kv._stream_name)).state
             except StreamNotFoundError:
                 raise _bucket_not_found(kv.bucket) from None
-            if isinstance(subjects, CountedStartSubjects):
-                start = subjects
-            else:
-                start = StartSubjects(subjects, last)
+            last = state.last_seq
+            look = (last, state.messages)
+            start = CountedStartSubjects.before_answer(last)
+            if last:
+                naming = asyncio.ensure_future(
+                    kv._api.counted_subjects(kv._stream_name, self._subjects[0])
+                )
         else:
             start = StartSubjects(*await _subjects_at_start(kv, self._subjects))
             last = start.last_seq
-        scan = SnapshotScan(last, latest_only=True)
-        if scan.done:
-            return
-        reached = start.delivered
-        oc = await open_ordered_consumer(
-            kv._api,
-            kv._stream_name,
-            filter_subjects=self._subjects,
-            deliver_policy="last_per_subject",
-            headers_only=True,
-        )
-        oc.restart_on_reset()
         try:
-            pending_at_start = initial_pending(oc)
-            if pending_at_start == 0:
-                return
-            deliver = scan.deliver
-            take = ScanVerdict.TAKE
-
-            def opened(generation: int) -> None:
-                # The first consumer, or a replacement that starts over.
-                scan.opened(initial_pending(oc))
-                if scan.consumers > 1 and isinstance(start, CountedStartSubjects):
-                    start.restarted()  # its deliveries may repeat subjects
-                if scan.done:  # a replacement with nothing to deliver: no key left
-                    asyncio.get_running_loop().call_soon(messages.stop)
-
-            def key_of(
-                subject: str,
-                reply: bytes,
-                data: bytes,
-                header: bytes | None,
-                sseq: int,
-                pending: int,
-                ts: int,
-            ) -> str | None:
-                # The read loop's work per key: no Msg, no entry (and no pending
-                # count or timestamp: meta=False).
-                reached(subject, sseq)
-                if deliver(sseq) is not take:
-                    return None  # listed already, or written after the start
-                if header is not None and (
-                    b"KV-Operation" in header or b"Nats-Marker-Reason" in header
-                ):
-                    if operation_of_header_block(header) != PUT:
-                        return None
-                return subject[cut:]
-
-            take_run = scan.take_run
-            reached_run = start.delivered_run
-            prefix = kv._prefix
-
-            def keys_of(
-                subjects: Sequence[bytes],
-                headers: Sequence[bytes | None],
-                seqs: Sequence[int],
-            ) -> tuple[list[str], Sequence[int]] | None:
-                # key_of for a whole run, when every key of it is taken: no Python
-                # call per key, the keys cut from one split of the joined subjects
-                # (their full texts made only if the start's subjects are ever
-                # looked at). Nothing changes before the last check.
-                keys = keys_of_subjects(subjects, prefix)
-                if keys is None or not all_put(headers) or not take_run(seqs):
-                    return None
-                reached_run(PrefixedKeys(prefix, keys), seqs)
-                return keys, seqs
-
-            messages = OrderedItems(
-                oc,
-                ordered_consume_options(
-                    max_messages=min(_KEYS_BUFFER, max(pending_at_start, 10)), expires=30.0
-                ),
-                key_of,
-                on_open=opened,
-                meta=False,
-                make_run=keys_of,
-            )
-            async with SnapshotReader(kv._api, scan, self._subjects, messages) as reader:
-                while (keys := await reader.next_batch()) is not None:
-                    for key in keys:
-                        yield key
+            while True:
+                scan = SnapshotScan(last, latest_only=True)
+                if scan.done:
+                    if whole:
+                        kv._subjects_seen = 0  # an empty stream
+                    return
+                oc = await open_ordered_consumer(
+                    kv._api,
+                    kv._stream_name,
+                    filter_subjects=self._subjects,
+                    deliver_policy="last_per_subject",
+                    headers_only=True,
+                )
+                oc.restart_on_reset()
+                #: the answer naming the subjects showed another stream: start over
+                over: tuple[CountedStartSubjects | set[str], int] | None = None
+                try:
+                    pending_at_start = initial_pending(oc)
+                    if whole:
+                        kv._subjects_seen = pending_at_start  # last_per_subject: one a subject
+                    if pending_at_start == 0:
+                        return
+                    messages = self._key_items(oc, scan, start, pending_at_start)
+                    async with SnapshotReader(kv._api, scan, self._subjects, messages) as reader:
+                        if naming is not None:
+                            # Deliveries are read meanwhile; keys are handed out
+                            # only if the answer shows the stream of ``look``.
+                            try:
+                                named, named_last, named_messages = await naming
+                            except StreamNotFoundError:
+                                raise _bucket_not_found(kv.bucket) from None
+                            naming = None
+                            if same_messages(look, (named_last, named_messages)):
+                                cast(CountedStartSubjects, start).settle(named)
+                            else:
+                                over = named, named_last
+                        while over is None and (keys := await reader.next_batch()) is not None:
+                            for key in keys:
+                                yield key
+                finally:
+                    await oc.close()
+                if over is None:
+                    break
+                # Written to meanwhile: the answer's subjects and last sequence are
+                # the snapshot, and a new consumer is created after it.
+                named, last = over
+                if isinstance(named, CountedStartSubjects):
+                    start = named
+                else:
+                    start = StartSubjects(named, last)
         finally:
-            await oc.close()
+            if naming is not None:
+                _forget(naming)
         unreached = start.left()
         if unreached:
             async for key in _holding_values(kv, unreached):
                 yield key
+
+    def _key_items(
+        self,
+        oc: OrderedConsumer,
+        scan: SnapshotScan,
+        start: StartSubjects | CountedStartSubjects,
+        pending_at_start: int,
+    ) -> OrderedItems:
+        """The keys ``oc`` delivers, judged by ``scan`` (``start`` told of each)."""
+        kv = self._kv
+        cut = len(kv._prefix)
+        reached = start.delivered
+        deliver = scan.deliver
+        take = ScanVerdict.TAKE
+
+        def opened(generation: int) -> None:
+            # The first consumer, or a replacement that starts over.
+            scan.opened(initial_pending(oc))
+            if scan.consumers > 1 and isinstance(start, CountedStartSubjects):
+                start.restarted()  # its deliveries may repeat subjects
+            if scan.done:  # a replacement with nothing to deliver: no key left
+                asyncio.get_running_loop().call_soon(messages.stop)
+
+        def key_of(
+            subject: str,
+            reply: bytes,
+            data: bytes,
+            header: bytes | None,
+            sseq: int,
+            pending: int,
+            ts: int,
+        ) -> str | None:
+            # The read loop's work per key: no Msg, no entry (and no pending
+            # count or timestamp: meta=False).
+            reached(subject, sseq)
+            if deliver(sseq) is not take:
+                return None  # listed already, or written after the start
+            if header is not None and (
+                b"KV-Operation" in header or b"Nats-Marker-Reason" in header
+            ):
+                if operation_of_header_block(header) != PUT:
+                    return None
+            return subject[cut:]
+
+        take_run = scan.take_run
+        reached_run = start.delivered_run
+        prefix = kv._prefix
+
+        def keys_of(
+            subjects: Sequence[bytes],
+            headers: Sequence[bytes | None],
+            seqs: Sequence[int],
+        ) -> tuple[list[str], Sequence[int]] | None:
+            # key_of for a whole run, when every key of it is taken: no
+            # Python call per key, the keys cut from one split of the joined
+            # subjects (their full texts made only if the start's subjects
+            # are ever looked at). Nothing changes before the last check.
+            keys = keys_of_subjects(subjects, prefix)
+            if keys is None or not all_put(headers) or not take_run(seqs):
+                return None
+            reached_run(PrefixedKeys(prefix, keys), seqs)
+            return keys, seqs
+
+        messages = OrderedItems(
+            oc,
+            ordered_consume_options(
+                max_messages=min(_KEYS_BUFFER, max(pending_at_start, 10)),
+                expires=30.0,
+            ),
+            key_of,
+            on_open=opened,
+            meta=False,
+            make_run=keys_of,
+        )
+        return messages
 
     async def aclose(self) -> None:
         await self._keys.aclose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from aioclients.jetstream import (
     StreamNameInUseError,
     connect,
 )
+from aioclients.jetstream import _kv as kv_module
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -319,3 +321,82 @@ async def test_a_deleted_bucket_is_reported_as_such(js: JetStream, bucket: str) 
     with pytest.raises(BucketNotFoundError):
         async with kv.watch():
             pass
+
+
+async def test_keys_of_a_large_bucket_skip_the_multi_last_the_server_would_refuse(
+    kv: KeyValue, js: JetStream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handle that saw more subjects than one multi_last answer takes lists every
+    key through its consumer at once; one that saw few tries multi_last first, and
+    a count gone stale only costs time: the keys are the same."""
+    futures = [await js.publish_async(f"$KV.{kv.bucket}.k{i}", b"v") for i in range(1100)]
+    await asyncio.gather(*futures)
+    multi_lasts: list[list[str]] = []
+
+    def spy(handle: KeyValue) -> None:
+        stream = handle.stream
+        direct_get_last_for = stream.direct_get_last_for
+
+        def counted(subjects: list[str]) -> object:
+            multi_lasts.append(list(subjects))
+            return direct_get_last_for(subjects)
+
+        monkeypatch.setattr(stream, "direct_get_last_for", counted)
+
+    spy(kv)  # bound while the bucket was empty: tries multi_last, refused
+    assert len(await _collect(kv.keys())) == 1100
+    assert len(multi_lasts) == 1
+    assert len(await _collect(kv.keys())) == 1100  # it learnt
+    assert len(multi_lasts) == 1
+    fresh = await js.key_value(kv.bucket)  # bound on a large bucket
+    spy(fresh)
+    assert len(await _collect(fresh.keys())) == 1100
+    assert len(multi_lasts) == 1
+    assert await _collect(fresh.keys("k7", "k1099")) == ["k1099", "k7"]
+    assert len(multi_lasts) == 2  # a filtered listing still tries it
+    await fresh.stream.purge()
+    await fresh.put("a", b"1")
+    await fresh.put("b", b"2")
+    assert await _collect(fresh.keys()) == ["a", "b"]  # stale count: the consumer
+    assert len(multi_lasts) == 2
+    assert await _collect(fresh.keys()) == ["a", "b"]  # and multi_last again
+    assert len(multi_lasts) == 3
+
+
+@pytest.mark.parametrize("removed", ["deleted", "purged"])
+async def test_keys_start_over_when_the_bucket_changed_before_its_subjects_were_named(
+    kv: KeyValue, js: JetStream, monkeypatch: pytest.MonkeyPatch, removed: str
+) -> None:
+    """keys() takes its snapshot's sequence from a first look at the stream and
+    creates its consumer while a second look names the subjects. Writes after the
+    consumer's creation and before the second look make that look the snapshot,
+    read by a consumer created after it: the key removed meanwhile is left out,
+    the one created meanwhile is listed, each key once."""
+    futures = [await js.publish_async(f"$KV.{kv.bucket}.k{i}", b"v") for i in range(1100)]
+    await asyncio.gather(*futures)
+    assert len(await _collect(kv.keys())) == 1100  # now past multi_last: one consumer
+    api = kv._api
+    counted_subjects = api.counted_subjects
+    created = asyncio.Event()
+    open_consumer = kv_module.open_ordered_consumer
+
+    async def opened(*args: Any, **kwargs: Any) -> Any:
+        oc = await open_consumer(*args, **kwargs)
+        created.set()
+        return oc
+
+    async def written_first(name: str, subjects_filter: str) -> Any:
+        if not created.is_set():
+            await created.wait()
+            if removed == "deleted":
+                await kv.delete("k5")  # the consumer still delivers k5's value
+            else:  # removed, nothing appended
+                await kv.stream.purge(subject=f"$KV.{kv.bucket}.k5")
+            await kv.put("new", b"1")
+        return await counted_subjects(name, subjects_filter)
+
+    monkeypatch.setattr(kv_module, "open_ordered_consumer", opened)
+    monkeypatch.setattr(api, "counted_subjects", written_first)
+    keys = [k async for k in kv.keys()]
+    assert len(keys) == len(set(keys))
+    assert set(keys) == {f"k{i}" for i in range(1100)} - {"k5"} | {"new"}

@@ -18,6 +18,7 @@ from aioclients.jetstream._protocol._snapshot import (
     ScanVerdict,
     SnapshotScan,
     StartSubjects,
+    same_messages,
     subjects_object,
     subjects_of_object,
 )
@@ -213,12 +214,16 @@ def run_scan(
     script: list[tuple[str, tuple[str, str] | None]],
     *,
     latest_only: bool,
+    settle_after: int | None = None,
+    settle_with_set: bool = False,
 ) -> Run:
     """Drive a SnapshotScan as the KV drivers do: the snapshot is the stream's last
     sequence, the consumer is created after ``between`` more writes, ``script``
     interleaves writes, deliveries and resets (a ``last_per_subject`` scan starts
     over; an every-revision scan resumes after its last delivery); then the
-    deliveries are drained."""
+    deliveries are drained. ``settle_after``: the counted subjects are named only
+    after that many deliveries (or at the end), as ``keys()`` reads its consumer
+    while the answer naming them is on its way (counted, or as a set)."""
     bucket = Bucket(history)
     for key, op in before:
         bucket.write(key, op)
@@ -227,6 +232,11 @@ def run_scan(
     start = StartSubjects(snapshot.last_of(), bucket.last_seq)
     at_start = set(snapshot.last_of())
     counted = CountedStartSubjects(len(at_start), at_start.copy, bucket.last_seq)
+    named = counted if not settle_with_set else at_start.copy()
+    if settle_after is not None:
+        counted = CountedStartSubjects.before_answer(bucket.last_seq)
+    deliveries = 0
+    settled: list[int] = []
     written_after: set[str] = set()
     for key, op in between:
         bucket.write(key, op)
@@ -244,10 +254,14 @@ def run_scan(
     first_beyond: list[ScanVerdict] = []
 
     def deliver() -> bool:
-        nonlocal last_delivered
+        nonlocal last_delivered, deliveries
+        if deliveries == settle_after and not settled:
+            settled.append(1)
+            counted.settle(named)
         got = consumer.next()
         if got is None:
             return False
+        deliveries += 1
         key, seq, _, op = got  # the pending count each delivery carries is not used
         last_delivered = seq
         start.delivered(key, seq)  # every delivery, as the listing drivers do
@@ -278,6 +292,8 @@ def run_scan(
     # Drain: the scan must end (nothing can leave it waiting for ever).
     while not scan.done:
         assert deliver(), "the scan waits for a delivery that never comes"
+    if settle_after is not None and not settled:
+        counted.settle(named)
     return Run(
         taken,
         written_after,
@@ -294,17 +310,34 @@ ops = st.lists(writes, max_size=15)
 
 
 @settings(max_examples=400)
-@given(histories, ops, st.lists(writes, max_size=3), steps)
+@given(
+    histories,
+    ops,
+    st.lists(writes, max_size=3),
+    steps,
+    st.none() | st.integers(min_value=0, max_value=30),
+    st.booleans(),
+)
 def test_keys_lists_each_key_holding_a_value_at_the_start_once(
     history: int,
     before: list[tuple[str, str]],
     between: list[tuple[str, str]],
     script: list[tuple[str, tuple[str, str] | None]],
+    settle_after: int | None,
+    settle_with_set: bool,
 ) -> None:
-    run = run_scan(history, before, between, script, latest_only=True)
+    run = run_scan(
+        history,
+        before,
+        between,
+        script,
+        latest_only=True,
+        settle_after=settle_after,
+        settle_with_set=settle_with_set,
+    )
     # keys() counts the subjects of the start instead of keeping their set: the
-    # same ones are left to look up, whatever was written and however many
-    # consumers started over.
+    # same ones are left to look up, whatever was written, however many consumers
+    # started over, and however late the answer naming them came.
     assert run.counted_left == run.left
     listed = [key for key, _, op in run.taken if op == PUT]
     holding = {k for k, (_, op) in run.snapshot.last_of().items() if op == PUT}
@@ -504,3 +537,48 @@ def test_subjects_object_leaves_odd_answers_to_the_decoder() -> None:
         b'{"state":{"subjects":{}}}',
         b'"a}":1,"b":2',
     )
+
+
+def test_counted_start_subjects_named_late_count_what_came_before() -> None:
+    start = CountedStartSubjects.before_answer(10)
+    start.delivered_run(["a", "b"], range(4, 6))
+    start.delivered("c", 9)
+    start.settle(CountedStartSubjects(3, lambda: {"a", "b", "c"}, 10))
+    assert start.left() == []
+    start = CountedStartSubjects.before_answer(10)
+    start.delivered_run(["a", "b"], [4, 11])  # b's message of then is gone
+    named = {"a", "b"}
+    start.settle(named)
+    assert start.left() == ["b"]
+    assert named == {"a", "b"}  # copied, not taken over
+    start = CountedStartSubjects.before_answer(10)
+    start.delivered("a", 12)  # a delivery beyond the start: one is missing
+    with pytest.raises(RuntimeError, match="not settled"):
+        start.left()
+
+
+@settings(max_examples=300)
+@given(histories, ops, st.lists(st.tuples(writes, st.booleans()), max_size=4))
+def test_two_looks_at_the_same_messages_see_the_same_bucket(
+    history: int, before: list[tuple[str, str]], meanwhile: list[tuple[tuple[str, str], bool]]
+) -> None:
+    """The check keys() makes before handing out keys read from a consumer created
+    between two looks at the stream: when both looks show the same last sequence
+    and number of messages, nothing was written or removed between them."""
+    bucket = Bucket(history)
+    for key, op in before:
+        bucket.write(key, op)
+    first = dict(bucket.stored)
+    look = (bucket.last_seq, len(bucket.stored))
+    for (key, op), removal in meanwhile:
+        if removal:  # a purge of the key's messages, or their expiry: nothing appended
+            for seq in [s for s, (k, _) in bucket.stored.items() if k == key]:
+                del bucket.stored[seq]
+        else:
+            bucket.write(key, op)
+    later = (bucket.last_seq, len(bucket.stored))
+    if same_messages(look, later):
+        assert bucket.stored == first, "a change between the looks passed unseen"
+    if bucket.last_seq == look[0] and bucket.stored == first:
+        assert same_messages(look, later)  # nothing happened: no start over
+    assert not same_messages(look, (later[0], None))  # not known: start over

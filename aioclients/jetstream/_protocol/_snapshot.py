@@ -74,6 +74,7 @@ __all__ = (
     "ScanVerdict",
     "SnapshotScan",
     "StartSubjects",
+    "same_messages",
     "subjects_object",
     "subjects_of_object",
 )
@@ -363,6 +364,22 @@ class CountedStartSubjects:
         self._runs: list[Sequence[str]] = []
         self._single = True
 
+    @classmethod
+    def before_answer(cls, last_seq: int) -> CountedStartSubjects:
+        """One whose subjects are not known yet (``keys()`` creates its consumer
+        while the answer naming them is on its way): deliveries are counted as
+        usual, and :meth:`settle` gives their number and set before :meth:`left`."""
+        return cls(-1, _not_settled, last_seq)
+
+    def settle(self, subjects: CountedStartSubjects | set[str]) -> None:
+        """The subjects of the start, from the answer (counted or a set) of a
+        stream that held the same messages as at ``last_seq`` (see
+        :func:`same_messages`)."""
+        if isinstance(subjects, CountedStartSubjects):
+            self.count, self._load = subjects.count, subjects._load
+        else:
+            self.count, self._load = len(subjects), subjects.copy
+
     def restarted(self) -> None:
         """A replacement consumer started over: deliveries may repeat subjects."""
         self._single = False
@@ -387,6 +404,26 @@ class CountedStartSubjects:
         for run in self._runs:
             unreached.difference_update(run)
         return sorted(unreached)
+
+
+def _not_settled() -> set[str]:
+    raise RuntimeError("the subjects of the start are not settled yet")
+
+
+def same_messages(first: tuple[int, int], later: tuple[int, int | None]) -> bool:
+    """Whether a stream held the same messages at two looks at its state, each
+    ``(last_seq, messages)`` (``messages`` ``None``: not known). With the same
+    last sequence nothing was appended between them, and with nothing appended
+    the number of messages can only fall (a purge, an expiry, a limit): as many
+    means none was removed.
+
+    ``keys()`` takes its snapshot's sequence from a first look, creates its
+    consumer, and has the stream's subjects named by a second look sent along
+    with the creation; the server may answer the two in either order. When this
+    holds, the consumer saw the stream as both looks did, whichever came first;
+    otherwise ``keys()`` starts over from the second look, its consumer created
+    after it."""
+    return later[1] is not None and first == later
 
 
 #: How a ``STREAM.INFO`` answer names its state's subjects (an object: the
