@@ -85,9 +85,9 @@ async def snoop_pulls(
 ) -> AsyncIterator[PullSnoop]:
     """Record the pulls ``js`` sends to ``stream``/``consumer``.
 
-    For a moment after a SUB is flushed, the server may not yet route another
-    connection's messages to it (see ``support.until_visible``); a probe answered
-    through the same snooping connection fences that before the test pulls.
+    nats-py's flush() can return before the server has read the SUBs before it
+    (see ``support.subscriptions_live``); a probe answered through the same
+    snooping connection fences that before the test pulls.
     """
     snoop = PullSnoop()
     nc: NATS = await nats.connect(url)

@@ -32,11 +32,28 @@ WaitFor = Callable[..., Awaitable[None]]
 PROBE = b"__probe__"
 
 
+async def subscriptions_live(nc: NATS) -> None:
+    """Return once the server routes to every subscription ``nc`` has made so far.
+
+    ``await nc.flush()`` does not promise that: nats-py (2.16) writes flush()'s PING
+    straight to the socket, while the SUBs before it wait in its pending buffer for
+    its flusher task, so the PONG can come back before the server has read them, and
+    another connection's message sent at once misses them. The commands in that buffer
+    reach the server in order: a message published through it after them, received
+    on a subscription made after them, is read after they are live.
+    """
+    inbox = nc.new_inbox()
+    fence = await nc.subscribe(inbox, max_msgs=1)
+    await nc.publish(inbox, b"")
+    await fence.next_msg(timeout=10)
+
+
 async def until_visible(nc: NATS, subject: str) -> None:
     """Wait until ``nc`` sees a listener another connection set up on ``subject``.
 
-    For a few milliseconds after that connection's SUB and flush, the server may still
-    answer a request on ``subject`` with "no responders" (the same with plain nats-py).
+    That connection's flush() does not mean its SUB is live (see
+    :func:`subscriptions_live`): until it is, a request on ``subject`` gets "no
+    responders".
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 5

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import nats
 import pytest
 from nats.aio.msg import Msg as NatsMsg
-from support import Server, WaitFor
+from support import Server, WaitFor, subscriptions_live
 
 from aioclients import InvalidArgumentError
 from aioclients.jetstream import (
@@ -71,7 +71,7 @@ async def spy(nats_server: Server, unique_name: str) -> AsyncIterator[RequestSpy
         watcher = RequestSpy()
         await nc.subscribe(f"$JS.API.DIRECT.GET.{unique_name}", cb=watcher._on_msg)
         await nc.subscribe(f"$JS.API.DIRECT.GET.{unique_name}.>", cb=watcher._on_msg)
-        await nc.flush()
+        await subscriptions_live(nc)  # not flush(): its PING can overtake the SUBs
         yield watcher
     finally:
         await nc.close()

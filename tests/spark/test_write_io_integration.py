@@ -13,6 +13,7 @@ from aioclients import jetstream
 from aioclients.spark._errors import PublishFailedError
 from aioclients.spark._jetstream import WriteConfig, WriteResult, _publish
 from aioclients.testing import FaultProxy
+from tests.jetstream.support import subscriptions_live
 
 pytestmark = pytest.mark.spark
 
@@ -124,7 +125,7 @@ async def test_a_timeout_also_names_the_publishes_refused_before_it(
     nc = await nats.connect(url)
     try:
         await nc.subscribe(f"{unique_name}.silent")
-        await nc.flush()
+        await subscriptions_live(nc)  # not flush(): its PING can overtake the SUB
         batch = pa.RecordBatch.from_pydict(
             {
                 "subject": [f"{unique_name}.nostream"] * 2 + [f"{unique_name}.silent"] * 2,
