@@ -83,6 +83,22 @@ async def ours(url: str, n: int, ack: bool) -> tuple[float, float]:
     return n / elapsed, cpu
 
 
+def undelivered(headers: bytes, batch: int) -> int:
+    """How many of a pull's ``batch`` a status frame (its header block) says will
+    not come: its Nats-Pending-Messages (408 at the pull's expiry, 409 Message Size
+    Exceeds MaxBytes), the whole batch when it has none (a pull refused outright:
+    400, 409 Exceeded MaxWaiting ...), none for a 100 (heartbeat, flow control).
+    """
+    lines = headers.split(b"\r\n")
+    if lines[0][9:12] == b"100":
+        return 0
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"nats-pending-messages":
+            return int(value)
+    return batch
+
+
 class _FloorProtocol(asyncio.Protocol):
     """Just enough NATS to pull a consumer: CONNECT, SUB, pulls of 1000, acks."""
 
@@ -94,11 +110,33 @@ class _FloorProtocol(asyncio.Protocol):
         self.pull = pull
         self.got = 0
         self.outstanding = 0
+        #: set by start(); until then data_received pulls nothing
+        self.started = False
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # cast, not isinstance: uvloop's transports are not asyncio.Transport subclasses
         self.transport = cast("asyncio.Transport", transport)
+
+    def start(self) -> None:
+        """CONNECT and SUB, then the first two pulls, in that order on the wire.
+
+        The server's INFO can reach data_received before the caller of
+        create_connection resumes (uvloop does that). A pull written from there
+        went ahead of the SUB, and when the consumer checked the pull's reply
+        subject for interest before the server had read the SUB, it dropped the
+        pull without a word: no messages, no 408. The floor then counted 1000
+        it would never get, and stopped at exactly 2000.
+        """
+        assert self.transport is not None
+        # headers: statuses (408, 409) come as HMSG; without it the server strips
+        # their headers and a status reads as an empty message.
+        self.transport.write(
+            b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\nSUB _FLOOR.in 1\r\n'
+        )
+        self.started = True
+        self.send_pull()
+        self.send_pull()
 
     def send_pull(self) -> None:
         assert self.transport is not None
@@ -112,7 +150,7 @@ class _FloorProtocol(asyncio.Protocol):
         find = buf.find
         acks = []
         got = 0
-        status = False
+        ended = 0
         while True:
             eol = find(b"\r\n", pos)
             if eol < 0:
@@ -127,12 +165,11 @@ class _FloorProtocol(asyncio.Protocol):
                     acks.append(b"PUB %s 0\r\n\r\n" % args[2])
                 pos = end + 2
             elif buf.startswith(b"HMSG ", pos):
-                # A status (a pull ended early, e.g. 409 Exceeded MaxAckPending under
-                # load): start the pulls over rather than wait for what will not come.
+                # A status: a pull ended short, or was refused.
                 end = eol + 2 + int(buf[pos:eol].split()[-1])
                 if end + 2 > size:
                     break
-                status = True
+                ended += undelivered(buf[eol + 2 : end], 1000)
                 pos = end + 2
             else:
                 pos = eol + 2  # +OK, PING (none while the pulls keep it busy)
@@ -141,13 +178,11 @@ class _FloorProtocol(asyncio.Protocol):
         if acks:
             self.transport.write(b"".join(acks))
         self.got += got
-        self.outstanding -= got
-        if status:
-            self.outstanding = 0
+        self.outstanding -= got + ended
         if self.got >= self.n:
             if not self.done.done():
                 self.done.set_result(None)
-        elif self.outstanding <= 500:
+        elif self.started and self.outstanding <= 500:
             self.send_pull()
 
 
@@ -158,8 +193,8 @@ async def floor(url: str, n: int, ack: bool) -> tuple[float, float]:
         consumer = await stream.create_consumer(
             durable_name=durable, ack_policy="explicit" if ack else "none"
         )
-        # Pulls expire (5 s) like consume()'s, so that one the server drops cannot
-        # leave the floor waiting: its 408 status starts the pulls over.
+        # Pulls expire (5 s) like consume()'s: a pull that ends short says so with
+        # a status (408), and the floor pulls again.
         body = b'{"batch":1000,"expires":5000000000}'
         pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.%s.%s _FLOOR.in %d\r\n%s\r\n" % (
             STREAM.encode(),
@@ -172,11 +207,9 @@ async def floor(url: str, n: int, ack: bool) -> tuple[float, float]:
         transport, protocol = await loop.create_connection(
             lambda: _FloorProtocol(n, ack, pull), address.hostname, address.port
         )
-        transport.write(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _FLOOR.in 1\r\n')
         cpu = time.process_time()
         start = time.perf_counter()
-        protocol.send_pull()
-        protocol.send_pull()
+        protocol.start()
         try:
             await asyncio.wait_for(protocol.done, 120)
         except asyncio.TimeoutError:
