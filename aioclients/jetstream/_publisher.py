@@ -182,14 +182,14 @@ class ReplyMux(Generic[T]):
         # Replies taken raw (header block and payload, straight from the read loop):
         # a second wildcard inbox, sharing the counter and the table of outstanding requests.
         self._raw_prefix = ""
-        self._raw_prefix_len = 0
         self._raw_sub: RawSubscription | None = None
         self._open_lock = asyncio.Lock()
         self._counter = 0
         # token -> (future, what, deadline, resend): ``resend`` is None for a
         # request; for a publish it is what a "no responders" answer needs to send
-        # the frame again (see _try_again).
-        self._pending: dict[int, tuple[asyncio.Future[T], What, float, Resend]] = {}
+        # the frame again (see _try_again). A raw request's token is its whole reply
+        # subject (a str): its reply is found without reading the number out of it.
+        self._pending: dict[int | str, tuple[asyncio.Future[T], What, float, Resend]] = {}
         # Publishes waiting to be sent again, with their timers (close() stops them).
         self._resends: dict[int, asyncio.TimerHandle] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -233,7 +233,6 @@ class ReplyMux(Generic[T]):
                 inbox + ".*", self._on_raw_reply, replies=True
             )
             self._raw_prefix = inbox + "."
-            self._raw_prefix_len = len(self._raw_prefix)
             self._loop = asyncio.get_running_loop()
 
     def _convert(self, msg: NatsMsg, what: str) -> T:
@@ -322,13 +321,9 @@ class ReplyMux(Generic[T]):
             self._settled()
 
     def _on_raw_reply(self, subject: str, reply: str, payload: bytes, header: bytes | None) -> None:
-        try:
-            token = int(subject[self._raw_prefix_len :])
-        except ValueError:
-            return
-        entry = self._pending.pop(token, None)
+        entry = self._pending.pop(subject, None)
         if entry is None:
-            return  # timed out or abandoned earlier
+            return  # timed out or abandoned earlier (or not one of ours)
         future = entry[0]
         if not future.done():
             future.set_result((header, payload))  # type: ignore[arg-type]
@@ -341,7 +336,7 @@ class ReplyMux(Generic[T]):
 
     def _register(
         self,
-        token: int,
+        token: int | str,
         what: What,
         timeout: float,
         loop: asyncio.AbstractEventLoop | None = None,
@@ -359,7 +354,7 @@ class ReplyMux(Generic[T]):
             self._arm(loop, deadline)
         return future, deadline
 
-    def _unregister(self, token: int, future: asyncio.Future[T]) -> None:
+    def _unregister(self, token: int | str, future: asyncio.Future[T]) -> None:
         """Take back a request whose frame could not be sent."""
         if self._pending.pop(token, None) is not None:
             self._settled()
@@ -439,9 +434,10 @@ class ReplyMux(Generic[T]):
         self._check_open()
         if self._raw_sub is None:
             await self._ensure_raw_open()
-        self._counter = token = self._counter + 1
+        self._counter += 1
+        token = self._raw_prefix + str(self._counter)  # see _pending
         # No payload: nothing for frame() to check against max_payload.
-        frame = f"PUB {subject} {self._raw_prefix}{token} 0\r\n\r\n".encode()
+        frame = f"PUB {subject} {token} 0\r\n\r\n".encode()
         future, deadline = self._register(token, what, timeout)
         try:
             if not self._transport.write_now(frame):
@@ -458,7 +454,7 @@ class ReplyMux(Generic[T]):
 
     def start_raw(
         self, subject: str, timeout: float, what: What
-    ) -> tuple[int, asyncio.Future[tuple[bytes | None, bytes]]] | None:
+    ) -> tuple[str, asyncio.Future[tuple[bytes | None, bytes]]] | None:
         """:meth:`request_raw` without a coroutine of its own, when that is possible
         at once: the raw inbox is open and the request went to the socket. Returns
         the token and the future of the reply; the caller awaits the future and,
@@ -475,15 +471,14 @@ class ReplyMux(Generic[T]):
         if loop is None:  # the raw inbox is not open yet
             self._transport.check_open()
             return None
-        token = self._counter + 1
+        counter = self._counter + 1
+        token = self._raw_prefix + str(counter)  # see _pending
         # Written before the request is entered in the table: nothing is read (no
         # reply can come) before this returns, and a frame not written leaves
         # nothing to take back. write_now raises what check_open would.
-        if not self._transport.write_now(
-            f"PUB {subject} {self._raw_prefix}{token} 0\r\n\r\n".encode()
-        ):
+        if not self._transport.write_now(f"PUB {subject} {token} 0\r\n\r\n".encode()):
             return None
-        self._counter = token
+        self._counter = counter
         # _register, inline (once per get): the future, its deadline, the timer
         future: asyncio.Future[T] = loop.create_future()
         deadline = loop.time() + timeout
@@ -492,7 +487,7 @@ class ReplyMux(Generic[T]):
             self._arm(loop, deadline)
         return token, future  # type: ignore[return-value]
 
-    def forget(self, token: int) -> None:
+    def forget(self, token: int | str) -> None:
         """Drop ``token`` from the outstanding requests, if it is still there."""
         if self._pending.pop(token, None) is not None:
             self._settled()

@@ -195,3 +195,26 @@ async def test_publish_acks_and_api_replies_come_raw_and_keep_nats_py_s_msg_shap
         with pytest.raises(jetstream.NoStreamResponseError):  # a 503 status reply, decoded
             await js.publish(f"nowhere.{unique_name}", b"x", timeout=5)
         await js.delete_stream(unique_name)
+
+
+async def test_a_raw_request_takes_only_the_reply_on_its_own_inbox(
+    nats_server: object, unique_name: str
+) -> None:
+    """Raw requests (Direct Get) and the others share one counter, under two inboxes:
+    a message on the other inbox that carries a raw request's number is not its reply."""
+    async with await jetstream.connect(nats_server.url) as js:  # type: ignore[attr-defined]
+        mux = js._requests
+        nc = js.nc
+        await mux.request("$JS.API.INFO", b"", 5, "info")  # the other inbox, open
+        asked = await nc.subscribe(f"{unique_name}.q")
+        task = asyncio.create_task(mux.request_raw(f"{unique_name}.q", 5, "q"))
+        request = await asked.next_msg(timeout=5)
+        number = request.reply.rsplit(".", 1)[1]
+        assert mux._prefix
+        assert not request.reply.startswith(mux._prefix)
+        await nc.publish(mux._prefix + number, b"stray")
+        await nc.flush(timeout=5)  # the stray is read (and dropped) before the PONG
+        assert not task.done()
+        await nc.publish(request.reply, b"answer")
+        assert await asyncio.wait_for(task, 5) == (None, b"answer")
+        assert mux.outstanding == 0

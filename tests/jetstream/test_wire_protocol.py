@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -156,6 +157,51 @@ def test_a_buffer_of_exactly_one_message_is_read_alone_as_scan_reads_it(data: by
 )
 def test_anything_but_exactly_one_whole_message_is_left_to_scan(data: bytes) -> None:
     assert single_message(data) is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"MSG a 1 +3\r\nabc\r\n",
+        b"MSG a +1 3\r\nabc\r\n",
+        b"HMSG a 1 +0 3\r\nabc\r\n",
+        b"MSG a 1 3_\r\nabc\r\n",
+        b"MSG a 1 \xd9\xa3\r\nabc\r\n",  # an Arabic-Indic 3
+    ],
+)
+def test_numbers_int_reads_but_a_control_line_may_not_hold_stay_refused(data: bytes) -> None:
+    """single_message reads its numbers from a cache of texts of digits: a text that
+    int() reads (and that scan's own cache may hold) is refused, before and after
+    a message whose line holds the same number written plainly."""
+    with contextlib.suppress(RemoteProtocolError):
+        scan(data)  # whatever scan makes of it, and caches
+    for _ in range(2):
+        assert single_message(data) is None
+        assert single_message(b"MSG a 1 3\r\nabc\r\n") == (MSG, b"a", 1, b"", None, b"abc")
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 10**6), st.integers(0, 300), st.integers(0, 300)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_single_message_reads_each_line_s_own_numbers_seen_before_or_not(
+    lines: list[tuple[int, int, int]],
+) -> None:
+    for _ in range(2):  # the second pass reads every number from the cache
+        for sid, size, hsize in lines:
+            data = b"HMSG s %d %d %d\r\n%s%s\r\n" % (
+                sid,
+                hsize,
+                hsize + size,
+                b"h" * hsize,
+                b"p" * size,
+            )
+            one = single_message(data)
+            assert one is not None
+            assert (one[2], len(one[4] or b""), len(one[5])) == (sid, hsize, size)
 
 
 @given(st.binary(max_size=120), st.sampled_from(FRAMES[1:5]), st.integers(0, 3))

@@ -107,7 +107,7 @@ def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int, int]:
     """
     frames: list[Frame] = []
     append = frames.append
-    known = _NUMBERS.get
+    known = _DIGIT_NUMBERS.get
     need = 0
     pos = start
     size = len(buffer)
@@ -387,6 +387,14 @@ def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliver
     return sid, subjects, replies, headers, payloads, used
 
 
+#: The numbers of the control lines :func:`single_message` read (a reply's sid and
+#: sizes repeat): a look-up instead of ``isdigit`` and ``int`` for each. Texts of
+#: ASCII digits only (unlike :data:`_NUMBERS`, which holds whatever ``int`` read,
+#: ``+3`` and `` 3`` too): a hit stands for both checks. Bounded like it.
+_DIGIT_NUMBERS: dict[bytes, int] = {}
+_DIGIT_NUMBERS_MAX = 4096
+
+
 def single_message(buffer: bytes) -> Frame | None:
     """The message ``buffer`` holds, when it holds exactly one whole ``MSG``/``HMSG``
     and nothing else; ``None`` otherwise (use :func:`scan`).
@@ -400,25 +408,31 @@ def single_message(buffer: bytes) -> Frame | None:
         return None
     args = buffer[:eol].split(b" ")
     n = len(args)
-    try:
-        if n == 6 and args[0] == b"HMSG":
-            _, subject, sid_b, reply, hsize_b, total_b = args
-        elif n == 5 and args[0] == b"HMSG":
-            _, subject, sid_b, hsize_b, total_b = args
-            reply = b""
-        elif n == 5 and args[0] == b"MSG":
-            _, subject, sid_b, reply, total_b = args
-            hsize_b = b"0"
-        elif n == 4 and args[0] == b"MSG":
-            _, subject, sid_b, total_b = args
-            reply, hsize_b = b"", b"0"
-        else:
-            return None
+    if n == 6 and args[0] == b"HMSG":
+        _, subject, sid_b, reply, hsize_b, total_b = args
+    elif n == 5 and args[0] == b"HMSG":
+        _, subject, sid_b, hsize_b, total_b = args
+        reply = b""
+    elif n == 5 and args[0] == b"MSG":
+        _, subject, sid_b, reply, total_b = args
+        hsize_b = b"0"
+    elif n == 4 and args[0] == b"MSG":
+        _, subject, sid_b, total_b = args
+        reply, hsize_b = b"", b"0"
+    else:
+        return None
+    known = _DIGIT_NUMBERS.get
+    sid, hsize, total = known(sid_b), known(hsize_b), known(total_b)
+    if sid is None or hsize is None or total is None:
         if not (sid_b.isdigit() and hsize_b.isdigit() and total_b.isdigit()):
             return None
         sid, hsize, total = int(sid_b), int(hsize_b), int(total_b)
-    except ValueError:
-        return None
+        if len(sid_b) + len(hsize_b) + len(total_b) <= 30:  # short texts only
+            if len(_DIGIT_NUMBERS) >= _DIGIT_NUMBERS_MAX:
+                _DIGIT_NUMBERS.clear()
+            _DIGIT_NUMBERS[sid_b] = sid
+            _DIGIT_NUMBERS[hsize_b] = hsize
+            _DIGIT_NUMBERS[total_b] = total
     body = eol + 2
     end = body + total
     if not subject or hsize > total or end + 2 != len(buffer) or buffer[end:] != _CRLF:
