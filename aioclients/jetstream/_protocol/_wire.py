@@ -107,7 +107,7 @@ def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int, int]:
     """
     frames: list[Frame] = []
     append = frames.append
-    known = _DIGIT_NUMBERS.get
+    known = _NUMBERS.get
     need = 0
     pos = start
     size = len(buffer)
