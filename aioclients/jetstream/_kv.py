@@ -108,6 +108,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _SCAN_BUFFER = 2000
 #: Buffer of the headers-only ordered consumer of large ``keys`` scans (messages).
 _KEYS_BUFFER = 20_000
+#: The most keys ``keys()`` holds while it checks that the stream was not written
+#: to during its read, by its consumer's pending count (one a subject, markers
+#: included); above it the snapshot's subjects are named at once.
+_KEYS_HELD = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,6 +479,11 @@ class KeyValue:
         Either way a snapshot: each key holding a value at the start once, none
         created later. A key updated since is listed too (looked up as it is now
         when its value of the start is gone); one deleted since may be left out.
+        Through the consumer, up to 1,000,000 keys are held until it is read to
+        its end and a second look shows the bucket unchanged; when it changed, the
+        server names the keys of the start (a ``STREAM.INFO`` listing each) and
+        the listing may start over from that answer. Above that many, the keys
+        are named at once and handed out once that answer has come.
         """
         subjects = key_filter_subjects(self.bucket, list(filters))
         return KeyLister(self, subjects)
@@ -806,12 +815,14 @@ class KeyLister:
         # here once the scan is over; each is looked up as it is now. With one
         # filter, the subjects are only counted until then (CountedStartSubjects).
         start: StartSubjects | CountedStartSubjects
-        #: with one filter: the answer naming the subjects, on its way while the
-        #: consumer is created and read (for 100,000 keys the server takes some
-        #: 100 ms to write it), and the stream's (last_seq, messages) it must show
+        #: with one filter: the answer naming the subjects (for 100,000 keys the
+        #: server takes some 100 ms of CPU to write it), and the stream's
+        #: (last_seq, messages) it must show
         naming: asyncio.Future[tuple[CountedStartSubjects | set[str], int, int]] | None
         naming = None
         look = (0, 0)
+        #: the subjects of the start are neither named nor settled yet
+        unsettled = False
         if len(self._subjects) == 1:
             try:
                 state = (await kv._api.stream_info(kv._stream_name)).state
@@ -820,10 +831,7 @@ class KeyLister:
             last = state.last_seq
             look = (last, state.messages)
             start = CountedStartSubjects.before_answer(last)
-            if last:
-                naming = asyncio.ensure_future(
-                    kv._api.counted_subjects(kv._stream_name, self._subjects[0])
-                )
+            unsettled = last > 0
         else:
             start = StartSubjects(*await _subjects_at_start(kv, self._subjects))
             last = start.last_seq
@@ -844,31 +852,57 @@ class KeyLister:
                 oc.restart_on_reset()
                 #: the answer naming the subjects showed another stream: start over
                 over: tuple[CountedStartSubjects | set[str], int] | None = None
+                #: the keys read, held until the stream is known to be the start's
+                held: list[list[str]] | None = None
                 try:
                     pending_at_start = initial_pending(oc)
                     if whole:
                         kv._subjects_seen = pending_at_start  # last_per_subject: one a subject
                     if pending_at_start == 0:
                         return
+                    if unsettled:
+                        if pending_at_start > _KEYS_HELD:
+                            # Too many to hold: name the subjects now, while the
+                            # consumer is read.
+                            naming = asyncio.ensure_future(
+                                kv._api.counted_subjects(kv._stream_name, self._subjects[0])
+                            )
+                        else:
+                            held = []
                     messages = self._key_items(oc, scan, start, pending_at_start)
                     async with SnapshotReader(kv._api, scan, self._subjects, messages) as reader:
                         if naming is not None:
                             # Deliveries are read meanwhile; keys are handed out
                             # only if the answer shows the stream of ``look``.
-                            try:
-                                named, named_last, named_messages = await naming
-                            except StreamNotFoundError:
-                                raise _bucket_not_found(kv.bucket) from None
+                            over = await self._settle(start, look, naming)
                             naming = None
-                            if same_messages(look, (named_last, named_messages)):
-                                cast(CountedStartSubjects, start).settle(named)
-                            else:
-                                over = named, named_last
                         while over is None and (keys := await reader.next_batch()) is not None:
+                            if held is not None:
+                                held.append(keys)
+                                continue
                             for key in keys:
                                 yield key
+                    if held is not None:
+                        # Read to its end: a second look shows whether the stream
+                        # was the start's all along (then the consumer's skip list
+                        # was each subject of the start, once); if not, name them.
+                        try:
+                            now = (await kv._api.stream_info(kv._stream_name)).state
+                        except StreamNotFoundError:
+                            raise _bucket_not_found(kv.bucket) from None
+                        counted = cast(CountedStartSubjects, start)
+                        if not (
+                            same_messages(look, (now.last_seq, now.messages))
+                            and counted.settle_from_pending(pending_at_start)
+                        ):
+                            over = await self._settle(
+                                start,
+                                look,
+                                kv._api.counted_subjects(kv._stream_name, self._subjects[0]),
+                            )
                 finally:
                     await oc.close()
+                unsettled = False
                 if over is None:
                     break
                 # Written to meanwhile: the answer's subjects and last sequence are
@@ -881,10 +915,33 @@ class KeyLister:
         finally:
             if naming is not None:
                 _forget(naming)
+        if held:
+            for keys in held:
+                for key in keys:
+                    yield key
         unreached = start.left()
         if unreached:
             async for key in _holding_values(kv, unreached):
                 yield key
+
+    async def _settle(
+        self,
+        start: StartSubjects | CountedStartSubjects,
+        look: tuple[int, int],
+        answer: Awaitable[tuple[CountedStartSubjects | set[str], int, int]],
+    ) -> tuple[CountedStartSubjects | set[str], int] | None:
+        """Settle ``start`` (a CountedStartSubjects yet to be named) from the
+        ``answer`` naming the subjects when it shows the stream of ``look``;
+        otherwise the answer's subjects and last sequence, the snapshot to start
+        over from."""
+        try:
+            named, named_last, named_messages = await answer
+        except StreamNotFoundError:
+            raise _bucket_not_found(self._kv.bucket) from None
+        if same_messages(look, (named_last, named_messages)):
+            cast(CountedStartSubjects, start).settle(named)
+            return None
+        return named, named_last
 
     def _key_items(
         self,

@@ -7,7 +7,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import nats
 import pytest
+from support import Server, subscriptions_live
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream import (
@@ -363,40 +365,132 @@ async def test_keys_of_a_large_bucket_skip_the_multi_last_the_server_would_refus
     assert len(multi_lasts) == 3
 
 
-@pytest.mark.parametrize("removed", ["deleted", "purged"])
-async def test_keys_start_over_when_the_bucket_changed_before_its_subjects_were_named(
-    kv: KeyValue, js: JetStream, monkeypatch: pytest.MonkeyPatch, removed: str
-) -> None:
-    """keys() takes its snapshot's sequence from a first look at the stream and
-    creates its consumer while a second look names the subjects. Writes after the
-    consumer's creation and before the second look make that look the snapshot,
-    read by a consumer created after it: the key removed meanwhile is left out,
-    the one created meanwhile is listed, each key once."""
+class ApiRequests:
+    """The JetStream API requests about one stream, in the order the client sent
+    them, seen by a second connection: ``info`` (a STREAM.INFO), ``named`` (one
+    naming the subjects), ``create`` (a CONSUMER.CREATE); the others left out."""
+
+    def __init__(self, nc: Any, stream: str) -> None:
+        self.nc = nc
+        self.stream = stream
+        self.sub: Any = None
+        self.seen: list[str] = []
+
+    @classmethod
+    async def open(cls, url: str, stream: str) -> ApiRequests:
+        spy = cls(await nats.connect(url), stream)
+        spy.sub = await spy.nc.subscribe("$JS.API.>")
+        await subscriptions_live(spy.nc)  # not flush(): its PING can overtake the SUB
+        return spy
+
+    async def kinds(self, js: JetStream) -> list[str]:
+        """Those sent so far: fenced by a message ``js``'s connection sends after
+        them, which reaches this one after them."""
+        fence = await self.nc.subscribe(self.nc.new_inbox(), max_msgs=1)
+        await subscriptions_live(self.nc)
+        await js.nc.publish(fence.subject, b"")
+        await fence.next_msg(timeout=10)
+        for _ in range(self.sub.pending_msgs):  # queued before the fence came
+            msg = await self.sub.next_msg(timeout=10)
+            tokens = msg.subject.split(".")
+            if len(tokens) < 5 or tokens[4] != self.stream:
+                continue
+            if tokens[2:4] == ["STREAM", "INFO"]:
+                self.seen.append("named" if b"subjects_filter" in msg.data else "info")
+            elif tokens[2:4] == ["CONSUMER", "CREATE"]:
+                self.seen.append("create")
+        return self.seen
+
+    async def close(self) -> None:
+        await self.nc.close()
+
+
+async def _past_multi_last(js: JetStream, kv: KeyValue) -> None:
+    """1,100 keys ``k0``..``k1099``, listed once: the handle lists them through its
+    consumer from then on (past the 1,024 keys of one multi_last answer)."""
     futures = [await js.publish_async(f"$KV.{kv.bucket}.k{i}", b"v") for i in range(1100)]
     await asyncio.gather(*futures)
-    assert len(await _collect(kv.keys())) == 1100  # now past multi_last: one consumer
-    api = kv._api
-    counted_subjects = api.counted_subjects
-    created = asyncio.Event()
+    assert len(await _collect(kv.keys())) == 1100
+
+
+async def test_keys_of_a_bucket_nobody_writes_name_no_subjects(
+    kv: KeyValue, js: JetStream, nats_server: Server
+) -> None:
+    """Unchanged from the first look at the stream to a second one after the read,
+    the bucket was the start's all along: its consumer's skip list named the keys,
+    and the server is not asked to name them (some 100 ms of its CPU per 100,000)."""
+    await _past_multi_last(js, kv)
+    spy = await ApiRequests.open(nats_server.url, f"KV_{kv.bucket}")
+    try:
+        keys = [key async for key in kv.keys()]
+        assert await spy.kinds(js) == ["info", "create", "info"]
+    finally:
+        await spy.close()
+    assert sorted(keys) == sorted(f"k{i}" for i in range(1100))
+    assert len(keys) == 1100
+
+
+async def test_keys_of_a_bucket_above_the_keys_held_name_them_at_once(
+    kv: KeyValue, js: JetStream, nats_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above the keys ``keys()`` holds, the subjects are named while the consumer
+    is read, as keys are handed out only after that answer."""
+    await _past_multi_last(js, kv)
+    monkeypatch.setattr(kv_module, "_KEYS_HELD", 1000)
+    spy = await ApiRequests.open(nats_server.url, f"KV_{kv.bucket}")
+    try:
+        keys = await _collect(kv.keys())
+        assert await spy.kinds(js) == ["info", "create", "named"]
+    finally:
+        await spy.close()
+    assert keys == sorted(f"k{i}" for i in range(1100))
+
+
+@pytest.mark.parametrize("write", ["put", "re-put", "deleted", "purged"])
+async def test_keys_start_over_from_the_named_subjects_when_written_to_while_read(
+    kv: KeyValue, js: JetStream, nats_server: Server, monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """keys() takes its snapshot's sequence from a first look at the stream, creates
+    its consumer, reads it, and looks again. A write after the consumer's creation
+    (a removal without one too) shows in that look: the subjects are named then,
+    and that answer is the snapshot, read by a consumer created after it: the key
+    removed meanwhile is left out, the one created meanwhile is listed, each key
+    once."""
+    await _past_multi_last(js, kv)
     open_consumer = kv_module.open_ordered_consumer
+    written: list[str] = []
 
     async def opened(*args: Any, **kwargs: Any) -> Any:
         oc = await open_consumer(*args, **kwargs)
-        created.set()
-        return oc
-
-    async def written_first(name: str, subjects_filter: str) -> Any:
-        if not created.is_set():
-            await created.wait()
-            if removed == "deleted":
+        if not written:
+            written.append(write)
+            if write == "put":
+                await kv.put("new", b"1")
+            elif write == "re-put":
+                await kv.put("k5", b"2")
+            elif write == "deleted":
                 await kv.delete("k5")  # the consumer still delivers k5's value
             else:  # removed, nothing appended
                 await kv.stream.purge(subject=f"$KV.{kv.bucket}.k5")
-            await kv.put("new", b"1")
-        return await counted_subjects(name, subjects_filter)
+        return oc
 
     monkeypatch.setattr(kv_module, "open_ordered_consumer", opened)
-    monkeypatch.setattr(api, "counted_subjects", written_first)
-    keys = [k async for k in kv.keys()]
+    spy = await ApiRequests.open(nats_server.url, f"KV_{kv.bucket}")
+    try:
+        keys = [k async for k in kv.keys()]
+        kinds = await spy.kinds(js)
+    finally:
+        await spy.close()
+    # The look, the consumer (replaced when the purge leaves it stuck), the second
+    # look, the subjects named, and a new consumer.
+    assert kinds[:2] == ["info", "create"]
+    assert kinds.count("named") == 1
+    at = kinds.index("named")
+    assert kinds[at - 1 :] == ["info", "named", "create"]
     assert len(keys) == len(set(keys))
-    assert set(keys) == {f"k{i}" for i in range(1100)} - {"k5"} | {"new"}
+    expected = {f"k{i}" for i in range(1100)}
+    if write == "put":
+        expected.add("new")
+    elif write in ("deleted", "purged"):
+        expected.discard("k5")
+    assert set(keys) == expected

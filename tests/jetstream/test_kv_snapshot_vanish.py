@@ -5,10 +5,13 @@ and without duplicates, instead of waiting for deliveries that never come."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from aioclients.jetstream import JetStream, KeyValueEntry, KeyWatcher
+from aioclients.jetstream import _kv as kv_module
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -72,7 +75,11 @@ async def test_a_watch_whose_snapshot_is_purged_mid_scan_ends_its_initial_values
         assert (update.key, update.revision) == ("after", revision)
 
 
-async def test_keys_whose_snapshot_is_purged_mid_scan_end(js: JetStream, unique_name: str) -> None:
+async def test_keys_whose_snapshot_is_purged_mid_scan_end(
+    js: JetStream, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Above the keys keys() holds: they are handed out as they are read.
+    monkeypatch.setattr(kv_module, "_KEYS_HELD", _KEYS - 1)
     kv = await js.create_key_value(unique_name)
     await _fill(js, unique_name, _KEYS, _KEYS)
     keys: list[str] = []
@@ -88,3 +95,40 @@ async def test_keys_whose_snapshot_is_purged_mid_scan_end(js: JetStream, unique_
     assert len(keys) == len(set(keys))  # no duplicates
     assert 0 < len(keys) < _KEYS
     assert set(keys) <= {f"k{i}" for i in range(_KEYS)}
+
+
+async def test_keys_held_whose_snapshot_is_purged_mid_scan_start_over_from_the_purge(
+    js: JetStream, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below the keys keys() holds, none is handed out before the read's end: the
+    purge shows in the look after it, and the answer naming the subjects (none)
+    is the snapshot."""
+    kv = await js.create_key_value(unique_name)
+    await _fill(js, unique_name, _KEYS, _KEYS)
+    open_consumer = kv_module.open_ordered_consumer
+    counted_subjects = kv._api.counted_subjects
+    purged: list[int] = []
+    steps: list[str] = []
+
+    async def opened(*args: Any, **kwargs: Any) -> Any:
+        oc = await open_consumer(*args, **kwargs)
+        steps.append("consumer")
+        if not purged:
+            purged.append(await kv.stream.purge())  # before the consumer's first pull
+        return oc
+
+    async def named(*args: Any) -> Any:
+        steps.append("named")
+        return await counted_subjects(*args)
+
+    monkeypatch.setattr(kv_module, "open_ordered_consumer", opened)
+    monkeypatch.setattr(kv._api, "counted_subjects", named)
+    keys = await asyncio.wait_for(_listed(kv.keys()), 20)
+    assert purged == [_KEYS]
+    # Named after the read that ended when its messages vanished, then read again.
+    assert steps == ["consumer", "named", "consumer"]
+    assert keys == []
+
+
+async def _listed(lister: AsyncIterator[str]) -> list[str]:
+    return [key async for key in lister]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
@@ -555,6 +556,121 @@ def test_counted_start_subjects_named_late_count_what_came_before() -> None:
     start.delivered("a", 12)  # a delivery beyond the start: one is missing
     with pytest.raises(RuntimeError, match="not settled"):
         start.left()
+
+
+def test_counted_start_subjects_settled_from_the_consumers_pending() -> None:
+    # The stream unchanged from the first look to one after the read: the single
+    # consumer's skip list held each subject of the start once, as many as it
+    # had pending when created; with that many delivered, none is left to name.
+    start = CountedStartSubjects.before_answer(10)
+    start.delivered_run(["a", "b"], range(4, 6))
+    start.delivered("c", 9)
+    start.delivered("d", 11)  # after the start: not counted
+    assert start.settle_from_pending(3)
+    assert start.count == 3
+    assert start.left() == []
+    start = CountedStartSubjects.before_answer(10)
+    start.delivered_run(["a", "b"], range(4, 6))  # one short of pending
+    assert not start.settle_from_pending(3)
+    with pytest.raises(RuntimeError, match="not settled"):
+        start.left()  # unchanged: the subjects must be named
+    start.settle({"a", "b", "c"})
+    assert start.left() == ["c"]
+    start = CountedStartSubjects.before_answer(10)
+    start.delivered("a", 4)
+    start.restarted()  # a replacement started over: a is delivered again
+    start.delivered_run(["a", "b"], range(4, 6))
+    assert not start.settle_from_pending(3)
+
+
+removals = st.tuples(st.just("remove"), st.sampled_from(KEYS))
+
+
+@settings(max_examples=400)
+@given(
+    histories,
+    ops,
+    st.lists(st.one_of(writes.map(lambda w: ("write", w)), removals), max_size=2),
+    st.lists(
+        st.one_of(
+            writes.map(lambda w: ("write", w)),
+            removals,
+            st.tuples(st.just("deliver"), st.none()),
+            st.tuples(st.just("reset"), st.none()),
+        ),
+        max_size=40,
+    ),
+)
+def test_keys_settled_from_pending_only_when_that_is_exact(
+    history: int,
+    before: list[tuple[str, str]],
+    between: list[tuple[str, object]],
+    script: list[tuple[str, object]],
+) -> None:
+    """keys() with its subjects not named at the start: at the end of the read a
+    second look; when it shows the first look's messages, the consumer's pending
+    count settles the subjects with none named. Whenever it does, what is left
+    to look up is exactly what the set of the start's subjects leaves (nothing);
+    with nothing written or removed and no reset, it always does."""
+    bucket = Bucket(history)
+    for key, op in before:
+        bucket.write(key, op)
+    look = (bucket.last_seq, len(bucket.stored))
+    at_start = set(bucket.last_of())
+    scan = SnapshotScan(bucket.last_seq, latest_only=True)
+    start = StartSubjects(at_start.copy(), bucket.last_seq)
+    counted = CountedStartSubjects.before_answer(bucket.last_seq)
+    touched = False
+
+    def act(action: str, arg: object) -> None:
+        nonlocal touched
+        if action == "write":
+            bucket.write(*cast(tuple[str, str], arg))
+            touched = True
+        elif action == "remove":  # a purge of the key's messages, or their expiry
+            for seq in [s for s, (k, _) in bucket.stored.items() if k == arg]:
+                del bucket.stored[seq]
+                touched = True
+
+    for action, arg in between:
+        act(action, arg)
+    consumer = Consumer.last_per_subject(bucket)
+    pending = consumer.pending()
+    scan.opened(pending)
+
+    def deliver() -> bool:
+        got = consumer.next()
+        if got is None:
+            return False
+        key, seq, _, _ = got
+        start.delivered(key, seq)
+        counted.delivered(key, seq)
+        scan.deliver(seq)
+        return True
+
+    for action, arg in script:
+        if scan.done:
+            break
+        if action == "deliver":
+            deliver()
+        elif action == "reset":
+            consumer = Consumer.last_per_subject(bucket)
+            scan.opened(consumer.pending())
+            counted.restarted()
+            touched = True
+        else:
+            act(action, arg)
+    while not scan.done:
+        if not deliver():  # the rest of the snapshot vanished: the stall guard ends it
+            assert scan.stalled(scan.consumers, None)
+    later = (bucket.last_seq, len(bucket.stored))
+    if same_messages(look, later) and counted.settle_from_pending(pending):
+        assert counted.left() == start.left() == []
+    else:
+        assert not (bucket.stored and not touched), "named although nothing happened"
+        if same_messages(look, later):  # named: the answer shows the start's stream
+            counted.settle(at_start)
+            assert counted.left() == start.left()
 
 
 @settings(max_examples=300)

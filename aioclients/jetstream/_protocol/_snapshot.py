@@ -56,6 +56,19 @@ subjects holding a message at the start that no delivery at or before
 a key re-put after the start lost its message of then, and the skip list passes
 over it; once the scan is over the driver looks each of those up as it is now.
 
+When are the subjects of the start named? ``keys()`` with one filter only counts
+them (:class:`CountedStartSubjects`), and naming them costs the server a
+``STREAM.INFO`` answer listing every one (some 100 ms of its CPU per 100,000).
+Up to a number of subjects (the driver's limit, by the consumer's pending count)
+it asks for none in the usual case: it holds the keys read until a second look
+at the stream after the read; when that look shows the first one's messages
+(:func:`same_messages`), the stream was the start's all along, and a single
+consumer delivering as many as it had pending reached every subject
+(:meth:`CountedStartSubjects.settle_from_pending`). Otherwise (a write or a
+removal meanwhile, a replacement consumer), and at once above that limit, the
+subjects are named; an answer that shows another stream than the first look
+becomes the snapshot, read by a new consumer (nothing was handed out yet).
+
 Pure: no I/O, no clock; ``tests/jetstream/test_snapshot_protocol.py`` checks these
 rules, and the listings built on them, against a model of the bucket for any
 interleaving of writes and resets.
@@ -335,8 +348,9 @@ class CountedStartSubjects:
     """:class:`StartSubjects` for a listing that reads the skip list of one
     ``last_per_subject`` consumer (``keys()``), told without a set of subjects in the
     usual case: the subjects of the start are only counted (``count``, the number
-    of them in the one answer that gave ``last_seq``) until :meth:`left` has to
-    name them (``load()`` gives their set then).
+    of them in the answer naming them, or the consumer's pending count, see
+    :meth:`settle_from_pending`) until :meth:`left` has to name them (``load()``
+    gives their set then).
 
     The consumer is created after that answer, so every delivery at or before
     ``last_seq`` is the last message, at its creation, of a subject that held one
@@ -366,9 +380,10 @@ class CountedStartSubjects:
 
     @classmethod
     def before_answer(cls, last_seq: int) -> CountedStartSubjects:
-        """One whose subjects are not known yet (``keys()`` creates its consumer
-        while the answer naming them is on its way): deliveries are counted as
-        usual, and :meth:`settle` gives their number and set before :meth:`left`."""
+        """One whose subjects are not known yet (``keys()`` creates and reads its
+        consumer before they are named, if ever): deliveries are counted as usual,
+        and :meth:`settle_from_pending` or :meth:`settle` gives their number (and
+        set) before :meth:`left`."""
         return cls(-1, _not_settled, last_seq)
 
     def settle(self, subjects: CountedStartSubjects | set[str]) -> None:
@@ -379,6 +394,23 @@ class CountedStartSubjects:
             self.count, self._load = subjects.count, subjects._load
         else:
             self.count, self._load = len(subjects), subjects.copy
+
+    def settle_from_pending(self, pending: int) -> bool:
+        """Settle without naming the subjects, when the stream held the same
+        messages (:func:`same_messages`) at the look that gave ``last_seq``, before
+        the consumer's creation, and at a look after its read. It was the stream of
+        the start all along, so the consumer's skip list was the last message of
+        each subject of the start, one each, all at or before ``last_seq``: as many
+        as the ``pending`` count it was created with (``last_per_subject``).
+
+        ``True`` (``count`` set to ``pending``: :meth:`left` is empty) when a single
+        consumer was read and delivered that many at or before ``last_seq``, so it
+        reached every subject. ``False`` (nothing changed) otherwise: name them and
+        :meth:`settle`."""
+        if not self._single or self._reached != pending:
+            return False
+        self.count = pending
+        return True
 
     def restarted(self) -> None:
         """A replacement consumer started over: deliveries may repeat subjects."""
@@ -417,12 +449,13 @@ def same_messages(first: tuple[int, int], later: tuple[int, int | None]) -> bool
     the number of messages can only fall (a purge, an expiry, a limit): as many
     means none was removed.
 
-    ``keys()`` takes its snapshot's sequence from a first look, creates its
-    consumer, and has the stream's subjects named by a second look sent along
-    with the creation; the server may answer the two in either order. When this
-    holds, the consumer saw the stream as both looks did, whichever came first;
-    otherwise ``keys()`` starts over from the second look, its consumer created
-    after it."""
+    ``keys()`` takes its snapshot's sequence from a first look and creates its
+    consumer; a second look comes after the consumer's read (a small one, then
+    one naming the subjects if that one shows a change), or, for a bucket above
+    the keys it holds, the one naming the subjects is sent along with the
+    creation (the server may answer the two in either order). When this holds,
+    the consumer saw the stream as both looks did; otherwise ``keys()`` starts
+    over from the answer naming the subjects, its consumer created after it."""
     return later[1] is not None and first == later
 
 
