@@ -18,9 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Sequence,
+)
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
+from itertools import repeat
 from types import TracebackType
 from typing import Any, cast
 
@@ -73,6 +81,7 @@ from aioclients.jetstream._protocol._kv import (
     key_match,
     keys_of_subjects,
     matches_any,
+    ns_time,
     operation_of,
     operation_of_header_block,
     stream_name,
@@ -80,7 +89,7 @@ from aioclients.jetstream._protocol._kv import (
     validate_key,
 )
 from aioclients.jetstream._protocol._msgopts import format_ttl
-from aioclients.jetstream._protocol._ordered import ack_sequences
+from aioclients.jetstream._protocol._ordered import ack_run_numbers, ack_sequences
 from aioclients.jetstream._protocol._snapshot import (
     CountedStartSubjects,
     ScanVerdict,
@@ -134,9 +143,7 @@ class KeyValueStatus:
 
 
 def _created(ts_ns: int) -> datetime:
-    # Positional (days, seconds, microseconds): a third cheaper than microseconds=
-    # alone, on the per-entry path of watch().
-    return _EPOCH + timedelta(0, ts_ns // 1_000_000_000, (ts_ns // 1000) % 1_000_000)
+    return ns_time(ts_ns)
 
 
 def _fast_entry_constructor() -> Callable[..., KeyValueEntry]:
@@ -992,9 +999,11 @@ class KeyLister:
 
         def keys_of(
             subjects: Sequence[bytes],
+            replies: Sequence[bytes],
             headers: Sequence[bytes | None],
+            datas: Sequence[bytes],
             seqs: Sequence[int],
-        ) -> tuple[list[str], Sequence[int]] | None:
+        ) -> tuple[list[str], Sequence[int], int] | None:
             # key_of for a whole run, when every key of it is taken: no
             # Python call per key, the keys cut from one split of the joined
             # subjects (their full texts made only if the start's subjects
@@ -1003,7 +1012,7 @@ class KeyLister:
             if keys is None or not all_put(headers) or not take_run(seqs):
                 return None
             reached_run(PrefixedKeys(prefix, keys), seqs)
-            return keys, seqs
+            return keys, seqs, len(seqs)
 
         messages = OrderedItems(
             oc,
@@ -1154,14 +1163,15 @@ class KeyWatcher:
             pending: int,
             ts: int,
         ) -> KeyValueEntry | None:
-            # Built in the read loop as the message arrives (no Msg in between).
+            # Built in the read loop as the message arrives (no Msg in between);
+            # its created time the ack subject's nanoseconds until first read.
             nonlocal last
             entry = new_entry(
                 bucket,
                 subject[cut:],
                 b"" if meta_only else data,
                 sseq,
-                _created(ts),
+                ts,
                 pending,
                 PUT if header is None else operation_of_header_block(header),
                 header,
@@ -1174,6 +1184,64 @@ class KeyWatcher:
                     return None
                 last = entry
             return entry
+
+        prefix = kv._prefix
+        take_head = scan.take_head
+        no_values = repeat(b"")
+        puts = repeat(PUT)
+
+        def entries_of(
+            subjects: Sequence[bytes],
+            replies: Sequence[bytes],
+            headers: Sequence[bytes | None],
+            datas: Sequence[bytes],
+            seqs: Sequence[int],
+        ) -> tuple[list[KeyValueEntry], Sequence[int], int] | None:
+            # entry_of for a run after the snapshot, or for its head that the
+            # snapshot takes and goes on after (the delivery that ends it is
+            # entry_of's): no Python call per entry but its making. The keys come
+            # from one split of the joined subjects, the times and pending counts
+            # from one of the joined ack subjects, the operations from one look
+            # at the joined header blocks (each read only when one names an
+            # operation or marker). Nothing changes before the last check.
+            nonlocal last
+            keys = keys_of_subjects(subjects, prefix)
+            if keys is None:
+                return None
+            numbers = ack_run_numbers(replies)
+            if numbers is None:
+                return None
+            try:
+                stamps = list(map(int, numbers[2::5]))
+                pendings = list(map(int, numbers[3::5]))
+                operations: Iterable[str] = (
+                    puts if all_put(headers) else list(map(operation_of_header_block, headers))
+                )
+            except Exception:
+                return None  # one by one: the unreadable one ends the watch with its reason
+            used = len(seqs)
+            if scanning:
+                used = take_head(seqs)
+                if not used:
+                    return None
+                if used < len(seqs):
+                    seqs = seqs[:used]
+            entries = list(
+                map(
+                    new_entry,
+                    repeat(bucket),
+                    keys,
+                    no_values if meta_only else datas,
+                    seqs,
+                    stamps,
+                    pendings,
+                    operations,
+                    headers,
+                )
+            )
+            if scanning:
+                last = entries[-1]
+            return entries, seqs, used
 
         def stalled() -> None:
             # The rest of the snapshot vanished (see SnapshotScan.stalled): what
@@ -1188,7 +1256,9 @@ class KeyWatcher:
                     messages.request_reset("snapshot")
 
         options = ordered_consume_options(max_messages=_SCAN_BUFFER)
-        messages = OrderedItems(oc, options, entry_of, self._on_event, on_open=opened)
+        messages = OrderedItems(
+            oc, options, entry_of, self._on_event, on_open=opened, make_run=entries_of
+        )
         await messages.__aenter__()
         self._messages = messages
         if scanning:

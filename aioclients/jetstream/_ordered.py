@@ -407,14 +407,21 @@ def ordered_consume_options(
 #: item an in-order message becomes (``None``: nothing to yield for it); ``reply``
 #: is the ack subject's bytes, as they came.
 ItemMaker = Callable[[str, bytes, bytes, "bytes | None", int, int, int], Any]
-#: ``make_run(subjects, headers, stream_seqs)``: what a whole run of in-order
-#: messages becomes at once, as ``(items, their stream sequences)``, exactly what
-#: ``make`` would give for each in turn (subjects as the bytes on the wire), or
-#: ``None``, having changed nothing, when it cannot tell at once: ``make`` then
-#: takes them one by one. It must not reset the consumer.
+#: ``make_run(subjects, replies, headers, datas, stream_seqs)``: what a run of
+#: in-order messages becomes at once, as ``(items, their stream sequences, used)``:
+#: exactly what ``make`` would give for each of the first ``used`` messages in turn
+#: (at least one; subjects and ack subjects as the bytes on the wire), the rest
+#: then taken one by one by ``make``; or ``None``, having changed nothing, when it
+#: cannot tell at once: ``make`` then takes them all. It must not reset the consumer.
 RunMaker = Callable[
-    [Sequence[bytes], "Sequence[bytes | None]", Sequence[int]],
-    "tuple[list[Any], Sequence[int]] | None",
+    [
+        Sequence[bytes],
+        Sequence[bytes],
+        "Sequence[bytes | None]",
+        Sequence[bytes],
+        Sequence[int],
+    ],
+    "tuple[list[Any], Sequence[int], int] | None",
 ]
 
 
@@ -523,15 +530,23 @@ class OrderedMessageStream:
                         keep_seqs(in_order)
                         return
                     try:
-                        made = make_run(subjects, headers, in_order)
+                        made = make_run(subjects, replies, headers, datas, in_order)
                     except Exception:  # a bug: one by one, each failure in its place
                         log.debug("a run maker failed; making one by one", exc_info=True)
                         made = None
                     if made is not None:
-                        took_run(in_order)
-                        keep_all(made[0])
-                        keep_seqs(made[1])
-                        return
+                        items, item_seqs, used = made
+                        if used == len(in_order):
+                            took_run(in_order)
+                            keep_all(items)
+                            keep_seqs(item_seqs)
+                            return
+                        # Its head made at once; the rest one by one, below.
+                        took_run(in_order[:used])
+                        keep_all(items)
+                        keep_seqs(item_seqs)
+                        subjects, replies = subjects[used:], replies[used:]
+                        headers, datas = headers[used:], datas[used:]
             keep = incoming.append
             one_by_one: list[int] = []
             seqs.append(one_by_one)

@@ -293,6 +293,92 @@ async def test_watch_set_initial_done_only_after_the_last_initial_value(kv: KeyV
         assert watcher.initial_done.is_set()
 
 
+def _watch_makers(monkeypatch: pytest.MonkeyPatch, runs: list[bool]) -> list[list[int]]:
+    """Each watch opened next takes its entries a run at a time (the first of
+    ``runs``, taken as it opens: ``True``) or strictly one by one (``False``); the
+    list for each counts its one-by-one makes."""
+    real = kv_module.OrderedItems
+    counts: list[list[int]] = []
+
+    def items(oc: Any, options: Any, make: Any, *args: Any, **kwargs: Any) -> Any:
+        calls = [0]
+        counts.append(calls)
+
+        def counted(*fields: Any) -> Any:
+            calls[0] += 1
+            return make(*fields)
+
+        if not runs.pop(0):
+            kwargs["make_run"] = None
+        return real(oc, options, counted, *args, **kwargs)
+
+    monkeypatch.setattr(kv_module, "OrderedItems", items)
+    return counts
+
+
+def _fields(entry: KeyValueEntry) -> tuple[Any, ...]:
+    return (
+        entry.bucket,
+        entry.key,
+        entry.value,
+        entry.revision,
+        entry.created,
+        entry.delta,
+        entry.operation,
+        entry._headers,
+    )
+
+
+@pytest.mark.parametrize("meta_only", [False, True])
+async def test_watch_makes_a_run_of_entries_at_once_as_one_by_one(
+    js: JetStream, kv: KeyValue, monkeypatch: pytest.MonkeyPatch, meta_only: bool
+) -> None:
+    """Values with and without headers of their own, markers between them, and
+    updates: the entries of a watch that makes whole runs at once are those of one
+    that makes each alone (their times too), and few are made alone."""
+    n = 600
+    prefix = f"$KV.{kv.bucket}."
+    for i in range(n):
+        headers = {"X-Trace": str(i)} if i % 7 == 0 else None
+        await js.publish_async(f"{prefix}k.{i}", b"v%d" % i, headers=headers)
+    await js.publish_async_complete(timeout=30)
+    for i in range(0, n, 50):
+        await kv.delete(f"k.{i}")
+    await kv.purge("k.1")
+    counts = _watch_makers(monkeypatch, [True, False])
+    initial: list[list[KeyValueEntry]] = [[], []]
+    async with kv.watch(meta_only=meta_only) as by_runs, kv.watch(meta_only=meta_only) as alone:
+        for got, watcher in zip(initial, (by_runs, alone), strict=True):
+            while not watcher.initial_done.is_set():
+                got.append(await _next(watcher))
+        for i in range(300):
+            await js.publish_async(f"{prefix}u.{i}", b"u%d" % i)
+        await js.publish_async_complete(timeout=30)
+        await kv.delete("k.3")
+        updates = [[await _next(w) for _ in range(301)] for w in (by_runs, alone)]
+    assert len(initial[0]) == n
+    assert list(map(_fields, initial[0])) == list(map(_fields, initial[1]))
+    # (how much is pending at each update depends on when it was delivered)
+    assert [_fields(e)[:5] + _fields(e)[6:] for e in updates[0]] == [
+        _fields(e)[:5] + _fields(e)[6:] for e in updates[1]
+    ]
+    assert updates[0][-1].operation == "DEL"
+    assert [e.key for e in initial[0] if e.operation != "PUT"] == [
+        f"k.{i}" for i in range(0, n, 50)
+    ] + ["k.1"]
+    for entry in initial[0][100:110]:
+        assert entry.created == (await kv.get(entry.key, revision=entry.revision)).created
+    values = [e for e in initial[0] if e.operation == "PUT"]
+    assert [e.value for e in values] == [
+        b"" if meta_only else b"v" + e.key[2:].encode() for e in values
+    ]
+    assert [e._headers is not None for e in values] == [
+        meta_only or int(e.key[2:]) % 7 == 0 for e in values
+    ]
+    assert counts[1][0] == n + 301
+    assert counts[0][0] < 10  # the one that ends the snapshot, and a few more
+
+
 async def test_leaving_a_bare_async_for_over_a_watch_ends_it(
     js: JetStream, kv: KeyValue, wait_for: object
 ) -> None:

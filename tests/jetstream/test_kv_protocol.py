@@ -466,7 +466,14 @@ def test_the_usual_stamp_is_left_unread() -> None:
         direct_put_stamp(_direct_reply(stamp="2023-02-29T03:04:05.123456Z"))
 
 
-def test_an_entry_with_its_stamp_unread_is_the_entry_with_its_time() -> None:
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        b"2024-01-02T03:04:05.123456",  # a Direct Get reply's (kv.get)
+        1_704_164_645_123_456_789,  # an ack subject's nanoseconds (watch)
+    ],
+)
+def test_an_entry_with_its_stamp_unread_is_the_entry_with_its_time(stamp: bytes | int) -> None:
     import copy
     import dataclasses
     import pickle
@@ -475,7 +482,6 @@ def test_an_entry_with_its_stamp_unread_is_the_entry_with_its_time() -> None:
     from aioclients.jetstream._protocol._kv import KeyValueEntry
 
     created = datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=timezone.utc)
-    stamp = b"2024-01-02T03:04:05.123456"
     block = b"NATS/1.0\r\n\r\n"
     plain = KeyValueEntry("B", "a.b", b"v", 7, created, 0, PUT, block)
 
@@ -542,11 +548,13 @@ def test_the_fast_entry_constructor_builds_the_same_frozen_entry() -> None:
 def test_watch_entry_times_are_exact_to_the_microsecond() -> None:
     from datetime import datetime, timedelta, timezone
 
-    from aioclients.jetstream._kv import _created
+    from aioclients.jetstream._kv import _created, _new_entry
 
     epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
     for ns in (0, 999, 1_000, 1_764_037_000_123_456_789, 4_102_444_800_999_999_999):
         assert _created(ns) == epoch + timedelta(microseconds=ns // 1000)
+        # as a watch's entry holds it until read
+        assert _new_entry("B", "k", b"", 1, ns, 0, "PUT").created == _created(ns)
 
 
 @pytest.mark.parametrize(

@@ -80,3 +80,42 @@ async def test_reads_left_out_entirely_leave_no_runs_behind() -> None:
     msg = await stream.__anext__()
     assert msg.metadata.sequence.stream == 3
     assert oc.last_stream_seq == 3
+
+
+async def test_a_run_maker_may_make_a_head_and_leave_the_rest_one_by_one() -> None:
+    """``make_run`` makes the first ``used`` deliveries of a run; ``make`` takes the
+    rest in order, with their pending counts and times, and the cursor has judged
+    them all."""
+    api: Any = None
+    oc = OrderedConsumer(api, "ORD", {})
+    generation = oc._cursor.created()
+    alone: list[int] = []
+
+    def make(subject: str, reply: bytes, data: bytes, *rest: Any) -> Any:
+        alone.append(rest[1])
+        return ("one", subject, data, rest[1:])
+
+    def make_run(
+        subjects: Any, replies: Any, headers: Any, datas: Any, seqs: Any
+    ) -> tuple[list[Any], Any, int]:
+        used = 2 if len(seqs) > 2 else len(seqs)
+        return [("run", s) for s in seqs[:used]], seqs[:used], used
+
+    stream = OrderedMessageStream(
+        oc, consume_options(max_messages=100), None, make, make_run=make_run
+    )
+    oc._active = stream
+    _, columns = stream._sink(generation)
+    subjects, replies, headers, payloads = _columns([(1, 1), (2, 2), (3, 3), (4, 4)])
+    replies = (*replies[:3], _reply(4, 4, pending=7))
+    columns(subjects, replies, headers, payloads)
+    columns(*_columns([(6, 5)]))
+    got = [await stream.__anext__() for _ in range(5)]
+    assert [g[0] for g in got] == ["run", "run", "one", "one", "run"]
+    assert got[:2] == [("run", 1), ("run", 2)]
+    assert got[2] == ("one", "ord.3", b"m3", (3, 0, 1764168000123456789))
+    assert got[3][3] == (4, 7, 1764168000123456789)  # its pending count and time
+    assert alone == [3, 4]
+    assert oc._cursor.stream_seq == 6
+    assert oc._cursor.expected == 6
+    assert oc.last_stream_seq == 6

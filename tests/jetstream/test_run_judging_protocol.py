@@ -6,6 +6,7 @@ does not."""
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Sequence
 
 from hypothesis import given, settings
@@ -304,6 +305,28 @@ def test_take_run_agrees_with_deliver_one_by_one(
         assert _scan_state(scan) == before
 
 
+@settings(max_examples=500, deadline=None)
+@given(_scans())
+def test_take_head_agrees_with_deliver_one_by_one(
+    case: tuple[SnapshotScan, Sequence[int]],
+) -> None:
+    scan, seqs = case
+    one_by_one = copy.copy(scan)
+    before = _scan_state(scan)
+    head = scan.take_head(seqs)
+    assert 0 <= head <= len(seqs)
+    verdicts = []
+    for seq in seqs[:head]:
+        verdicts.append(one_by_one.deliver(seq))
+        assert not one_by_one.done  # the scan goes on after each of the head
+    assert verdicts == [ScanVerdict.TAKE] * head
+    assert _scan_state(scan) == (_scan_state(one_by_one) if head else before)
+    increasing = all(a < b for a, b in itertools.pairwise(seqs))
+    if increasing and head < len(seqs):
+        # the longest such head: the next one is not taken, or ends the scan
+        assert one_by_one.deliver(seqs[head]) is not ScanVerdict.TAKE or one_by_one.done
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.sets(st.sampled_from("abcdefgh"), max_size=8),
@@ -421,6 +444,22 @@ def test_all_put_of_plain_values_and_of_markers() -> None:
     assert all_put([plain, None, plain, b""])
     assert not all_put([plain, b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n"])
     assert not all_put([b"NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\n\r\n"])
+
+
+def test_take_head_leaves_the_delivery_that_ends_the_scan_to_deliver() -> None:
+    scan = SnapshotScan(100, latest_only=True)
+    scan.opened(5)
+    assert scan.take_head(range(1, 9)) == 4  # the fifth, the last pending, ends it
+    assert (scan.taken, scan.reached, scan.done) == (4, 4, False)
+    assert scan.deliver(5) is ScanVerdict.TAKE
+    assert scan.done
+    scan = SnapshotScan(4, latest_only=True)
+    scan.opened(50)
+    assert scan.take_head([2, 3, 4, 5]) == 2  # 4 is the snapshot's last sequence
+    assert scan.take_head([3]) == 0  # reached already: deliver() skips it
+    assert scan.take_head([4, 5]) == 0
+    assert scan.take_head([5, 4]) == 0  # not in order
+    assert (scan.taken, scan.reached) == (2, 3)
 
 
 def test_take_run_leaves_the_run_that_ends_the_scan_to_deliver() -> None:

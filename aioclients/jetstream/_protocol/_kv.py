@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any, overload
 
 from aioclients._errors import InvalidArgumentError
@@ -43,6 +43,7 @@ __all__ = (
     "keys_of_subjects",
     "key_subject",
     "matches_any",
+    "ns_time",
     "operation_of",
     "operation_of_header_block",
     "stamp_time",
@@ -408,6 +409,17 @@ def direct_put_stamp(block: bytes | None) -> tuple[int, datetime | bytes] | None
     return int(m[1]), stamp_time(m[2])
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def ns_time(ns: int) -> datetime:
+    """The time of a JetStream ack subject's timestamp (nanoseconds since the epoch,
+    UTC), to the microsecond."""
+    # Positional (days, seconds, microseconds): a third cheaper than microseconds=
+    # alone.
+    return _EPOCH + timedelta(0, ns // 1_000_000_000, (ns // 1000) % 1_000_000)
+
+
 def stamp_time(stamp: bytes) -> datetime:
     """The time of a stamp matched by the Direct Get readings (microseconds, UTC).
 
@@ -464,9 +476,10 @@ class KeyValueEntry:
 class _Created:
     """``KeyValueEntry.created``: its slot, read through. A get's entry is made with
     the server's stamp in the slot (bytes, sure to be a time: see
-    :func:`direct_put_stamp`); its first reading turns it into the ``datetime``
-    and keeps that in its place, so that every reading, comparison, ``repr``,
-    hash and copy sees the ``datetime``."""
+    :func:`direct_put_stamp`), a watch's with its ack subject's timestamp (an int
+    of nanoseconds: see :func:`ns_time`); its first reading turns it into the
+    ``datetime`` and keeps that in its place, so that every reading, comparison,
+    ``repr``, hash and copy sees the ``datetime``."""
 
     __slots__ = ("_del", "_get", "_set")
 
@@ -479,7 +492,11 @@ class _Created:
         if entry is None:
             return self
         created = self._get(entry, owner)
-        if created.__class__ is bytes:
+        kind = created.__class__
+        if kind is int:
+            created = ns_time(created)
+            self._set(entry, created)
+        elif kind is bytes:
             created = stamp_time(created)
             self._set(entry, created)
         return created

@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import enum
 import json
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from operator import lt
@@ -224,6 +225,34 @@ class SnapshotScan:
         self.reached = last
         self.taken += count
         return True
+
+    def take_head(self, stream_seqs: Sequence[int]) -> int:
+        """Judge the longest head of a run of in-order deliveries that :meth:`deliver`
+        would answer ``TAKE`` for, one after the other, with the scan going on
+        after each: how many (recorded as those calls would; 0: nothing changed).
+        The rest, from the delivery that ends the scan on, is :meth:`deliver`'s."""
+        count = len(stream_seqs)
+        if (
+            self.done
+            or not count
+            or stream_seqs[0] <= self.reached
+            or not (
+                (type(stream_seqs) is range and stream_seqs.step > 0)  # judge_run's
+                or all(map(lt, stream_seqs, islice(stream_seqs, 1, None)))
+            )
+        ):
+            return 0
+        # The delivery that leaves none pending, or that reaches the snapshot's last
+        # sequence (or goes past it), ends the scan: the head stops before it.
+        head = bisect_left(stream_seqs, self.last_seq, 0, max(0, min(count, self._left - 1)))
+        if head:
+            last = stream_seqs[head - 1]
+            self._count += head
+            self._seen = last
+            self._left -= head
+            self.reached = last
+            self.taken += head
+        return head
 
     # -- a snapshot whose messages vanish ------------------------------------------------------
 
