@@ -106,6 +106,27 @@ async def test_put_get_delete_purge(kv: KeyValue) -> None:
         await kv.get("db.url")
 
 
+async def test_a_got_entry_is_the_frozen_entry_of_its_fields(kv: KeyValue) -> None:
+    """The usual get makes its entry inline (see _kv._entry_shell): the same
+    KeyValueEntry, equal, hashed, shown and frozen as the one constructed from its
+    fields, with its raw headers kept."""
+    import dataclasses
+
+    revision = await kv.put("shell.k", b"v1")
+    got = await kv.get("shell.k")
+    assert kv_module._SHELL is not None  # the inline path is on
+    assert type(got) is KeyValueEntry
+    plain = KeyValueEntry(kv.bucket, "shell.k", b"v1", revision, got.created, 0, "PUT")
+    assert got == plain
+    assert hash(got) == hash(plain)
+    assert repr(got) == repr(plain)
+    assert (got.delta, got.operation) == (0, "PUT")
+    assert isinstance(got._headers, bytes) and b"Nats-Sequence" in got._headers
+    assert [e.created for e in await kv.history("shell.k")] == [got.created]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.value = b"other"  # type: ignore[misc]
+
+
 async def test_create_and_update_follow_revisions(kv: KeyValue) -> None:
     r1 = await kv.create("k", b"1")
     with pytest.raises(KeyExistsError):
