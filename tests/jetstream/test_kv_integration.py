@@ -121,7 +121,8 @@ async def test_a_got_entry_is_the_frozen_entry_of_its_fields(kv: KeyValue) -> No
     assert hash(got) == hash(plain)
     assert repr(got) == repr(plain)
     assert (got.delta, got.operation) == (0, "PUT")
-    assert isinstance(got._headers, bytes) and b"Nats-Sequence" in got._headers
+    assert isinstance(got._headers, bytes)
+    assert b"Nats-Sequence" in got._headers
     assert [e.created for e in await kv.history("shell.k")] == [got.created]
     with pytest.raises(dataclasses.FrozenInstanceError):
         got.value = b"other"  # type: ignore[misc]
