@@ -75,6 +75,8 @@ from aioclients.jetstream._protocol._kv import (
     matches_any,
     operation_of,
     operation_of_header_block,
+    plain_put_match,
+    stamp_time,
     stream_name,
     validate_bucket,
     validate_key,
@@ -309,21 +311,26 @@ class KeyValue:
                     # (a reply takes it out of the table; a failure may not have).
                     requests.forget(token)
                     raise
-            put = direct_put_stamp(header)
-            if put is not None:  # the usual reply: a value, as current servers write it
-                # (its created time perhaps still the stamp: read on first access)
-                if _SHELL is None:
-                    return _new_entry(self.bucket, key, payload, put[0], put[1], 0, PUT, header)
-                made: Any = _SHELL()  # see _entry_shell
+            # The usual reply, a value as current servers write it: direct_put_stamp's
+            # match, read here, and the entry made inline (see _entry_shell).
+            usual = plain_put_match(header) if header else None
+            if usual is not None and _SHELL is not None:
+                seq, stamp, late_day = usual.groups()
+                made: Any = _SHELL()
                 made.bucket = self.bucket
                 made.key = key
                 made.value = payload
-                made.revision, made.created = put
+                made.revision = int(seq)
+                # a day that every month has: the stamp, read on first access
+                made.created = stamp if late_day is None else stamp_time(stamp)
                 made.delta = 0
                 made.operation = PUT
                 made._headers = header
                 made.__class__ = KeyValueEntry
                 return made  # type: ignore[no-any-return]
+            put = direct_put_stamp(header)
+            if put is not None:  # a value with headers of its own (or no shell)
+                return _new_entry(self.bucket, key, payload, put[0], put[1], 0, PUT, header)
             fields = direct_entry_fields(header)
             if fields is None:
                 entry = await self._decoded_entry(key, header, payload)
