@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import datetime, timezone
 from typing import Any
 
 import nats
 import pytest
-from support import Server, subscriptions_live
+from nats.aio.msg import Msg as NatsMsg
+from support import PROBE, Server, subscriptions_live, until_visible
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream import (
@@ -106,6 +108,28 @@ async def test_put_get_delete_purge(kv: KeyValue) -> None:
     assert [e.operation for e in history] == ["PURGE"]  # the rollup dropped the rest
     with pytest.raises(KeyDeletedError):
         await kv.get("db.url")
+
+
+async def test_a_got_entry_is_the_frozen_entry_of_its_fields(kv: KeyValue) -> None:
+    """The usual get makes its entry inline (see _kv._entry_shell): the same
+    KeyValueEntry, equal, hashed, shown and frozen as the one constructed from its
+    fields, with its raw headers kept."""
+    import dataclasses
+
+    revision = await kv.put("shell.k", b"v1")
+    got = await kv.get("shell.k")
+    assert kv_module._SHELL is not None  # the inline path is on
+    assert type(got) is KeyValueEntry
+    plain = KeyValueEntry(kv.bucket, "shell.k", b"v1", revision, got.created, 0, "PUT")
+    assert got == plain
+    assert hash(got) == hash(plain)
+    assert repr(got) == repr(plain)
+    assert (got.delta, got.operation) == (0, "PUT")
+    assert isinstance(got._headers, bytes)
+    assert b"Nats-Sequence" in got._headers
+    assert [e.created for e in await kv.history("shell.k")] == [got.created]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.value = b"other"  # type: ignore[misc]
 
 
 async def test_create_and_update_follow_revisions(kv: KeyValue) -> None:
@@ -580,3 +604,52 @@ async def test_keys_start_over_from_the_named_subjects_when_written_to_while_rea
     elif write in ("deleted", "purged"):
         expected.discard("k5")
     assert set(keys) == expected
+
+
+# Stamps of the usual reply's form: one on a day every month has (left unread until
+# asked for), one on a late day (read at once), and one on a day its month lacks.
+_STAMPS = {
+    "2024-01-02T03:04:05.123456789Z": datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=timezone.utc),
+    "2024-01-31T03:04:05.654321Z": datetime(2024, 1, 31, 3, 4, 5, 654321, tzinfo=timezone.utc),
+    "2023-02-29T03:04:05.123456Z": None,
+}
+
+
+@pytest.mark.parametrize("stamp", list(_STAMPS))
+async def test_the_usual_reply_s_stamp_reads_as_its_time_or_fails_the_get(
+    nats_server: Server, js: JetStream, bucket: str, stamp: str
+) -> None:
+    """A Direct Get reply in the usual form, from a responder standing in for the
+    server (its bucket's stream has no allow_direct, so the server stays silent):
+    get reads its revision and time, or raises where the stamp is no time."""
+    await js.create_stream(f"KV_{bucket}", subjects=[f"$KV.{bucket}.>"])
+    kv = await js.key_value(bucket)
+    kv._direct = True  # as for a bucket whose stream the responder serves
+
+    async def answer(msg: NatsMsg) -> None:
+        if msg.data == PROBE:
+            await other.publish(msg.reply, b"")
+            return
+        headers = {
+            "Nats-Stream": f"KV_{bucket}",
+            "Nats-Subject": f"$KV.{bucket}.k",
+            "Nats-Sequence": "42",
+            "Nats-Time-Stamp": stamp,
+        }
+        await other.publish(msg.reply, b"value", headers=headers)
+
+    other = await nats.connect(nats_server.url)
+    try:
+        await other.subscribe(f"$JS.API.DIRECT.GET.KV_{bucket}.>", cb=answer)
+        await until_visible(js.nc, f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.k")
+        expected = _STAMPS[stamp]
+        if expected is None:
+            with pytest.raises(ValueError, match="day is out of range"):
+                await kv.get("k")
+            return
+        entry = await kv.get("k")
+        assert (entry.revision, entry.value, entry.operation) == (42, b"value", "PUT")
+        assert entry.created == expected
+        assert entry == KeyValueEntry(bucket, "k", b"value", 42, expected, 0, "PUT")
+    finally:
+        await other.close()

@@ -79,6 +79,17 @@ def test_any_chunking_gives_the_same_frames(cuts: list[int]) -> None:
     assert rest == b""
 
 
+def test_a_large_message_is_left_to_scan() -> None:
+    """single_message reads buffers of up to 32 KiB (it copies what follows the
+    control line once); a larger message is scan's, which slices it out alone."""
+    small = b"MSG a 1 %d\r\n%s\r\n" % (32 * 1024 - 17, b"x" * (32 * 1024 - 17))
+    assert len(small) == 32 * 1024
+    assert single_message(small) == scan(small)[0][0]
+    large = b"MSG a 1 %d\r\n%s\r\n" % (32 * 1024, b"x" * (32 * 1024))
+    assert single_message(large) is None
+    assert scan(large)[0][0][5] == b"x" * (32 * 1024)
+
+
 @pytest.mark.parametrize(
     "data",
     [

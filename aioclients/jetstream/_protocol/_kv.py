@@ -46,6 +46,7 @@ __all__ = (
     "ns_time",
     "operation_of",
     "operation_of_header_block",
+    "plain_put_match",
     "stamp_time",
     "stream_name",
     "subject_prefix",
@@ -339,8 +340,11 @@ def direct_entry_fields(block: bytes | None) -> tuple[int, str, str] | None:
 # The lines the server appends to a stored message's headers in a Direct Get reply,
 # last, as current servers write them (nats-server 2.10+: RFC 3339 time stamp with
 # at least microseconds). Group 1: the sequence; 2: the stamp to the microsecond.
+# A value runs to its CR (``[^\r]``, not ``[^\r\n]``: a set of one byte scans several
+# times faster); a bare LF, which no server writes, stays in the value, as it does
+# for direct_entry_fields, which finds lines by their CRLF.
 _DIRECT_TRAILER = re.compile(
-    rb"\r\nNats-Subject: \S[^\r\n]*\r\nNats-Sequence: (\d+)\r\n"
+    rb"\r\nNats-Subject: \S[^\r]*\r\nNats-Sequence: (\d+)\r\n"
     rb"Nats-Time-Stamp: (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6})\d{0,3}Z\r\n\r\n"
 )
 
@@ -354,11 +358,16 @@ _DIRECT_TRAILER = re.compile(
 # may not exist), so that reading it can wait (see :func:`direct_put_stamp`); any
 # other stamp takes _DIRECT_TRAILER's reading, which reads it at once, as ever.
 _PLAIN_PUT_REPLY = re.compile(
-    rb"NATS/1\.0\r\nNats-Stream: [^\r\n]+\r\nNats-Subject: \S[^\r\n]*\r\n"
+    rb"NATS/1\.0\r\nNats-Stream: [^\r]+\r\nNats-Subject: \S[^\r]*\r\n"
     rb"Nats-Sequence: (\d+)\r\n"
     rb"Nats-Time-Stamp: ([1-9]\d{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8]|(29|3[01]))"
     rb"T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{6})\d{0,3}Z\r\n\r\n"
 )
+
+#: ``plain_put_match(block)``: :func:`direct_put_stamp`'s one match, for a hot path
+#: that reads its groups itself (``(revision, stamp, late day)``: a stamp with no
+#: late day may be left unread, else it reads with :func:`stamp_time` at once).
+plain_put_match = _PLAIN_PUT_REPLY.fullmatch
 
 
 def direct_put_fields(block: bytes | None) -> tuple[int, datetime] | None:
@@ -398,9 +407,10 @@ def direct_put_stamp(block: bytes | None) -> tuple[int, datetime | bytes] | None
         return None
     m = _PLAIN_PUT_REPLY.fullmatch(block)  # the usual reply, in one match
     if m is not None:
-        if m[3] is None:  # a day that every month has: the time reads later
-            return int(m[1]), m[2]
-        return int(m[1]), stamp_time(m[2])
+        seq, stamp, late_day = m.groups()  # (one call for the three)
+        if late_day is None:  # a day that every month has: the time reads later
+            return int(seq), stamp
+        return int(seq), stamp_time(stamp)
     if not block.startswith(b"NATS/1.0\r\n"):
         return None  # a status line ("NATS/1.0 404 ...")
     m = _direct_trailer(block)

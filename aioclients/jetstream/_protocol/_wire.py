@@ -393,20 +393,26 @@ def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliver
 #: ``+3`` and `` 3`` too): a hit stands for both checks. Bounded like it.
 _DIGIT_NUMBERS: dict[bytes, int] = {}
 _DIGIT_NUMBERS_MAX = 4096
+#: The largest buffer :func:`single_message` reads (larger ones are scan's).
+_SINGLE_MAX = 32 * 1024
 
 
 def single_message(buffer: bytes) -> Frame | None:
     """The message ``buffer`` holds, when it holds exactly one whole ``MSG``/``HMSG``
-    and nothing else; ``None`` otherwise (use :func:`scan`).
+    and nothing else, in at most 32 KiB; ``None`` otherwise (use :func:`scan`).
 
     A reply to a request usually arrives alone: this reads it with one split of
     its control line, where ``scan`` sets up a loop. Whatever it returns, ``scan``
     returns as the only frame of ``buffer``, ending at its end.
     """
-    eol = buffer.find(_CRLF)
-    if eol < 0:
+    if len(buffer) > _SINGLE_MAX:
+        return None  # partition would copy a large message once more: scan's
+    # partition: the line and the rest in one call (find and a slice take two, and
+    # find's arguments are parsed the slow way)
+    line, crlf, rest = buffer.partition(_CRLF)
+    if not crlf:
         return None
-    args = buffer[:eol].split(b" ")
+    args = line.split(b" ")
     n = len(args)
     if n == 6 and args[0] == b"HMSG":
         _, subject, sid_b, reply, hsize_b, total_b = args
@@ -433,10 +439,8 @@ def single_message(buffer: bytes) -> Frame | None:
             _DIGIT_NUMBERS[sid_b] = sid
             _DIGIT_NUMBERS[hsize_b] = hsize
             _DIGIT_NUMBERS[total_b] = total
-    body = eol + 2
-    end = body + total
-    if not subject or hsize > total or end + 2 != len(buffer) or buffer[end:] != _CRLF:
+    if not subject or hsize > total or total + 2 != len(rest) or rest[total:] != _CRLF:
         return None
     if hsize:
-        return (MSG, subject, sid, reply, buffer[body : body + hsize], buffer[body + hsize : end])
-    return (MSG, subject, sid, reply, None, buffer[body:end])
+        return (MSG, subject, sid, reply, rest[:hsize], rest[hsize:total])
+    return (MSG, subject, sid, reply, None, rest[:total])
