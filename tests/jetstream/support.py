@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
 
+from aioclients._errors import AioClientsError
 from aioclients.testing import NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
 
 Server = NatsServer | ExternalServer
+T = TypeVar("T")
 
 
 def skip_if_the_proxy_can_be_bypassed(nc: NATS) -> None:
@@ -65,3 +70,56 @@ async def until_visible(nc: NATS, subject: str) -> None:
             if loop.time() > deadline:
                 raise
             await asyncio.sleep(0.005)
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextlib.asynccontextmanager
+async def nats_cluster(
+    size: int = 3, first_port: int | None = None
+) -> AsyncIterator[list[NatsServer]]:
+    """``size`` nats-servers with JetStream (``n0``, ``n1``, ...) in one cluster,
+    routes on loopback, started together and closed on exit. The cluster elects
+    its JetStream meta leader shortly after: :func:`when_cluster_ready`.
+
+    The ports are free ones, or ``first_port`` and the ``2 * size - 1`` after it
+    (the routes' first, then the clients')."""
+    if first_port is None:
+        ports = [free_port() for _ in range(2 * size)]
+    else:
+        ports = list(range(first_port, first_port + 2 * size))
+    route_ports = ports[:size]
+    servers = []
+    for i in range(size):
+        routes = ", ".join(f"nats://127.0.0.1:{p}" for j, p in enumerate(route_ports) if j != i)
+        config = (
+            f"server_name: n{i}\n"
+            f"cluster {{ name: c1, listen: 127.0.0.1:{route_ports[i]}, routes: [{routes}] }}\n"
+        )
+        servers.append(NatsServer(port=ports[size + i], config=config))
+    try:
+        await asyncio.gather(*(asyncio.to_thread(s.start) for s in servers))
+        yield servers
+    finally:
+        await asyncio.gather(*(asyncio.to_thread(s.close) for s in servers))
+
+
+async def when_cluster_ready(create: Callable[[], Awaitable[T]], timeout: float = 30) -> T:
+    """``await create()``, tried again while it fails with an AioClientsError (the
+    cluster has no meta leader yet, or the new asset no leader) for up to
+    ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            return await create()
+        except AioClientsError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
