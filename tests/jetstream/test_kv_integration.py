@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -494,3 +495,49 @@ async def test_keys_start_over_from_the_named_subjects_when_written_to_while_rea
     elif write in ("deleted", "purged"):
         expected.discard("k5")
     assert set(keys) == expected
+
+
+@pytest.mark.parametrize("behind", ["a delete", "every message"])
+async def test_keys_read_again_when_the_consumer_saw_a_replica_behind_the_look(
+    kv: KeyValue, js: JetStream, monkeypatch: pytest.MonkeyPatch, behind: str
+) -> None:
+    """In a cluster the first look at the stream is the leader's, while the R1
+    consumer may be placed on a follower still catching up: its skip list is older
+    than the look (a key deleted before the look shows its earlier value, a key
+    put shows not at all), though a second look shows the stream unchanged.
+    Played here by a look that reports one message more than the server holds
+    until the consumer has been read, when that message lands: a delete of
+    ``k5``, or the only put of a bucket purged before. The consumer did not
+    deliver the message at the look's last sequence: it is read again."""
+    await _past_multi_last(js, kv)
+    if behind == "every message":
+        await kv.stream.purge()
+    real_info = kv._api.stream_info
+    looks: list[str] = []
+
+    async def stream_info(name: str, **kwargs: Any) -> Any:
+        if kwargs:
+            return await real_info(name, **kwargs)
+        looks.append("info")
+        if len(looks) == 1:  # the leader's look, a message ahead of the follower
+            info = await real_info(name)
+            state = dataclasses.replace(
+                info.state,
+                last_seq=info.state.last_seq + 1,
+                messages=info.state.messages + 1,
+            )
+            return dataclasses.replace(info, state=state)
+        if len(looks) == 2:  # the follower catches up
+            if behind == "a delete":
+                await kv.delete("k5")
+            else:
+                await kv.put("new", b"1")
+        return await real_info(name)
+
+    monkeypatch.setattr(kv._api, "stream_info", stream_info)
+    keys = await _collect(kv.keys())
+    if behind == "a delete":
+        assert keys == sorted(f"k{i}" for i in range(1100) if i != 5)
+    else:
+        assert keys == ["new"]
+    assert looks == ["info", "info", "info"]  # the second consumer's read looked again
