@@ -6,13 +6,15 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import nats
 import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
 
 from aioclients._errors import AioClientsError
+from aioclients.jetstream import JetStream
 from aioclients.testing import NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
 
@@ -53,6 +55,46 @@ async def subscriptions_live(nc: NATS) -> None:
     await fence.next_msg(timeout=10)
 
 
+class ApiRequests:
+    """The JetStream API requests about one stream, in the order the client sent
+    them, seen by a second connection: ``info`` (a STREAM.INFO), ``named`` (one
+    naming the subjects), ``create`` (a CONSUMER.CREATE); the others left out."""
+
+    def __init__(self, nc: Any, stream: str) -> None:
+        self.nc = nc
+        self.stream = stream
+        self.sub: Any = None
+        self.seen: list[str] = []
+
+    @classmethod
+    async def open(cls, url: str, stream: str) -> ApiRequests:
+        spy = cls(await nats.connect(url), stream)
+        spy.sub = await spy.nc.subscribe("$JS.API.>")
+        await subscriptions_live(spy.nc)  # not flush(): its PING can overtake the SUB
+        return spy
+
+    async def kinds(self, js: JetStream) -> list[str]:
+        """Those sent so far: fenced by a message ``js``'s connection sends after
+        them, which reaches this one after them."""
+        fence = await self.nc.subscribe(self.nc.new_inbox(), max_msgs=1)
+        await subscriptions_live(self.nc)
+        await js.nc.publish(fence.subject, b"")
+        await fence.next_msg(timeout=10)
+        for _ in range(self.sub.pending_msgs):  # queued before the fence came
+            msg = await self.sub.next_msg(timeout=10)
+            tokens = msg.subject.split(".")
+            if len(tokens) < 5 or tokens[4] != self.stream:
+                continue
+            if tokens[2:4] == ["STREAM", "INFO"]:
+                self.seen.append("named" if b"subjects_filter" in msg.data else "info")
+            elif tokens[2:4] == ["CONSUMER", "CREATE"]:
+                self.seen.append("create")
+        return self.seen
+
+    async def close(self) -> None:
+        await self.nc.close()
+
+
 async def until_visible(nc: NATS, subject: str) -> None:
     """Wait until ``nc`` sees a listener another connection set up on ``subject``.
 
@@ -80,13 +122,10 @@ def free_port() -> int:
         return port
 
 
-@contextlib.asynccontextmanager
-async def nats_cluster(
-    size: int = 3, first_port: int | None = None
-) -> AsyncIterator[list[NatsServer]]:
-    """``size`` nats-servers with JetStream (``n0``, ``n1``, ...) in one cluster,
-    routes on loopback, started together and closed on exit. The cluster elects
-    its JetStream meta leader shortly after: :func:`when_cluster_ready`.
+def cluster_servers(size: int = 3, first_port: int | None = None) -> list[NatsServer]:
+    """``size`` nats-servers with JetStream (``n0``, ``n1``, ...) configured as one
+    cluster, routes on loopback; not started. Once started, the cluster elects its
+    JetStream meta leader within seconds: :func:`when_cluster_ready`.
 
     The ports are free ones, or ``first_port`` and the ``2 * size - 1`` after it
     (the routes' first, then the clients')."""
@@ -103,6 +142,15 @@ async def nats_cluster(
             f"cluster {{ name: c1, listen: 127.0.0.1:{route_ports[i]}, routes: [{routes}] }}\n"
         )
         servers.append(NatsServer(port=ports[size + i], config=config))
+    return servers
+
+
+@contextlib.asynccontextmanager
+async def nats_cluster(
+    size: int = 3, first_port: int | None = None
+) -> AsyncIterator[list[NatsServer]]:
+    """:func:`cluster_servers` started together, closed on exit."""
+    servers = cluster_servers(size, first_port)
     try:
         await asyncio.gather(*(asyncio.to_thread(s.start) for s in servers))
         yield servers

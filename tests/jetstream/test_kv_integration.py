@@ -8,9 +8,8 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
-import nats
 import pytest
-from support import Server, subscriptions_live
+from support import ApiRequests, Server
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream import (
@@ -364,46 +363,6 @@ async def test_keys_of_a_large_bucket_skip_the_multi_last_the_server_would_refus
     assert len(multi_lasts) == 2
     assert await _collect(fresh.keys()) == ["a", "b"]  # and multi_last again
     assert len(multi_lasts) == 3
-
-
-class ApiRequests:
-    """The JetStream API requests about one stream, in the order the client sent
-    them, seen by a second connection: ``info`` (a STREAM.INFO), ``named`` (one
-    naming the subjects), ``create`` (a CONSUMER.CREATE); the others left out."""
-
-    def __init__(self, nc: Any, stream: str) -> None:
-        self.nc = nc
-        self.stream = stream
-        self.sub: Any = None
-        self.seen: list[str] = []
-
-    @classmethod
-    async def open(cls, url: str, stream: str) -> ApiRequests:
-        spy = cls(await nats.connect(url), stream)
-        spy.sub = await spy.nc.subscribe("$JS.API.>")
-        await subscriptions_live(spy.nc)  # not flush(): its PING can overtake the SUB
-        return spy
-
-    async def kinds(self, js: JetStream) -> list[str]:
-        """Those sent so far: fenced by a message ``js``'s connection sends after
-        them, which reaches this one after them."""
-        fence = await self.nc.subscribe(self.nc.new_inbox(), max_msgs=1)
-        await subscriptions_live(self.nc)
-        await js.nc.publish(fence.subject, b"")
-        await fence.next_msg(timeout=10)
-        for _ in range(self.sub.pending_msgs):  # queued before the fence came
-            msg = await self.sub.next_msg(timeout=10)
-            tokens = msg.subject.split(".")
-            if len(tokens) < 5 or tokens[4] != self.stream:
-                continue
-            if tokens[2:4] == ["STREAM", "INFO"]:
-                self.seen.append("named" if b"subjects_filter" in msg.data else "info")
-            elif tokens[2:4] == ["CONSUMER", "CREATE"]:
-                self.seen.append("create")
-        return self.seen
-
-    async def close(self) -> None:
-        await self.nc.close()
 
 
 async def _past_multi_last(js: JetStream, kv: KeyValue) -> None:
