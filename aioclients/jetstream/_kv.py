@@ -1165,8 +1165,13 @@ class KeyWatcher:
                 oc.resume_after(scan.last_seq)
                 messages.request_reset("snapshot")
                 return verdict is TAKE
-            # A reset resumes after the last delivery, and never before the snapshot.
-            oc.resume_after(max(sseq, scan.last_seq))
+            # A reset resumes after the last delivery. Not after the snapshot's last
+            # sequence when the scan ended before it: deliveries up to it are then
+            # the writes a replica still catching up had not applied when the
+            # consumer (R1, on any replica of a cluster) was created, its skip list
+            # older than the leader's look; they come next, as updates. (On a
+            # current replica no message of the filters lies between the two.)
+            oc.resume_after(sseq)
             return verdict is not ScanVerdict.SKIP
 
         def entry_of(

@@ -246,6 +246,37 @@ async def test_watch_gives_current_values_then_changes(kv: KeyValue) -> None:
         ]
 
 
+async def test_watch_gives_as_updates_what_a_replica_behind_the_look_had_not_applied(
+    kv: KeyValue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a cluster the look that gives the initial values' end is the stream
+    leader's, while the consumer (R1) may be placed on a follower still catching
+    up: its skip list ends before that sequence. Played here by a look reporting
+    one message more than the server holds (a delete of ``k5``, which lands once
+    the initial values are read). The initial values are the follower's; the
+    delete then comes as an update, not dropped as if the initial values had
+    shown it."""
+    for i in range(10):
+        await kv.put(f"k{i}", b"v")
+    real_last_seq = kv_module._last_seq
+
+    async def last_seq(handle: KeyValue) -> int:
+        return await real_last_seq(handle) + 1
+
+    monkeypatch.setattr(kv_module, "_last_seq", last_seq)
+    async with kv.watch() as watcher:
+        initial = [await _next(watcher) for _ in range(10)]
+        assert watcher.initial_done.is_set()
+        assert [e.key for e in initial] == [f"k{i}" for i in range(10)]
+        await kv.delete("k5")
+        put = await kv.put("k3", b"w")
+        updates = [await _next(watcher) for _ in range(2)]
+    assert [(e.key, e.operation, e.revision) for e in updates] == [
+        ("k5", "DEL", put - 1),
+        ("k3", "PUT", put),
+    ]
+
+
 async def test_watch_of_an_empty_bucket_is_initially_done_at_once(kv: KeyValue) -> None:
     async with kv.watch() as watcher:
         assert watcher.initial_done.is_set()
