@@ -38,6 +38,7 @@ from aioclients.jetstream._consume import check_on_event
 from aioclients.jetstream._errors import (
     BucketNotFoundError,
     DirectGetUnavailableError,
+    JetStreamError,
     KeyDeletedError,
     KeyExistsError,
     KeyNotFoundError,
@@ -123,6 +124,9 @@ _KEYS_BUFFER = 20_000
 #: to during its read, by its consumer's pending count (one a subject, markers
 #: included); above it the snapshot's subjects are named at once.
 _KEYS_HELD = 1_000_000
+#: How many consumers in a row ``keys()`` reads on a replica still catching up
+#: (see ``KeyLister._read``) before it gives up with an error.
+_REPLICA_BEHIND_TRIES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -875,6 +879,8 @@ class KeyLister:
         look = (0, 0)
         #: the subjects of the start are neither named nor settled yet
         unsettled = False
+        #: consumers that read a replica behind the look at the stream
+        behind = 0
         if len(self._subjects) == 1:
             try:
                 state = (await kv._api.stream_info(kv._stream_name)).state
@@ -906,12 +912,14 @@ class KeyLister:
                 over: tuple[CountedStartSubjects | set[str], int] | None = None
                 #: the keys read, held until the stream is known to be the start's
                 held: list[list[str]] | None = None
+                #: the consumer read a replica behind the look at the stream
+                lagged = False
                 try:
                     pending_at_start = initial_pending(oc)
                     if whole:
                         kv._subjects_seen = pending_at_start  # last_per_subject: one a subject
-                    if pending_at_start == 0:
-                        return
+                    if pending_at_start == 0 and not (unsettled and whole and look[1] > 0):
+                        return  # (else a replica behind the look, or all removed since)
                     if unsettled:
                         if pending_at_start > _KEYS_HELD:
                             # Too many to hold: name the subjects now, while the
@@ -943,10 +951,23 @@ class KeyLister:
                         except StreamNotFoundError:
                             raise _bucket_not_found(kv.bucket) from None
                         counted = cast(CountedStartSubjects, start)
-                        if not (
-                            same_messages(look, (now.last_seq, now.messages))
-                            and counted.settle_from_pending(pending_at_start)
-                        ):
+                        unchanged = same_messages(look, (now.last_seq, now.messages))
+                        if unchanged and whole and scan.reached != last:
+                            # The stream held its message at ``last`` all along, the
+                            # last of its subject, yet the consumer's skip list did
+                            # not reach it: the consumer (R1, placed on any replica)
+                            # read a follower still catching up, whose skip list was
+                            # older than the leader's look (a key deleted meanwhile
+                            # shows its earlier value). Nothing was handed out: read
+                            # a new consumer.
+                            lagged = True
+                            behind += 1
+                            if behind > _REPLICA_BEHIND_TRIES:
+                                raise JetStreamError(
+                                    f"keys() of bucket {kv.bucket!r}: {behind} consumers in"
+                                    " a row read a replica behind the stream leader"
+                                )
+                        elif not (unchanged and counted.settle_from_pending(pending_at_start)):
                             over = await self._settle(
                                 start,
                                 look,
@@ -954,6 +975,9 @@ class KeyLister:
                             )
                 finally:
                     await oc.close()
+                if lagged:
+                    start = CountedStartSubjects.before_answer(last)
+                    continue  # the same snapshot, still to settle
                 unsettled = False
                 if over is None:
                     break
@@ -1195,8 +1219,13 @@ class KeyWatcher:
                 oc.resume_after(scan.last_seq)
                 messages.request_reset("snapshot")
                 return verdict is TAKE
-            # A reset resumes after the last delivery, and never before the snapshot.
-            oc.resume_after(max(sseq, scan.last_seq))
+            # A reset resumes after the last delivery. Not after the snapshot's last
+            # sequence when the scan ended before it: deliveries up to it are then
+            # the writes a replica still catching up had not applied when the
+            # consumer (R1, on any replica of a cluster) was created, its skip list
+            # older than the leader's look; they come next, as updates. (On a
+            # current replica no message of the filters lies between the two.)
+            oc.resume_after(sseq)
             return verdict is not ScanVerdict.SKIP
 
         def entry_of(

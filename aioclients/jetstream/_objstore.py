@@ -1049,7 +1049,9 @@ class ObjectWatcher:
                 oc.resume_after(scan.last_seq)
                 messages.request_reset("snapshot")
                 return verdict is TAKE
-            oc.resume_after(max(sseq, scan.last_seq))
+            # After the last delivery, not the look's last sequence: see KeyWatcher
+            # (a replica behind the look gives the writes it had yet to apply next).
+            oc.resume_after(sseq)
             return verdict is not ScanVerdict.SKIP
 
         def make(
@@ -1072,7 +1074,7 @@ class ObjectWatcher:
                             oc.resume_after(scan.last_seq)
                             messages.request_reset("snapshot")
                         else:
-                            oc.resume_after(max(sseq, scan.last_seq))
+                            oc.resume_after(sseq)
                         return None
                     return info if scan_over(verdict, info, sseq) else None
                 if verdict is not TAKE or info is None:

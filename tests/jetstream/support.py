@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
+import nats
 import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
 
+from aioclients._errors import AioClientsError
+from aioclients.jetstream import JetStream
 from aioclients.testing import NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
 
 Server = NatsServer | ExternalServer
+T = TypeVar("T")
 
 
 def skip_if_the_proxy_can_be_bypassed(nc: NATS) -> None:
@@ -48,6 +55,46 @@ async def subscriptions_live(nc: NATS) -> None:
     await fence.next_msg(timeout=10)
 
 
+class ApiRequests:
+    """The JetStream API requests about one stream, in the order the client sent
+    them, seen by a second connection: ``info`` (a STREAM.INFO), ``named`` (one
+    naming the subjects), ``create`` (a CONSUMER.CREATE); the others left out."""
+
+    def __init__(self, nc: Any, stream: str) -> None:
+        self.nc = nc
+        self.stream = stream
+        self.sub: Any = None
+        self.seen: list[str] = []
+
+    @classmethod
+    async def open(cls, url: str, stream: str) -> ApiRequests:
+        spy = cls(await nats.connect(url), stream)
+        spy.sub = await spy.nc.subscribe("$JS.API.>")
+        await subscriptions_live(spy.nc)  # not flush(): its PING can overtake the SUB
+        return spy
+
+    async def kinds(self, js: JetStream) -> list[str]:
+        """Those sent so far: fenced by a message ``js``'s connection sends after
+        them, which reaches this one after them."""
+        fence = await self.nc.subscribe(self.nc.new_inbox(), max_msgs=1)
+        await subscriptions_live(self.nc)
+        await js.nc.publish(fence.subject, b"")
+        await fence.next_msg(timeout=10)
+        for _ in range(self.sub.pending_msgs):  # queued before the fence came
+            msg = await self.sub.next_msg(timeout=10)
+            tokens = msg.subject.split(".")
+            if len(tokens) < 5 or tokens[4] != self.stream:
+                continue
+            if tokens[2:4] == ["STREAM", "INFO"]:
+                self.seen.append("named" if b"subjects_filter" in msg.data else "info")
+            elif tokens[2:4] == ["CONSUMER", "CREATE"]:
+                self.seen.append("create")
+        return self.seen
+
+    async def close(self) -> None:
+        await self.nc.close()
+
+
 async def until_visible(nc: NATS, subject: str) -> None:
     """Wait until ``nc`` sees a listener another connection set up on ``subject``.
 
@@ -65,3 +112,62 @@ async def until_visible(nc: NATS, subject: str) -> None:
             if loop.time() > deadline:
                 raise
             await asyncio.sleep(0.005)
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def cluster_servers(size: int = 3, first_port: int | None = None) -> list[NatsServer]:
+    """``size`` nats-servers with JetStream (``n0``, ``n1``, ...) configured as one
+    cluster, routes on loopback; not started. Once started, the cluster elects its
+    JetStream meta leader within seconds: :func:`when_cluster_ready`.
+
+    The ports are free ones, or ``first_port`` and the ``2 * size - 1`` after it
+    (the routes' first, then the clients')."""
+    if first_port is None:
+        ports = [free_port() for _ in range(2 * size)]
+    else:
+        ports = list(range(first_port, first_port + 2 * size))
+    route_ports = ports[:size]
+    servers = []
+    for i in range(size):
+        routes = ", ".join(f"nats://127.0.0.1:{p}" for j, p in enumerate(route_ports) if j != i)
+        config = (
+            f"server_name: n{i}\n"
+            f"cluster {{ name: c1, listen: 127.0.0.1:{route_ports[i]}, routes: [{routes}] }}\n"
+        )
+        servers.append(NatsServer(port=ports[size + i], config=config))
+    return servers
+
+
+@contextlib.asynccontextmanager
+async def nats_cluster(
+    size: int = 3, first_port: int | None = None
+) -> AsyncIterator[list[NatsServer]]:
+    """:func:`cluster_servers` started together, closed on exit."""
+    servers = cluster_servers(size, first_port)
+    try:
+        await asyncio.gather(*(asyncio.to_thread(s.start) for s in servers))
+        yield servers
+    finally:
+        await asyncio.gather(*(asyncio.to_thread(s.close) for s in servers))
+
+
+async def when_cluster_ready(create: Callable[[], Awaitable[T]], timeout: float = 30) -> T:
+    """``await create()``, tried again while it fails with an AioClientsError (the
+    cluster has no meta leader yet, or the new asset no leader) for up to
+    ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            return await create()
+        except AioClientsError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import nats
 import pytest
 from nats.aio.msg import Msg as NatsMsg
-from support import PROBE, Server, subscriptions_live, until_visible
+from support import PROBE, ApiRequests, Server, until_visible
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream import (
@@ -270,6 +271,37 @@ async def test_watch_gives_current_values_then_changes(kv: KeyValue) -> None:
         ]
 
 
+async def test_watch_gives_as_updates_what_a_replica_behind_the_look_had_not_applied(
+    kv: KeyValue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a cluster the look that gives the initial values' end is the stream
+    leader's, while the consumer (R1) may be placed on a follower still catching
+    up: its skip list ends before that sequence. Played here by a look reporting
+    one message more than the server holds (a delete of ``k5``, which lands once
+    the initial values are read). The initial values are the follower's; the
+    delete then comes as an update, not dropped as if the initial values had
+    shown it."""
+    for i in range(10):
+        await kv.put(f"k{i}", b"v")
+    real_last_seq = kv_module._last_seq
+
+    async def last_seq(handle: KeyValue) -> int:
+        return await real_last_seq(handle) + 1
+
+    monkeypatch.setattr(kv_module, "_last_seq", last_seq)
+    async with kv.watch() as watcher:
+        initial = [await _next(watcher) for _ in range(10)]
+        assert watcher.initial_done.is_set()
+        assert [e.key for e in initial] == [f"k{i}" for i in range(10)]
+        await kv.delete("k5")
+        put = await kv.put("k3", b"w")
+        updates = [await _next(watcher) for _ in range(2)]
+    assert [(e.key, e.operation, e.revision) for e in updates] == [
+        ("k5", "DEL", put - 1),
+        ("k3", "PUT", put),
+    ]
+
+
 async def test_watch_of_an_empty_bucket_is_initially_done_at_once(kv: KeyValue) -> None:
     async with kv.watch() as watcher:
         assert watcher.initial_done.is_set()
@@ -475,46 +507,6 @@ async def test_keys_of_a_large_bucket_skip_the_multi_last_the_server_would_refus
     assert len(multi_lasts) == 3
 
 
-class ApiRequests:
-    """The JetStream API requests about one stream, in the order the client sent
-    them, seen by a second connection: ``info`` (a STREAM.INFO), ``named`` (one
-    naming the subjects), ``create`` (a CONSUMER.CREATE); the others left out."""
-
-    def __init__(self, nc: Any, stream: str) -> None:
-        self.nc = nc
-        self.stream = stream
-        self.sub: Any = None
-        self.seen: list[str] = []
-
-    @classmethod
-    async def open(cls, url: str, stream: str) -> ApiRequests:
-        spy = cls(await nats.connect(url), stream)
-        spy.sub = await spy.nc.subscribe("$JS.API.>")
-        await subscriptions_live(spy.nc)  # not flush(): its PING can overtake the SUB
-        return spy
-
-    async def kinds(self, js: JetStream) -> list[str]:
-        """Those sent so far: fenced by a message ``js``'s connection sends after
-        them, which reaches this one after them."""
-        fence = await self.nc.subscribe(self.nc.new_inbox(), max_msgs=1)
-        await subscriptions_live(self.nc)
-        await js.nc.publish(fence.subject, b"")
-        await fence.next_msg(timeout=10)
-        for _ in range(self.sub.pending_msgs):  # queued before the fence came
-            msg = await self.sub.next_msg(timeout=10)
-            tokens = msg.subject.split(".")
-            if len(tokens) < 5 or tokens[4] != self.stream:
-                continue
-            if tokens[2:4] == ["STREAM", "INFO"]:
-                self.seen.append("named" if b"subjects_filter" in msg.data else "info")
-            elif tokens[2:4] == ["CONSUMER", "CREATE"]:
-                self.seen.append("create")
-        return self.seen
-
-    async def close(self) -> None:
-        await self.nc.close()
-
-
 async def _past_multi_last(js: JetStream, kv: KeyValue) -> None:
     """1,100 keys ``k0``..``k1099``, listed once: the handle lists them through its
     consumer from then on (past the 1,024 keys of one multi_last answer)."""
@@ -653,3 +645,49 @@ async def test_the_usual_reply_s_stamp_reads_as_its_time_or_fails_the_get(
         assert entry == KeyValueEntry(bucket, "k", b"value", 42, expected, 0, "PUT")
     finally:
         await other.close()
+
+
+@pytest.mark.parametrize("behind", ["a delete", "every message"])
+async def test_keys_read_again_when_the_consumer_saw_a_replica_behind_the_look(
+    kv: KeyValue, js: JetStream, monkeypatch: pytest.MonkeyPatch, behind: str
+) -> None:
+    """In a cluster the first look at the stream is the leader's, while the R1
+    consumer may be placed on a follower still catching up: its skip list is older
+    than the look (a key deleted before the look shows its earlier value, a key
+    put shows not at all), though a second look shows the stream unchanged.
+    Played here by a look that reports one message more than the server holds
+    until the consumer has been read, when that message lands: a delete of
+    ``k5``, or the only put of a bucket purged before. The consumer did not
+    deliver the message at the look's last sequence: it is read again."""
+    await _past_multi_last(js, kv)
+    if behind == "every message":
+        await kv.stream.purge()
+    real_info = kv._api.stream_info
+    looks: list[str] = []
+
+    async def stream_info(name: str, **kwargs: Any) -> Any:
+        if kwargs:
+            return await real_info(name, **kwargs)
+        looks.append("info")
+        if len(looks) == 1:  # the leader's look, a message ahead of the follower
+            info = await real_info(name)
+            state = dataclasses.replace(
+                info.state,
+                last_seq=info.state.last_seq + 1,
+                messages=info.state.messages + 1,
+            )
+            return dataclasses.replace(info, state=state)
+        if len(looks) == 2:  # the follower catches up
+            if behind == "a delete":
+                await kv.delete("k5")
+            else:
+                await kv.put("new", b"1")
+        return await real_info(name)
+
+    monkeypatch.setattr(kv._api, "stream_info", stream_info)
+    keys = await _collect(kv.keys())
+    if behind == "a delete":
+        assert keys == sorted(f"k{i}" for i in range(1100) if i != 5)
+    else:
+        assert keys == ["new"]
+    assert looks == ["info", "info", "info"]  # the second consumer's read looked again

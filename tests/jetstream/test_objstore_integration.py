@@ -501,6 +501,34 @@ async def test_watch_gives_the_current_metas_then_updates(store: ObjectStore) ->
     assert (deleted.name, deleted.deleted) == ("b", True)
 
 
+async def test_watch_gives_as_updates_what_a_replica_behind_the_look_had_not_applied(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look that ends the initial metas is the stream leader's, while the
+    consumer (R1) may read a follower still catching up: played by a look one
+    message ahead of the server (the delete of ``b``, landing once the initial
+    metas are read). The delete comes as an update, not dropped."""
+    await store.put("a", b"1")
+    await store.put("b", b"2")
+    real_last_seq = store._last_seq
+
+    async def last_seq() -> int:
+        return await real_last_seq() + 1
+
+    monkeypatch.setattr(store, "_last_seq", last_seq)
+    async with store.watch() as watcher:
+        first = await asyncio.wait_for(watcher.__anext__(), 10)
+        second = await asyncio.wait_for(watcher.__anext__(), 10)
+        assert [first.name, second.name] == ["a", "b"]
+        assert watcher.initial_done.is_set()
+        await store.delete("b")
+        await store.put("c", b"3")
+        deleted = await asyncio.wait_for(watcher.__anext__(), 5)
+        update = await asyncio.wait_for(watcher.__anext__(), 5)
+    assert (deleted.name, deleted.deleted) == ("b", True)
+    assert (update.name, update.deleted) == ("c", False)
+
+
 async def test_watch_options(store: ObjectStore) -> None:
     await store.put("a", b"1")
     await store.put("a", b"2")

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 
 import pytest
 from consume_support import publish_many
-from support import Server
+from support import Server, nats_cluster, when_cluster_ready
 
 from aioclients._errors import AioClientsError
 from aioclients.jetstream import ConsumerReset, JetStream, KeyValueEntry, connect
@@ -64,26 +63,9 @@ async def test_kv_watch_survives_a_server_restart(private: tuple[NatsServer, Jet
     assert any(isinstance(e, ConsumerReset) for e in events)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.mark.slow
 async def test_cluster_stream_leader_stopped_mid_stream(own_server_allowed: None) -> None:
-    ports = [_free_port() for _ in range(3)]
-    servers = []
-    for i in range(3):
-        routes = ", ".join(f"nats://127.0.0.1:{p}" for j, p in enumerate(ports) if j != i)
-        config = (
-            f"server_name: n{i}\n"
-            f"cluster {{ name: c1, listen: 127.0.0.1:{ports[i]}, routes: [{routes}] }}\n"
-        )
-        servers.append(NatsServer(config=config))
-    try:
-        await asyncio.gather(*(asyncio.to_thread(s.start) for s in servers))
+    async with nats_cluster() as servers:
         js = await connect(
             [s.url for s in servers],
             timeout=2.0,
@@ -91,18 +73,10 @@ async def test_cluster_stream_leader_stopped_mid_stream(own_server_allowed: None
             max_reconnect_attempts=-1,
         )
         try:
+            stream = await when_cluster_ready(
+                lambda: js.create_stream("R3", subjects=["r3.>"], num_replicas=3, storage="file")
+            )
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while True:  # until the cluster has elected its meta leader
-                try:
-                    stream = await js.create_stream(
-                        "R3", subjects=["r3.>"], num_replicas=3, storage="file"
-                    )
-                    break
-                except AioClientsError:
-                    if loop.time() > deadline:
-                        raise
-                    await asyncio.sleep(0.2)
             total = 3000
             await publish_many(js, "r3.a", total)
             events: list[object] = []
@@ -146,8 +120,6 @@ async def test_cluster_stream_leader_stopped_mid_stream(own_server_allowed: None
         finally:
             with contextlib.suppress(AioClientsError):
                 await js.close()
-    finally:
-        await asyncio.gather(*(asyncio.to_thread(s.close) for s in servers))
 
 
 @pytest.fixture

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 
 import pytest
 from consume_support import publish_many
-from support import Server
+from support import Server, nats_cluster, when_cluster_ready
 
 from aioclients._errors import AioClientsError
 from aioclients.jetstream import JetStream, Reconnected, connect
-from aioclients.testing import FaultProxy, NatsServer
+from aioclients.testing import FaultProxy
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
 
@@ -84,28 +83,11 @@ async def _until_all_acked(consumer: object, total: int) -> None:
         await asyncio.sleep(0.05)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.mark.slow
 async def test_cluster_durable_push_consumer_survives_the_stream_leader_stopping(
     own_server_allowed: None,
 ) -> None:
-    ports = [_free_port() for _ in range(3)]
-    servers = []
-    for i in range(3):
-        routes = ", ".join(f"nats://127.0.0.1:{p}" for j, p in enumerate(ports) if j != i)
-        config = (
-            f"server_name: n{i}\n"
-            f"cluster {{ name: c1, listen: 127.0.0.1:{ports[i]}, routes: [{routes}] }}\n"
-        )
-        servers.append(NatsServer(config=config))
-    try:
-        await asyncio.gather(*(asyncio.to_thread(s.start) for s in servers))
+    async with nats_cluster() as servers:
         js = await connect(
             [s.url for s in servers],
             timeout=2.0,
@@ -113,18 +95,9 @@ async def test_cluster_durable_push_consumer_survives_the_stream_leader_stopping
             max_reconnect_attempts=-1,
         )
         try:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while True:  # until the cluster has elected its meta leader
-                try:
-                    stream = await js.create_stream(
-                        "R3", subjects=["r3.>"], num_replicas=3, storage="file"
-                    )
-                    break
-                except AioClientsError:
-                    if loop.time() > deadline:
-                        raise
-                    await asyncio.sleep(0.2)
+            stream = await when_cluster_ready(
+                lambda: js.create_stream("R3", subjects=["r3.>"], num_replicas=3, storage="file")
+            )
             total = 1500
             await publish_many(js, "r3.a", total)
             consumer = await js.create_push_consumer(
@@ -159,5 +132,3 @@ async def test_cluster_durable_push_consumer_survives_the_stream_leader_stopping
         finally:
             with contextlib.suppress(AioClientsError):
                 await js.close()
-    finally:
-        await asyncio.gather(*(asyncio.to_thread(s.close) for s in servers))
