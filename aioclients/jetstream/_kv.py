@@ -125,8 +125,11 @@ _KEYS_BUFFER = 20_000
 #: included); above it the snapshot's subjects are named at once.
 _KEYS_HELD = 1_000_000
 #: How many consumers in a row ``keys()`` reads on a replica still catching up
-#: (see ``KeyLister._read``) before it gives up with an error.
+#: (see ``KeyLister._read``) before it gives up with an error, and the wait before
+#: the first new one (doubled for each after it: 1.55 s in all), time for the
+#: replica to catch up should the next consumer be placed there again.
 _REPLICA_BEHIND_TRIES = 5
+_REPLICA_BEHIND_WAIT = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -774,6 +777,16 @@ async def _subjects_at_start(kv: KeyValue, filters: list[str]) -> tuple[set[str]
     return subjects, last_seq
 
 
+async def _newest_of(kv: KeyValue, subject: str) -> int:
+    """The stream sequence of the newest message on ``subject`` (wildcards allowed),
+    0 for none, as the stream leader holds it (``STREAM.MSG.GET``, not a Direct Get
+    that a replica still catching up may answer)."""
+    try:
+        return (await kv._stream.get_msg(last_by_subj=subject)).seq
+    except MessageNotFoundError:
+        return 0
+
+
 async def _holding_values(kv: KeyValue, subjects: list[str]) -> AsyncIterator[str]:
     """The keys of ``subjects`` whose last message now is a ``PUT``."""
     cut = len(kv._prefix)
@@ -918,7 +931,7 @@ class KeyLister:
                     pending_at_start = initial_pending(oc)
                     if whole:
                         kv._subjects_seen = pending_at_start  # last_per_subject: one a subject
-                    if pending_at_start == 0 and not (unsettled and whole and look[1] > 0):
+                    if pending_at_start == 0 and not (unsettled and look[1] > 0):
                         return  # (else a replica behind the look, or all removed since)
                     if unsettled:
                         if pending_at_start > _KEYS_HELD:
@@ -947,15 +960,19 @@ class KeyLister:
                         # was the start's all along (then the consumer's skip list
                         # was each subject of the start, once); if not, name them.
                         try:
+                            # The filter's newest message, the leader's answer, asked
+                            # before the look: a write between the two shows there.
+                            newest = last if whole else await _newest_of(kv, self._subjects[0])
                             now = (await kv._api.stream_info(kv._stream_name)).state
                         except StreamNotFoundError:
                             raise _bucket_not_found(kv.bucket) from None
                         counted = cast(CountedStartSubjects, start)
                         unchanged = same_messages(look, (now.last_seq, now.messages))
-                        if unchanged and whole and scan.reached != last:
-                            # The stream held its message at ``last`` all along, the
-                            # last of its subject, yet the consumer's skip list did
-                            # not reach it: the consumer (R1, placed on any replica)
+                        if unchanged and scan.reached != newest:
+                            # The stream held the filter's newest message all along,
+                            # the last of its subject (for the whole bucket, the one
+                            # at ``last``), yet the consumer's skip list did not
+                            # reach it: the consumer (R1, placed on any replica)
                             # read a follower still catching up, whose skip list was
                             # older than the leader's look (a key deleted meanwhile
                             # shows its earlier value). Nothing was handed out: read
@@ -977,6 +994,7 @@ class KeyLister:
                     await oc.close()
                 if lagged:
                     start = CountedStartSubjects.before_answer(last)
+                    await asyncio.sleep(_REPLICA_BEHIND_WAIT * 2 ** (behind - 1))
                     continue  # the same snapshot, still to settle
                 unsettled = False
                 if over is None:

@@ -18,6 +18,7 @@ from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream import (
     BucketNotFoundError,
     JetStream,
+    JetStreamError,
     KeyDeletedError,
     KeyExistsError,
     KeyNotFoundError,
@@ -647,9 +648,17 @@ async def test_the_usual_reply_s_stamp_reads_as_its_time_or_fails_the_get(
         await other.close()
 
 
-@pytest.mark.parametrize("behind", ["a delete", "every message"])
+@pytest.mark.parametrize(
+    ("behind", "filters"),
+    [("a delete", ()), ("every message", ()), ("a delete", ("*",))],
+    ids=["a delete", "every message", "a delete, filtered"],
+)
 async def test_keys_read_again_when_the_consumer_saw_a_replica_behind_the_look(
-    kv: KeyValue, js: JetStream, monkeypatch: pytest.MonkeyPatch, behind: str
+    kv: KeyValue,
+    js: JetStream,
+    monkeypatch: pytest.MonkeyPatch,
+    behind: str,
+    filters: tuple[str, ...],
 ) -> None:
     """In a cluster the first look at the stream is the leader's, while the R1
     consumer may be placed on a follower still catching up: its skip list is older
@@ -658,12 +667,26 @@ async def test_keys_read_again_when_the_consumer_saw_a_replica_behind_the_look(
     Played here by a look that reports one message more than the server holds
     until the consumer has been read, when that message lands: a delete of
     ``k5``, or the only put of a bucket purged before. The consumer did not
-    deliver the message at the look's last sequence: it is read again."""
+    deliver the message at the look's last sequence (with a filter, the newest
+    message on it, which the leader gives before the second look): it is read
+    again. (A filtered listing of a purged bucket takes a multi_last answer, not
+    a consumer.)"""
     await _past_multi_last(js, kv)
     if behind == "every message":
         await kv.stream.purge()
     real_info = kv._api.stream_info
+    real_get_msg = kv._stream.get_msg
     looks: list[str] = []
+    caught_up = False
+
+    async def catch_up() -> None:
+        nonlocal caught_up
+        if not caught_up:  # the follower catches up
+            caught_up = True
+            if behind == "a delete":
+                await kv.delete("k5")
+            else:
+                await kv.put("new", b"1")
 
     async def stream_info(name: str, **kwargs: Any) -> Any:
         if kwargs:
@@ -677,17 +700,52 @@ async def test_keys_read_again_when_the_consumer_saw_a_replica_behind_the_look(
                 messages=info.state.messages + 1,
             )
             return dataclasses.replace(info, state=state)
-        if len(looks) == 2:  # the follower catches up
-            if behind == "a delete":
-                await kv.delete("k5")
-            else:
-                await kv.put("new", b"1")
+        await catch_up()
         return await real_info(name)
 
+    async def get_msg(*args: Any, **kwargs: Any) -> Any:
+        await catch_up()
+        return await real_get_msg(*args, **kwargs)
+
     monkeypatch.setattr(kv._api, "stream_info", stream_info)
-    keys = await _collect(kv.keys())
+    monkeypatch.setattr(kv._stream, "get_msg", get_msg)
+    keys = await _collect(kv.keys(*filters))
     if behind == "a delete":
         assert keys == sorted(f"k{i}" for i in range(1100) if i != 5)
     else:
         assert keys == ["new"]
     assert looks == ["info", "info", "info"]  # the second consumer's read looked again
+
+
+async def test_keys_give_up_with_an_error_on_a_replica_that_stays_behind(
+    kv: KeyValue, js: JetStream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look that always reports one message more than any consumer delivers (a
+    replica that never catches up): a few consumers are read, then keys() fails
+    with a clear error, no key handed out, not a hang and not a wrong list."""
+    await _past_multi_last(js, kv)
+    real_info = kv._api.stream_info
+    opened: list[int] = []
+    real_open = kv_module.open_ordered_consumer
+
+    async def stream_info(name: str, **kwargs: Any) -> Any:
+        info = await real_info(name, **kwargs)
+        if kwargs:
+            return info
+        state = dataclasses.replace(
+            info.state, last_seq=info.state.last_seq + 1, messages=info.state.messages + 1
+        )
+        return dataclasses.replace(info, state=state)
+
+    async def open_consumer(*args: Any, **kwargs: Any) -> Any:
+        opened.append(1)
+        return await real_open(*args, **kwargs)
+
+    monkeypatch.setattr(kv._api, "stream_info", stream_info)
+    monkeypatch.setattr(kv_module, "open_ordered_consumer", open_consumer)
+    monkeypatch.setattr(kv_module, "_REPLICA_BEHIND_WAIT", 0.001)
+    lister = kv.keys()
+    with pytest.raises(JetStreamError, match="read a replica behind the stream leader"):
+        await lister.__anext__()  # the first key: none is handed out
+    await lister.aclose()
+    assert len(opened) == kv_module._REPLICA_BEHIND_TRIES + 1
