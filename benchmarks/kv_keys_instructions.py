@@ -20,30 +20,14 @@ none of its work is counted. ``--client floor`` counts the bare ``asyncio.Protoc
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
-from _loop import add_loop_argument, run_async, use_loop
-from _valgrind import count_instructions
+from _kv_instructions import main
 from jetstream_kv_keys_floor import floor_keys
 
 from aioclients import jetstream
-from aioclients.testing import NatsServer
-
-HERE = Path(__file__).resolve().parent
-VALUE = b"v" * 100
 
 
 def bucket(n: int) -> str:
     return f"KEYS{n}"
-
-
-async def fill(url: str, n: int) -> None:
-    async with await jetstream.connect(url, timeout=30) as js:
-        await js.create_key_value(bucket(n))
-        for i in range(n):
-            await js.publish_async(f"$KV.{bucket(n)}.key.{i}", VALUE)
-        await js.publish_async_complete(timeout=120)
 
 
 async def list_keys(url: str, n: int) -> None:
@@ -59,45 +43,11 @@ async def list_floor(url: str, n: int) -> None:
     await floor_keys(url, n, bucket(n))
 
 
-def instructions(tree: str, url: str, loop: str, n: int, client: str) -> int:
-    run = ["--url", url, "--loop", loop, "--run", str(n), "--client", client]
-    return count_instructions(__file__, run, [tree, str(HERE)])
-
-
-def measure(url: str, args: argparse.Namespace) -> None:
-    n = args.count
-    if not args.no_fill:
-        run_async(fill(url, n))
-        run_async(fill(url, 3 * n))
-    tree = str(Path(args.tree).resolve())
-    low = instructions(tree, url, args.loop, n, args.client)
-    high = instructions(tree, url, args.loop, 3 * n, args.client)
-    what = "keys()" if args.client == "ours" else "the floor"
-    print(f"{what}, {args.loop}, {tree}: {(high - low) / (2 * n):,.0f} instructions per key")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", help="an existing nats-server with JetStream")
-    parser.add_argument("--count", type=int, default=20_000, help="N (buckets of N and 3N)")
-    parser.add_argument("--tree", default=str(HERE.parent), help="the checkout to measure")
-    parser.add_argument("--no-fill", action="store_true", help="the buckets are filled already")
-    parser.add_argument(
-        "--client", choices=("ours", "floor"), default="ours", help="what lists the keys"
-    )
-    parser.add_argument("--run", type=int, help=argparse.SUPPRESS)
-    add_loop_argument(parser)
-    args = parser.parse_args()
-    if args.run:
-        run_async((list_floor if args.client == "floor" else list_keys)(args.url, args.run))
-        return
-    use_loop(args.loop)
-    if args.url:
-        measure(args.url, args)
-        return
-    with NatsServer() as server:
-        measure(server.url, args)
-
-
 if __name__ == "__main__":
-    main()
+    main(
+        __file__,
+        __doc__ or "",
+        bucket,
+        {"ours": ("keys()", list_keys), "floor": ("the floor", list_floor)},
+        "key",
+    )

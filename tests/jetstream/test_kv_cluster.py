@@ -90,17 +90,25 @@ async def _listed(kv: KeyValue, *filters: str) -> set[str]:
     return set(keys)
 
 
+async def _listed_with_requests(
+    js: JetStream, kv: KeyValue, url: str
+) -> tuple[set[str], list[str]]:
+    """:func:`_listed`, and the kinds of JetStream API requests on the bucket's stream
+    meanwhile (seen by a spy connected to ``url``)."""
+    spy = await ApiRequests.open(url, f"KV_{kv.bucket}")
+    try:
+        keys = await _listed(kv)
+        return keys, await spy.kinds(js)
+    finally:
+        await spy.close()
+
+
 async def test_keys_of_an_unchanged_replicated_bucket_name_no_keys(
     bucket: tuple[JetStream, KeyValue], cluster: list[NatsServer]
 ) -> None:
     js, kv = bucket
     expected = await _fill(js, kv)
-    spy = await ApiRequests.open(cluster[0].url, f"KV_{kv.bucket}")
-    try:
-        keys = await _listed(kv)
-        kinds = await spy.kinds(js)
-    finally:
-        await spy.close()
+    keys, kinds = await _listed_with_requests(js, kv, cluster[0].url)
     assert keys == expected
     # The look, a consumer (again for one that read a replica still catching up,
     # or replaced) and a second look; the keys never named.
@@ -150,12 +158,7 @@ async def test_keys_written_while_the_listing_reads_are_listed_as_the_model_says
 
     _AtFirstBatch.then = write
     monkeypatch.setattr(kv_module, "SnapshotReader", _AtFirstBatch)
-    spy = await ApiRequests.open(cluster[0].url, f"KV_{kv.bucket}")
-    try:
-        keys = await _listed(kv)
-        kinds = await spy.kinds(js)
-    finally:
-        await spy.close()
+    keys, kinds = await _listed_with_requests(js, kv, cluster[0].url)
     assert _AtFirstBatch.then is None  # the writes ran
     assert keys == model
     assert kinds.count("named") == 1
