@@ -52,7 +52,7 @@ from aioclients.jetstream._errors import (
     WrongLastSequenceError,
 )
 from aioclients.jetstream._message import Msg, header_block_of
-from aioclients.jetstream._models import StoredMessage, StreamInfo
+from aioclients.jetstream._models import StoredMessage, StreamInfo, StreamState
 from aioclients.jetstream._ordered import (
     OrderedConsumeEvent,
     OrderedConsumer,
@@ -755,13 +755,18 @@ def _forget(answer: asyncio.Future[Any]) -> None:
         answer.exception()
 
 
-async def _last_seq(kv: KeyValue) -> int:
-    """The last sequence of the bucket's stream: the snapshot a listing reads."""
+async def _stream_state(kv: KeyValue) -> StreamState:
+    """The state of the bucket's stream now (a plain ``STREAM.INFO``)."""
     try:
         info = await kv._api.stream_info(kv._stream_name)
     except StreamNotFoundError:
         raise _bucket_not_found(kv.bucket) from None
-    return info.state.last_seq
+    return info.state
+
+
+async def _last_seq(kv: KeyValue) -> int:
+    """The last sequence of the bucket's stream: the snapshot a listing reads."""
+    return (await _stream_state(kv)).last_seq
 
 
 async def _subjects_at_start(kv: KeyValue, filters: list[str]) -> tuple[set[str], int]:
@@ -785,6 +790,8 @@ async def _newest_of(kv: KeyValue, subject: str) -> int:
         return (await kv._stream.get_msg(last_by_subj=subject)).seq
     except MessageNotFoundError:
         return 0
+    except StreamNotFoundError:
+        raise _bucket_not_found(kv.bucket) from None
 
 
 async def _holding_values(kv: KeyValue, subjects: list[str]) -> AsyncIterator[str]:
@@ -895,10 +902,7 @@ class KeyLister:
         #: consumers that read a replica behind the look at the stream
         behind = 0
         if len(self._subjects) == 1:
-            try:
-                state = (await kv._api.stream_info(kv._stream_name)).state
-            except StreamNotFoundError:
-                raise _bucket_not_found(kv.bucket) from None
+            state = await _stream_state(kv)
             last = state.last_seq
             look = (last, state.messages)
             start = CountedStartSubjects.before_answer(last)
@@ -959,13 +963,10 @@ class KeyLister:
                         # Read to its end: a second look shows whether the stream
                         # was the start's all along (then the consumer's skip list
                         # was each subject of the start, once); if not, name them.
-                        try:
-                            # The filter's newest message, the leader's answer, asked
-                            # before the look: a write between the two shows there.
-                            newest = last if whole else await _newest_of(kv, self._subjects[0])
-                            now = (await kv._api.stream_info(kv._stream_name)).state
-                        except StreamNotFoundError:
-                            raise _bucket_not_found(kv.bucket) from None
+                        # The filter's newest message, the leader's answer, asked
+                        # before the look: a write between the two shows there.
+                        newest = last if whole else await _newest_of(kv, self._subjects[0])
+                        now = await _stream_state(kv)
                         counted = cast(CountedStartSubjects, start)
                         unchanged = same_messages(look, (now.last_seq, now.messages))
                         if unchanged and scan.reached != newest:
