@@ -170,9 +170,12 @@ def test_blocks_were_found() -> None:
 
 @pytest.mark.parametrize("block", [_param(b) for b in BLOCKS])
 def test_code_block_runs(block: Block, servers: dict[str, str], tmp_path: Path) -> None:
-    code = block.code
-    for default, actual in servers.items():
-        code = code.replace(default, actual)
+    # One pass, longest default first: replacing one default at a time could match a
+    # later default inside an address already put in (127.0.0.1:4150 -> :41613, whose
+    # ":4161" is nsqlookupd's default).
+    defaults = sorted(servers, key=len, reverse=True)
+    pattern = re.compile("|".join(map(re.escape, defaults)))
+    code = pattern.sub(lambda m: servers[m.group()], block.code)
     is_pytest = re.search(r"^(async )?def test_", code, re.MULTILINE) is not None
     script = tmp_path / ("test_block.py" if is_pytest else "block.py")
     script.write_text(code)
