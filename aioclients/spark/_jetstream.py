@@ -91,6 +91,7 @@ from aioclients.spark._object_table import OBJECT_STORE_SCHEMA, ObjectStoreBatch
 from aioclients.spark._protocol._data_loss import OPTION as FAIL_ON_DATA_LOSS
 from aioclients.spark._protocol._data_loss import lost_range, report_data_loss
 from aioclients.spark._protocol._options import OptionReader
+from aioclients.spark._protocol._partitions import partition_count, rows_matter
 from aioclients.spark._protocol._pushdown import (
     JetStreamSelection,
     filter_tokens,
@@ -98,7 +99,6 @@ from aioclients.spark._protocol._pushdown import (
 )
 from aioclients.spark._pushdown import to_predicate
 from aioclients.spark._stream_read import (
-    ROWS_PER_PARTITION,
     ReadConfig,
     SequenceRange,
     StreamBounds,
@@ -246,8 +246,14 @@ class JetStreamBatchReader(DataSourceReader):
             lo = first
         parts = self.parts
         if self.adapt_parts and not plan.empty and parts > 1:
-            expected = run(expected_rows(config, plan.subjects, lo, plan.last))
-            parts = max(1, min(parts, -(-expected // ROWS_PER_PARTITION)))
+            # Fewer partitions for a small read; but a filtered pass makes the server
+            # walk its whole range, so a wide range gets every core however few rows
+            # match (and then the count of matches is not asked for).
+            walked = (plan.last - lo + 1) * len(plan.subjects)
+            rows = None
+            if rows_matter(parts, walked):
+                rows = run(expected_rows(config, plan.subjects, lo, plan.last))
+            parts = partition_count(parts, walked, rows)
         ranges = [] if plan.empty else split_range(lo, plan.last, parts)
         # An empty range still needs one partition: with none, Spark plans its own.
         return [

@@ -34,6 +34,7 @@ from aioclients.spark._direct_io import (
 from aioclients.spark._errors import DataSourceOptionError
 from aioclients.spark._protocol._direct_reader import Columns
 from aioclients.spark._protocol._options import OptionReader
+from aioclients.spark._protocol._partitions import ROWS_PER_PARTITION
 from aioclients.spark._protocol._pushdown import JetStreamSelection
 
 __all__ = (
@@ -204,10 +205,6 @@ async def first_at_or_after(config: ReadConfig, times: list[int]) -> dict[int, i
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-#: Without a numPartitions option, a batch read gets no more partitions than one per
-#: this many messages it is expected to yield.
-ROWS_PER_PARTITION = 20_000
 
 
 async def expected_rows(

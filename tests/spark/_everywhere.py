@@ -338,14 +338,14 @@ def check_pushdown(load: Callable[..., Any], shapes: list[Shape], key: list[str]
     assert not failures, "\n".join(failures)
 
 
-async def check_jetstream_pushdown(spark: Any, url: str, name: str) -> None:
+async def check_jetstream_pushdown(spark: Any, url: str, name: str, partitions: int = 1) -> None:
     name = name.replace("_", "-")  # '_' is a wildcard in LIKE: keep the prefixes plain
     t_mid, t_late = await seed_jetstream_for_pushdown(url, name)
     try:
 
         def load(**options: str) -> Any:
             reader = spark.read.format("jetstream").option("servers", url)
-            reader = reader.option("stream", name).option("numPartitions", "1")
+            reader = reader.option("stream", name).option("numPartitions", str(partitions))
             for key, value in options.items():
                 reader = reader.option(key, value)
             return reader.load()

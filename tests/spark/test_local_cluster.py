@@ -87,8 +87,11 @@ async def test_nsq(cluster_spark: Any, nsqd_factory: Any, unique_name: str, tmp_
     await check_nsq(cluster_spark, await nsqd_factory(), unique_name[-60:], tmp_path)
 
 
-async def test_jetstream_pushdown(cluster_spark: Any, nats_server: Any, unique_name: str) -> None:
-    await check_jetstream_pushdown(cluster_spark, nats_server.url, unique_name)
+@pytest.mark.parametrize("partitions", [1, 3])
+async def test_jetstream_pushdown(
+    cluster_spark: Any, nats_server: Any, unique_name: str, partitions: int
+) -> None:
+    await check_jetstream_pushdown(cluster_spark, nats_server.url, unique_name, partitions)
 
 
 async def test_liftbridge_pushdown(

@@ -12,18 +12,24 @@ from typing import Any
 
 import pytest
 from _everywhere import check_jetstream_pushdown, check_liftbridge_pushdown, pushed_filters
-from pyspark.sql.datasource import EqualTo, LessThanOrEqual
+from pyspark.sql.datasource import EqualTo, In, LessThanOrEqual
 
 from aioclients import jetstream
-from aioclients.spark import register_data_sources
-from aioclients.spark._jetstream import JetStreamPushdownReader
+from aioclients.spark import _jetstream, register_data_sources
+from aioclients.spark._jetstream import JetStreamPushdownReader, SequenceRange, read_partition
+from aioclients.spark._protocol import _partitions
 from aioclients.spark._pushdown import CONF
+from aioclients.spark._stream_read import expected_rows as _jetstream_expected_rows
 
 pytestmark = pytest.mark.spark
 
 
-async def test_jetstream_shapes(spark: Any, nats_server: Any, unique_name: str) -> None:
-    await check_jetstream_pushdown(spark, nats_server.url, unique_name)
+@pytest.mark.parametrize("partitions", [1, 3])
+async def test_jetstream_shapes(
+    spark: Any, nats_server: Any, unique_name: str, partitions: int
+) -> None:
+    """Also split: each partition's filtered passes stop at its own range's end."""
+    await check_jetstream_pushdown(spark, nats_server.url, unique_name, partitions)
 
 
 async def test_liftbridge_shapes(spark: Any, liftbridge_cluster: Any, unique_name: str) -> None:
@@ -116,6 +122,65 @@ async def test_default_partitions_follow_what_the_read_is_expected_to_yield(
     assert await asyncio.to_thread(parts, subject_a) == 2
     assert await asyncio.to_thread(parts, LessThanOrEqual(("sequence",), 100)) == 1
     assert await asyncio.to_thread(parts, subject_a, numPartitions="5") == 5
+
+
+async def test_a_narrow_selection_over_a_wide_range_is_split_by_the_servers_walk(
+    js: jetstream.JetStream,
+    nats_server: Any,
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One subject of 100 yields few rows, but each filtered pass makes the server walk
+    its whole range: a wide range gets every core (the walk per partition made small
+    here), without the count of matches when it cannot change the answer, and the
+    partitions together yield exactly the rows of one."""
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"], allow_direct=True)
+    for i in range(2_000):
+        await js.publish_async(f"{unique_name}.{i % 100}", str(i).encode())
+    await js.publish_async_complete(timeout=60)
+    monkeypatch.setattr(_partitions, "WALK_PER_PARTITION", 500)
+    counted: list[tuple[int, int]] = []
+
+    async def expected_rows(config: Any, subjects: Any, first: int, last: int) -> int:
+        counted.append((first, last))
+        return await _jetstream_expected_rows(config, subjects, first, last)
+
+    monkeypatch.setattr(_jetstream, "expected_rows", expected_rows)
+    given = {"servers": nats_server.url, "stream": unique_name}
+
+    def plan(*filters: Any, parallelism: int, **options: str) -> list[SequenceRange]:
+        reader = JetStreamPushdownReader({**given, **options}, parallelism)
+        assert reader.pushFilters(list(filters)) == []
+        return reader.partitions()
+
+    def read(partitions: list[SequenceRange]) -> list[tuple[str, int, bytes]]:
+        rows = []
+        for partition in partitions:
+            for batch in read_partition(partition):
+                got = batch.to_pydict()
+                rows += zip(got["subject"], got["sequence"], got["data"], strict=True)
+        return rows
+
+    subject = EqualTo(("subject",), f"{unique_name}.42")
+    split = await asyncio.to_thread(plan, subject, parallelism=2)
+    assert len(split) == 2
+    assert not counted, "the walk alone asks for both cores: the matches are not counted"
+    split = await asyncio.to_thread(plan, subject, parallelism=8)
+    assert len(split) == 4, "2,000 messages walked: four partitions"
+    assert counted == [(1, 2_000)], "fewer than 8: the matches are counted"
+    one = await asyncio.to_thread(plan, subject, parallelism=8, numPartitions="1")
+    assert len(one) == 1
+    rows = await asyncio.to_thread(read, split)
+    assert rows == await asyncio.to_thread(read, one)
+    assert [seq for _, seq, _ in rows] == list(range(43, 2_001, 100))
+    two = In(("subject",), (f"{unique_name}.7", f"{unique_name}.8"))
+    split = await asyncio.to_thread(plan, two, parallelism=8)
+    assert len(split) == 8, "two passes over the range: twice the walk"
+    assert sorted(await asyncio.to_thread(read, split)) == sorted(
+        await asyncio.to_thread(read, await asyncio.to_thread(plan, two, parallelism=1))
+    )
+    narrow = LessThanOrEqual(("sequence",), 400)
+    assert len(await asyncio.to_thread(plan, subject, narrow, parallelism=8)) == 1
 
 
 def test_a_session_that_registers_the_class_itself_reads_as_before(
