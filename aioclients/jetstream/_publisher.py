@@ -49,6 +49,7 @@ __all__ = (
     "AckMux",
     "ReplyMux",
     "check_publish_retries",
+    "future_and_clock",
     "json_answer",
     "parse_pub_ack",
     "what_text",
