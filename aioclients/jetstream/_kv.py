@@ -314,12 +314,13 @@ class KeyValue:
                 validate_key(key)  # raises, unless a str subclass holds a valid key
             api = self._api
             requests = api.requests
-            subject = self._get_prefix + key
             # (formatted only for an error: most gets are answered)
             what = ("get of %r in %r", key, self.bucket)
-            started = requests.start_raw(subject, api.timeout, what)
+            started = requests.start_raw(self._get_prefix, key, api.timeout, what)
             if started is None:  # the inbox is not open yet, or the socket is busy
-                header, payload = await requests.request_raw(subject, api.timeout, what)
+                header, payload = await requests.request_raw(
+                    self._get_prefix + key, api.timeout, what
+                )
             else:
                 token, reply = started
                 try:

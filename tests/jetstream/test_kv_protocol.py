@@ -94,7 +94,9 @@ def test_a_key_is_valid_exactly_when_its_tokens_are_non_empty(key: str) -> None:
 @given(st.text(alphabet="-/_=.aZ09 *>é\n$", min_size=0, max_size=12))
 def test_a_key_is_its_allowed_characters_in_non_empty_tokens(key: str) -> None:
     allowed = set("-/_=.abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-    if key and set(key) <= allowed and all(key.split(".")):
+    valid = bool(key) and set(key) <= allowed and all(key.split("."))
+    assert (key_match(key) is not None) is valid  # the hot path's test agrees
+    if valid:
         assert validate_key(key) == key
     else:
         with pytest.raises(InvalidArgumentError):
