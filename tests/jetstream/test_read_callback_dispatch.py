@@ -45,6 +45,7 @@ class FakeClient:
         self.in_read_loop = False
         self._raw_handlers = {RAW_SID: self.raw, PULL_SID: self.raw}
         self._reply_handlers = {RAW_SID: self.raw}
+        self._frame_reader: Any = None
         self.stats = {"in_msgs": 0, "in_bytes": 0}
         self.is_connected = True
         self._status = NATS.CONNECTED
