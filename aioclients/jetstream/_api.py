@@ -55,6 +55,7 @@ from aioclients.jetstream._protocol._config import (
     validate_priority_config,
 )
 from aioclients.jetstream._protocol._direct import DirectReply, ReplyKind
+from aioclients.jetstream._protocol._kv import PLAIN_PUT_REPLY
 from aioclients.jetstream._protocol._level import (
     REQUIRED_LEVEL_HEADER,
     Version,
@@ -155,7 +156,10 @@ class JetStreamApi:
             self.transport, max_pending=check_int("max_pending", max_pending, minimum=1)
         )
         #: outstanding requests (API calls, Direct Get, ``ack_sync``)
-        self.requests: ReplyMux[NatsMsg] = ReplyMux(self.transport)
+        #: (a Direct Get reply of a plain put is read whole, in one match)
+        self.requests: ReplyMux[NatsMsg] = ReplyMux(
+            self.transport, raw_frame_header=PLAIN_PUT_REPLY
+        )
         #: the context opened the connection (``connect()``) and closes it too
         self.owns_connection = False
         # Open Direct Get reply inboxes, woken by close().

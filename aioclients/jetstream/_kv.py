@@ -321,20 +321,28 @@ class KeyValue:
                 header, payload = await requests.request_raw(
                     self._get_prefix + key, api.timeout, what
                 )
+                seq: Any = None
             else:
                 token, reply = started
                 try:
-                    header, payload = await reply
+                    got = await reply
                 except BaseException:
                     # A caller that stops waiting (cancelled) takes its entry with it
                     # (a reply takes it out of the table; a failure may not have).
                     requests.forget(token)
                     raise
+                # The usual reply, read whole at the socket's read callback: the
+                # groups of its frame, PLAIN_PUT_REPLY's among them; any other: None
+                # but the header block and payload (see ReplyMux.start_raw).
+                _, _, header, seq, stamp, late_day, payload = got
             # The usual reply, a value as current servers write it: direct_put_stamp's
-            # match, read here, and the entry made inline (see _entry_shell).
-            usual = plain_put_match(header) if header else None
-            if usual is not None and _SHELL is not None:
-                seq, stamp, late_day = usual.groups()
+            # match, read here (unless read with the frame), and the entry made inline
+            # (see _entry_shell).
+            if seq is None and header:
+                usual = plain_put_match(header)
+                if usual is not None:
+                    seq, stamp, late_day = usual.groups()
+            if seq is not None and _SHELL is not None:
                 made: Any = _SHELL()
                 made.bucket = self.bucket
                 made.key = key

@@ -200,9 +200,22 @@ class ReplyMux(Generic[T]):
     retry_attempts = PUBLISH_RETRY_ATTEMPTS
     retry_wait = PUBLISH_RETRY_WAIT
 
-    def __init__(self, transport: NatsTransport, *, kind: str = "reply") -> None:
+    def __init__(
+        self,
+        transport: NatsTransport,
+        *,
+        kind: str = "reply",
+        raw_frame_header: re.Pattern[bytes] | None = None,
+    ) -> None:
         self._transport = transport
         self._kind = kind
+        # The header block of the usual raw reply: such a reply is read whole with
+        # one match, from the socket's read callback (see start_raw's future), and
+        # the Nones that stand for its groups in the reading of any other reply.
+        self._raw_frame_header = raw_frame_header
+        self._raw_blanks: tuple[None, ...] = (None,) * (
+            raw_frame_header.groups if raw_frame_header is not None else 0
+        )
         self._prefix = ""
         self._prefix_len = 0
         self._sub: RawSubscription | None = None
@@ -260,7 +273,11 @@ class ReplyMux(Generic[T]):
                 return
             inbox = self._transport.new_inbox()
             self._raw_sub = await self._transport.subscribe_raw(
-                inbox + ".*", self._on_raw_reply, replies=True
+                inbox + ".*",
+                self._on_raw_reply,
+                replies=True,
+                frame_header=self._raw_frame_header,
+                on_frame=self._on_raw_frame,
             )
             self._raw_prefix = inbox + "."
             self._loop = loop = asyncio.get_running_loop()
@@ -357,7 +374,20 @@ class ReplyMux(Generic[T]):
             return  # timed out or abandoned earlier (or not one of ours)
         future = entry[0]
         if not future.done():
-            future.set_result((header, payload))  # type: ignore[arg-type]
+            # the shape of a frame's groups (see start_raw)
+            future.set_result((None, None, header, *self._raw_blanks, payload))  # type: ignore[arg-type]
+        if self._settle is not None:
+            self._settle()
+
+    def _on_raw_frame(self, groups: tuple[Any, ...]) -> None:
+        # A raw reply of the usual form, read whole (see NatsTransport.subscribe_raw):
+        # the future takes the match's groups, header block and payload among them.
+        entry = self._pending.pop(groups[0].decode(), None)
+        if entry is None:
+            return  # timed out or abandoned earlier (or not one of ours)
+        future = entry[0]
+        if not future.done():
+            future.set_result(groups)  # type: ignore[arg-type]
         if self._settle is not None:
             self._settle()
 
@@ -477,7 +507,8 @@ class ReplyMux(Generic[T]):
             self._unregister(token, future)
             raise
         try:
-            return await future  # type: ignore[return-value]
+            got: tuple[Any, ...] = await future  # type: ignore[assignment]
+            return got[2], got[-1]  # (see start_raw)
         finally:
             # A caller that stops waiting (cancelled) takes its entry with it.
             if self._pending.pop(token, None) is not None:
@@ -485,13 +516,19 @@ class ReplyMux(Generic[T]):
 
     def start_raw(
         self, prefix: str, name: str, timeout: float, what: What
-    ) -> tuple[str, asyncio.Future[tuple[bytes | None, bytes]]] | None:
+    ) -> tuple[str, asyncio.Future[tuple[Any, ...]]] | None:
         """:meth:`request_raw` of the subject ``prefix + name`` (passed apart: the
         frame is formatted in one go) without a coroutine of its own, when that is
         possible at once: the raw inbox is open and the request went to the socket.
         Returns the token and the future of the reply; the caller awaits the future
         and, if that raises (a timeout, a close, a cancel), calls :meth:`forget`
         with the token. ``None``: nothing happened, use :meth:`request_raw`.
+
+        The future's result: ``(subject, sizes, header block, *groups, payload)``,
+        the groups of the reply's frame when it matched ``raw_frame_header`` and was
+        read whole (see :data:`~aioclients.jetstream._transport.FrameHandler`),
+        ``groups`` those of ``raw_frame_header``; for any other reply the same
+        shape, all ``None`` but the header block (or ``None``) and the payload.
 
         Raises:
             JetStreamClosedError: the context or the connection is closed.

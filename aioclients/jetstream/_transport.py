@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import operator
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any, cast
@@ -60,6 +61,9 @@ from aioclients.jetstream._protocol._wire import (
     Frame,
     first_delivery_sid,
     first_header_delivery_sid,
+    frame_sizes,
+    known_sizes,
+    reply_frame_pattern,
     scan,
     scan_deliveries,
     scan_header_deliveries,
@@ -75,6 +79,8 @@ __all__ = (
     "RawHandler",
     "RunHandler",
     "DeliveriesHandler",
+    "FrameHandler",
+    "FrameReader",
     "HeaderDeliveriesHandler",
     "RawSubscription",
     "ReplyInbox",
@@ -93,6 +99,14 @@ RawHandler = Callable[[str, str, bytes, "bytes | None"], None]
 #: A :data:`RawHandler` that takes ``subject`` and ``reply`` as the bytes on the
 #: wire (undecoded; see ``subscribe_raw(..., as_bytes=True)``).
 BytesHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
+#: ``handler(groups)``: a reply read whole by one match of the frame pattern a reply
+#: inbox registered (``subscribe_raw(..., frame_header=...)``): the match's groups,
+#: ``(subject, sizes, header block, *the header pattern's groups, payload)``, all
+#: bytes but for header groups that took part in no match (``None``); ``sizes`` is
+#: the line's ``b"<header size> <total size>"``.
+FrameHandler = Callable[[tuple[Any, ...]], None]
+#: ``(fullmatch of the frame pattern, its handler, the subscription's sid)``
+FrameReader = tuple[Callable[[bytes], Any], FrameHandler, int]
 #: ``handler(frames)``: a run of messages of one subscription, in the order they
 #: came, each ``(MSG, subject, sid, reply, header_or_None, payload)`` as
 #: :func:`~aioclients.jetstream._protocol._wire.scan` gives them, subject and reply
@@ -227,6 +241,13 @@ class NatsClient(NATS):
         #: those of them that take replies to requests: a reply that arrives alone
         #: is handed to them from the socket's read callback (see FastParser)
         self._reply_handlers: dict[int, RawHandler] = {}
+        #: ``(fullmatch, handler, sid)`` of the reply inboxes that read a reply of
+        #: the usual form whole, with one match of their frame pattern, from the
+        #: socket's read callback (see FastParser._feed), in the order they came;
+        #: the first of them, the one tried (one match per read: a connection has
+        #: one such inbox per JetStream context over it, as a rule one in all)
+        self._frame_readers: tuple[FrameReader, ...] = ()
+        self._frame_reader: FrameReader | None = None
         #: sids of run handlers whose reader takes each 32 KiB read before the read
         #: loop parses the rest of a socket read (see FastParser.parse)
         self._paced: dict[int, bool] = {}
@@ -434,7 +455,31 @@ class FastParser:
         # The usual reply: one whole message, alone (payloads handed on are bytes).
         # Anything else (bursts of deliveries, frames cut short) is the read loop's:
         # taking bursts here measured slower for consume (~10-20%).
-        one = single_message(data if type(data) is bytes else bytes(data))
+        if type(data) is not bytes:
+            data = bytes(data)
+        reader_of_frames = nc._frame_reader
+        if reader_of_frames is not None and data and data[0] == 72:  # b"H": with headers
+            # A reply of its inbox's usual form (a Direct Get's plain value), read
+            # whole in one match: what single_message and a match of the header
+            # block would read, in several calls. Sizes that are not the frame's
+            # (two frames, one cut short) leave the read to single_message.
+            match, frame_handler, _ = reader_of_frames
+            m = match(data)
+            if m is not None:
+                groups = m.groups()
+                hsize = len(groups[2])
+                size = len(groups[-1])
+                hsize_read, total = known_sizes(groups[1]) or frame_sizes(groups[1])
+                if hsize_read == hsize and total == hsize + size:
+                    stats = nc.stats
+                    stats["in_msgs"] += 1
+                    stats["in_bytes"] += size
+                    try:
+                        frame_handler(groups)
+                    except Exception:
+                        log.exception("message handler for %r failed", groups[0])
+                    return
+        one = single_message(data)
         if one is None:
             feed(data)
             return
@@ -918,6 +963,8 @@ class NatsTransport:
         replies: bool = False,
         as_bytes: bool = False,
         queue: str = "",
+        frame_header: re.Pattern[bytes] | None = None,
+        on_frame: FrameHandler | None = None,
     ) -> RawSubscription:
         """Subscribe with a handler of raw messages, called from the read loop.
 
@@ -930,6 +977,12 @@ class NatsTransport:
         ``subject`` and ``reply`` over as the bytes on the wire, undecoded (a
         :data:`BytesHandler`); another client still passes ``str``, so such a
         handler must take both. ``queue``: a queue group to join.
+
+        ``frame_header`` and ``on_frame`` (with ``replies``): on our client, a
+        reply that arrives alone, without a reply subject, and whose header block
+        matches ``frame_header`` (compiled again with ``re.DOTALL``) is read whole
+        with one match and handed to ``on_frame`` instead (see
+        :data:`FrameHandler`); every other message still goes to ``handler``.
         """
         self.check_open()
         nc = self.nc
@@ -945,6 +998,17 @@ class NatsTransport:
                 reply_handlers = getattr(nc, "_reply_handlers", None)
                 if replies and isinstance(reply_handlers, dict):
                     reply_handlers[sub._id] = handler
+                    readers = getattr(nc, "_frame_readers", None)
+                    if (
+                        frame_header is not None
+                        and on_frame is not None
+                        and isinstance(readers, tuple)
+                    ):
+                        pattern = reply_frame_pattern(sub._id, frame_header.pattern)
+                        match = re.compile(pattern, frame_header.flags | re.DOTALL).fullmatch
+                        readers = (*readers, (match, on_frame, sub._id))
+                        nc._frame_readers = readers  # type: ignore[attr-defined]
+                        nc._frame_reader = readers[0]  # type: ignore[attr-defined]
                 return RawSubscription(self, sub)
 
             report_fast_path_off(
@@ -1107,6 +1171,11 @@ class RawSubscription:
             handlers = getattr(nc, name, None)
             if isinstance(handlers, dict):
                 handlers.pop(sid, None)
+        readers = getattr(nc, "_frame_readers", None)
+        if readers:
+            readers = tuple(reader for reader in readers if reader[2] != sid)
+            nc._frame_readers = readers  # type: ignore[attr-defined]
+            nc._frame_reader = readers[0] if readers else None  # type: ignore[attr-defined]
         if nc.is_closed:
             return
         nc._remove_sub(sid)

@@ -10,11 +10,16 @@ is still seen once, in order.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nats.aio.client import Client as NATS
 
+from aioclients.jetstream._protocol._kv import PLAIN_PUT_REPLY
+from aioclients.jetstream._protocol._wire import reply_frame_pattern
 from aioclients.jetstream._transport import FastParser
 
 pytestmark = pytest.mark.timeout(10)
@@ -45,6 +50,7 @@ class FakeClient:
         self.in_read_loop = False
         self._raw_handlers = {RAW_SID: self.raw, PULL_SID: self.raw}
         self._reply_handlers = {RAW_SID: self.raw}
+        self._frame_reader: Any = None
         self.stats = {"in_msgs": 0, "in_bytes": 0}
         self.is_connected = True
         self._status = NATS.CONNECTED
@@ -280,3 +286,189 @@ async def test_a_reader_without_the_expected_internals_is_left_alone() -> None:
     parser.attach(other)
     assert "feed_data" not in vars(other)
     assert parser._reader is None
+
+
+# -- replies of the usual form, read whole with one match (a raw inbox's frame reader) --
+
+PLAIN = (
+    b"NATS/1.0\r\nNats-Stream: KV_B\r\nNats-Subject: $KV.B.k\r\nNats-Sequence: %d\r\n"
+    b"Nats-Time-Stamp: 2026-11-27T21:29:42.070310463Z\r\n\r\n"
+)
+
+
+def plain_reply(sid: int, n: int, payload: bytes | None = None) -> bytes:
+    header = PLAIN % n
+    payload = b"v%d" % n if payload is None else payload
+    return b"HMSG _R.%d %d %d %d\r\n%s%s\r\n" % (
+        n,
+        sid,
+        len(header),
+        len(header) + len(payload),
+        header,
+        payload,
+    )
+
+
+def read_whole(nc: FakeClient, sid: int = RAW_SID) -> None:
+    """Register a frame reader for ``sid``, as ``subscribe_raw(frame_header=...)`` does."""
+    pattern = reply_frame_pattern(sid, PLAIN_PUT_REPLY.pattern)
+
+    def whole(groups: tuple[Any, ...]) -> None:
+        nc.seen.append(("whole", (groups[0], groups[3], groups[-1])))
+
+    nc._frame_reader = (re.compile(pattern, re.DOTALL).fullmatch, whole, sid)
+
+
+async def test_a_reply_of_the_usual_form_is_read_whole_as_it_arrives(wired: Any) -> None:
+    nc, reader, loop = wired
+    read_whole(nc)
+    reader.feed_data(plain_reply(RAW_SID, 5))
+    reader.feed_data(plain_reply(RAW_SID, 6, b"\r\nHMSG x 1 2 2\r\nab\r\n"))
+    assert nc.seen == [
+        ("whole", (b"_R.5", b"5", b"v5")),
+        ("whole", (b"_R.6", b"6", b"\r\nHMSG x 1 2 2\r\nab\r\n")),
+    ]
+    assert nc.stats == {"in_msgs": 2, "in_bytes": 2 + 20}
+    await loop.idle()
+
+
+async def test_other_replies_to_the_inbox_go_as_before(wired: Any) -> None:
+    nc, reader, loop = wired
+    read_whole(nc)
+    status = b"NATS/1.0 404 Message Not Found\r\n\r\n"
+    reader.feed_data(b"HMSG _R.1 %d %d %d\r\n%s\r\n" % (RAW_SID, len(status), len(status), status))
+    reader.feed_data(hmsg(RAW_SID, 2))  # headers of another form
+    reader.feed_data(b"MSG _R.3 %d 2\r\nv3\r\n" % RAW_SID)  # no headers
+    assert nc.seen == [("raw", b""), ("raw", b"v2"), ("raw", b"v3")]
+    await loop.idle()
+
+
+async def test_a_reply_of_the_usual_form_to_another_subscription_is_not_taken(
+    wired: Any,
+) -> None:
+    nc, reader, loop = wired
+    read_whole(nc)
+    reader.feed_data(plain_reply(PULL_SID, 1))
+    reader.feed_data(plain_reply(RAW_SID * 10 + RAW_SID, 2))
+    assert nc.seen == []
+    await loop.idle()
+    assert nc.seen == [("raw/loop", b"v1"), ("msg", b"v2")]
+
+
+async def test_replies_of_the_usual_form_in_one_chunk_or_cut_go_to_the_read_loop(
+    wired: Any,
+) -> None:
+    nc, reader, loop = wired
+    read_whole(nc)
+    reader.feed_data(plain_reply(RAW_SID, 1) + plain_reply(RAW_SID, 2))
+    assert nc.seen == []
+    await loop.idle()
+    cut = plain_reply(RAW_SID, 3, b"v3\r\nmore")
+    reader.feed_data(cut[: cut.index(b"more")])  # ends in a CRLF, as a whole frame does
+    assert nc.seen == [("raw/loop", b"v1"), ("raw/loop", b"v2")]
+    await loop.idle()
+    reader.feed_data(cut[cut.index(b"more") :])
+    await loop.idle()
+    reader.feed_data(plain_reply(RAW_SID, 4))  # nothing held: read whole again
+    assert nc.seen == [
+        ("raw/loop", b"v1"),
+        ("raw/loop", b"v2"),
+        ("raw/loop", b"v3\r\nmore"),
+        ("whole", (b"_R.4", b"4", b"v4")),
+    ]
+    await loop.idle()
+
+
+async def test_a_reply_whose_sizes_are_not_its_frame_s_is_read_by_its_sizes(
+    wired: Any,
+) -> None:
+    nc, reader, loop = wired
+    read_whole(nc)
+    good = plain_reply(RAW_SID, 1, b"abcd")
+    line, rest = good.split(b"\r\n", 1)
+    words = line.split(b" ")
+    # the header size one less: the block then ends a byte early, as single_message reads it
+    words[3] = b"%d" % (int(words[3]) - 1)
+    reader.feed_data(b" ".join(words) + b"\r\n" + rest)
+    assert nc.seen == [("raw", b"\nabcd")]
+    await loop.idle()
+
+
+async def test_a_frame_handler_that_raises_is_logged_and_the_next_reply_still_read(
+    wired: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    nc, reader, loop = wired
+    calls: list[bytes] = []
+
+    def flaky(groups: tuple[Any, ...]) -> None:
+        calls.append(groups[-1])
+        if groups[-1] == b"v1":
+            raise RuntimeError("frame handler bug")
+
+    nc._frame_reader = (
+        re.compile(reply_frame_pattern(RAW_SID, PLAIN_PUT_REPLY.pattern), re.DOTALL).fullmatch,
+        flaky,
+        RAW_SID,
+    )
+    reader.feed_data(plain_reply(RAW_SID, 1))
+    reader.feed_data(plain_reply(RAW_SID, 2))
+    assert calls == [b"v1", b"v2"]
+    assert "frame handler bug" in caplog.text
+    await loop.idle()
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["plain", "status", "other", "ping"]), st.binary(max_size=40)),
+        min_size=1,
+        max_size=8,
+    ),
+    st.lists(st.integers(0, 4000), max_size=6),
+)
+@settings(max_examples=60)
+async def test_any_replies_in_any_chunks_are_each_seen_once_in_order(
+    messages: list[tuple[str, bytes]], cuts: list[int]
+) -> None:
+    nc = FakeClient()
+    read_whole(nc)
+    parser = FastParser(nc)  # type: ignore[arg-type]
+    reader = asyncio.StreamReader()
+    parser.attach(reader)
+    loop = ReadLoop(reader, parser, nc)
+    await loop.idle()
+    stream = b""
+    expected: list[bytes | None] = []
+    status = b"NATS/1.0 408 Request Timeout\r\n\r\n"
+    for i, (kind, payload) in enumerate(messages):
+        if kind == "plain":
+            stream += plain_reply(RAW_SID, i, payload)
+        elif kind == "status":
+            stream += b"HMSG _R.%d %d %d %d\r\n%s%s\r\n" % (
+                i,
+                RAW_SID,
+                len(status),
+                len(status) + len(payload),
+                status,
+                payload,
+            )
+        elif kind == "other":
+            stream += b"MSG _R.%d %d %d\r\n%s\r\n" % (i, RAW_SID, len(payload), payload)
+        else:
+            stream += b"PING\r\n"
+            payload = None  # type: ignore[assignment]
+        expected.append(payload)
+    try:
+        pos = 0
+        for cut in sorted(cuts):
+            cut = min(cut, len(stream))
+            if cut > pos:
+                reader.feed_data(stream[pos:cut])
+                pos = cut
+                await loop.idle()
+        if pos < len(stream):
+            reader.feed_data(stream[pos:])
+        await loop.idle()
+        got = [item[2] if kind == "whole" else item for kind, item in nc.seen]
+        assert got == expected
+    finally:
+        await loop.stop()

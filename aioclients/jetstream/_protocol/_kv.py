@@ -25,6 +25,7 @@ from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._msgopts import format_ttl
 
 __all__ = (
+    "PLAIN_PUT_REPLY",
     "DEL",
     "KV_OPERATION",
     "MAX_HISTORY",
@@ -372,6 +373,12 @@ _PLAIN_PUT_REPLY = re.compile(
     rb"Nats-Time-Stamp: ([1-9]\d{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8]|(29|3[01]))"
     rb"T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{6})\d{0,3}Z\r\n\r\n"
 )
+
+#: The header block of a Direct Get reply that carries a plain put (groups: revision,
+#: stamp, late day): the request layer reads such a reply whole in one match at the
+#: socket's read callback (``ReplyMux(raw_frame_header=...)``), ``KeyValue.get``
+#: its groups as it reads those of :data:`plain_put_match`.
+PLAIN_PUT_REPLY = _PLAIN_PUT_REPLY
 
 #: ``plain_put_match(block)``: :func:`direct_put_stamp`'s one match, for a hot path
 #: that reads its groups itself (``(revision, stamp, late day)``: a stamp with no

@@ -36,6 +36,9 @@ __all__ = (
     "HeaderDeliveries",
     "first_delivery_sid",
     "first_header_delivery_sid",
+    "frame_sizes",
+    "known_sizes",
+    "reply_frame_pattern",
     "scan",
     "scan_deliveries",
     "scan_header_deliveries",
@@ -395,6 +398,53 @@ _DIGIT_NUMBERS: dict[bytes, int] = {}
 _DIGIT_NUMBERS_MAX = 4096
 #: The largest buffer :func:`single_message` reads (larger ones are scan's).
 _SINGLE_MAX = 32 * 1024
+
+#: The sizes of the ``HMSG`` lines :func:`frame_sizes` read, by their text.
+_SIZE_PAIRS: dict[bytes, tuple[int, int]] = {}
+_SIZE_PAIRS_MAX = 4096
+_NO_SIZES = (-1, -1)
+
+#: ``known_sizes(text)``: what :func:`frame_sizes` read of ``text`` before, or
+#: ``None`` (a look-up, for a hot path that calls :func:`frame_sizes` only then).
+known_sizes = _SIZE_PAIRS.get
+
+
+def frame_sizes(text: bytes) -> tuple[int, int]:
+    """``(header size, total size)`` of ``text``, the end of an ``HMSG`` line:
+    ``b"<header size> <total size>"``, two runs of ASCII digits and one space
+    between; ``(-1, -1)`` for any other text. Remembered (short texts only; the
+    memory is emptied when full), as the sizes of replies repeat.
+    """
+    pair = _SIZE_PAIRS.get(text)
+    if pair is not None:
+        return pair
+    hsize, space, total = text.partition(b" ")
+    if not (space and hsize.isdigit() and total.isdigit()):
+        return _NO_SIZES
+    pair = int(hsize), int(total)
+    if len(text) <= 30:
+        if len(_SIZE_PAIRS) >= _SIZE_PAIRS_MAX:
+            _SIZE_PAIRS.clear()
+        _SIZE_PAIRS[text] = pair
+    return pair
+
+
+def reply_frame_pattern(sid: int, header: bytes) -> bytes:
+    """A regular expression (for ``re.DOTALL``) that a whole ``HMSG`` frame matches,
+    alone, when it goes to subscription ``sid`` and its header block matches
+    ``header``, in the form the server writes a reply (no reply subject).
+
+    Its groups: the subject, the text of the two sizes (see :func:`frame_sizes`),
+    the header block, ``header``'s own groups, the payload. A match reads the
+    frame as :func:`single_message` does if :func:`frame_sizes` of that text are
+    the sizes of the header block and of the header block and payload together
+    (the caller checks: a read of two frames, or of one cut short, may match
+    otherwise). A reply of the usual form is so read in one match, where
+    :func:`single_message` and a match of its header block take several calls.
+    (A subject is read as the server writes one, up to its space: a malformed
+    line, with a CR or LF in it, may match, and its subject is then no reply's.)
+    """
+    return b"".join((b"HMSG ([^ ]+) ", b"%d" % sid, rb" ([^\r]+)\r\n(", header, rb")(.*)\r\n"))
 
 
 def single_message(buffer: bytes) -> Frame | None:

@@ -1,0 +1,244 @@
+"""A Direct Get reply read whole with one match (``reply_frame_pattern`` over
+``PLAIN_PUT_REPLY``): bytes in, groups out, and whatever it reads,
+``single_message`` and ``plain_put_match`` read the same way.
+
+The read callback takes a match only where :func:`frame_sizes` of its size text
+are the lengths of the header block and of header block and payload: ``read``
+below is that rule.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aioclients.jetstream._protocol._kv import PLAIN_PUT_REPLY, plain_put_match
+from aioclients.jetstream._protocol._wire import (
+    _SIZE_PAIRS,
+    _SIZE_PAIRS_MAX,
+    MSG,
+    frame_sizes,
+    reply_frame_pattern,
+    single_message,
+)
+
+SID = 7
+MATCH = re.compile(reply_frame_pattern(SID, PLAIN_PUT_REPLY.pattern), re.DOTALL).fullmatch
+
+
+def read(data: bytes) -> tuple[Any, ...] | None:
+    """The groups the read callback hands on for ``data``, or None (the old path's)."""
+    m = MATCH(data)
+    if m is None:
+        return None
+    groups = m.groups()
+    hsize, size = len(groups[2]), len(groups[-1])
+    if frame_sizes(groups[1]) != (hsize, hsize + size):
+        return None
+    return groups
+
+
+def header(
+    seq: int = 78,
+    stamp: bytes = b"2026-11-27T21:29:42.070310463Z",
+    stream: bytes = b"KV_B",
+    subject: bytes = b"$KV.B.k",
+    extra: bytes = b"",
+) -> bytes:
+    return (
+        b"NATS/1.0\r\n%sNats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\n"
+        % (
+            extra,
+            stream,
+            subject,
+            seq,
+        )
+        + b"Nats-Time-Stamp: %s\r\n\r\n" % stamp
+    )
+
+
+def frame(
+    block: bytes | None,
+    payload: bytes,
+    *,
+    subject: bytes = b"_INBOX.x.1",
+    sid: int = SID,
+    reply: bytes = b"",
+    hsize: int | None = None,
+    total: int | None = None,
+) -> bytes:
+    block = block or b""
+    hsize = len(block) if hsize is None else hsize
+    total = len(block) + len(payload) if total is None else total
+    line = b" ".join(x for x in (b"HMSG", subject, b"%d" % sid, reply) if x)
+    return b"%s %d %d\r\n%s%s\r\n" % (line, hsize, total, block, payload)
+
+
+def test_a_plain_value_s_reply_is_read_whole() -> None:
+    block = header()
+    data = frame(block, b"v" * 100)
+    assert read(data) == (
+        b"_INBOX.x.1",
+        b"%d %d" % (len(block), len(block) + 100),
+        block,
+        b"78",
+        b"2026-11-27T21:29:42.070310",
+        None,
+        b"v" * 100,
+    )
+
+
+def test_a_late_day_is_read_as_a_group_of_its_own() -> None:
+    got = read(frame(header(stamp=b"2024-01-31T03:04:05.654321Z"), b"v"))
+    assert got is not None
+    assert got[3:6] == (b"78", b"2024-01-31T03:04:05.654321", b"31")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        frame(b"NATS/1.0 404 Message Not Found\r\n\r\n", b""),
+        frame(b"NATS/1.0 408 Request Timeout\r\n\r\n", b""),
+        frame(b"NATS/1.0 503\r\n\r\n", b""),
+        frame(header(extra=b"X-Trace: 1\r\n"), b"v"),  # a value with headers of its own
+        frame(header() + b"X", b"v"),  # a header block with more after its end
+        frame(header(), b"v", sid=SID + 1),  # another subscription's
+        frame(header(), b"v", sid=SID * 10 + SID),
+        frame(header(), b"v", reply=b"_INBOX.r"),  # a message with a reply subject
+        frame(header(), b"v", hsize=len(header()) - 1),  # sizes that lie
+        frame(header(), b"v", hsize=len(header()) + 1, total=len(header()) + 2),
+        frame(header(), b"v", total=len(header())),
+        frame(header(), b"v") * 2,  # two frames in one read
+        frame(header(), b"v\r\n")[:-2],  # cut short where its payload has a CRLF
+        frame(header(), b"v") + b"PING\r\n",
+        b"PONG\r\n" + frame(header(), b"v"),
+        frame(None, b"v"),
+        b"MSG _INBOX.x.1 7 1\r\nv\r\n",
+        frame(header(), b"v").replace(b"HMSG", b"HMSG "),
+        frame(header(), b"v").replace(b" 7 ", b" 7  "),
+        frame(header(), b"v").replace(b"\r\n", b"\n", 1),
+    ],
+)
+def test_anything_else_is_not_read_whole(data: bytes) -> None:
+    assert read(data) is None
+
+
+def test_a_payload_holding_frames_and_crlfs_is_read_as_the_sizes_say() -> None:
+    inner = frame(header(), b"x") + b"\r\n\r\nHMSG a 7 1 2\r\n"
+    got = read(frame(header(), inner))
+    assert got is not None
+    assert got[-1] == inner
+
+
+@pytest.mark.parametrize(
+    ("text", "sizes"),
+    [
+        (b"135 235", (135, 235)),
+        (b"0 0", (0, 0)),
+        (b"007 08", (7, 8)),
+        (b"", (-1, -1)),
+        (b"135", (-1, -1)),
+        (b"135  235", (-1, -1)),
+        (b" 135 235", (-1, -1)),
+        (b"135 235 ", (-1, -1)),
+        (b"+1 2", (-1, -1)),
+        (b"1 -2", (-1, -1)),
+        (b"1\t2", (-1, -1)),
+        (b"1 2 3", (-1, -1)),
+        (b"r 1 2", (-1, -1)),
+        (b"1 \xd9\xa3", (-1, -1)),  # an Arabic-Indic 3
+    ],
+)
+def test_frame_sizes_reads_two_runs_of_digits_only(text: bytes, sizes: tuple[int, int]) -> None:
+    for _ in range(2):  # the second time from what it remembered
+        assert frame_sizes(text) == sizes
+
+
+def test_frame_sizes_stays_bounded() -> None:
+    for n in range(_SIZE_PAIRS_MAX + 10):
+        assert frame_sizes(b"%d %d" % (n, n + 1)) == (n, n + 1)
+    assert len(_SIZE_PAIRS) <= _SIZE_PAIRS_MAX
+
+
+_TEXT = st.binary(min_size=1, max_size=30).filter(lambda b: b" " not in b and b"\r" not in b)
+_STAMPS = st.one_of(
+    st.tuples(
+        st.integers(0, 9999),
+        st.integers(0, 19),
+        st.integers(0, 39),
+        st.integers(0, 29),
+        st.integers(0, 69),
+        st.integers(0, 69),
+        st.sampled_from([3, 6, 9, 10]),
+    ).map(
+        lambda t: b"%04d-%02d-%02dT%02d:%02d:%02d.%sZ" % (*t[:6], b"1234567890"[: t[6]])  # type: ignore[str-bytes-safe]
+    ),
+    st.binary(max_size=32).filter(lambda b: b"\r" not in b),
+)
+_BLOCKS = st.one_of(
+    st.builds(
+        header,
+        seq=st.integers(0, 10**15),
+        stamp=_STAMPS,
+        stream=_TEXT,
+        subject=_TEXT,
+        extra=st.sampled_from([b"", b"", b"X-A: 1\r\n"]),
+    ),
+    st.sampled_from(
+        [
+            b"NATS/1.0 404 Message Not Found\r\n\r\n",
+            b"NATS/1.0 408 Request Timeout\r\n\r\n",
+            b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n",
+        ]
+    ),
+)
+_PAYLOADS = st.one_of(
+    st.binary(max_size=200),
+    st.sampled_from([b"", b"\r\n", b"v\r\nHMSG _INBOX.x.2 7 3 3\r\nabc\r\n", b"\r\n\r\n"]),
+)
+
+
+@given(
+    _BLOCKS,
+    _PAYLOADS,
+    st.sampled_from([SID, SID, 1, 70]),
+    st.sampled_from([b"", b"", b"_INBOX.r"]),
+    st.integers(-2, 2),
+    st.integers(-2, 2),
+    st.sampled_from(["alone", "alone", "two", "cut", "more"]),
+    st.integers(0, 400),
+)
+def test_whatever_is_read_whole_single_message_and_plain_put_match_read_the_same(
+    block: bytes,
+    payload: bytes,
+    sid: int,
+    reply: bytes,
+    hsize_off: int,
+    total_off: int,
+    how: str,
+    cut: int,
+) -> None:
+    hsize = max(0, len(block) + hsize_off)
+    total = max(0, len(block) + len(payload) + total_off)
+    one = frame(block, payload, sid=sid, reply=reply, hsize=hsize, total=total)
+    data = {
+        "alone": one,
+        "two": one + frame(block, payload),
+        "cut": one[: cut % (len(one) + 1)],
+        "more": one + b"PING\r\n",
+    }[how]
+    got = read(data)
+    if got is None:
+        # never refused when it is one whole reply of the usual form, alone
+        usual = plain_put_match(block)
+        whole = (sid, reply, hsize_off, total_off, how) == (SID, b"", 0, 0, "alone")
+        assert not (whole and usual is not None)
+        return
+    assert single_message(data) == (MSG, got[0], SID, b"", got[2], got[-1])
+    usual = plain_put_match(got[2])
+    assert usual is not None
+    assert usual.groups() == got[3:6]
