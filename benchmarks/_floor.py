@@ -10,11 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 from urllib.parse import urlparse
 
 P = TypeVar("P", bound="FloorProtocol")
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) process ``pid`` (nats-server) has used so far
+    (nan if unknown)."""
+    if pid is None:
+        return math.nan
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 class FloorProtocol(asyncio.Protocol):

@@ -36,13 +36,13 @@ from collections.abc import Awaitable, Callable
 from typing import cast
 from urllib.parse import urlparse
 
+from _floor import server_cpu
 from _loop import add_loop_argument, run_async, use_loop
 from jetstream_consume import STREAM, fill_stream
 
 from aioclients import jetstream
 from aioclients.testing import NatsServer
 
-_TICK = os.sysconf("SC_CLK_TCK")
 _round = 0
 
 
@@ -50,15 +50,6 @@ def _durable(prefix: str) -> str:
     global _round
     _round += 1
     return f"{prefix}{os.getpid()}_{_round}"
-
-
-def _server_cpu(pid: int | None) -> float:
-    """CPU seconds (user + system) nats-server has used so far (nan if unknown)."""
-    if pid is None:
-        return math.nan
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 async def ours(url: str, n: int, ack: bool) -> tuple[float, float]:
@@ -265,9 +256,9 @@ async def run(args: argparse.Namespace, url: str, server_pid: int | None) -> Non
     for number in range(1, args.rounds + 1):
         for mode in ("none", "explicit"):
             for name, fn in clients:
-                server = _server_cpu(server_pid)
+                server = server_cpu(server_pid)
                 rate, client_cpu = await fn(url, args.count, mode == "explicit")
-                server = _server_cpu(server_pid) - server
+                server = server_cpu(server_pid) - server
                 per = (client_cpu / args.count * 1e6, server / args.count * 1e6)
                 key = (mode, name)
                 best[key] = max(best.get(key, 0.0), rate)

@@ -10,7 +10,9 @@ subject-appended form (``$JS.API.DIRECT.GET.KV_<b>.$KV.<b>.<key>``) with:
 - ``nats-py request``: nats-py's ``nc.request`` on the same subject (no KV decoding).
 - ``aioclients kv.get`` and ``nats-py kv.get``: the full calls.
 
-Each runs --rounds times, interleaved; every round is printed, then the best.
+Each runs --rounds times, interleaved; every round is printed, then the best, and
+the CPU per get of this process (in Python and in the kernel) and of the server (ours, or the
+--url server's with --server-pid), the median of the rounds.
 
     python benchmarks/jetstream_kv_get_floor.py --keys 100000 --gets 20000
 """
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 
 import nats
-from _floor import FloorProtocol, open_floor
+from _floor import FloorProtocol, open_floor, server_cpu
 from _loop import add_loop_argument, run_async, use_loop
 
 # The bucket, its filling and the two kv.get loops are jetstream_kv.py's, so both
@@ -91,7 +95,7 @@ async def nats_py_request(url: str, names: list[str]) -> float:
     return len(names) / elapsed
 
 
-async def run(url: str, keys: int, gets: int, rounds: int) -> None:
+async def run(url: str, keys: int, gets: int, rounds: int, server_pid: int | None) -> None:
     await fill(url, keys)
     names = sample(keys, gets)
     runs: list[tuple[str, Callable[[], Awaitable[float]]]] = [
@@ -101,14 +105,31 @@ async def run(url: str, keys: int, gets: int, rounds: int) -> None:
         ("nats-py kv.get", lambda: theirs_get(url, names)),
     ]
     results: dict[str, list[float]] = {name: [] for name, _ in runs}
+    # CPU per get (us) of this process and of the server, each round
+    user: dict[str, list[float]] = {name: [] for name, _ in runs}
+    kernel: dict[str, list[float]] = {name: [] for name, _ in runs}
+    server: dict[str, list[float]] = {name: [] for name, _ in runs}
     for _ in range(rounds):
         for name, fn in runs:
+            cpu, at_server = os.times(), server_cpu(server_pid)
             results[name].append(await fn())
+            now = os.times()
+            user[name].append((now.user - cpu.user) * 1e6 / gets)
+            kernel[name].append((now.system - cpu.system) * 1e6 / gets)
+            server[name].append((server_cpu(server_pid) - at_server) * 1e6 / gets)
     print(f"{'client':<26} {'best':>9} {'us/get':>7}   rounds")
     for name, rates in results.items():
         best = max(rates)
         every = " ".join(f"{r:.0f}" for r in rates)
         print(f"{name:<26} {best:>7.0f}/s {1e6 / best:>7.1f}   {every}")
+    # What the round trip's time is made of: the client's CPU (in Python, and in the
+    # kernel: the socket calls) and the server's, per get, the median of the rounds.
+    print(f"{'CPU us per get (median)':<26} {'client':>7} {'kernel':>7} {'server':>7}")
+    for name in results:
+        print(
+            f"{name:<26} {statistics.median(user[name]):>7.1f} "
+            f"{statistics.median(kernel[name]):>7.1f} {statistics.median(server[name]):>7.1f}"
+        )
     ours, theirs = max(results["aioclients kv.get"]), max(results["nats-py kv.get"])
     floor = max(results["floor (asyncio.Protocol)"])
     print(f"kv.get ratio aioclients/nats-py: {ours / theirs:.2f}x")
@@ -125,14 +146,16 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--gets", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--server-pid", type=int, help="the --url server's pid, for its CPU")
     add_loop_argument(parser)
     args = parser.parse_args()
     use_loop(args.loop)
     if args.url:
-        run_async(run(args.url, args.keys, args.gets, args.rounds))
+        run_async(run(args.url, args.keys, args.gets, args.rounds, args.server_pid))
         return
     with NatsServer() as server:
-        run_async(run(server.url, args.keys, args.gets, args.rounds))
+        assert server._proc is not None
+        run_async(run(server.url, args.keys, args.gets, args.rounds, server._proc.pid))
 
 
 if __name__ == "__main__":
