@@ -63,7 +63,7 @@ from aioclients.jetstream._protocol._wire import (
     first_header_delivery_sid,
     frame_sizes,
     known_sizes,
-    reply_frame_pattern,
+    reply_frame_match,
     scan,
     scan_deliveries,
     scan_header_deliveries,
@@ -1004,8 +1004,7 @@ class NatsTransport:
                         and on_frame is not None
                         and isinstance(readers, tuple)
                     ):
-                        pattern = reply_frame_pattern(sub._id, frame_header.pattern)
-                        match = re.compile(pattern, frame_header.flags | re.DOTALL).fullmatch
+                        match = reply_frame_match(sub._id, frame_header)
                         readers = (*readers, (match, on_frame, sub._id))
                         nc._frame_readers = readers  # type: ignore[attr-defined]
                         nc._frame_reader = readers[0]  # type: ignore[attr-defined]

@@ -10,7 +10,6 @@ is still seen once, in order.
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from hypothesis import strategies as st
 from nats.aio.client import Client as NATS
 
 from aioclients.jetstream._protocol._kv import PLAIN_PUT_REPLY
-from aioclients.jetstream._protocol._wire import reply_frame_pattern
+from aioclients.jetstream._protocol._wire import reply_frame_match
 from aioclients.jetstream._transport import FastParser
 
 pytestmark = pytest.mark.timeout(10)
@@ -311,12 +310,11 @@ def plain_reply(sid: int, n: int, payload: bytes | None = None) -> bytes:
 
 def read_whole(nc: FakeClient, sid: int = RAW_SID) -> None:
     """Register a frame reader for ``sid``, as ``subscribe_raw(frame_header=...)`` does."""
-    pattern = reply_frame_pattern(sid, PLAIN_PUT_REPLY.pattern)
 
     def whole(groups: tuple[Any, ...]) -> None:
         nc.seen.append(("whole", (groups[0], groups[3], groups[-1])))
 
-    nc._frame_reader = (re.compile(pattern, re.DOTALL).fullmatch, whole, sid)
+    nc._frame_reader = (reply_frame_match(sid, PLAIN_PUT_REPLY), whole, sid)
 
 
 async def test_a_reply_of_the_usual_form_is_read_whole_as_it_arrives(wired: Any) -> None:
@@ -406,7 +404,7 @@ async def test_a_frame_handler_that_raises_is_logged_and_the_next_reply_still_re
             raise RuntimeError("frame handler bug")
 
     nc._frame_reader = (
-        re.compile(reply_frame_pattern(RAW_SID, PLAIN_PUT_REPLY.pattern), re.DOTALL).fullmatch,
+        reply_frame_match(RAW_SID, PLAIN_PUT_REPLY),
         flaky,
         RAW_SID,
     )

@@ -9,7 +9,6 @@ below is that rule.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
@@ -22,12 +21,12 @@ from aioclients.jetstream._protocol._wire import (
     _SIZE_PAIRS_MAX,
     MSG,
     frame_sizes,
-    reply_frame_pattern,
+    reply_frame_match,
     single_message,
 )
 
 SID = 7
-MATCH = re.compile(reply_frame_pattern(SID, PLAIN_PUT_REPLY.pattern), re.DOTALL).fullmatch
+MATCH = reply_frame_match(SID, PLAIN_PUT_REPLY)
 
 
 def read(data: bytes) -> tuple[Any, ...] | None:

@@ -16,7 +16,8 @@ buffer's head per message).
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+import re
+from collections.abc import Callable, Container, Sequence
 from itertools import repeat
 from operator import add, getitem, le
 from typing import Any
@@ -38,6 +39,7 @@ __all__ = (
     "first_header_delivery_sid",
     "frame_sizes",
     "known_sizes",
+    "reply_frame_match",
     "reply_frame_pattern",
     "scan",
     "scan_deliveries",
@@ -445,6 +447,14 @@ def reply_frame_pattern(sid: int, header: bytes) -> bytes:
     line, with a CR or LF in it, may match, and its subject is then no reply's.)
     """
     return b"".join((b"HMSG ([^ ]+) ", b"%d" % sid, rb" ([^\r]+)\r\n(", header, rb")(.*)\r\n"))
+
+
+def reply_frame_match(sid: int, header: re.Pattern[bytes]) -> Callable[[bytes], Any]:
+    """``fullmatch`` of :func:`reply_frame_pattern` for ``sid`` and ``header``'s
+    pattern, compiled with ``header``'s flags and ``re.DOTALL`` (the payload may
+    hold any byte): what a reply inbox registers, and the tests read with."""
+    pattern = reply_frame_pattern(sid, header.pattern)
+    return re.compile(pattern, header.flags | re.DOTALL).fullmatch
 
 
 def single_message(buffer: bytes) -> Frame | None:
