@@ -9,6 +9,8 @@ below is that rule.
 
 from __future__ import annotations
 
+import re
+import sys
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from aioclients.jetstream._protocol._wire import (
     MSG,
     frame_sizes,
     reply_frame_match,
+    reply_frame_pattern,
     single_message,
 )
 
@@ -241,3 +244,70 @@ def test_whatever_is_read_whole_single_message_and_plain_put_match_read_the_same
     usual = plain_put_match(got[2])
     assert usual is not None
     assert usual.groups() == got[3:6]
+
+
+def _giving_back(pattern: bytes) -> bytes:
+    """``pattern`` with its possessive repeats made plain (backtracking) again."""
+    return re.sub(rb"(?<=[+*}])\+", b"", pattern)
+
+
+_BACKTRACKING_HEADER = re.compile(_giving_back(PLAIN_PUT_REPLY.pattern))
+_BACKTRACKING_FRAME = re.compile(
+    _giving_back(reply_frame_pattern(SID, PLAIN_PUT_REPLY.pattern)), re.DOTALL
+).fullmatch
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="no possessive repeats before 3.11")
+def test_the_patterns_repeats_are_possessive() -> None:
+    # what the equivalence below is about (3.11+): the hot path's matches keep no
+    # backtracking state for the repeats of the control line and the header block
+    assert PLAIN_PUT_REPLY.pattern != _BACKTRACKING_HEADER.pattern
+    assert b"([^ ]++)" in reply_frame_pattern(SID, b"")
+
+
+_USUAL_STAMPS = st.tuples(
+    st.integers(1000, 9999),
+    st.integers(1, 12),
+    st.integers(1, 31),
+    st.integers(0, 23),
+    st.integers(0, 59),
+    st.integers(0, 59),
+    st.sampled_from([6, 9, 10]),
+).map(lambda t: b"%04d-%02d-%02dT%02d:%02d:%02d.%sZ" % (*t[:6], b"1234567890"[: t[6]]))  # type: ignore[str-bytes-safe]
+# mostly replies of the usual form (which both read), and the other blocks
+_USUAL_BLOCKS = st.one_of(
+    st.builds(
+        header,
+        seq=st.integers(0, 10**15),
+        stamp=_USUAL_STAMPS,
+        stream=st.sampled_from([b"KV_B", b"KV_a-b_1"]),
+        subject=st.sampled_from([b"$KV.B.k", b"$KV.B.a.b=c/d"]),
+    ),
+    _BLOCKS,
+)
+
+
+@given(
+    _USUAL_BLOCKS,
+    _PAYLOADS,
+    st.sampled_from([SID, SID, 1]),
+    st.sampled_from([0, 0, -1, 1]),
+    st.sampled_from([b"", b"", b"", b"0", b"Z", b"-", b" ", b"\r", b"\n", b"9\r\n"]),
+    st.integers(0, 400),
+)
+def test_possessive_repeats_read_what_backtracking_ones_read(
+    block: bytes, payload: bytes, sid: int, total_off: int, noise: bytes, at: int
+) -> None:
+    # Each possessive repeat stops at a byte it does not take (a space, a CR, a
+    # dash, a Z), so giving nothing back changes no match: the same groups, or none,
+    # for frames and header blocks with a byte put in anywhere.
+    total = max(0, len(block) + len(payload) + total_off)
+    data = frame(block, payload, sid=sid, total=total)
+    at %= len(data) + 1
+    data = data[:at] + noise + data[at:]
+    m, b = MATCH(data), _BACKTRACKING_FRAME(data)
+    assert (m and m.groups()) == (b and b.groups())
+    at %= len(block) + 1
+    block = block[:at] + noise + block[at:]
+    m, b = plain_put_match(block), _BACKTRACKING_HEADER.fullmatch(block)
+    assert (m and m.groups()) == (b and b.groups())

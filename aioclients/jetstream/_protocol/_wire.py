@@ -17,6 +17,7 @@ buffer's head per message).
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Container, Sequence
 from itertools import repeat
 from operator import add, getitem, le
@@ -64,6 +65,8 @@ Deliveries = tuple[int, tuple[bytes, ...], tuple[bytes, ...], list[bytes], list[
 HeaderDeliveries = tuple[int, list[bytes], list[bytes], list[bytes], list[bytes], int]
 
 _CRLF = b"\r\n"
+#: what makes a repeat possessive in a pattern, where the interpreter has them (3.11+)
+_POSSESSIVE = b"+" if sys.version_info >= (3, 11) else b""
 _SPLIT = bytes.split
 _HMSG = b"HMSG "
 #: Where one ``HMSG`` frame ends and the next begins (the payload's CRLF, the verb).
@@ -446,7 +449,12 @@ def reply_frame_pattern(sid: int, header: bytes) -> bytes:
     (A subject is read as the server writes one, up to its space: a malformed
     line, with a CR or LF in it, may match, and its subject is then no reply's.)
     """
-    return b"".join((b"HMSG ([^ ]+) ", b"%d" % sid, rb" ([^\r]+)\r\n(", header, rb")(.*)\r\n"))
+    # (the control line's repeats possessive where the interpreter has them: each
+    # stops at a byte it does not take, so nothing given back would change a match)
+    p = _POSSESSIVE
+    return b"".join(
+        (b"HMSG ([^ ]+", p, rb") %d ([^\r]+" % sid, p, rb")\r\n(", header, rb")(.*)\r\n")
+    )
 
 
 def reply_frame_match(sid: int, header: re.Pattern[bytes]) -> Callable[[bytes], Any]:
