@@ -300,6 +300,30 @@ def test_what_follows_deliveries_is_read_on_and_may_be_malformed() -> None:
 
 
 @pytest.mark.parametrize(
+    ("sizes", "read"),
+    [
+        ((b"3", b"3", b"3"), True),  # one size, read from one text
+        ((b"3", b"03", b"3"), True),  # one size, written otherwise once: each read
+        ((b"4", b"4", b"4"), False),  # one text, not the payloads' size
+        ((b"3", b"3", b"4"), False),  # the last one's size not its payload's
+        ((b"x", b"x", b"x"), False),  # no number
+    ],
+)
+def test_a_run_of_one_size_is_read_only_when_every_line_says_it(
+    sizes: tuple[bytes, ...], read: bool
+) -> None:
+    data = b"".join(b"MSG s 7 r.%d %s\r\nabc\r\n" % (seq, size) for seq, size in enumerate(sizes))
+    got = scan_deliveries(data, {7})
+    if not read:
+        assert got is None
+        return
+    assert got is not None
+    sid, *columns, upto = got
+    assert (sid, upto) == (7, len(data))
+    assert tuple(columns) == _as_columns(scan(data)[0])
+
+
+@pytest.mark.parametrize(
     "data",
     [
         b"",
@@ -335,6 +359,9 @@ _PIECES = st.sampled_from(
         b"MSG s 7 r 3\r\nabcd\r\n",
         b"MSG s 7 r -3\r\n",
         b"MSG s 7 r x 3\r\nabc\r\n",
+        b"MSG s 7 r 03\r\nabc\r\n",
+        b"MSG s 7 r.2 3\r\nabc\r\n",
+        b"MSG s 7 r.3 4\r\nabc\r\n",
     ]
 )
 
