@@ -433,6 +433,29 @@ def _as_header_columns(frames: list[tuple[object, ...]]) -> tuple[object, ...]:
     )
 
 
+@pytest.mark.parametrize(
+    "offs",
+    [(0, 0, 0, 0), (1, 1, 1, 1), (-1, -1, -1, -1), (0, 1, 0, 0)],
+)
+def test_a_headers_only_run_of_one_size_is_read_only_when_its_size_is_right(
+    offs: tuple[int, ...],
+) -> None:
+    size = len(_KEY_HEADER)
+    line = b"HMSG $KV.b.k%d 7 r.%d %d %d\r\n"
+    data = b"".join(
+        line % (seq, seq, size + off, size + off) + _KEY_HEADER + b"\r\n"
+        for seq, off in enumerate(offs)
+    )
+    got = scan_header_deliveries(data, {7})
+    if any(offs):
+        assert got is None
+        return
+    assert got is not None
+    sid, *columns, upto = got
+    assert (sid, upto) == (7, len(data))
+    assert tuple(columns) == _as_header_columns(scan(data)[0])
+
+
 def test_a_read_of_deliveries_with_headers_comes_as_columns_up_to_what_follows() -> None:
     run = b"".join(_headed(seq) for seq in range(1, 6)) + _headed(6, payload=b"v\r\nHMS")
     beat = b"NATS/1.0 100 Idle Heartbeat\r\n\r\n"

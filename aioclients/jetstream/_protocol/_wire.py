@@ -295,6 +295,13 @@ def _sid_of(sid_b: bytes) -> int | None:
 def _numbers(texts: Sequence[bytes]) -> list[int] | None:
     """``list(map(int, texts))``, from :data:`_NUMBERS` where it can (``None``: one
     is no number)."""
+    count = len(texts)
+    if count and texts.count(texts[0]) == count:
+        # One text (a run of one size, the usual): one look-up, where each text
+        # would be hashed first.
+        value = _NUMBERS.get(texts[0])
+        if value is not None:
+            return [value] * count
     got = list(map(_NUMBERS.get, texts))
     if None not in got:
         return got  # type: ignore[return-value]
