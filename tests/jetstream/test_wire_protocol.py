@@ -300,6 +300,30 @@ def test_what_follows_deliveries_is_read_on_and_may_be_malformed() -> None:
 
 
 @pytest.mark.parametrize(
+    ("sizes", "read"),
+    [
+        ((b"3", b"3", b"3"), True),  # one size, read from one text
+        ((b"3", b"03", b"3"), True),  # one size, written otherwise once: each read
+        ((b"4", b"4", b"4"), False),  # one text, not the payloads' size
+        ((b"3", b"3", b"4"), False),  # the last one's size not its payload's
+        ((b"x", b"x", b"x"), False),  # no number
+    ],
+)
+def test_a_run_of_one_size_is_read_only_when_every_line_says_it(
+    sizes: tuple[bytes, ...], read: bool
+) -> None:
+    data = b"".join(b"MSG s 7 r.%d %s\r\nabc\r\n" % (seq, size) for seq, size in enumerate(sizes))
+    got = scan_deliveries(data, {7})
+    if not read:
+        assert got is None
+        return
+    assert got is not None
+    sid, *columns, upto = got
+    assert (sid, upto) == (7, len(data))
+    assert tuple(columns) == _as_columns(scan(data)[0])
+
+
+@pytest.mark.parametrize(
     "data",
     [
         b"",
@@ -335,6 +359,9 @@ _PIECES = st.sampled_from(
         b"MSG s 7 r 3\r\nabcd\r\n",
         b"MSG s 7 r -3\r\n",
         b"MSG s 7 r x 3\r\nabc\r\n",
+        b"MSG s 7 r 03\r\nabc\r\n",
+        b"MSG s 7 r.2 3\r\nabc\r\n",
+        b"MSG s 7 r.3 4\r\nabc\r\n",
     ]
 )
 
@@ -404,6 +431,29 @@ def _as_header_columns(frames: list[tuple[object, ...]]) -> tuple[object, ...]:
         [f[4] for f in frames],
         [f[5] for f in frames],
     )
+
+
+@pytest.mark.parametrize(
+    "offs",
+    [(0, 0, 0, 0), (1, 1, 1, 1), (-1, -1, -1, -1), (0, 1, 0, 0)],
+)
+def test_a_headers_only_run_of_one_size_is_read_only_when_its_size_is_right(
+    offs: tuple[int, ...],
+) -> None:
+    size = len(_KEY_HEADER)
+    line = b"HMSG $KV.b.k%d 7 r.%d %d %d\r\n"
+    data = b"".join(
+        line % (seq, seq, size + off, size + off) + _KEY_HEADER + b"\r\n"
+        for seq, off in enumerate(offs)
+    )
+    got = scan_header_deliveries(data, {7})
+    if any(offs):
+        assert got is None
+        return
+    assert got is not None
+    sid, *columns, upto = got
+    assert (sid, upto) == (7, len(data))
+    assert tuple(columns) == _as_header_columns(scan(data)[0])
 
 
 def test_a_read_of_deliveries_with_headers_comes_as_columns_up_to_what_follows() -> None:

@@ -243,7 +243,17 @@ def scan_deliveries(buffer: bytes, sids: Container[int]) -> Deliveries | None:
     # Each payload is as long as its line says: no CRLF inside it, nothing cut short.
     # (A payload holding a CRLF is cut in two there, the first piece shorter.)
     sizes = list(map(len, payloads))
-    if list(map(_NUMBERS.get, totals)) != sizes:
+    # A run of one size (the usual: one producer's records) reads one text: the
+    # counts compare in C, where a look-up of each text hashes it first.
+    first = sizes[0]
+    if (
+        not (
+            sizes.count(first) == count
+            and totals.count(totals[0]) == count
+            and _NUMBERS.get(totals[0]) == first
+        )
+        and list(map(_NUMBERS.get, totals)) != sizes
+    ):
         try:
             if list(map(int, totals)) != sizes:
                 return None
@@ -288,6 +298,13 @@ def _sid_of(sid_b: bytes) -> int | None:
 def _numbers(texts: Sequence[bytes]) -> list[int] | None:
     """``list(map(int, texts))``, from :data:`_NUMBERS` where it can (``None``: one
     is no number)."""
+    count = len(texts)
+    if count and texts.count(texts[0]) == count:
+        # One text (a run of one size, the usual): one look-up, where each text
+        # would be hashed first.
+        value = _NUMBERS.get(texts[0])
+        if value is not None:
+            return [value] * count
     got = list(map(_NUMBERS.get, texts))
     if None not in got:
         return got  # type: ignore[return-value]
