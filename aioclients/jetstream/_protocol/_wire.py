@@ -285,16 +285,18 @@ def _sid_of(sid_b: bytes) -> int | None:
 def _numbers(texts: Sequence[bytes]) -> list[int] | None:
     """``list(map(int, texts))``, from :data:`_NUMBERS` where it can (``None``: one
     is no number)."""
-    got = list(map(_NUMBERS.get, texts))
-    if None not in got:
-        return got  # type: ignore[return-value]
+    # (A miss raises: no comparison of each number with None.)
+    try:
+        return list(map(_NUMBERS.__getitem__, texts))
+    except KeyError:
+        pass
     try:
         got = list(map(int, texts))
     except ValueError:
         return None
     for text in set(texts):
         _number(text)  # read from the cache next time
-    return got  # type: ignore[return-value]
+    return got
 
 
 def _whole_frame(piece: bytes) -> bytes | None:
