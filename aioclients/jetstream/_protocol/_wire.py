@@ -305,16 +305,18 @@ def _numbers(texts: Sequence[bytes]) -> list[int] | None:
         value = _NUMBERS.get(texts[0])
         if value is not None:
             return [value] * count
-    got = list(map(_NUMBERS.get, texts))
-    if None not in got:
-        return got  # type: ignore[return-value]
+    # (A miss raises: no comparison of each number with None.)
+    try:
+        return list(map(_NUMBERS.__getitem__, texts))
+    except KeyError:
+        pass
     try:
         got = list(map(int, texts))
     except ValueError:
         return None
     for text in set(texts):
         _number(text)  # read from the cache next time
-    return got  # type: ignore[return-value]
+    return got
 
 
 def _whole_frame(piece: bytes) -> bytes | None:
@@ -360,9 +362,13 @@ def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliver
     # Every piece but the last is a whole frame if the checks below pass; the last
     # one holds what follows the last joint: one whole frame and whatever comes after
     # it (another kind of frame, one cut short), or only a frame cut short.
-    tail = _whole_frame(pieces.pop())
+    last = pieces.pop()
+    tail = _whole_frame(last)
     if tail is not None:
         pieces.append(tail)
+        used = len(buffer) - len(last) + len(tail) + 2  # up to the tail's CRLF
+    else:
+        used = len(buffer) - len(last) - 5  # up to the joint before ``last``: its CRLF
     count = len(pieces)
     if not count:
         return None
@@ -399,7 +405,9 @@ def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliver
     bodies = list(map(add, repeat(_PLAIN_HEADER), rests))
     if list(map(len, bodies)) != totals:
         return None
-    if min(hsizes) < _PLAIN_SIZE or (hsizes is not totals and not all(map(le, hsizes, totals))):
+    # Header sizes that are the totals are the bodies' lengths: at least the plain
+    # header's, which each body starts with.
+    if hsizes is not totals and (min(hsizes) < _PLAIN_SIZE or not all(map(le, hsizes, totals))):
         return None
     headers: list[bytes]
     payloads: list[bytes]
@@ -408,7 +416,6 @@ def scan_header_deliveries(buffer: bytes, sids: Container[int]) -> HeaderDeliver
     else:
         headers = list(map(getitem, bodies, map(slice, hsizes)))
         payloads = list(map(getitem, bodies, map(slice, hsizes, repeat(None))))
-    used = 5 + sum(map(len, pieces)) + 7 * (count - 1) + 2
     return sid, subjects, replies, headers, payloads, used
 
 
