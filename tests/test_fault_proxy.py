@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from aioclients.testing import FaultProxy
+from aioclients.testing.fault_proxy import _Link
 
 pytestmark = pytest.mark.fault
 
@@ -205,3 +206,20 @@ async def test_a_failing_pump_is_raised_by_aclose(echo: EchoServer) -> None:
     with pytest.raises(RuntimeError, match="a bug in the pump"):
         await proxy.aclose()
     await _close(writer)
+
+
+async def test_a_chunk_read_before_its_link_was_aborted_is_dropped(echo: EchoServer) -> None:
+    # The race of an aclose (or reset) with a chunk already read: the pump wakes with
+    # data for a transport the proxy has just aborted. A closed socket takes nothing,
+    # and the pump ends its link without an error (on uvloop the write would raise).
+    proxy = FaultProxy(echo.address)
+    await proxy.start()
+    reader, writer = await _connect(echo.address)
+    writer.transport.abort()
+    chunk = asyncio.StreamReader()
+    chunk.feed_data(b"read just before the abort")
+    chunk.feed_eof()
+    link = _Link((chunk, writer), (reader, writer))
+    await asyncio.wait_for(proxy._pump(link, chunk, writer, to_server=True), 5)
+    assert proxy.statistics().bytes_to_server == 0
+    await proxy.aclose()  # no failure of a task to raise

@@ -356,6 +356,11 @@ class FaultProxy:
                 if self._delay:
                     await asyncio.sleep(max(0.0, read_at + self._delay - loop.time()))
                     await self._thawed.wait()
+                if writer.transport.is_closing():
+                    # The link was aborted (aclose, a reset) after this chunk was read:
+                    # it goes nowhere, as a closed socket's would. (uvloop raises on a
+                    # write to a closed transport; asyncio's loop drops it.)
+                    break
                 writer.write(data)
                 await writer.drain()
                 if to_server:
