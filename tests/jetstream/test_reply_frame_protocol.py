@@ -167,18 +167,21 @@ def test_frame_sizes_stays_bounded() -> None:
 
 
 _TEXT = st.binary(min_size=1, max_size=30).filter(lambda b: b" " not in b and b"\r" not in b)
-_STAMPS = st.one_of(
-    st.tuples(
-        st.integers(0, 9999),
-        st.integers(0, 19),
-        st.integers(0, 39),
-        st.integers(0, 29),
-        st.integers(0, 69),
-        st.integers(0, 69),
-        st.sampled_from([3, 6, 9, 10]),
+
+
+def _stamp_texts(ranges: list[tuple[int, int]], digits: list[int]) -> st.SearchStrategy[bytes]:
+    """Stamps in the server's form: year, month, day, hour, minute and second each
+    drawn from its range in ``ranges``, and one of ``digits`` fraction digits."""
+    return st.tuples(
+        *(st.integers(low, high) for low, high in ranges), st.sampled_from(digits)
     ).map(
         lambda t: b"%04d-%02d-%02dT%02d:%02d:%02d.%sZ" % (*t[:6], b"1234567890"[: t[6]])  # type: ignore[str-bytes-safe]
-    ),
+    )
+
+
+# any digits in the stamp's places, in range or not, and any other value
+_STAMPS = st.one_of(
+    _stamp_texts([(0, 9999), (0, 19), (0, 39), (0, 29), (0, 69), (0, 69)], [3, 6, 9, 10]),
     st.binary(max_size=32).filter(lambda b: b"\r" not in b),
 )
 _BLOCKS = st.one_of(
@@ -265,15 +268,9 @@ def test_the_patterns_repeats_are_possessive() -> None:
     assert b"([^ ]++)" in reply_frame_pattern(SID, b"")
 
 
-_USUAL_STAMPS = st.tuples(
-    st.integers(1000, 9999),
-    st.integers(1, 12),
-    st.integers(1, 31),
-    st.integers(0, 23),
-    st.integers(0, 59),
-    st.integers(0, 59),
-    st.sampled_from([6, 9, 10]),
-).map(lambda t: b"%04d-%02d-%02dT%02d:%02d:%02d.%sZ" % (*t[:6], b"1234567890"[: t[6]]))  # type: ignore[str-bytes-safe]
+_USUAL_STAMPS = _stamp_texts(
+    [(1000, 9999), (1, 12), (1, 31), (0, 23), (0, 59), (0, 59)], [6, 9, 10]
+)
 # mostly replies of the usual form (which both read), and the other blocks
 _USUAL_BLOCKS = st.one_of(
     st.builds(
