@@ -165,8 +165,22 @@ class AsyncPublisher:
                     await self._write_within(call, request, deadline, timeout)
                 return
             except grpc.aio.AioRpcError as exc:
-                if not is_connection_failure(exc) or brokers.closed:
+                # CANCELLED with neither us nor the client closed: the stream's channel
+                # was closed under it, dropped by the broker layer when another call
+                # found its broker unavailable (a stream opens on its first write, so
+                # this one may have been made on the channel just before). Nothing was
+                # written; the broker is already forgotten: open a stream elsewhere.
+                dropped = exc.code() is grpc.StatusCode.CANCELLED and not self._closed
+                if brokers.closed or not (dropped or is_connection_failure(exc)):
                     raise map_rpc_error(exc, what="publish_async", closed=brokers.closed) from None
+                if dropped:
+                    log.info(
+                        "publish_async: the stream to %s lost its channel; opening another",
+                        redact_url(address),
+                    )
+                    if self._call is call:
+                        self._call = None
+                    continue
             except (asyncio.InvalidStateError, grpc.aio.UsageError):
                 # The stream finished under us: the broker is gone, or we are closing.
                 if self._closed or brokers.closed:

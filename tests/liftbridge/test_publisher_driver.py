@@ -242,3 +242,54 @@ async def test_a_repeated_correlation_id_that_waited_for_the_window_is_refused()
     call.ack("n2", 4)
     assert [(await f).offset for f in (f1, f2)] == [3, 4]
     await asyncio.wait_for(pub.close(), 5)
+
+
+class ChannelClosedCall(FakeCall):
+    """A stream made on a channel the broker layer closed before its first write:
+    our HTTP/2 channel's calls fail so (grpc.aio's own fail likewise)."""
+
+    async def write(self, request: pb.PublishRequest) -> None:
+        raise grpc.aio.AioRpcError(
+            grpc.StatusCode.CANCELLED,
+            grpc.aio.Metadata(),
+            grpc.aio.Metadata(),
+            details="the channel is closed",
+        )
+
+
+async def test_a_stream_whose_channel_was_closed_under_it_is_replaced() -> None:
+    # Another call found the broker unavailable and dropped its channels just after
+    # this stream was made on one: the request was not written, so it goes on a new
+    # stream instead of failing the publish with CANCELLED.
+    client = FakeClient()
+    made: list[FakeCall] = []
+
+    def publish_async() -> FakeCall:
+        call = ChannelClosedCall() if not made else FakeCall()
+        made.append(call)
+        return call
+
+    client.stub.PublishAsync = publish_async  # type: ignore[method-assign]
+    pub = AsyncPublisher(client, window=4)  # type: ignore[arg-type]
+    fut = await pub.send(_req("p"), partition=0, timeout=5)
+    assert len(made) == 2
+    assert [r.correlationId for r in made[1].written] == ["p"]
+    made[1].ack("p", 0)
+    assert (await asyncio.wait_for(fut, 5)).offset == 0
+    await pub.close()
+
+
+async def test_a_cancelled_stream_of_a_closed_client_still_says_closed() -> None:
+    # The client closing cancels its streams: that is no dropped channel to retry.
+    client = FakeClient()
+
+    class ClosingCall(ChannelClosedCall):
+        async def write(self, request: pb.PublishRequest) -> None:
+            client.closed = True
+            await super().write(request)
+
+    client.stub.PublishAsync = ClosingCall  # type: ignore[method-assign]
+    pub = AsyncPublisher(client, window=4)  # type: ignore[arg-type]
+    with pytest.raises(LiftbridgeClosedError):
+        await pub.send(_req("p"), partition=0, timeout=5)
+    await pub.close()
