@@ -23,6 +23,7 @@ from typing import Any, overload
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._msgopts import format_ttl
+from aioclients.jetstream._protocol._wire import POSSESSIVE
 
 __all__ = (
     "PLAIN_PUT_REPLY",
@@ -367,11 +368,10 @@ _DIRECT_TRAILER = re.compile(
 # minutes and seconds in range, days to the 28th: group 3, the 29th to the 31st,
 # may not exist), so that reading it can wait (see :func:`direct_put_stamp`); any
 # other stamp takes _DIRECT_TRAILER's reading, which reads it at once, as ever.
-# Its repeats are possessive where the interpreter has them (3.11+, ``_POSSESSIVE``):
+# Its repeats are possessive where the interpreter has them (3.11+, ``POSSESSIVE``):
 # each runs up to a byte it cannot take (a CR, a dash, a Z), so giving nothing back
 # changes no answer, and the matcher keeps no backtracking state for them (some 500
 # instructions a KV get, with the frame's own, see reply_frame_pattern).
-_POSSESSIVE = b"+" if sys.version_info >= (3, 11) else b""
 _PLAIN_PUT_REPLY = re.compile(
     (
         rb"NATS/1\.0\r\nNats-Stream: [^\r]+%(p)s\r\nNats-Subject: \S[^\r]*%(p)s\r\n"
@@ -379,7 +379,7 @@ _PLAIN_PUT_REPLY = re.compile(
         rb"Nats-Time-Stamp: ([1-9]\d{3}%(p)s-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8]|(29|3[01]))"
         rb"T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{6}%(p)s)\d{0,3}%(p)sZ\r\n\r\n"
     )
-    % {b"p": _POSSESSIVE}
+    % {b"p": POSSESSIVE}
 )
 
 #: The header block of a Direct Get reply that carries a plain put (groups: revision,

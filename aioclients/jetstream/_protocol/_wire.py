@@ -66,7 +66,7 @@ HeaderDeliveries = tuple[int, list[bytes], list[bytes], list[bytes], list[bytes]
 
 _CRLF = b"\r\n"
 #: what makes a repeat possessive in a pattern, where the interpreter has them (3.11+)
-_POSSESSIVE = b"+" if sys.version_info >= (3, 11) else b""
+POSSESSIVE = b"+" if sys.version_info >= (3, 11) else b""
 _SPLIT = bytes.split
 _HMSG = b"HMSG "
 #: Where one ``HMSG`` frame ends and the next begins (the payload's CRLF, the verb).
@@ -475,7 +475,7 @@ def reply_frame_pattern(sid: int, header: bytes) -> bytes:
     """
     # (the control line's repeats possessive where the interpreter has them: each
     # stops at a byte it does not take, so nothing given back would change a match)
-    p = _POSSESSIVE
+    p = POSSESSIVE
     return b"".join(
         (b"HMSG ([^ ]+", p, rb") %d ([^\r]+" % sid, p, rb")\r\n(", header, rb")(.*)\r\n")
     )
