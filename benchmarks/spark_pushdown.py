@@ -15,7 +15,9 @@ warm-up each; the best time of each is reported with the speed-up. A floor is ti
 in the same rounds: the same query over a Python data source that reads nothing and
 yields the same number of rows at once (what any pyspark Python data source query
 with pushdown costs: planning in Python processes, one of them for pushFilters, a
-task, a Python worker).
+task, a Python worker). Next to the pushed time: the CPU seconds nats-server spent in
+the pushed query's rounds (fewest and most), what its filtered walk costs; it needs the
+server's pid (the benchmark's own server, or ``--server-pid`` with ``--nats-url``).
 
     python benchmarks/spark_pushdown.py                  # 1M messages, 100 subjects
     python benchmarks/spark_pushdown.py --count 200000   # a quicker run
@@ -26,12 +28,14 @@ task, a Python worker).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
 from datetime import datetime, timezone
 from typing import Any
 
+from _floor import server_cpu
 from _loop import add_loop_argument, run_async, use_loop
 
 from aioclients import jetstream
@@ -100,7 +104,9 @@ async def fill(url: str, count: int, subjects: int, storage: str, payload: bytes
     return cut.astimezone(timezone.utc).replace(tzinfo=None).isoformat(sep=" ")
 
 
-def measure(url: str, count: int, subjects: int, cut: str, rounds: int, master: str) -> None:
+def measure(
+    url: str, count: int, subjects: int, cut: str, rounds: int, master: str, server_pid: int | None
+) -> None:
     from pyspark.sql import SparkSession
 
     from aioclients.spark import register_data_sources
@@ -133,11 +139,17 @@ def measure(url: str, count: int, subjects: int, cut: str, rounds: int, master: 
     }
 
     def timed(where: str, fmt: str = "jetstream") -> tuple[float, int]:
+        nonlocal server_seconds
         df = spark.read.format(fmt).option("servers", url)
         df = df.option("stream", STREAM).load().where(where)  # a fresh DataFrame per query
+        at_server = server_cpu(server_pid)
         start = time.perf_counter()
         rows = df.count()
-        return time.perf_counter() - start, rows
+        seconds = time.perf_counter() - start
+        server_seconds = server_cpu(server_pid) - at_server
+        return seconds, rows
+
+    server_seconds = math.nan
 
     floor = "sequence >= 0"
     results = {}
@@ -147,31 +159,35 @@ def measure(url: str, count: int, subjects: int, cut: str, rounds: int, master: 
             timed(plain)
             timed(floor, "pushbench_floor")
             best_pushed = best_plain = best_floor = float("inf")
+            server: list[float] = []
             for _ in range(rounds):
                 seconds, rows_pushed = timed(pushed)
                 best_pushed = min(best_pushed, seconds)
+                server.append(server_seconds)
                 seconds, rows_plain = timed(plain)
                 best_plain = min(best_plain, seconds)
                 best_floor = min(best_floor, timed(floor, "pushbench_floor")[0])
                 if rows_pushed != rows_plain or (expected is not None and rows_pushed != expected):
                     raise SystemExit(f"{name}: {rows_pushed} rows pushed, {rows_plain} not")
-            results[name] = (rows_pushed, best_plain, best_pushed, best_floor)
+            results[name] = (rows_pushed, best_plain, best_pushed, best_floor, server)
     finally:
         spark.stop()
     print(f"\n{count} messages over {subjects} subjects, {master}, best of {rounds} rounds")
     print(
         f"{'query':<24} {'rows':>7} {'not pushed':>11} {'pushed':>8} {'speed-up':>9} {'floor':>7}"
+        f" {'server CPU':>12}"
     )
-    for name, (rows, plain_s, pushed_s, floor_s) in results.items():
+    for name, (rows, plain_s, pushed_s, floor_s, server) in results.items():
         ratio = plain_s / pushed_s
         print(
             f"{name:<24} {rows:>7} {plain_s:>10.2f}s {pushed_s:>7.2f}s {ratio:>8.1f}x "
-            f"{floor_s:>6.2f}s"
+            f"{floor_s:>6.2f}s {min(server):>5.2f}-{max(server):.2f}s"
         )
     print(
         "floor: the same count over a Python data source that pushes nothing and yields "
         "its rows at once"
     )
+    print("server CPU: nats-server's CPU seconds in each round's pushed query, fewest-most")
 
 
 def main() -> None:
@@ -183,6 +199,7 @@ def main() -> None:
     parser.add_argument("--storage", default="file", choices=("file", "memory"))
     parser.add_argument("--payload", type=int, default=100, help="bytes per message")
     parser.add_argument("--nats-url", help="an existing nats-server with JetStream")
+    parser.add_argument("--server-pid", type=int, help="the --nats-url server's pid, for its CPU")
     add_loop_argument(parser)  # the fill's loop; Spark's workers run their own
     args = parser.parse_args()
     use_loop(args.loop)
@@ -190,12 +207,16 @@ def main() -> None:
     if args.nats_url:
         payload = b"x" * args.payload
         cut = run_async(fill(args.nats_url, args.count, args.subjects, args.storage, payload))
-        measure(args.nats_url, args.count, args.subjects, cut, args.rounds, args.master)
+        measure(
+            args.nats_url, args.count, args.subjects, cut, args.rounds, args.master, args.server_pid
+        )
     else:
         with NatsServer() as server:
             payload = b"x" * args.payload
             cut = run_async(fill(server.url, args.count, args.subjects, args.storage, payload))
-            measure(server.url, args.count, args.subjects, cut, args.rounds, args.master)
+            assert server._proc is not None
+            pid = server._proc.pid
+            measure(server.url, args.count, args.subjects, cut, args.rounds, args.master, pid)
     print(f"(run took {(datetime.now(timezone.utc) - started).total_seconds():.0f}s)")
 
 
