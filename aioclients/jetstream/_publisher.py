@@ -272,12 +272,16 @@ class ReplyMux(Generic[T]):
             if self._raw_sub is not None:
                 return
             inbox = self._transport.new_inbox()
+            # A reply read whole goes from the read callback straight to its future
+            # in the table (no call of ours), unless leaving the table has work to
+            # do (_settled): then every reply comes to _on_raw_reply.
+            whole = self._settle is None and self._raw_frame_header is not None
             self._raw_sub = await self._transport.subscribe_raw(
                 inbox + ".*",
                 self._on_raw_reply,
                 replies=True,
-                frame_header=self._raw_frame_header,
-                on_frame=self._on_raw_frame,
+                frame_header=self._raw_frame_header if whole else None,
+                waiters=self._pending if whole else None,  # type: ignore[arg-type]
             )
             self._raw_prefix = inbox + "."
             self._loop = loop = asyncio.get_running_loop()
@@ -376,18 +380,6 @@ class ReplyMux(Generic[T]):
         if not future.done():
             # the shape of a frame's groups (see start_raw)
             future.set_result((None, None, header, *self._raw_blanks, payload))  # type: ignore[arg-type]
-        if self._settle is not None:
-            self._settle()
-
-    def _on_raw_frame(self, groups: tuple[Any, ...]) -> None:
-        # A raw reply of the usual form, read whole (see NatsTransport.subscribe_raw):
-        # the future takes the match's groups, header block and payload among them.
-        entry = self._pending.pop(groups[0].decode(), None)
-        if entry is None:
-            return  # timed out or abandoned earlier (or not one of ours)
-        future = entry[0]
-        if not future.done():
-            future.set_result(groups)  # type: ignore[arg-type]
         if self._settle is not None:
             self._settle()
 
@@ -526,7 +518,7 @@ class ReplyMux(Generic[T]):
 
         The future's result: ``(subject, sizes, header block, *groups, payload)``,
         the groups of the reply's frame when it matched ``raw_frame_header`` and was
-        read whole (see :data:`~aioclients.jetstream._transport.FrameHandler`),
+        read whole (see :data:`~aioclients.jetstream._transport.FrameWaiters`),
         ``groups`` those of ``raw_frame_header``; for any other reply the same
         shape, all ``None`` but the header block (or ``None``) and the payload.
 
@@ -587,7 +579,9 @@ class ReplyMux(Generic[T]):
             self._arm(loop, min(entry[2] for entry in self._pending.values()))
 
     def _fail_all(self) -> None:
-        pending, self._pending = self._pending, {}
+        # (emptied in place: the transport holds the table, see _ensure_raw_open)
+        pending = dict(self._pending)
+        self._pending.clear()
         resends, self._resends = self._resends, {}
         for timer in resends.values():
             timer.cancel()

@@ -79,7 +79,7 @@ __all__ = (
     "RawHandler",
     "RunHandler",
     "DeliveriesHandler",
-    "FrameHandler",
+    "FrameWaiters",
     "FrameReader",
     "HeaderDeliveriesHandler",
     "RawSubscription",
@@ -99,14 +99,16 @@ RawHandler = Callable[[str, str, bytes, "bytes | None"], None]
 #: A :data:`RawHandler` that takes ``subject`` and ``reply`` as the bytes on the
 #: wire (undecoded; see ``subscribe_raw(..., as_bytes=True)``).
 BytesHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
-#: ``handler(groups)``: a reply read whole by one match of the frame pattern a reply
-#: inbox registered (``subscribe_raw(..., frame_header=...)``): the match's groups,
-#: ``(subject, sizes, header block, *the header pattern's groups, payload)``, all
-#: bytes but for header groups that took part in no match (``None``); ``sizes`` is
-#: the line's ``b"<header size> <total size>"``.
-FrameHandler = Callable[[tuple[Any, ...]], None]
-#: ``(fullmatch of the frame pattern, its handler, the subscription's sid)``
-FrameReader = tuple[Callable[[bytes], Any], FrameHandler, int]
+#: The outstanding requests of a reply inbox that reads replies whole
+#: (``subscribe_raw(..., frame_header=..., waiters=...)``), by reply subject: each
+#: entry a tuple whose first item is the future of the reply. A reply read whole by
+#: one match of the inbox's frame pattern takes its entry out and gives the future
+#: the match's groups, ``(subject, sizes, header block, *the header pattern's
+#: groups, payload)``, all bytes but for header groups that took part in no match
+#: (``None``); ``sizes`` is the line's ``b"<header size> <total size>"``.
+FrameWaiters = dict[str, tuple[Any, ...]]
+#: ``(fullmatch of the frame pattern, the inbox's waiters, the subscription's sid)``
+FrameReader = tuple[Callable[[bytes], Any], FrameWaiters, int]
 #: ``handler(frames)``: a run of messages of one subscription, in the order they
 #: came, each ``(MSG, subject, sid, reply, header_or_None, payload)`` as
 #: :func:`~aioclients.jetstream._protocol._wire.scan` gives them, subject and reply
@@ -241,7 +243,7 @@ class NatsClient(NATS):
         #: those of them that take replies to requests: a reply that arrives alone
         #: is handed to them from the socket's read callback (see FastParser)
         self._reply_handlers: dict[int, RawHandler] = {}
-        #: ``(fullmatch, handler, sid)`` of the reply inboxes that read a reply of
+        #: ``(fullmatch, waiters, sid)`` of the reply inboxes that read a reply of
         #: the usual form whole, with one match of their frame pattern, from the
         #: socket's read callback (see FastParser._feed), in the order they came;
         #: the first of them, the one tried (one match per read: a connection has
@@ -463,7 +465,7 @@ class FastParser:
             # whole in one match: what single_message and a match of the header
             # block would read, in several calls. Sizes that are not the frame's
             # (two frames, one cut short) leave the read to single_message.
-            match, frame_handler, _ = reader_of_frames
+            match, waiters, _ = reader_of_frames
             m = match(data)
             if m is not None:
                 groups = m.groups()
@@ -474,10 +476,18 @@ class FastParser:
                     stats = nc.stats
                     stats["in_msgs"] += 1
                     stats["in_bytes"] += size
+                    # The waiter, here rather than in a handler of the inbox's: a
+                    # Python call fewer per reply. (A subject that is no UTF-8 is
+                    # no reply subject of ours.)
                     try:
-                        frame_handler(groups)
-                    except Exception:
+                        entry = waiters.pop(groups[0].decode(), None)
+                    except UnicodeDecodeError:
                         log.exception("message handler for %r failed", groups[0])
+                        return
+                    if entry is not None:  # (else timed out or abandoned earlier)
+                        future = entry[0]
+                        if not future.done():
+                            future.set_result(groups)
                     return
         one = single_message(data)
         if one is None:
@@ -964,7 +974,7 @@ class NatsTransport:
         as_bytes: bool = False,
         queue: str = "",
         frame_header: re.Pattern[bytes] | None = None,
-        on_frame: FrameHandler | None = None,
+        waiters: FrameWaiters | None = None,
     ) -> RawSubscription:
         """Subscribe with a handler of raw messages, called from the read loop.
 
@@ -978,11 +988,13 @@ class NatsTransport:
         :data:`BytesHandler`); another client still passes ``str``, so such a
         handler must take both. ``queue``: a queue group to join.
 
-        ``frame_header`` and ``on_frame`` (with ``replies``): on our client, a
+        ``frame_header`` and ``waiters`` (with ``replies``): on our client, a
         reply that arrives alone, without a reply subject, and whose header block
         matches ``frame_header`` (compiled again with ``re.DOTALL``) is read whole
-        with one match and handed to ``on_frame`` instead (see
-        :data:`FrameHandler`); every other message still goes to ``handler``.
+        with one match, and the future of its entry in ``waiters`` (the caller's
+        table of outstanding requests, which it keeps, never replaces) takes the
+        match's groups instead (see :data:`FrameWaiters`); every other message
+        still goes to ``handler``.
         """
         self.check_open()
         nc = self.nc
@@ -1001,11 +1013,11 @@ class NatsTransport:
                     readers = getattr(nc, "_frame_readers", None)
                     if (
                         frame_header is not None
-                        and on_frame is not None
+                        and waiters is not None
                         and isinstance(readers, tuple)
                     ):
                         match = reply_frame_match(sub._id, frame_header)
-                        readers = (*readers, (match, on_frame, sub._id))
+                        readers = (*readers, (match, waiters, sub._id))
                         nc._frame_readers = readers  # type: ignore[attr-defined]
                         nc._frame_reader = readers[0]  # type: ignore[attr-defined]
                 return RawSubscription(self, sub)

@@ -27,17 +27,51 @@ from aioclients.jetstream._publisher import ReplyMux
 pytestmark = pytest.mark.timeout(60)
 
 
+class _Recording:
+    """A reply's future, recording the payload of the groups it is given."""
+
+    def __init__(self, future: Any, seen: list[bytes]) -> None:
+        self._future = future
+        self._seen = seen
+
+    def done(self) -> bool:
+        return bool(self._future.done())
+
+    def set_result(self, groups: tuple[Any, ...]) -> None:
+        if groups[0] is not None:  # read whole (a reply read otherwise has no subject)
+            self._seen.append(groups[-1])
+        self._future.set_result(groups)
+
+
+class _RecordingTable(dict[Any, Any]):
+    """A table of outstanding requests whose entries, taken out by a reply, record
+    the payloads of the replies read whole."""
+
+    def __init__(self, seen: list[bytes]) -> None:
+        super().__init__()
+        self._seen = seen
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        entry = super().pop(key, *default)
+        if entry is None or not isinstance(key, str):
+            return entry
+        return (_Recording(entry[0], self._seen), *entry[1:])
+
+
 @pytest.fixture
 def whole(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """The payloads of the replies read whole (the raw inbox opens after this)."""
     seen: list[bytes] = []
-    original = ReplyMux._on_raw_frame
+    original = ReplyMux._ensure_raw_open
 
-    def spy(self: ReplyMux[Any], groups: tuple[Any, ...]) -> None:
-        seen.append(groups[-1])
-        original(self, groups)
+    async def spy(self: ReplyMux[Any]) -> None:
+        if self._raw_sub is None:
+            table = _RecordingTable(seen)
+            table.update(self._pending)
+            self._pending = table
+        await original(self)
 
-    monkeypatch.setattr(ReplyMux, "_on_raw_frame", spy)
+    monkeypatch.setattr(ReplyMux, "_ensure_raw_open", spy)
     return seen
 
 

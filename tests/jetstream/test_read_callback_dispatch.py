@@ -308,13 +308,35 @@ def plain_reply(sid: int, n: int, payload: bytes | None = None) -> bytes:
     )
 
 
+class RecordingFuture:
+    """A waiter's future that records the groups it is given."""
+
+    def __init__(self, nc: FakeClient, subject: str) -> None:
+        self.nc = nc
+        self.subject = subject
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, groups: tuple[Any, ...]) -> None:
+        assert groups[0].decode() == self.subject
+        self.nc.seen.append(("whole", (groups[0], groups[3], groups[-1])))
+
+
+class RecordingWaiters(dict[str, tuple[Any, ...]]):
+    """A table of outstanding requests with one waiting on every subject."""
+
+    def __init__(self, nc: FakeClient) -> None:
+        super().__init__()
+        self.nc = nc
+
+    def pop(self, subject: str, default: Any = None) -> tuple[Any, ...]:  # type: ignore[override]
+        return (RecordingFuture(self.nc, subject),)
+
+
 def read_whole(nc: FakeClient, sid: int = RAW_SID) -> None:
     """Register a frame reader for ``sid``, as ``subscribe_raw(frame_header=...)`` does."""
-
-    def whole(groups: tuple[Any, ...]) -> None:
-        nc.seen.append(("whole", (groups[0], groups[3], groups[-1])))
-
-    nc._frame_reader = (reply_frame_match(sid, PLAIN_PUT_REPLY), whole, sid)
+    nc._frame_reader = (reply_frame_match(sid, PLAIN_PUT_REPLY), RecordingWaiters(nc), sid)
 
 
 async def test_a_reply_of_the_usual_form_is_read_whole_as_it_arrives(wired: Any) -> None:
@@ -392,26 +414,27 @@ async def test_a_reply_whose_sizes_are_not_its_frame_s_is_read_by_its_sizes(
     await loop.idle()
 
 
-async def test_a_frame_handler_that_raises_is_logged_and_the_next_reply_still_read(
+async def test_a_reply_not_waited_for_or_to_no_utf8_subject_is_dropped_and_the_next_read(
     wired: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     nc, reader, loop = wired
-    calls: list[bytes] = []
-
-    def flaky(groups: tuple[Any, ...]) -> None:
-        calls.append(groups[-1])
-        if groups[-1] == b"v1":
-            raise RuntimeError("frame handler bug")
-
-    nc._frame_reader = (
-        reply_frame_match(RAW_SID, PLAIN_PUT_REPLY),
-        flaky,
-        RAW_SID,
-    )
-    reader.feed_data(plain_reply(RAW_SID, 1))
+    waiters: dict[str, tuple[Any, ...]] = {}
+    nc._frame_reader = (reply_frame_match(RAW_SID, PLAIN_PUT_REPLY), waiters, RAW_SID)
+    running = asyncio.get_running_loop()
+    second, third = running.create_future(), running.create_future()
+    waiters["_R.2"] = (second, "what")
+    waiters["_R.3"] = (third, "what")
+    reader.feed_data(plain_reply(RAW_SID, 1))  # timed out earlier: not in the table
+    reader.feed_data(plain_reply(RAW_SID, 4).replace(b"_R.4", b"_R.\xff"))
     reader.feed_data(plain_reply(RAW_SID, 2))
-    assert calls == [b"v1", b"v2"]
-    assert "frame handler bug" in caplog.text
+    assert "message handler for b'_R.\\xff' failed" in caplog.text
+    assert second.result()[-1] == b"v2"
+    assert list(waiters) == ["_R.3"]
+    assert nc.stats == {"in_msgs": 3, "in_bytes": 6}
+    assert nc.seen == []
+    third.cancel()  # a get cancelled, its entry not yet taken out: the reply is dropped
+    reader.feed_data(plain_reply(RAW_SID, 3))
+    assert waiters == {}
     await loop.idle()
 
 
