@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 
 import pytest
@@ -31,6 +32,33 @@ async def filled(js: jetstream.JetStream, unique_name: str) -> str:
     await js.publish_async_complete(timeout=10)
     for seq in (7, 8, 9):
         await stream.delete_msg(seq)
+    return name
+
+
+def _large_payload(i: int, plain: bool) -> bytes:
+    """0.6-3 KB payloads; unless ``plain``, some with a bare LF, a CRLF or random bytes."""
+    kind = 0 if plain else i % 5
+    if kind == 1:
+        return b"line\n" * (120 + i)
+    if kind == 2:
+        return b"a\r\nb" * (150 + i)
+    if kind == 3:
+        return random.Random(i).randbytes(600 + i)
+    return b"x" * (600 + 7 * i)
+
+
+@pytest.fixture
+async def large(js: jetstream.JetStream, unique_name: str) -> str:
+    """Streams ``<name>`` and ``<name>P`` (plain payloads) of 300 large messages each
+    (see ``_large_payload``); in ``<name>`` every 50th has headers."""
+    name = unique_name
+    for stream, plain in ((name, False), (f"{name}P", True)):
+        await js.create_stream(stream, subjects=[f"{stream}.>"], allow_direct=True)
+        for i in range(1, 301):
+            headers = {"K": str(i)} if i % 50 == 0 and not plain else None
+            payload = _large_payload(i, plain)
+            await js.publish_async(f"{stream}.{i % 3}", payload, headers=headers)
+    await js.publish_async_complete(timeout=10)
     return name
 
 
@@ -126,6 +154,22 @@ def test_read_partition_yields_columns_and_headers(nats_server: object, filled: 
     assert rows[1]["headers"] == [("H", "1, 2"), ("K", "v")]
     assert rows[0]["headers"] is None
     assert rows[0]["timestamp"].tzinfo is not None
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_large_payloads_are_read_byte_for_byte(
+    nats_server: object, large: str, plain: bool
+) -> None:
+    url = nats_server.url  # type: ignore[attr-defined]
+    stream = f"{large}P" if plain else large
+    config = ReadConfig((url,), stream, None, 64, 5.0)
+    rows = [r for b in read_partition(SequenceRange(config, 1, 300)) for r in b.to_pylist()]
+    assert [(r["sequence"], r["subject"], r["data"]) for r in rows] == [
+        (i, f"{stream}.{i % 3}", _large_payload(i, plain)) for i in range(1, 301)
+    ]
+    assert [r["headers"] for r in rows if r["headers"]] == [
+        [("K", str(i))] for i in range(50, 301, 50) if not plain
+    ]
 
 
 def test_a_partition_abandoned_midway_closes_cleanly(nats_server: object, filled: str) -> None:

@@ -175,6 +175,8 @@ def test_a_bad_frame_after_a_run_of_regular_ones_is_reported_at_its_offset(bad: 
         (b" 156 ", b" 155 "),
         (b" 160\r\n", b" 161\r\n"),  # total one too large: swallows the CRLF
         (b"Nats-Sequence: 3\r\n", b"Nats-Sequence: 3a\r\n"),
+        # Not a blank line after the headers; the payload's length still as declared.
+        (b"\r\n\r\npppp", b"\r\nX\r\npppp"),
     ],
 )
 def test_a_reply_whose_sizes_or_fields_lie_is_reported_at_its_offset(
@@ -311,3 +313,70 @@ def test_public_names_are_exported() -> None:
     ):
         assert issubclass(error, AioClientsError)
     assert issubclass(spark_pkg.DataSourceOptionError, ValueError)
+
+
+def _parse_all(data: bytes, chunk: int, *, lf_from: int | None) -> tuple[object, ...]:
+    parser = DirectReplyParser()
+    parser._lf_from = lf_from  # 0: every run split at LF first; None: at CRLF
+    events: list[object] = []
+    try:
+        for i in range(0, len(data), chunk):
+            events += parser.receive_data(data[i : i + chunk])
+    except RemoteProtocolError as exc:
+        events.append(("error", exc.offset))
+    cols = parser.take_columns()
+    return events, cols.subjects, cols.sequences, cols.stamps, cols.data, cols.headers
+
+
+_payload = st.binary(max_size=40) | st.sampled_from(
+    [b"\n", b"a\nb", b"\r", b"a\r", b"\r\r\n", b"\n\r", b"x" * 30]
+)
+_frame = st.one_of(
+    st.builds(lambda seq, payload: stored(seq, b"a.b", payload), st.integers(1, 99), _payload),
+    st.builds(
+        lambda seq, payload: stored(seq, b"a", payload, user=b"X-One: 1\r\n"),
+        st.integers(1, 99),
+        _payload,
+    ),
+    st.builds(eob, st.integers(0, 9), st.integers(1, 99)),
+    st.just(b"PING\r\n"),
+    st.sampled_from([b"HMSG x 1 10 5\r\n" + b"z" * 20, b"\r\n", b"HMSG x 1\r\n"]),
+)
+
+
+@given(st.lists(_frame, max_size=12), st.integers(min_value=1, max_value=400))
+def test_splitting_runs_at_lf_or_at_crlf_gives_the_same_result(
+    frames: list[bytes], chunk: int
+) -> None:
+    data = b"".join(frames)
+    for size in (len(data) or 1, chunk):
+        assert _parse_all(data, size, lf_from=0) == _parse_all(data, size, lf_from=None)
+
+
+def test_runs_are_split_at_lf_until_a_payload_has_a_bare_lf() -> None:
+    parser = DirectReplyParser()
+    parser._lf_from = 0
+    parser.receive_data(regular_run(50) + eob(0, 50))
+    assert parser._lf_from == 0  # the LF split took the run
+    assert parser.take_columns().data == [b"p" * (seq % 5) for seq in range(1, 51)]
+    data = regular_run(3) + stored(4, b"a", b"one\ntwo\r") + regular_run(3) + eob(0, 4)
+    assert parser.receive_data(data) == [BatchEnd(num_pending=0, last_seq=4)]
+    assert parser._lf_from is None  # from now on at CRLF
+    short = [b"p", b"pp", b"ppp"]
+    assert parser.take_columns().data == [*short, b"one\ntwo\r", *short]
+
+
+def test_only_runs_of_large_payloads_are_split_at_lf() -> None:
+    # Small payloads, one with a bare LF: split at CRLF, so no LF split failed.
+    small = stored(1, b"a", b"x\n") + regular_run(2)
+    large = b"".join(stored(seq, b"a", b"x" * 600) for seq in range(1, 4))
+    for data in (small, large):
+        parser = DirectReplyParser()
+        parser.receive_data(data)
+        assert parser._lf_from == 512
+        assert len(parser.take_columns()) == 3
+    # A bare LF in a large payload: the LF split fails once, CRLF from then on.
+    parser = DirectReplyParser()
+    parser.receive_data(stored(1, b"a", b"x\n" * 300) + stored(2, b"a", b"x" * 600))
+    assert parser._lf_from is None
+    assert parser.take_columns().data == [b"x\n" * 300, b"x" * 600]
