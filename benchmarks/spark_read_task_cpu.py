@@ -5,8 +5,9 @@ then reads it the way a Spark task does (``read_partition`` of one partition
 covering the stream, in this process, no JVM) and reports CPU time per row (user
 and system, ``getrusage``), split into the reply parser (``receive_data``), the
 conversion to Arrow (``to_record_batch``) and the rest (socket reads, the event
-loop). Each figure is the best of ``--rounds`` after one warm-up read. With
-``--profile`` it prints a cProfile of one more read of each size instead.
+loop, asyncio's own, as in a Spark task; ``--loop`` picks the fill's). Each figure
+is the best of ``--rounds`` after one warm-up read. With ``--profile`` it prints a
+cProfile of one more read of each size instead.
 
     python benchmarks/spark_read_task_cpu.py                          # 200k of 100 B, 1 KB
     python benchmarks/spark_read_task_cpu.py --count 50000 --payloads 1000 --profile
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _loop import run_async
+from _loop import add_loop_argument, run_async, use_loop
 
 from aioclients import jetstream
 from aioclients.spark import _stream_read
@@ -97,7 +98,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="print a cProfile instead")
     parser.add_argument("--nats-url", help="an existing nats-server with JetStream")
+    add_loop_argument(parser)  # the fill's loop; the read runs its own, as a Spark task does
     args = parser.parse_args()
+    use_loop(args.loop)
     sizes = [int(size) for size in args.payloads.split(",")]
 
     def run(url: str) -> None:
