@@ -148,6 +148,7 @@ class AsyncPublisher:
         brokers = self._brokers
         deadline = asyncio.get_running_loop().time() + timeout
         for attempt in range(brokers.max_rpc_attempts):
+            dropped = False
             if attempt:
                 await asyncio.sleep(brokers.jitter())
             if self._closed or brokers.closed:
@@ -173,14 +174,6 @@ class AsyncPublisher:
                 dropped = exc.code() is grpc.StatusCode.CANCELLED and not self._closed
                 if brokers.closed or not (dropped or is_connection_failure(exc)):
                     raise map_rpc_error(exc, what="publish_async", closed=brokers.closed) from None
-                if dropped:
-                    log.info(
-                        "publish_async: the stream to %s lost its channel; opening another",
-                        redact_url(address),
-                    )
-                    if self._call is call:
-                        self._call = None
-                    continue
             except (asyncio.InvalidStateError, grpc.aio.UsageError):
                 # The stream finished under us: the broker is gone, or we are closing.
                 if self._closed or brokers.closed:
@@ -188,7 +181,8 @@ class AsyncPublisher:
             log.info("publish_async: the stream to %s broke; opening another", redact_url(address))
             if self._call is call:
                 self._call = None
-            brokers.broker_unavailable(address)
+            if not dropped:  # (a dropped channel's broker is forgotten already)
+                brokers.broker_unavailable(address)
         raise LiftbridgeConnectError(
             f"publish_async: no broker took the PublishAsync stream after "
             f"{brokers.max_rpc_attempts} attempts; is the cluster up?"
