@@ -147,6 +147,12 @@ class Server:
         await self.server.stop(None)
 
 
+# grpc's server grows its flow-control windows from bandwidth-delay estimates,
+# which vary with the machine's load: a test that needs the server's window to
+# close after a few MiB turns that off (windows stay at the 64 KiB default).
+FIXED_WINDOWS = (("grpc.http2.bdp_probe", 0),)
+
+
 @pytest.fixture
 async def server() -> AsyncIterator[Server]:
     async with Server(Service()) as srv:
@@ -618,7 +624,12 @@ async def test_too_many_pings_slows_keepalive_down() -> None:
             await ch.close()
 
 
-async def test_write_waits_for_the_server_window_and_resumes(server: Server) -> None:
+async def test_write_waits_for_the_server_window_and_resumes() -> None:
+    async with Server(Service(), options=FIXED_WINDOWS) as server:
+        await _write_waits_for_the_server_window_and_resumes(server)
+
+
+async def _write_waits_for_the_server_window_and_resumes(server: Server) -> None:
     ch = Http2Channel(f"127.0.0.1:{server.port}")
     try:
         call = ch.stream_stream("/t.T/Sink")()
@@ -1009,7 +1020,7 @@ async def test_tls_server_without_h2_alpn_is_unavailable(ca: trustme.CA) -> None
 
 async def test_a_blocked_writer_learns_that_the_server_went_away() -> None:
     service = Service()
-    srv = Server(service)
+    srv = Server(service, options=FIXED_WINDOWS)
     await srv.server.start()
     ch = Http2Channel(f"127.0.0.1:{srv.port}")
     try:
@@ -1027,6 +1038,9 @@ async def test_a_blocked_writer_learns_that_the_server_went_away() -> None:
         assert info.value.code() is grpc.StatusCode.UNAVAILABLE
     finally:
         await ch.close()
+        # Stopped here too when the test fails early: a server left running is
+        # shut down by its finalizer on a later test's (closed) loop.
+        await asyncio.wait_for(srv.server.stop(None), 10)
 
 
 class StalledServer:
