@@ -3,7 +3,10 @@
 Spark's Python workers unpickle a data source class by reference, so each fresh
 worker imports ``aioclients.spark`` and the module of that format. A jetstream
 read must not pay for the other clients' modules and their libraries (grpc for
-liftbridge, the nsq client): about half a second per fresh worker.
+liftbridge, the nsq client): about half a second per fresh worker. Nor for nats-py
+and aiohttp (about 0.3 s): jetstream tasks speak NATS through their own lean
+connection (``aioclients.spark._direct_io``); only the planning processes, which look
+streams and buckets up, use the client.
 """
 
 from __future__ import annotations
