@@ -102,10 +102,11 @@ if TYPE_CHECKING:
     from aioclients.jetstream._push import PushConsumer, PushMessageStream
     from aioclients.jetstream._stream import DirectGetBatch, Stream
 
-# The client's classes load on first use (PEP 562): their modules import nats-py, and
-# aiohttp through it, about 0.3 s. Code that needs only the errors, the models or the
-# pure protocol modules (Spark's Python workers reading or writing through their own
-# lean connection) does not pay for them.
+# The client's classes load on first use (PEP 562): most of their modules import
+# nats-py, and aiohttp through it, about 0.3 s. Code that needs only the errors, the
+# models or the pure protocol modules (Spark's Python workers reading or writing through
+# their own lean connection) does not pay for them. A name added here is also imported
+# under TYPE_CHECKING above (mypy checks __all__; tests/test_structure.py resolves it).
 _LAZY: dict[str, str] = {
     "ConsumeEvent": "aioclients.jetstream._consume",
     "ConsumeStatistics": "aioclients.jetstream._consume",
