@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,6 +110,23 @@ def test_every_public_error_derives_from_the_root(name: str) -> None:
     assert len(errors) >= 2
     for err in errors:
         assert issubclass(err, aioclients.AioClientsError), err
+
+
+def test_the_jetstream_client_and_nats_py_load_on_first_use() -> None:
+    """``aioclients.jetstream``'s errors, models and protocol values import without
+    nats-py (Spark's workers need no more); its client's names load it when first used."""
+    code = (
+        "import sys\n"
+        "import aioclients.jetstream as js\n"
+        "from aioclients.jetstream import DirectGetUnavailableError, StreamInfo\n"
+        "print('nats' in sys.modules, 'aiohttp' in sys.modules, 'connect' in dir(js))\n"
+        "from aioclients.jetstream import connect\n"
+        "print('nats' in sys.modules, connect is js.connect is js._context.connect)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["False", "False", "True", "True", "True"]
 
 
 def test_key_deleted_is_a_key_not_found() -> None:

@@ -8,15 +8,10 @@ async with await connect("nats://127.0.0.1:4222") as js:
 ```
 """
 
+import importlib
+from typing import TYPE_CHECKING
+
 from aioclients._errors import name_public_module as _name_public_module
-from aioclients.jetstream._consume import (
-    ConsumeEvent,
-    ConsumeStatistics,
-    FetchResult,
-    MessageStream,
-)
-from aioclients.jetstream._consumer import Consumer
-from aioclients.jetstream._context import JetStream, connect
 from aioclients.jetstream._errors import (
     APITimeoutError,
     BatchAbortedError,
@@ -55,8 +50,6 @@ from aioclients.jetstream._errors import (
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
-from aioclients.jetstream._kv import KeyLister, KeyValue, KeyValueStatus, KeyWatcher
-from aioclients.jetstream._message import Msg
 from aioclients.jetstream._models import (
     AccountInfo,
     ConsumerInfo,
@@ -67,19 +60,6 @@ from aioclients.jetstream._models import (
     StoredMessage,
     StreamInfo,
     StreamState,
-)
-from aioclients.jetstream._objstore import (
-    ObjectLister,
-    ObjectReader,
-    ObjectStore,
-    ObjectStoreStatus,
-    ObjectWatcher,
-)
-from aioclients.jetstream._ordered import (
-    OrderedConsumeEvent,
-    OrderedConsumer,
-    OrderedFetch,
-    OrderedMessageStream,
 )
 from aioclients.jetstream._protocol._batch import BatchAck
 from aioclients.jetstream._protocol._kv import KeyValueEntry
@@ -94,8 +74,66 @@ from aioclients.jetstream._protocol._pull import (
     StatusWarning,
     Unpinned,
 )
-from aioclients.jetstream._push import PushConsumer, PushMessageStream
-from aioclients.jetstream._stream import DirectGetBatch, Stream
+
+if TYPE_CHECKING:
+    from aioclients.jetstream._consume import (
+        ConsumeEvent,
+        ConsumeStatistics,
+        FetchResult,
+        MessageStream,
+    )
+    from aioclients.jetstream._consumer import Consumer
+    from aioclients.jetstream._context import JetStream, connect
+    from aioclients.jetstream._kv import KeyLister, KeyValue, KeyValueStatus, KeyWatcher
+    from aioclients.jetstream._message import Msg
+    from aioclients.jetstream._objstore import (
+        ObjectLister,
+        ObjectReader,
+        ObjectStore,
+        ObjectStoreStatus,
+        ObjectWatcher,
+    )
+    from aioclients.jetstream._ordered import (
+        OrderedConsumeEvent,
+        OrderedConsumer,
+        OrderedFetch,
+        OrderedMessageStream,
+    )
+    from aioclients.jetstream._push import PushConsumer, PushMessageStream
+    from aioclients.jetstream._stream import DirectGetBatch, Stream
+
+# The client's classes load on first use (PEP 562): most of their modules import
+# nats-py, and aiohttp through it, about 0.3 s. Code that needs only the errors, the
+# models or the pure protocol modules (Spark's Python workers reading or writing through
+# their own lean connection) does not pay for them. A name added here is also imported
+# under TYPE_CHECKING above (mypy checks __all__; tests/test_structure.py resolves it).
+_LAZY: dict[str, str] = {
+    "ConsumeEvent": "aioclients.jetstream._consume",
+    "ConsumeStatistics": "aioclients.jetstream._consume",
+    "FetchResult": "aioclients.jetstream._consume",
+    "MessageStream": "aioclients.jetstream._consume",
+    "Consumer": "aioclients.jetstream._consumer",
+    "JetStream": "aioclients.jetstream._context",
+    "connect": "aioclients.jetstream._context",
+    "KeyLister": "aioclients.jetstream._kv",
+    "KeyValue": "aioclients.jetstream._kv",
+    "KeyValueStatus": "aioclients.jetstream._kv",
+    "KeyWatcher": "aioclients.jetstream._kv",
+    "Msg": "aioclients.jetstream._message",
+    "ObjectLister": "aioclients.jetstream._objstore",
+    "ObjectReader": "aioclients.jetstream._objstore",
+    "ObjectStore": "aioclients.jetstream._objstore",
+    "ObjectStoreStatus": "aioclients.jetstream._objstore",
+    "ObjectWatcher": "aioclients.jetstream._objstore",
+    "OrderedConsumeEvent": "aioclients.jetstream._ordered",
+    "OrderedConsumer": "aioclients.jetstream._ordered",
+    "OrderedFetch": "aioclients.jetstream._ordered",
+    "OrderedMessageStream": "aioclients.jetstream._ordered",
+    "PushConsumer": "aioclients.jetstream._push",
+    "PushMessageStream": "aioclients.jetstream._push",
+    "DirectGetBatch": "aioclients.jetstream._stream",
+    "Stream": "aioclients.jetstream._stream",
+}
 
 __all__ = (
     "APITimeoutError",
@@ -184,6 +222,21 @@ __all__ = (
 )
 
 
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 # Errors carry the name users import them by (aioclients.<package>.XError), in tracebacks
-# and in pickles.
-_name_public_module(__name__, globals())
+# and in pickles. (They are all imported above, none of them lazily.)
+_name_public_module(__name__, {**globals(), "__all__": tuple(n for n in __all__ if n not in _LAZY)})
