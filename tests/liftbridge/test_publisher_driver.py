@@ -132,11 +132,16 @@ async def test_a_missing_ack_times_out_and_frees_the_window() -> None:
 
 async def test_deadlines_of_different_lengths_expire_in_their_own_order() -> None:
     # One timer serves every pending ack: a short deadline sent after a long one
-    # must still fire first, and an answered ack must never time out.
+    # must still fire first, and an answered ack must never time out. The
+    # answered ack's deadline lies between the others (the timer must skip its
+    # stale entry). The deadlines are seconds apart, not tenths: a loop stalled
+    # on a busy machine must still read the answered ack in time, and must not
+    # reach the slow deadline before the fast one fired (both would then expire
+    # in one timer callback, as they would if the timer were not re-armed).
     client = FakeClient()
     pub = AsyncPublisher(client, window=10)  # type: ignore[arg-type]
-    slow = await pub.send(_req("slow"), partition=0, timeout=0.4)
-    answered = await pub.send(_req("answered"), partition=0, timeout=0.1)
+    slow = await pub.send(_req("slow"), partition=0, timeout=1.5)
+    answered = await pub.send(_req("answered"), partition=0, timeout=1.0)
     fast = await pub.send(_req("fast"), partition=0, timeout=0.05)
     kept = await pub.send(_req("kept"), partition=0, timeout=30)
     client.stub.calls[0].ack("answered", 3)
@@ -144,10 +149,10 @@ async def test_deadlines_of_different_lengths_expire_in_their_own_order() -> Non
     for name, fut in (("slow", slow), ("fast", fast)):
         fut.add_done_callback(lambda _f, n=name: order.append(n))
     with pytest.raises(LiftbridgeTimeoutError):
-        await asyncio.wait_for(fast, 2)
+        await asyncio.wait_for(fast, 5)
     assert not slow.done()
     with pytest.raises(LiftbridgeTimeoutError):
-        await asyncio.wait_for(slow, 2)
+        await asyncio.wait_for(slow, 5)
     assert order == ["fast", "slow"]
     assert (await answered).offset == 3
     assert not kept.done()
