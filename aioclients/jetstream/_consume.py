@@ -83,6 +83,14 @@ log = logging.getLogger("aioclients.jetstream.consume")
 
 ConsumeEvent = HeartbeatMissed | Pinned | Unpinned | StatusWarning | Disconnected | Reconnected
 
+#: How long after a deadline (idle heartbeat, fetch) passed the core is asked about it.
+#: A loop held up past the deadline (a callback that blocked, a busy machine that did
+#: not run the process) finds the server's heartbeats still unread in the socket, and
+#: both loops run a due timer before the connection's read loop has parsed what came:
+#: deciding at once took a stalled loop for a silent server. The grace lets the read
+#: loop catch up first; a miss is reported that much later.
+_TIMER_GRACE = 0.05
+
 
 class PullTarget(Protocol):
     """The consumer a pull reads (a ``Consumer`` is one): its names, its cached
@@ -150,6 +158,7 @@ class _Puller:
         "_entered",
         "_error",
         "_finished",
+        "_graced",
         "_granted",
         "_granted_bytes",
         "_inbox",
@@ -224,6 +233,7 @@ class _Puller:
         self._finished = False  # resources released
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when = 0.0
+        self._graced = -1.0  # the deadline whose expiry waits out _TIMER_GRACE
         self._loop: asyncio.AbstractEventLoop | None = None
         self._recovery: asyncio.Task[None] | None = None
         self._tasks = TaskOwner(
@@ -503,8 +513,15 @@ class _Puller:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._sync()
         assert self._loop is not None
+        if self._graced != self._timer_when:
+            # First expiry of this deadline: decide after the grace (see _TIMER_GRACE).
+            # _timer_when stays the deadline, so _rearm keeps this timer unless the
+            # core's next deadline comes earlier.
+            self._graced = self._timer_when
+            self._timer = self._loop.call_later(_TIMER_GRACE, self._on_timer)
+            return
+        self._sync()
         self._core.handle_timer(self._loop.time())
         self._process_events()
 

@@ -326,7 +326,17 @@ class AsyncPublisher:
                 self._brokers.broker_unavailable(address)
             error = map_rpc_error(exc, what="publish_async", closed=self._brokers.closed)
         except asyncio.CancelledError:
-            error = LiftbridgeClosedError("publish_async: the client was closed")
+            # close() cancels this task, but read() raises the same when the stream's
+            # channel was closed under it: the broker layer drops the channels of a
+            # broker another call found unavailable. Then the acks are lost with the
+            # connection, and the client is still open.
+            if self._closed or self._brokers.closed:
+                error = LiftbridgeClosedError("publish_async: the client was closed")
+            else:
+                error = LiftbridgeConnectError(
+                    "publish_async: the stream's connection was closed (the broker was "
+                    "found unavailable); the message may or may not have been stored"
+                )
         finally:
             if self._call is call:
                 self._call = None

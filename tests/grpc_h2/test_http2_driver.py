@@ -459,6 +459,9 @@ async def test_server_stopped_mid_stream_then_restarted() -> None:
             assert await asyncio.wait_for(unary(ch)(b"back"), 10) == b"back"
     finally:
         await ch.close()
+        # Stopped here too when the test fails before its stop (see
+        # test_a_blocked_writer_learns_that_the_server_went_away).
+        await asyncio.wait_for(srv.server.stop(None), 10)
 
 
 async def test_goaway_from_graceful_stop_lets_the_call_finish() -> None:
@@ -484,6 +487,8 @@ async def test_goaway_from_graceful_stop_lets_the_call_finish() -> None:
             assert ch._conn is not conn
     finally:
         await ch.close()
+        # Stopped here too when the test fails before its graceful stop ended.
+        await asyncio.wait_for(srv.server.stop(None), 10)
 
 
 async def test_goaway_from_max_connection_age_moves_to_a_new_connection() -> None:

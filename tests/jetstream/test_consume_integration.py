@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -423,6 +424,22 @@ async def test_fetch_on_empty_consumer_yields_nothing(
 ) -> None:
     async with consumer.fetch(5, expires=1) as batch:
         assert [m async for m in batch] == []
+
+
+async def test_a_stalled_loop_is_not_a_missed_heartbeat(
+    js: JetStream, stream: Stream, consumer: Consumer
+) -> None:
+    # The loop is held up for three heartbeat intervals (a blocking callback, or a
+    # busy machine that did not run the process): the server's heartbeats came in
+    # time and wait unread in the socket. The overdue heartbeat check must read them
+    # before it decides, so the fetch ends at its expiry, empty, and does not fail
+    # with NoHeartbeatError (as it did on both loops: a due timer ran before the
+    # connection's read loop had parsed what came).
+    async with consumer.fetch(5, expires=3, idle_heartbeat=0.5) as batch:
+        await until_pull_waiting(consumer)  # the server sends heartbeats from now
+        time.sleep(1.5)  # noqa: ASYNC251 (the stall itself, on the loop's thread)
+        assert [m async for m in batch] == []
+    assert batch.statistics().heartbeats_missed == 0
 
 
 async def test_fetch_without_async_with(js: JetStream, stream: Stream, consumer: Consumer) -> None:

@@ -299,11 +299,13 @@ async def test_no_responders_is_tried_retry_attempts_times_then_raised(
         await js.publish(subject, b"x", retry_attempts=0)
     assert retries.count == 3  # none more
 
-    # The timeout bounds the retries too: 0.25 s apart within 0.4 s leaves room for one.
+    # The timeout bounds the retries too: 1 s apart within 2 s leaves room for one
+    # (a second would go out at the deadline), however slow the machine, as long as
+    # the two 503s take less than 1 s between them to come back.
     start = time.monotonic()
     with pytest.raises(NoStreamResponseError):
-        await js.publish(subject, b"x", retry_attempts=10, retry_wait=0.25, timeout=0.4)
-    assert time.monotonic() - start < 0.4 + 1.0  # scheduling slack
+        await js.publish(subject, b"x", retry_attempts=10, retry_wait=1.0, timeout=2.0)
+    assert time.monotonic() - start < 2.0 + 1.0  # scheduling slack
     assert retries.count == 4
 
 
@@ -378,9 +380,9 @@ async def test_publish_async_no_responders_tries_and_bounds(
         await asyncio.wait_for(future, 10)
     assert retries.count == 3  # none more
 
-    # The timeout bounds the tries: 0.25 s apart within 0.4 s leaves room for one, and
-    # the answer is the stream's 503, not a timeout.
-    future = await js.publish_async(subject, b"x", retry_attempts=10, retry_wait=0.25, timeout=0.4)
+    # The timeout bounds the tries: 1 s apart within 2 s leaves room for one, and the
+    # answer is the stream's 503, not a timeout (see the test above for the numbers).
+    future = await js.publish_async(subject, b"x", retry_attempts=10, retry_wait=1.0, timeout=2.0)
     with pytest.raises(NoStreamResponseError):
         await asyncio.wait_for(future, 10)
     assert retries.count == 4

@@ -12,6 +12,7 @@ import pytest
 from aioclients import InvalidArgumentError
 from aioclients.liftbridge import (
     LiftbridgeClosedError,
+    LiftbridgeConnectError,
     LiftbridgeTimeoutError,
     NoSuchStreamError,
 )
@@ -132,11 +133,16 @@ async def test_a_missing_ack_times_out_and_frees_the_window() -> None:
 
 async def test_deadlines_of_different_lengths_expire_in_their_own_order() -> None:
     # One timer serves every pending ack: a short deadline sent after a long one
-    # must still fire first, and an answered ack must never time out.
+    # must still fire first, and an answered ack must never time out. The
+    # answered ack's deadline lies between the others (the timer must skip its
+    # stale entry). The deadlines are seconds apart, not tenths: a loop stalled
+    # on a busy machine must still read the answered ack in time, and must not
+    # reach the slow deadline before the fast one fired (both would then expire
+    # in one timer callback, as they would if the timer were not re-armed).
     client = FakeClient()
     pub = AsyncPublisher(client, window=10)  # type: ignore[arg-type]
-    slow = await pub.send(_req("slow"), partition=0, timeout=0.4)
-    answered = await pub.send(_req("answered"), partition=0, timeout=0.1)
+    slow = await pub.send(_req("slow"), partition=0, timeout=1.5)
+    answered = await pub.send(_req("answered"), partition=0, timeout=1.0)
     fast = await pub.send(_req("fast"), partition=0, timeout=0.05)
     kept = await pub.send(_req("kept"), partition=0, timeout=30)
     client.stub.calls[0].ack("answered", 3)
@@ -144,10 +150,10 @@ async def test_deadlines_of_different_lengths_expire_in_their_own_order() -> Non
     for name, fut in (("slow", slow), ("fast", fast)):
         fut.add_done_callback(lambda _f, n=name: order.append(n))
     with pytest.raises(LiftbridgeTimeoutError):
-        await asyncio.wait_for(fast, 2)
+        await asyncio.wait_for(fast, 5)
     assert not slow.done()
     with pytest.raises(LiftbridgeTimeoutError):
-        await asyncio.wait_for(slow, 2)
+        await asyncio.wait_for(slow, 5)
     assert order == ["fast", "slow"]
     assert (await answered).offset == 3
     assert not kept.done()
@@ -276,6 +282,40 @@ async def test_a_stream_whose_channel_was_closed_under_it_is_replaced() -> None:
     assert [r.correlationId for r in made[1].written] == ["p"]
     made[1].ack("p", 0)
     assert (await asyncio.wait_for(fut, 5)).offset == 0
+    await pub.close()
+
+
+class ChannelClosedWhileReadingCall(FakeCall):
+    """A stream whose channel the broker layer closes after the requests went out
+    (another call found the broker unavailable): the channel cancels its calls, and
+    read() raises CancelledError (our HTTP/2 channel's calls and grpc.aio's alike)."""
+
+    async def read(self) -> Any:
+        response = await self.responses.get()
+        if response is asyncio.CancelledError:
+            raise asyncio.CancelledError
+        return response
+
+
+async def test_a_stream_cancelled_by_its_closed_channel_fails_acks_as_a_lost_connection() -> None:
+    # The client is open: the pending acks are lost with the connection (retriable),
+    # not "the client was closed" (which says: do not try again). Which of the two
+    # came out depended on whether the publish stream or another call on the same
+    # broker saw the broker go first.
+    client = FakeClient()
+    client.stub.PublishAsync = ChannelClosedWhileReadingCall  # type: ignore[method-assign]
+    pub = AsyncPublisher(client, window=4)  # type: ignore[arg-type]
+    fut = await pub.send(_req("p"), partition=0, timeout=5)
+    client.stub.PublishAsync = FakeCall  # type: ignore[method-assign]
+    pub._call.responses.put_nowait(asyncio.CancelledError)
+    with pytest.raises(LiftbridgeConnectError):
+        await asyncio.wait_for(fut, 5)
+    # the next send opens a new stream
+    nxt = await pub.send(_req("q"), partition=0, timeout=5)
+    assert isinstance(pub._call, FakeCall)
+    assert not isinstance(pub._call, ChannelClosedWhileReadingCall)
+    pub._call.ack("q", 1)
+    assert (await asyncio.wait_for(nxt, 5)).offset == 1
     await pub.close()
 
 
