@@ -470,7 +470,14 @@ class Brokers:
             md = await self.refresh_metadata()
         return md
 
-    async def settle(self, what: str, streams: list[str], shows: Callable[[Any], bool]) -> bool:
+    async def settle(
+        self,
+        what: str,
+        streams: list[str],
+        shows: Callable[[Any], bool],
+        *,
+        incarnation: Callable[[Any], object] | None = None,
+    ) -> bool:
         """Wait (bounded, best effort) until every broker's metadata ``shows`` a change.
 
         CreateStream, DeleteStream, PauseStream and SetStreamReadonly return once
@@ -481,8 +488,15 @@ class Brokers:
         dropped). So the call returns once each reachable broker's FetchMetadata
         shows the change, or after ``SETTLE_TIME`` seconds (logged; not an error:
         the change itself was made). A broker that does not answer is skipped.
+
+        With ``incarnation`` (a stream's creation timestamp), the brokers must
+        also agree on it: right after a stream was deleted and created again, a
+        broker that has not applied the delete yet still shows the old stream of
+        that name, and still stores what is published on its subjects in the old
+        log. While the answers differ, every broker is asked again.
         """
         pending = list(self.metadata.addresses())
+        shown: dict[str, object] = {}
         deadline = self.clock() + SETTLE_TIME
         req = pb.FetchMetadataRequest(streams=streams)
         while True:
@@ -499,6 +513,11 @@ class Brokers:
                     continue
                 if shows(resp):
                     pending.remove(address)
+                    if incarnation is not None:
+                        shown[address] = incarnation(resp)
+            if len(set(shown.values())) > 1:
+                pending.extend(shown)  # one of them still shows an older incarnation
+                shown.clear()
             if not pending:
                 return True
             if self.clock() >= deadline:

@@ -127,6 +127,10 @@ def _stream_ready(name: str) -> Callable[[Any], bool]:
     return shows
 
 
+def _stream_created(name: str) -> Callable[[Any], object]:
+    return lambda resp: _stream_pb(resp, name).creationTimestamp
+
+
 def _stream_gone(name: str) -> Callable[[Any], bool]:
     return lambda resp: _stream_pb(resp, name) is None
 
@@ -252,7 +256,9 @@ class Client:
 
         Returns once every reachable broker's metadata lists the stream with its
         leaders (at most 5 s after the broker accepted it: a real cluster applies
-        it through Raft, broker by broker).
+        it through Raft, broker by broker), all with the same creation time: a
+        broker that still shows a deleted stream of that name has not applied the
+        delete, and still stores what is published on its subject in the old log.
 
         Args:
             subject: the NATS subject of partition 0.
@@ -313,7 +319,12 @@ class Client:
                     raise InvalidArgumentError(f"{key} must be <= {limit}, got {value!r}")
                 target.value = value
         await self._brokers.rpc("CreateStream", req, what=f"create_stream {name!r}")
-        await self._brokers.settle(f"create_stream {name!r}", [name], _stream_ready(name))
+        await self._brokers.settle(
+            f"create_stream {name!r}",
+            [name],
+            _stream_ready(name),
+            incarnation=_stream_created(name),
+        )
 
     async def delete_stream(self, name: str) -> None:
         """Delete a stream and all its partitions.

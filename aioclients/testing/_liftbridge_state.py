@@ -18,9 +18,11 @@ client must cope with it; the real numbers are in the class docstrings):
 * Metadata (streams, partitions, pause / read-only flags, consumer groups) is
   applied at once on the metadata leader (the first live broker) and
   ``metadata_delay`` seconds later on the others, like Raft apply lag. A
-  partition's leader sees a new stream at once (CreateStream waits for it), but
-  applies delete / pause / read-only through the same lag. Every broker
-  answers from its own view (:meth:`ClusterState.view_time`).
+  partition's leader sees a new stream at once (CreateStream waits for it), and
+  with it every earlier change (Raft applies in log order: the leader of a
+  re-created stream has applied the old one's delete); later deletes, pauses
+  and read-only flips reach it through the same lag. Every broker answers from
+  its own view (:meth:`ClusterState.view_time`).
 * The high watermark of a replicated partition (ISR > 1) advances only after
   the followers fetch (:meth:`ClusterState.replicate`): a follower that is
   caught up sleeps ``replica_max_idle_wait`` and is woken by the leader when
@@ -443,6 +445,10 @@ class ClusterState:
         self.replica_max_idle_wait = replica_max_idle_wait
         #: from this monotonic time on every broker's view is the current state
         self.quiet_at = _NEVER
+        #: per broker: a (monotonic) time up to which it has applied metadata in
+        #: any case (the creation of a stream whose partition it leads, and so,
+        #: in Raft log order, everything before it)
+        self.applied_at: dict[str, float] = {}
         #: a Raft log index: one per metadata change; group epochs are taken from it
         self.raft_index = 2
         #: deleted streams that a lagging broker may still see
@@ -489,7 +495,9 @@ class ClusterState:
         now = time.monotonic()
         if now >= self.quiet_at or broker_id == self.metadata_leader:
             return None
-        return now - self.metadata_delay
+        t = now - self.metadata_delay
+        applied = self.applied_at.get(broker_id)
+        return t if applied is None or applied < t else applied
 
     def stream_view(self, broker_id: str, name: str) -> Stream | None:
         """Stream ``name`` as broker ``broker_id`` knows it (None: unknown to it)."""
@@ -746,6 +754,11 @@ class ClusterState:
         now = self._lagging()
         if now is not None:
             self._extend(now)
+            # CreateStream waits for the partition leaders to apply it: from now
+            # on they also see every change made before it (a delete of a stream
+            # of the same name among them), not a view older than the creation.
+            for leader in stream.leaders():
+                self.applied_at[leader] = max(self.applied_at.get(leader, 0.0), stream.created_at)
         return stream
 
     def delete_stream(self, name: str) -> Stream:

@@ -75,3 +75,23 @@ async def test_a_metadata_fetch_is_still_repeated_after_a_cancelled_call(client:
     brokers = script(client, [cancelled, md])
     await client.fetch_metadata()
     assert brokers.methods() == ["FetchMetadata", "FetchMetadata"]
+
+
+def _listed(created: int) -> pb.FetchMetadataResponse:
+    partition = pb.PartitionMetadata(id=0, leader="x")
+    stream = pb.StreamMetadata(name="s", creationTimestamp=created, partitions={0: partition})
+    return pb.FetchMetadataResponse(streamMetadata=[stream])
+
+
+async def test_create_stream_waits_until_no_broker_shows_a_deleted_stream_of_the_name(
+    client: Client,
+) -> None:
+    # Right after a delete and a create of one name, a broker that has not applied
+    # the delete lists the old stream (older creation time) and still stores, in the
+    # old log, what is published on the subject: create_stream must not return yet.
+    old, new = _listed(1), _listed(2)
+    brokers = script(client, [pb.CreateStreamResponse(), old, new, new, new])
+    await client.create_stream("s", "s")
+    assert brokers.methods() == ["CreateStream"] + ["FetchMetadata"] * 4
+    # Both brokers asked again once they disagreed, until both showed the new stream.
+    assert [b for b, m in brokers.log if m == "FetchMetadata"] == ["a:1", "b:2", "a:1", "b:2"]

@@ -134,3 +134,45 @@ def test_cursor_partition_is_crc32_of_the_cursor_key() -> None:
     with pytest.raises(RpcError) as info:
         state(cursor_partitions=0).cursors_partition("c1", "stream", 2)
     assert info.value.code == "INTERNAL"
+
+
+# -- Raft apply order under metadata lag ----------------------------------------------
+# A lag of a minute: every check below runs well inside it.
+
+
+def _leaders(s: ClusterState, name: str) -> dict[int, str]:
+    return {pid: p.leader for pid, p in s.streams[name].partitions.items()}
+
+
+def test_a_lagging_partition_leader_lists_the_stream_as_long_as_it_takes_messages() -> None:
+    # Broker-0 (the metadata leader) applies at once; the partition leaders applied
+    # the creation at once (CreateStream waits for them) but apply the delete late.
+    # Until then a real leader still has the partition open and lists the stream:
+    # FetchMetadata must not say "gone" while the old log still stores messages.
+    s = state(cursor_partitions=1, metadata_delay=60)
+    create(s, "a", partitions=2)
+    leaders = _leaders(s, "a")
+    assert "broker-0" not in leaders.values()
+    old = s.delete_stream("a")
+    for pid, broker in leaders.items():
+        t = s.view_time(broker)
+        assert not old.partitions[pid].deleted_by(t)
+        assert s.stream_view(broker, "a") is old
+        assert "a" in s.streams_view(broker)
+
+
+def test_the_leader_of_a_recreated_stream_has_applied_the_old_ones_delete() -> None:
+    # Raft applies in log order: a broker that applied the new stream's creation
+    # has applied the delete before it, so no old partition of the same name (on
+    # the same NATS subjects) still takes the new stream's messages there.
+    s = state(cursor_partitions=1, metadata_delay=60)
+    create(s, "a", partitions=2)
+    old = s.delete_stream("a")
+    create(s, "a", partitions=2)
+    new = s.streams["a"]
+    shared = set(_leaders(s, "a").values()) & {p.leader for p in old.partitions.values()}
+    assert shared  # the placement puts a new partition on an old leader
+    for broker in shared:
+        t = s.view_time(broker)
+        assert all(p.deleted_by(t) for p in old.partitions.values())
+        assert s.stream_view(broker, "a") is new
