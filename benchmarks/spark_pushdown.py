@@ -15,9 +15,16 @@ warm-up each; the best time of each is reported with the speed-up. A floor is ti
 in the same rounds: the same query over a Python data source that reads nothing and
 yields the same number of rows at once (what any pyspark Python data source query
 with pushdown costs: planning in Python processes, one of them for pushFilters, a
-task, a Python worker). Next to the pushed time: the CPU seconds nats-server spent in
-the pushed query's rounds (fewest and most), what its filtered walk costs; it needs the
-server's pid (the benchmark's own server, or ``--server-pid`` with ``--nats-url``).
+task, a Python worker). A control is timed in the same rounds too: the same pushed
+query, with as many partitions as Spark planned for it, of a second stream that holds
+only the rows it selects (the same subjects and payloads: the 1% matching the subject,
+or the newest 1% with the time bound at the first of them), so that nats-server walks
+nothing it does not send: the best this reader can do, whatever the server. The control
+less the floor is the reader's own cost; the pushed time less the control, what the
+rest of the stream costs the server. Next to the pushed time: the CPU seconds
+nats-server spent in the pushed query's rounds (fewest and most), what its filtered
+walk costs; it needs the server's pid (the benchmark's own server, or ``--server-pid``
+with ``--nats-url``).
 
     python benchmarks/spark_pushdown.py                  # 1M messages, 100 subjects
     python benchmarks/spark_pushdown.py --count 200000   # a quicker run
@@ -42,6 +49,11 @@ from aioclients import jetstream
 from aioclients.testing import NatsServer
 
 STREAM = "SPARK_PUSHDOWN_BENCH"
+#: The controls: streams of only what a query selects, stored under the main
+#: stream's subjects (a subject transform) so that their rows are the same.
+SUBJECT_CONTROL = "SPARK_PUSHDOWN_CONTROL_SUBJECT"
+TIME_CONTROL = "SPARK_PUSHDOWN_CONTROL_TIME"
+ONE = 42  # the subject query's subject: pushbench.42
 
 
 def floor_source(rows: int) -> type:
@@ -86,13 +98,17 @@ def floor_source(rows: int) -> type:
     return FloorSource
 
 
-async def fill(url: str, count: int, subjects: int, storage: str, payload: bytes) -> str:
-    """Fill the stream; return the time of the message at 99% (for the time query)."""
+async def fill(
+    url: str, count: int, subjects: int, storage: str, payload: bytes
+) -> tuple[str, str]:
+    """Fill the stream and the controls; return the time of the message at 99% (for
+    the time query) and of the time control's first message."""
     async with await jetstream.connect(url, timeout=30) as js:
-        try:
-            await js.delete_stream(STREAM)
-        except jetstream.StreamNotFoundError:
-            pass
+        for name in (STREAM, SUBJECT_CONTROL, TIME_CONTROL):
+            try:
+                await js.delete_stream(name)
+            except jetstream.StreamNotFoundError:
+                pass
         await js.create_stream(STREAM, subjects=["pushbench.>"], storage=storage, allow_direct=True)
         start = time.perf_counter()
         for i in range(count):
@@ -100,12 +116,39 @@ async def fill(url: str, count: int, subjects: int, storage: str, payload: bytes
         await js.publish_async_complete(timeout=300)
         print(f"filled {count} messages in {time.perf_counter() - start:.1f}s", flush=True)
         stream = await js.stream(STREAM)
-        cut = (await stream.direct_get(count - count // 100 + 1)).time
-    return cut.astimezone(timezone.utc).replace(tzinfo=None).isoformat(sep=" ")
+        newest = count - count // 100  # the index of the first of the newest 1%
+        cut = (await stream.direct_get(newest + 1)).time
+        controls = (
+            (SUBJECT_CONTROL, "pushctl.subject", range(ONE, count, subjects)),
+            (TIME_CONTROL, "pushctl.time", range(newest, count)),
+        )
+        for name, prefix, indexes in controls:
+            await js.create_stream(
+                name,
+                subjects=[f"{prefix}.>"],
+                subject_transform={"src": f"{prefix}.>", "dest": "pushbench.>"},
+                storage=storage,
+                allow_direct=True,
+            )
+            for i in indexes:
+                await js.publish_async(f"{prefix}.{i % subjects}", payload)
+            await js.publish_async_complete(timeout=300)
+        control_cut = (await (await js.stream(TIME_CONTROL)).direct_get(1)).time
+    return _sql_time(cut), _sql_time(control_cut)
+
+
+def _sql_time(when: datetime) -> str:
+    return when.astimezone(timezone.utc).replace(tzinfo=None).isoformat(sep=" ")
 
 
 def measure(
-    url: str, count: int, subjects: int, cut: str, rounds: int, master: str, server_pid: int | None
+    url: str,
+    count: int,
+    subjects: int,
+    cuts: tuple[str, str],
+    rounds: int,
+    master: str,
+    server_pid: int | None,
 ) -> None:
     from pyspark.sql import SparkSession
 
@@ -124,24 +167,38 @@ def measure(
     spark.sparkContext.setLogLevel("ERROR")
     register_data_sources(spark)
     spark.dataSource.register(floor_source(count // 100))
-    one = "pushbench.42"
+    one = f"pushbench.{ONE}"
+    cut, control_cut = cuts
+    # name: (pushed, not pushed, rows expected, control stream, the control's query)
     queries = {
         "one subject of 100": (
             f"subject = '{one}'",
             f"concat(subject, '') = '{one}'",
-            count // subjects + (1 if 42 < count % subjects else 0),
+            count // subjects + (1 if ONE < count % subjects else 0),
+            SUBJECT_CONTROL,
+            f"subject = '{one}'",
         ),
         "timestamp >= newest 1%": (
             f"timestamp >= timestamp'{cut}'",
             f"timestamp + interval 0 seconds >= timestamp'{cut}'",
             None,
+            TIME_CONTROL,
+            f"timestamp >= timestamp'{control_cut}'",
         ),
     }
 
-    def timed(where: str, fmt: str = "jetstream") -> tuple[float, int]:
+    def load(where: str, fmt: str, stream: str, options: dict[str, str]) -> Any:
+        reader = spark.read.format(fmt).option("servers", url).option("stream", stream)
+        return reader.options(**options).load().where(where)  # a fresh DataFrame per query
+
+    def timed(
+        where: str,
+        fmt: str = "jetstream",
+        stream: str = STREAM,
+        options: dict[str, str] | None = None,
+    ) -> tuple[float, int]:
         nonlocal server_seconds
-        df = spark.read.format(fmt).option("servers", url)
-        df = df.option("stream", STREAM).load().where(where)  # a fresh DataFrame per query
+        df = load(where, fmt, stream, options or {})
         at_server = server_cpu(server_pid)
         start = time.perf_counter()
         rows = df.count()
@@ -154,11 +211,16 @@ def measure(
     floor = "sequence >= 0"
     results = {}
     try:
-        for name, (pushed, plain, expected) in queries.items():
+        for name, (pushed, plain, expected, control_stream, control_where) in queries.items():
+            # The control is read in as many partitions as the pushed query (a small
+            # read would get fewer): the same plan, less the server's walk.
+            parts = load(pushed, "jetstream", STREAM, {}).rdd.getNumPartitions()
+            control = {"numPartitions": str(parts)}
             timed(pushed)  # warm-up: starts the Python workers
             timed(plain)
+            timed(control_where, stream=control_stream, options=control)
             timed(floor, "pushbench_floor")
-            best_pushed = best_plain = best_floor = float("inf")
+            best_pushed = best_plain = best_control = best_floor = float("inf")
             server: list[float] = []
             for _ in range(rounds):
                 seconds, rows_pushed = timed(pushed)
@@ -166,23 +228,46 @@ def measure(
                 server.append(server_seconds)
                 seconds, rows_plain = timed(plain)
                 best_plain = min(best_plain, seconds)
+                seconds, rows_control = timed(control_where, stream=control_stream, options=control)
+                best_control = min(best_control, seconds)
                 best_floor = min(best_floor, timed(floor, "pushbench_floor")[0])
-                if rows_pushed != rows_plain or (expected is not None and rows_pushed != expected):
-                    raise SystemExit(f"{name}: {rows_pushed} rows pushed, {rows_plain} not")
-            results[name] = (rows_pushed, best_plain, best_pushed, best_floor, server)
+                if (
+                    rows_pushed != rows_plain
+                    or rows_control != rows_pushed
+                    or (expected is not None and rows_pushed != expected)
+                ):
+                    raise SystemExit(
+                        f"{name}: {rows_pushed} rows pushed, {rows_plain} not, "
+                        f"{rows_control} in the control"
+                    )
+            results[name] = (
+                rows_pushed,
+                parts,
+                best_plain,
+                best_pushed,
+                best_control,
+                best_floor,
+                server,
+            )
     finally:
         spark.stop()
     print(f"\n{count} messages over {subjects} subjects, {master}, best of {rounds} rounds")
     print(
-        f"{'query':<24} {'rows':>7} {'not pushed':>11} {'pushed':>8} {'speed-up':>9} {'floor':>7}"
-        f" {'server CPU':>12}"
+        f"{'query':<24} {'rows':>7} {'parts':>5} {'not pushed':>11} {'pushed':>8}"
+        f" {'speed-up':>9} {'control':>8} {'floor':>7} {'server CPU':>12}"
     )
-    for name, (rows, plain_s, pushed_s, floor_s, server) in results.items():
+    for name, (rows, parts, plain_s, pushed_s, control_s, floor_s, server) in results.items():
         ratio = plain_s / pushed_s
         print(
-            f"{name:<24} {rows:>7} {plain_s:>10.2f}s {pushed_s:>7.2f}s {ratio:>8.1f}x "
-            f"{floor_s:>6.2f}s {min(server):>5.2f}-{max(server):.2f}s"
+            f"{name:<24} {rows:>7} {parts:>5} {plain_s:>10.2f}s {pushed_s:>7.2f}s "
+            f"{ratio:>8.1f}x {control_s:>7.2f}s {floor_s:>6.2f}s "
+            f"{min(server):>5.2f}-{max(server):.2f}s"
         )
+    print("parts: the partitions Spark planned for the pushed query (and the control)")
+    print(
+        "control: the pushed query over a stream of only the rows it selects "
+        "(the server walks nothing else)"
+    )
     print(
         "floor: the same count over a Python data source that pushes nothing and yields "
         "its rows at once"
@@ -206,17 +291,23 @@ def main() -> None:
     started = datetime.now(timezone.utc)
     if args.nats_url:
         payload = b"x" * args.payload
-        cut = run_async(fill(args.nats_url, args.count, args.subjects, args.storage, payload))
+        cuts = run_async(fill(args.nats_url, args.count, args.subjects, args.storage, payload))
         measure(
-            args.nats_url, args.count, args.subjects, cut, args.rounds, args.master, args.server_pid
+            args.nats_url,
+            args.count,
+            args.subjects,
+            cuts,
+            args.rounds,
+            args.master,
+            args.server_pid,
         )
     else:
         with NatsServer() as server:
             payload = b"x" * args.payload
-            cut = run_async(fill(server.url, args.count, args.subjects, args.storage, payload))
+            cuts = run_async(fill(server.url, args.count, args.subjects, args.storage, payload))
             assert server._proc is not None
             pid = server._proc.pid
-            measure(server.url, args.count, args.subjects, cut, args.rounds, args.master, pid)
+            measure(server.url, args.count, args.subjects, cuts, args.rounds, args.master, pid)
     print(f"(run took {(datetime.now(timezone.utc) - started).total_seconds():.0f}s)")
 
 

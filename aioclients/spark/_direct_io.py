@@ -392,10 +392,12 @@ async def read_sequence_range(
     matching the filter); the caller drops those rows. ``matching`` (how many
     messages of the range match ``subject``, see :func:`count_in_range`) sizes the
     requests of a filtered read, which the server would otherwise fill with matches
-    from beyond the range; once that many have come, single-message requests (growing
-    while matches still come: the count is a hint, taken while the stream may change)
-    find the range's end. The request for the next batch is sent before the current
-    one is yielded.
+    from beyond the range. The request that should end the range asks for one message
+    more: when the count is right, that one is the first match past ``last`` (or there
+    is none), and the read ends without another request. Once the count is used up
+    short of ``last`` (it is a hint, taken while the stream may change), single-message
+    requests, growing while matches still come, find the range's end. The request for
+    the next batch is sent before the current one is yielded.
     """
     if first > last:
         return
@@ -408,7 +410,7 @@ async def read_sequence_range(
         if left is None:
             return wanted
         if left > 0:
-            return min(wanted, left)
+            return min(wanted, left + 1)
         ask, probe = probe, probe * 2
         return min(wanted, ask)
 

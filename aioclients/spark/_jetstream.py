@@ -2,9 +2,10 @@
 
 Theory of operation (pyspark's Python Data Source API, ``pyspark.sql.datasource``):
 
-- Planning runs in a Python process next to the driver: the reader looks up the
-  stream once (``aioclients.jetstream``), checks ``allow_direct``, and splits the
-  sequence range into :class:`SequenceRange` partitions. Everything ``read()``
+- Planning runs in a Python process next to the driver: ``partitions()`` looks up
+  the stream once (``aioclients.jetstream``; pushed time bounds' Direct Get
+  ``start_time`` lookups on the same connection), checks ``allow_direct``, and splits
+  the sequence range into :class:`SequenceRange` partitions. Everything ``read()``
   needs travels inside the partition (it is pickled to the executors, where
   another process, with another reader instance, does the reading). The reading
   half (partitions, the Direct Get passes) is :mod:`aioclients.spark._stream_read`.
@@ -102,9 +103,9 @@ from aioclients.spark._stream_read import (
     ReadConfig,
     SequenceRange,
     StreamBounds,
+    bounds_and_times,
     check_options,
     expected_rows,
-    first_at_or_after,
     read_partition,
     run,
     split_range,
@@ -216,14 +217,15 @@ class JetStreamBatchReader(DataSourceReader):
         self.start = start if isinstance(start, int) else None
         self.end = end if isinstance(end, int) else None
         self.fail_on_data_loss = opts.boolean(FAIL_ON_DATA_LOSS, default=True)
-        self.bounds = run(stream_bounds(self.config))
         # What pushFilters (a subclass) leaves to the server; everything by default.
         self.selection = JetStreamSelection()
 
     def partitions(self) -> list[SequenceRange]:
         config = self.config
-        first, last = self.bounds.first, self.bounds.last
-        found = run(first_at_or_after(config, self.selection.time_lookups()))
+        # The stream is looked up here, not in __init__: with the times pushFilters
+        # asks for, on one connection (Spark plans in the process that made the reader).
+        bounds, found = run(bounds_and_times(config, self.selection.time_lookups()))
+        first, last = bounds.first, bounds.last
         plan = self.selection.read(
             subject=config.subject,
             start=self.start,
@@ -257,7 +259,9 @@ class JetStreamBatchReader(DataSourceReader):
         ranges = [] if plan.empty else split_range(lo, plan.last, parts)
         # An empty range still needs one partition: with none, Spark plans its own.
         return [
-            SequenceRange(config, a, b, subjects=plan.subjects, residual=plan.residual)
+            SequenceRange(
+                config, a, b, subjects=plan.subjects, residual=plan.residual, to_end=b >= last
+            )
             for a, b in ranges or [(1, 0)]
         ]
 

@@ -43,9 +43,9 @@ __all__ = (
     "ReadConfig",
     "SequenceRange",
     "StreamBounds",
+    "bounds_and_times",
     "check_options",
     "expected_rows",
-    "first_at_or_after",
     "keep_selected",
     "nats_tls",
     "read_partition",
@@ -90,7 +90,9 @@ class SequenceRange(InputPartition):
     ``subjects``: the subject filters to read one after the other (pushed filters
     and the ``subject`` option together; ``None``: the option alone). ``residual``:
     the pushed selection, when rows must be checked against it as they are read
-    (time bounds, ``IN`` lists).
+    (time bounds, ``IN`` lists). ``to_end``: ``last`` was the stream's last sequence
+    when the read was planned, so a filtered pass reads up to the stream's end
+    without first counting its matches (see :func:`_read_pass`).
     """
 
     config: ReadConfig
@@ -98,6 +100,7 @@ class SequenceRange(InputPartition):
     last: int
     subjects: tuple[str | None, ...] | None = None
     residual: JetStreamSelection | None = None
+    to_end: bool = False
 
 
 def split_range(first: int, last: int, parts: int) -> list[tuple[int, int]]:
@@ -153,6 +156,16 @@ class StreamBounds:
 
 async def stream_bounds(config: ReadConfig) -> StreamBounds:
     """The stream's first and last sequence; checks that it exists and allows Direct Get."""
+    bounds, _ = await bounds_and_times(config, [])
+    return bounds
+
+
+async def bounds_and_times(
+    config: ReadConfig, times: list[int]
+) -> tuple[StreamBounds, dict[int, int | None]]:
+    """:func:`stream_bounds`, and the sequence of the first message stored at or after
+    each of ``times`` (microseconds; ``None``: none), on one connection: a batch read
+    is planned with one connect and one stream lookup, whatever its filters."""
     try:
         js = await jetstream.connect(
             list(config.servers), timeout=min(config.timeout, 10.0), **nats_tls(config.tls)
@@ -182,26 +195,14 @@ async def stream_bounds(config: ReadConfig) -> StreamBounds:
                 f"(nats CLI: nats stream edit {config.stream} --allow-direct)",
             )
         created = info.created.isoformat() if info.created is not None else None
-        return StreamBounds(info.state.first_seq, info.state.last_seq, created)
-
-
-async def first_at_or_after(config: ReadConfig, times: list[int]) -> dict[int, int | None]:
-    """The sequence of the first message stored at or after each time (microseconds)."""
-    found: dict[int, int | None] = {}
-    if not times:
-        return found
-    js = await jetstream.connect(
-        list(config.servers), timeout=min(config.timeout, 10.0), **nats_tls(config.tls)
-    )
-    async with js:
-        stream = await js.stream(config.stream)
+        found: dict[int, int | None] = {}
         for micros in times:
             when = _EPOCH + timedelta(microseconds=micros)
             try:
                 found[micros] = (await stream.direct_get(start_time=when)).seq
             except jetstream.MessageNotFoundError:
                 found[micros] = None
-    return found
+        return StreamBounds(info.state.first_seq, info.state.last_seq, created), found
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -286,9 +287,13 @@ def _read_pass(
     """One subject filter's messages in the partition's range."""
     config = partition.config
     matching = None
-    if subject is not None:
+    if subject is not None and not partition.to_end:
         # How many match in the range, so that no request reaches far past it (the
-        # server fills a filtered batch from wherever the matches are).
+        # server fills a filtered batch from wherever the matches are). A range that
+        # ends where the stream ended when planned needs no count (two requests, and
+        # the server scans a file block for the one from mid-stream): past its end
+        # there is nothing to walk but what was stored since, and those rows are
+        # dropped like any past ``last``.
         matching = loop.run_until_complete(
             count_in_range(conn, config.stream, subject, partition.first, partition.last)
         )

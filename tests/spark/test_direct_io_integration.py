@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import socket
+from typing import Any
 
 import pytest
 
@@ -140,6 +141,35 @@ async def test_a_counted_filter_asks_for_no_more_than_the_range_holds(
     # A count that is too low costs requests, never rows.
     low: list[int] = []
     assert await _read(url, filled, 1, 99, low, subject=subject, matching=3) == expected
+
+
+async def test_a_right_count_ends_a_filtered_read_in_one_request(
+    nats_server: object, filled: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request that should end the range asks for one match more, the first past
+    the range: no request of one message to find the end."""
+    url = nats_server.url  # type: ignore[attr-defined]
+    subject = f"{filled}.1"
+    expected = [s for s in range(1, 100, 3) if s != 7]  # 1, 4, ... 97 of 1..99
+    sizes: list[int] = []
+    request = DirectGetConnection.request
+
+    def recorded(self: DirectGetConnection, stream: str, **kw: Any) -> Any:
+        sizes.append(kw["batch"])
+        return request(self, stream, **kw)
+
+    monkeypatch.setattr(DirectGetConnection, "request", recorded)
+    got = await _read(url, filled, 1, 99, subject=subject, batch_size=1000, matching=33)
+    assert (got, sizes) == (expected, [34])
+    sizes.clear()
+    assert await _read(url, filled, 1, 99, subject=subject, batch_size=20, matching=33) == expected
+    assert sizes == [20, 14]
+    sizes.clear()
+    # Nothing matches past the range: the stream's end ends the read.
+    tail = list(range(202, 251, 3))  # 202, 205, ... 250
+    got = await _read(url, filled, 200, 260, subject=subject, batch_size=1000, matching=17)
+    assert got == tail
+    assert sizes == [len(tail) + 1]
 
 
 def test_read_partition_yields_columns_and_headers(nats_server: object, filled: str) -> None:

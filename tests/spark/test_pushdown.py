@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 from _everywhere import check_jetstream_pushdown, check_liftbridge_pushdown, pushed_filters
-from pyspark.sql.datasource import EqualTo, In, LessThanOrEqual
+from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThanOrEqual
 
 from aioclients import jetstream
-from aioclients.spark import _jetstream, register_data_sources
+from aioclients.spark import _jetstream, _stream_read, register_data_sources
 from aioclients.spark._jetstream import JetStreamPushdownReader, SequenceRange, read_partition
 from aioclients.spark._protocol import _partitions
 from aioclients.spark._pushdown import CONF
@@ -181,6 +181,96 @@ async def test_a_narrow_selection_over_a_wide_range_is_split_by_the_servers_walk
     )
     narrow = LessThanOrEqual(("sequence",), 400)
     assert len(await asyncio.to_thread(plan, subject, narrow, parallelism=8)) == 1
+
+
+async def test_only_ranges_that_end_before_the_streams_end_count_their_matches(
+    js: jetstream.JetStream,
+    nats_server: Any,
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A filtered pass counts its range's matches so that no request reaches past the
+    range; the range that ends at the stream's end (when planned) has nothing past it
+    and reads without the count, two requests fewer. Rows stored after planning are not
+    read, and the partitions yield exactly the rows of one."""
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"], allow_direct=True)
+    for i in range(2_000):
+        await js.publish_async(f"{unique_name}.{i % 100}", str(i).encode())
+    await js.publish_async_complete(timeout=60)
+    monkeypatch.setattr(_partitions, "WALK_PER_PARTITION", 500)
+    counted: list[tuple[int, int]] = []
+    count_in_range = _stream_read.count_in_range
+
+    async def counting(conn: Any, stream: str, subject: str, first: int, last: int) -> int:
+        counted.append((first, last))
+        return await count_in_range(conn, stream, subject, first, last)
+
+    monkeypatch.setattr(_stream_read, "count_in_range", counting)
+    given = {"servers": nats_server.url, "stream": unique_name}
+
+    def plan(*filters: Any, **options: str) -> list[SequenceRange]:
+        reader = JetStreamPushdownReader({**given, **options}, 4)
+        assert reader.pushFilters(list(filters)) == []
+        return reader.partitions()
+
+    def read(partitions: list[SequenceRange]) -> list[int]:
+        return [s for p in partitions for b in read_partition(p) for s in b["sequence"].to_pylist()]
+
+    subject = EqualTo(("subject",), f"{unique_name}.42")
+    split = await asyncio.to_thread(plan, subject)
+    assert [(p.first, p.last, p.to_end) for p in split] == [
+        (1, 500, False),
+        (501, 1000, False),
+        (1001, 1500, False),
+        (1501, 2000, True),
+    ]
+    for i in range(2_000, 2_300):  # stored after planning: not read
+        await js.publish_async(f"{unique_name}.{i % 100}", str(i).encode())
+    await js.publish_async_complete(timeout=60)
+    assert await asyncio.to_thread(read, split) == list(range(43, 2_001, 100))
+    assert counted == [(1, 500), (501, 1000), (1001, 1500)]
+    counted.clear()
+    # Ending before the stream's end (an option, or a pushed bound): counted.
+    bounded = await asyncio.to_thread(plan, subject, endSequence="2000")
+    assert not any(p.to_end for p in bounded)
+    assert await asyncio.to_thread(read, bounded) == list(range(43, 2_001, 100))
+    assert sorted(counted) == [(p.first, p.last) for p in bounded]
+    one = await asyncio.to_thread(plan, subject, numPartitions="1")
+    assert [(p.first, p.last, p.to_end) for p in one] == [(1, 2_300, True)]
+    assert await asyncio.to_thread(read, one) == list(range(43, 2_301, 100))
+
+
+async def test_a_time_bound_is_planned_on_the_connection_that_looks_the_stream_up(
+    js: jetstream.JetStream,
+    nats_server: Any,
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planning a pushed ``timestamp >=`` read connects once: the stream lookup and the
+    Direct Get ``start_time`` lookup share it."""
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"], allow_direct=True)
+    for i in range(100):
+        await js.publish_async(f"{unique_name}.{i % 2}", b"x")
+    await js.publish_async_complete(timeout=60)
+    cut = (await (await js.stream(unique_name)).direct_get(91)).time
+    connects: list[object] = []
+    connect = jetstream.connect
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        connects.append(args)
+        return await connect(*args, **kwargs)
+
+    monkeypatch.setattr(_stream_read.jetstream, "connect", counting)
+
+    def plan() -> list[SequenceRange]:
+        given = {"servers": nats_server.url, "stream": unique_name}
+        reader = JetStreamPushdownReader(given, 2)
+        assert reader.pushFilters([GreaterThanOrEqual(("timestamp",), cut)]) == []
+        return reader.partitions()
+
+    partitions = await asyncio.to_thread(plan)
+    assert len(connects) == 1
+    assert [(p.first, p.last) for p in partitions] == [(91, 100)]
 
 
 def test_a_session_that_registers_the_class_itself_reads_as_before(
