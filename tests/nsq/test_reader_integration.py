@@ -10,6 +10,7 @@ own when AIOCLIENTS_TEST_NSQ_BIN_DIR names the binaries.
 from __future__ import annotations
 
 import asyncio
+import gc
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,7 +18,15 @@ from typing import Any
 
 import pytest
 
-from aioclients.nsq import HTTPProducer, Message, NSQError, Producer, Reader
+from aioclients.nsq import (
+    HTTPProducer,
+    Message,
+    NSQConnectError,
+    NSQError,
+    Producer,
+    Reader,
+    _producer,
+)
 from tests.nsq.nsq_processes import BIN_DIR_ENV, nsq_bin_dir, nsqd_server
 
 WaitFor = Callable[..., Awaitable[None]]
@@ -370,6 +379,38 @@ async def test_tls_and_auth(nsqd_factory: Any) -> None:
         async with Producer(server.tcp_address, tls=client_ctx, auth_secret="wrong") as p:
             await p.publish(topic, b"x")
     assert err.value.code in ("E_AUTH_FAILED", "E_UNAUTHORIZED")
+
+
+async def test_a_failed_tls_handshake_leaves_no_unretrieved_future(
+    nsqd_factory: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """nsqd's certificate is not trusted: the publish fails with NSQConnectError, and
+    the loss of the connection, reported after that, finds no handshake waiter to fail
+    (asyncio would log "Future exception was never retrieved")."""
+    trustme = pytest.importorskip("trustme")
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    trustme.CA().issue_cert("127.0.0.1").configure_cert(server_ctx)
+    untrusting_ctx = ssl.create_default_context()
+    trustme.CA().configure_trust(untrusting_ctx)  # another CA
+    server = await nsqd_factory(tls=server_ctx)
+    opened: list[_producer.NsqdConnection] = []
+
+    class RecordedConnection(_producer.NsqdConnection):
+        async def open(self, timeout: float) -> None:
+            opened.append(self)
+            await super().open(timeout)
+
+    monkeypatch.setattr(_producer, "NsqdConnection", RecordedConnection)
+    producer = Producer(server.tcp_address, tls=untrusting_ctx)
+    with pytest.raises(NSQConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        await producer.publish(topic_name(), b"x")
+    await producer.close()
+    [conn] = opened
+    await asyncio.wait_for(conn.wait_closed(), 10)
+    del conn
+    opened.clear()
+    gc.collect()
+    assert "never retrieved" not in caplog.text
 
 
 async def test_old_lookupd_answer_shape_is_understood(nsqd: Any) -> None:
