@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from aioclients.testing import NsqdEmulator
-from tests.nsq.nsq_processes import is_real, nsq_bin_dir, nsqd_server
+from tests.nsq.nsq_processes import is_real, nsq_bin_dir, nsqd_server, tls_server_context
 
 # REQ / DPUB / msg_timeout timers: a real nsqd scans a NEW channel's timers only after
 # its queue-scan list refresh (every 5 s), so they may fire ~5 s late there.
@@ -700,8 +700,7 @@ async def test_auth_when_disabled(conn: Raw) -> None:
 async def test_tls_upgrade_after_identify() -> None:
     trustme = pytest.importorskip("trustme")
     ca = trustme.CA()
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    server_ctx = tls_server_context(ca.issue_cert("127.0.0.1"))
     client_ctx = ssl.create_default_context()
     ca.configure_trust(client_ctx)
     async with nsqd_server(tls=server_ctx) as nsqd:
@@ -722,8 +721,7 @@ async def test_tls_upgrade_after_identify() -> None:
 async def test_tls_then_deflate() -> None:
     trustme = pytest.importorskip("trustme")
     ca = trustme.CA()
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    server_ctx = tls_server_context(ca.issue_cert("127.0.0.1"))
     client_ctx = ssl.create_default_context()
     ca.configure_trust(client_ctx)
     async with nsqd_server(tls=server_ctx) as nsqd:
@@ -742,8 +740,7 @@ async def test_tls_then_deflate() -> None:
 
 async def test_tls_required_refuses_commands_before_the_upgrade() -> None:
     trustme = pytest.importorskip("trustme")
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    trustme.CA().issue_cert("127.0.0.1").configure_cert(server_ctx)
+    server_ctx = tls_server_context(trustme.CA().issue_cert("127.0.0.1"))
     async with nsqd_server(tls=server_ctx, tls_required=True) as nsqd:
         raw = await Raw.connect(nsqd.tcp_address)
         raw.command(b"PUB t", b"x")
