@@ -373,7 +373,8 @@ class NsqdServer:
         if patterns is not self._auth_source:
             self._auth_source = patterns
             self._auth_patterns = [re.compile(p) for p in patterns]
-        return any(p.fullmatch(topic) for p in self._auth_patterns)
+        # nsqd matches an authorization's topic unanchored (Go's MatchString)
+        return any(p.search(topic) for p in self._auth_patterns)
 
     def injected_failure(self, command: str) -> None:
         """Raise the failure :meth:`fail_next` asked for, if one is left for ``command``."""
@@ -991,6 +992,9 @@ class _NsqdConnection(asyncio.Protocol):
             raise ClientError("E_AUTH_DISABLED", "AUTH disabled")
         if secret != options.auth_secret.encode():
             raise ClientError("E_AUTH_FAILED", "AUTH failed")
+        if options.auth_topics is not None and not options.auth_topics:
+            # what nsqd says when the auth server grants no authorization
+            raise ClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
         self.authed = True
         answer = {
             "identity": options.auth_identity,

@@ -688,6 +688,31 @@ async def test_auth_restricted_to_topics() -> None:
         await raw.close()
 
 
+async def test_auth_topic_patterns_match_anywhere_in_the_name() -> None:
+    """nsqd matches an authorization's topic regex unanchored (Go's MatchString):
+    "allowed" lets "allowed2" and "xallowedx" through; "^allowed$" only "allowed"."""
+    async with nsqd_server(auth_secret="s", auth_topics=["allowed", "^exact$"]) as nsqd:
+        raw = await Raw.connect(nsqd.tcp_address)
+        raw.command(b"AUTH", b"s")
+        assert json.loads(await raw.response())["permission_count"] == 2
+        for topic in (b"allowed2", b"xallowedx", b"exact"):
+            raw.command(b"PUB " + topic, b"x")
+            assert await raw.response() == b"OK"
+        raw.command(b"PUB exact2", b"x")
+        assert await raw.error() == b'E_UNAUTHORIZED AUTH failed for PUB on "exact2" ""'
+        assert await raw.closed()
+        await raw.close()
+
+
+async def test_auth_with_no_authorizations_is_refused() -> None:
+    async with nsqd_server(auth_secret="s", auth_topics=[]) as nsqd:
+        raw = await Raw.connect(nsqd.tcp_address)
+        raw.command(b"AUTH", b"s")
+        assert await raw.error() == b"E_UNAUTHORIZED AUTH no authorizations found"
+        assert await raw.closed()
+        await raw.close()
+
+
 async def test_auth_when_disabled(conn: Raw) -> None:
     conn.command(b"AUTH", b"x")
     assert await conn.error() == b"E_AUTH_DISABLED AUTH disabled"
