@@ -470,6 +470,16 @@ class NsqdServer:
         self, topic: str | None = None, channel: str | None = None, include_clients: bool = True
     ) -> dict[str, Any]:
         """The document ``/stats?format=json`` answers with (without ``memory``)."""
+        if topic and topic not in self.state.topics:
+            # nsqd returns its empty Stats: both lists are nil, JSON null
+            # (nsqd/stats.go:119-124)
+            return {
+                "version": NSQ_VERSION,
+                "health": "OK",
+                "start_time": self.start_time,
+                "topics": None,
+                "producers": None,
+            }
         topics = []
         for t in sorted(self.state.topics.values(), key=lambda t: t.name):
             if topic and t.name != topic:

@@ -366,7 +366,8 @@ class NsqdEmulator:
             include_clients: list the clients of each channel and the producers.
 
         Returns:
-            ``{"version", "health", "start_time", "topics", "producers"}`` shaped as nsqd's.
+            ``{"version", "health", "start_time", "topics", "producers"}`` shaped as nsqd's;
+            as in nsqd, ``"topics"`` is ``None`` when ``topic`` names no topic.
         """
         return self._server.stats(topic, channel, include_clients)
 

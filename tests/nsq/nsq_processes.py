@@ -298,7 +298,7 @@ class RealNsqd:
         return sorted(t["topic_name"] for t in self.stats()["topics"])
 
     def channel_names(self, topic: str) -> list[str]:
-        for t in self.stats(topic)["topics"]:
+        for t in self.stats(topic)["topics"] or ():  # null: nsqd has no such topic
             if t["topic_name"] == topic:
                 return sorted(c["channel_name"] for c in t["channels"])
         return []

@@ -208,6 +208,22 @@ async def test_stats_without_memory_or_clients(
     assert doc["topics"][0]["channels"][0]["clients"] is None
 
 
+async def test_stats_of_a_topic_nsqd_does_not_have(
+    emulator: NsqdEmulator, http: aiohttp.ClientSession
+) -> None:
+    """A missing topic gives ``"topics": null`` (nsqd returns before making the list),
+    a missing channel of a present topic ``"topics": []``."""
+    emulator.create_topic("s", "c")
+    base = f"http://{emulator.http_address}/stats?format=json&include_mem=false"
+    _, doc, _ = await call(http, "GET", f"{base}&topic=nope")
+    assert (doc["topics"], doc["producers"]) == (None, None)
+    assert emulator.stats(topic="nope")["topics"] is None
+    _, doc, _ = await call(http, "GET", f"{base}&topic=s&channel=nope")
+    assert doc["topics"] == []
+    _, doc, _ = await call(http, "GET", f"{base}&topic=s")
+    assert [t["topic_name"] for t in doc["topics"]] == ["s"]
+
+
 async def test_stats_lists_consumers_and_producers(
     emulator: NsqdEmulator, http: aiohttp.ClientSession
 ) -> None:
