@@ -527,7 +527,7 @@ class NsqdServer:
             )
         producers = None
         if include_clients:
-            producers = [c.stats() for c in self._connections if c.pub_counts] or None
+            producers = [c.stats(topic) for c in self._connections if c.pub_counts] or None
         return {
             "version": NSQ_VERSION,
             "health": "OK",
@@ -1199,7 +1199,8 @@ class _NsqdConnection(asyncio.Protocol):
     def __repr__(self) -> str:
         return f"<nsqd client {self.remote_address}>"
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, topic: str | None = None) -> dict[str, Any]:
+        """This client in ``/stats``; ``pub_counts`` only for ``topic`` when given."""
         consumer = self.consumer
         out: dict[str, Any] = {
             "client_id": self.client_id,
@@ -1221,8 +1222,14 @@ class _NsqdConnection(asyncio.Protocol):
         if self.authed:
             out["authed"] = True
             out["auth_identity"] = self.options.auth_identity
-        if self.pub_counts:
-            out["pub_counts"] = [{"topic": t, "count": n} for t, n in self.pub_counts.items()]
+        # nsqd v1.3.0 lists one topic at most: clientV2.Stats breaks out of its loop
+        # after the first (nsqd/client_v2.go:297-306); Go's map order, here the first
+        # topic published. Left out when empty (omitempty).
+        counts = [
+            {"topic": t, "count": n} for t, n in self.pub_counts.items() if not topic or t == topic
+        ][:1]
+        if counts:
+            out["pub_counts"] = counts
         out.update(
             {
                 "tls": self.tls,
