@@ -231,7 +231,13 @@ class RealNsqd:
                     pytest.skip("needs the emulator: make the context with tls_server_context()")
                 (work / "cert.pem").write_bytes(pem[0])
                 (work / "key.pem").write_bytes(pem[1])
-                extra += [f"--tls-cert={work / 'cert.pem'}", f"--tls-key={work / 'key.pem'}"]
+                extra += [
+                    f"--tls-cert={work / 'cert.pem'}",
+                    f"--tls-key={work / 'key.pem'}",
+                    # with a certificate nsqd also serves HTTPS, by default on
+                    # 0.0.0.0:4152: a port of its own on loopback
+                    f"--https-address=127.0.0.1:{free_port()}",
+                ]
             elif key == "tls_required":
                 extra.append(f"--tls-required={'true' if value else 'false'}")
             else:
