@@ -80,7 +80,12 @@ def parse_error_frame(data: bytes) -> NSQError:
     """Turn the payload of an error frame into an :class:`NSQError`."""
     text = data.decode("utf-8", "replace")
     code, _, description = text.partition(" ")
-    return NSQError(code or "E_UNKNOWN", description)
+    hint = None
+    if description.endswith("(TLS required)"):
+        # nsqd --tls-required: every command but IDENTIFY before the TLS upgrade
+        # (nsqd/protocol_v2.go enforceTLSPolicy)
+        hint = "nsqd accepts only TLS clients: pass tls=True or an ssl.SSLContext"
+    return NSQError(code or "E_UNKNOWN", description, hint=hint)
 
 
 # nsqd's IDENTIFY refusals (nsqd/protocol_v2.go IDENTIFY and client_v2.go) and what to

@@ -373,7 +373,8 @@ class NsqdServer:
         if patterns is not self._auth_source:
             self._auth_source = patterns
             self._auth_patterns = [re.compile(p) for p in patterns]
-        return any(p.fullmatch(topic) for p in self._auth_patterns)
+        # nsqd matches an authorization's topic unanchored (Go's MatchString)
+        return any(p.search(topic) for p in self._auth_patterns)
 
     def injected_failure(self, command: str) -> None:
         """Raise the failure :meth:`fail_next` asked for, if one is left for ``command``."""
@@ -469,6 +470,16 @@ class NsqdServer:
         self, topic: str | None = None, channel: str | None = None, include_clients: bool = True
     ) -> dict[str, Any]:
         """The document ``/stats?format=json`` answers with (without ``memory``)."""
+        if topic and topic not in self.state.topics:
+            # nsqd returns its empty Stats: both lists are nil, JSON null
+            # (nsqd/stats.go:119-124)
+            return {
+                "version": NSQ_VERSION,
+                "health": "OK",
+                "start_time": self.start_time,
+                "topics": None,
+                "producers": None,
+            }
         topics = []
         for t in sorted(self.state.topics.values(), key=lambda t: t.name):
             if topic and t.name != topic:
@@ -516,7 +527,7 @@ class NsqdServer:
             )
         producers = None
         if include_clients:
-            producers = [c.stats() for c in self._connections if c.pub_counts] or None
+            producers = [c.stats(topic) for c in self._connections if c.pub_counts] or None
         return {
             "version": NSQ_VERSION,
             "health": "OK",
@@ -991,6 +1002,9 @@ class _NsqdConnection(asyncio.Protocol):
             raise ClientError("E_AUTH_DISABLED", "AUTH disabled")
         if secret != options.auth_secret.encode():
             raise ClientError("E_AUTH_FAILED", "AUTH failed")
+        if options.auth_topics is not None and not options.auth_topics:
+            # what nsqd says when the auth server grants no authorization
+            raise ClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
         self.authed = True
         answer = {
             "identity": options.auth_identity,
@@ -1185,7 +1199,8 @@ class _NsqdConnection(asyncio.Protocol):
     def __repr__(self) -> str:
         return f"<nsqd client {self.remote_address}>"
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, topic: str | None = None) -> dict[str, Any]:
+        """This client in ``/stats``; ``pub_counts`` only for ``topic`` when given."""
         consumer = self.consumer
         out: dict[str, Any] = {
             "client_id": self.client_id,
@@ -1207,8 +1222,14 @@ class _NsqdConnection(asyncio.Protocol):
         if self.authed:
             out["authed"] = True
             out["auth_identity"] = self.options.auth_identity
-        if self.pub_counts:
-            out["pub_counts"] = [{"topic": t, "count": n} for t, n in self.pub_counts.items()]
+        # nsqd v1.3.0 lists one topic at most: clientV2.Stats breaks out of its loop
+        # after the first (nsqd/client_v2.go:297-306); Go's map order, here the first
+        # topic published. Left out when empty (omitempty).
+        counts = [
+            {"topic": t, "count": n} for t, n in self.pub_counts.items() if not topic or t == topic
+        ][:1]
+        if counts:
+            out["pub_counts"] = counts
         out.update(
             {
                 "tls": self.tls,

@@ -57,7 +57,9 @@ class NsqdEmulator:
         auth_secret: when set, clients must AUTH with this secret (``auth_required``).
         auth_identity: the identity AUTH answers with.
         auth_topics: regular expressions of the topics an authenticated client may use
-            (all when ``None``); others get ``E_UNAUTHORIZED``.
+            (all when ``None``); others get ``E_UNAUTHORIZED``. As in nsqd, a pattern
+            matches anywhere in the name (anchor it with ``^...$``); an empty list
+            refuses AUTH itself (``E_UNAUTHORIZED AUTH no authorizations found``).
         tls: a server-side :class:`ssl.SSLContext`; enables the ``tls_v1`` upgrade.
         tls_required: refuse every command but IDENTIFY before TLS.
         max_rdy_count: the largest RDY a client may send.
@@ -364,7 +366,8 @@ class NsqdEmulator:
             include_clients: list the clients of each channel and the producers.
 
         Returns:
-            ``{"version", "health", "start_time", "topics", "producers"}`` shaped as nsqd's.
+            ``{"version", "health", "start_time", "topics", "producers"}`` shaped as nsqd's;
+            as in nsqd, ``"topics"`` is ``None`` when ``topic`` names no topic.
         """
         return self._server.stats(topic, channel, include_clients)
 

@@ -505,6 +505,20 @@ class _Api:
         self.lookupd._add_registration(("topic", topic, ""))
         return text_response(b"")
 
+    async def channel_delete(self, request: web.Request) -> web.Response:
+        topic = self._topic_arg(request)
+        if isinstance(topic, web.Response):
+            return topic
+        channel = request.query.get("channel")
+        if channel is None:
+            return nsq_error(400, "MISSING_ARG_CHANNEL")
+        if not is_valid_name(channel):
+            return nsq_error(400, "INVALID_ARG_CHANNEL")
+        self.lookupd._sync_direct()
+        if self.lookupd._db.pop(("channel", topic, channel), None) is None:
+            return nsq_error(404, "CHANNEL_NOT_FOUND")
+        return text_response(b"")
+
     async def tombstone(self, request: web.Request) -> web.Response:
         topic = request.query.get("topic")
         if topic is None:
@@ -532,6 +546,7 @@ async def _start_http(
     app.router.add_post("/topic/create", api.topic_create)
     app.router.add_post("/topic/delete", api.topic_delete)
     app.router.add_post("/channel/create", api.channel_create)
+    app.router.add_post("/channel/delete", api.channel_delete)
     app.router.add_post("/topic/tombstone", api.tombstone)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -134,15 +135,89 @@ _DURATION_FLAGS = {"msg_timeout": "--msg-timeout", "max_msg_timeout": "--max-msg
 _INT_FLAGS = {"max_rdy_count": "--max-rdy-count", "max_msg_size": "--max-msg-size"}
 
 
+def tls_server_context(cert: Any) -> ssl.SSLContext:
+    """A server-side context holding ``cert`` (a ``trustme`` LeafCert), for
+    ``nsqd_server(tls=...)``: the emulator uses the context, a real nsqd the PEM files
+    written from the certificate it remembers."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(context)
+    context.nsqd_pem = (  # type: ignore[attr-defined]
+        b"".join(blob.bytes() for blob in cert.cert_chain_pems),
+        cert.private_key_pem.bytes(),
+    )
+    return context
+
+
+class AuthServer:
+    """What nsqd's ``--auth-http-address`` asks (``GET /auth?secret=...``), answering as
+    the emulator's ``auth_secret`` / ``auth_identity`` / ``auth_topics`` do: the right
+    secret gets one authorization per topic pattern (every channel, publish and
+    subscribe), any other secret a 403 (nsqd then says ``E_AUTH_FAILED``)."""
+
+    def __init__(self, secret: str, identity: str, topics: list[str] | None) -> None:
+        self.secret = secret
+        self.identity = identity
+        self.topics = [".*"] if topics is None else topics
+        self.port = free_port()
+        self._runner: Any = None
+
+    async def _auth(self, request: Any) -> Any:
+        from aiohttp import web
+
+        if request.query.get("secret") != self.secret:
+            return web.json_response({"message": "NOT_AUTHORIZED"}, status=403)
+        return web.json_response(
+            {
+                "ttl": 3600,
+                "identity": self.identity,
+                "identity_url": "",
+                "authorizations": [
+                    {"topic": t, "channels": [".*"], "permissions": ["subscribe", "publish"]}
+                    for t in self.topics
+                ],
+            }
+        )
+
+    async def start(self) -> None:
+        from aiohttp import web
+
+        if self._runner is not None:
+            return
+        app = web.Application()
+        app.router.add_get("/auth", self._auth)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
 class RealNsqd:
     """A real nsqd started for one test, with what the byte-level tests use of
     :class:`NsqdEmulator`: addresses, ``publish``, ``stats``, ``channel_names``,
-    ``stop`` (SIGTERM) / ``start`` (same ports and data)."""
+    ``stop`` (SIGTERM) / ``start`` (same ports and data). ``auth_secret`` runs an
+    :class:`AuthServer` beside it; ``tls`` must come from :func:`tls_server_context`."""
 
     real = True
 
     def __init__(self, bin_dir: Path, work: Path, **kwargs: object) -> None:
+        import pytest
+
         extra: list[str] = []
+        self.auth: AuthServer | None = None
+        auth_keys = ("auth_secret", "auth_identity", "auth_topics")
+        auth = {key: kwargs.pop(key) for key in auth_keys if key in kwargs}
+        if auth.get("auth_secret") is not None:
+            topics = auth.get("auth_topics")
+            self.auth = AuthServer(
+                str(auth["auth_secret"]),
+                str(auth.get("auth_identity", "emulator")),
+                None if topics is None else list(topics),  # type: ignore[call-overload]
+            )
+            extra.append(f"--auth-http-address=127.0.0.1:{self.auth.port}")
         for key, value in kwargs.items():
             if key in _DURATION_FLAGS and isinstance(value, int | float):
                 extra.append(f"{_DURATION_FLAGS[key]}={round(value * 1000)}ms")
@@ -150,9 +225,22 @@ class RealNsqd:
                 extra.append(f"{_INT_FLAGS[key]}={value}")
             elif key == "snappy":
                 extra.append(f"--snappy={'true' if value else 'false'}")
+            elif key == "tls" and value is not None:
+                pem = getattr(value, "nsqd_pem", None)
+                if pem is None:
+                    pytest.skip("needs the emulator: make the context with tls_server_context()")
+                (work / "cert.pem").write_bytes(pem[0])
+                (work / "key.pem").write_bytes(pem[1])
+                extra += [
+                    f"--tls-cert={work / 'cert.pem'}",
+                    f"--tls-key={work / 'key.pem'}",
+                    # with a certificate nsqd also serves HTTPS, by default on
+                    # 0.0.0.0:4152: a port of its own on loopback
+                    f"--https-address=127.0.0.1:{free_port()}",
+                ]
+            elif key == "tls_required":
+                extra.append(f"--tls-required={'true' if value else 'false'}")
             else:
-                import pytest
-
                 pytest.skip(f"needs the emulator: nsqd has no {key}= the test can set")
         tcp, http = free_port(), free_port()
         data = work / "nsqd"
@@ -170,10 +258,18 @@ class RealNsqd:
         self.http_address = f"127.0.0.1:{http}"
 
     async def start(self) -> None:
+        if self.auth is not None:
+            await self.auth.start()
         await self.process.start()
 
     async def stop(self) -> None:
         await self.process.stop()
+
+    async def close(self) -> None:
+        """Kill nsqd and stop its auth server."""
+        await self.process.kill()
+        if self.auth is not None:
+            await self.auth.close()
 
     def _http(self, method: str, path: str, body: bytes | None = None) -> bytes:
         # Blocking on purpose: the emulator's helpers are synchronous; nsqd is another
@@ -208,7 +304,7 @@ class RealNsqd:
         return sorted(t["topic_name"] for t in self.stats()["topics"])
 
     def channel_names(self, topic: str) -> list[str]:
-        for t in self.stats(topic)["topics"]:
+        for t in self.stats(topic)["topics"] or ():  # null: nsqd has no such topic
             if t["topic_name"] == topic:
                 return sorted(c["channel_name"] for c in t["channels"])
         return []
@@ -231,7 +327,7 @@ async def nsqd_server(**kwargs: Any) -> AsyncIterator[Any]:
             await server.start()
             yield server
         finally:
-            await server.process.kill()
+            await server.close()
 
 
 def is_real(server: object) -> bool:

@@ -166,6 +166,20 @@ def test_sub_refused_raises_with_code() -> None:
     assert not err.value.settings_refused  # a SUB refusal is not about the IDENTIFY settings
 
 
+def test_tls_required_refusal_says_to_pass_tls() -> None:
+    """nsqd --tls-required refuses every command but IDENTIFY from a plain client
+    (nsqd/protocol_v2.go enforceTLSPolicy): the error says what to change."""
+    core = consumer()
+    core.receive_data(frame(0, b"OK"), 0.0)
+    answer = b"E_INVALID cannot SUB in current state (TLS required)"
+    with pytest.raises(NSQError) as err:
+        core.receive_data(frame(1, answer), 0.0)
+    assert (err.value.code, err.value.description) == ("E_INVALID", answer[10:].decode())
+    assert str(err.value).startswith(answer.decode() + " - ")
+    assert "pass tls=True or an ssl.SSLContext" in str(err.value)
+    assert not err.value.settings_refused
+
+
 @pytest.mark.parametrize(
     ("answer", "hint"),
     [

@@ -208,6 +208,22 @@ async def test_stats_without_memory_or_clients(
     assert doc["topics"][0]["channels"][0]["clients"] is None
 
 
+async def test_stats_of_a_topic_nsqd_does_not_have(
+    emulator: NsqdEmulator, http: aiohttp.ClientSession
+) -> None:
+    """A missing topic gives ``"topics": null`` (nsqd returns before making the list),
+    a missing channel of a present topic ``"topics": []``."""
+    emulator.create_topic("s", "c")
+    base = f"http://{emulator.http_address}/stats?format=json&include_mem=false"
+    _, doc, _ = await call(http, "GET", f"{base}&topic=nope")
+    assert (doc["topics"], doc["producers"]) == (None, None)
+    assert emulator.stats(topic="nope")["topics"] is None
+    _, doc, _ = await call(http, "GET", f"{base}&topic=s&channel=nope")
+    assert doc["topics"] == []
+    _, doc, _ = await call(http, "GET", f"{base}&topic=s")
+    assert [t["topic_name"] for t in doc["topics"]] == ["s"]
+
+
 async def test_stats_lists_consumers_and_producers(
     emulator: NsqdEmulator, http: aiohttp.ClientSession
 ) -> None:
@@ -222,6 +238,36 @@ async def test_stats_lists_consumers_and_producers(
     assert (client["state"], client["version"], client["ready_count"]) == (3, "V2", 7)
     for key in ("client_id", "hostname", "remote_address", "ready_count", "in_flight_count"):
         assert key in client
+    writer.close()
+    await writer.wait_closed()
+
+
+async def test_stats_pub_counts_of_a_producer(
+    emulator: NsqdEmulator, http: aiohttp.ClientSession
+) -> None:
+    """A producer's ``pub_counts``: with ``topic=`` only that topic's count (absent when
+    it published none there); without, nsqd v1.3.0 lists one topic only (a ``break``
+    in clientV2.Stats), so the test checks no more than that."""
+    host, port = emulator.tcp_address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"  V2")
+    for topic in (b"pa", b"pb", b"pb"):
+        writer.write(b"PUB " + topic + b"\n" + struct.pack(">I", 1) + b"x")
+        size, frame_type = struct.unpack(">II", await reader.readexactly(8))
+        assert (frame_type, await reader.readexactly(size - 4)) == (0, b"OK")
+    emulator.create_topic("pc")
+    base = f"http://{emulator.http_address}/stats?format=json&include_mem=false"
+
+    async def pub_counts(query: str) -> list[Any]:
+        _, doc, _ = await call(http, "GET", f"{base}&{query}")
+        [producer] = doc["producers"]
+        return producer.get("pub_counts", [])
+
+    assert await pub_counts("topic=pa") == [{"topic": "pa", "count": 1}]
+    assert await pub_counts("topic=pb") == [{"topic": "pb", "count": 2}]
+    assert await pub_counts("topic=pc") == []
+    [entry] = await pub_counts("")
+    assert entry in ({"topic": "pa", "count": 1}, {"topic": "pb", "count": 2})
     writer.close()
     await writer.wait_closed()
 

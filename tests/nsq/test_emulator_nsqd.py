@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from aioclients.testing import NsqdEmulator
-from tests.nsq.nsq_processes import is_real, nsq_bin_dir, nsqd_server
+from tests.nsq.nsq_processes import is_real, nsq_bin_dir, nsqd_server, tls_server_context
 
 # REQ / DPUB / msg_timeout timers: a real nsqd scans a NEW channel's timers only after
 # its queue-scan list refresh (every 5 s), so they may fire ~5 s late there.
@@ -688,6 +688,31 @@ async def test_auth_restricted_to_topics() -> None:
         await raw.close()
 
 
+async def test_auth_topic_patterns_match_anywhere_in_the_name() -> None:
+    """nsqd matches an authorization's topic regex unanchored (Go's MatchString):
+    "allowed" lets "allowed2" and "xallowedx" through; "^allowed$" only "allowed"."""
+    async with nsqd_server(auth_secret="s", auth_topics=["allowed", "^exact$"]) as nsqd:
+        raw = await Raw.connect(nsqd.tcp_address)
+        raw.command(b"AUTH", b"s")
+        assert json.loads(await raw.response())["permission_count"] == 2
+        for topic in (b"allowed2", b"xallowedx", b"exact"):
+            raw.command(b"PUB " + topic, b"x")
+            assert await raw.response() == b"OK"
+        raw.command(b"PUB exact2", b"x")
+        assert await raw.error() == b'E_UNAUTHORIZED AUTH failed for PUB on "exact2" ""'
+        assert await raw.closed()
+        await raw.close()
+
+
+async def test_auth_with_no_authorizations_is_refused() -> None:
+    async with nsqd_server(auth_secret="s", auth_topics=[]) as nsqd:
+        raw = await Raw.connect(nsqd.tcp_address)
+        raw.command(b"AUTH", b"s")
+        assert await raw.error() == b"E_UNAUTHORIZED AUTH no authorizations found"
+        assert await raw.closed()
+        await raw.close()
+
+
 async def test_auth_when_disabled(conn: Raw) -> None:
     conn.command(b"AUTH", b"x")
     assert await conn.error() == b"E_AUTH_DISABLED AUTH disabled"
@@ -700,8 +725,7 @@ async def test_auth_when_disabled(conn: Raw) -> None:
 async def test_tls_upgrade_after_identify() -> None:
     trustme = pytest.importorskip("trustme")
     ca = trustme.CA()
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    server_ctx = tls_server_context(ca.issue_cert("127.0.0.1"))
     client_ctx = ssl.create_default_context()
     ca.configure_trust(client_ctx)
     async with nsqd_server(tls=server_ctx) as nsqd:
@@ -722,8 +746,7 @@ async def test_tls_upgrade_after_identify() -> None:
 async def test_tls_then_deflate() -> None:
     trustme = pytest.importorskip("trustme")
     ca = trustme.CA()
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    server_ctx = tls_server_context(ca.issue_cert("127.0.0.1"))
     client_ctx = ssl.create_default_context()
     ca.configure_trust(client_ctx)
     async with nsqd_server(tls=server_ctx) as nsqd:
@@ -742,8 +765,7 @@ async def test_tls_then_deflate() -> None:
 
 async def test_tls_required_refuses_commands_before_the_upgrade() -> None:
     trustme = pytest.importorskip("trustme")
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    trustme.CA().issue_cert("127.0.0.1").configure_cert(server_ctx)
+    server_ctx = tls_server_context(trustme.CA().issue_cert("127.0.0.1"))
     async with nsqd_server(tls=server_ctx, tls_required=True) as nsqd:
         raw = await Raw.connect(nsqd.tcp_address)
         raw.command(b"PUB t", b"x")

@@ -260,6 +260,37 @@ async def test_tombstone_hides_a_producer(
     await conn.close()
 
 
+async def test_http_channel_create_and_delete(
+    lookupd: NsqlookupdEmulator, http: aiohttp.ClientSession
+) -> None:
+    base = f"http://{lookupd.http_address}"
+
+    async def post(path: str) -> tuple[int, Any]:
+        async with http.post(f"{base}{path}") as resp:
+            body = await resp.read()
+            if resp.content_type == "application/json":
+                return resp.status, json.loads(body)
+            return resp.status, body
+
+    assert await post("/channel/create?topic=t&channel=a") == (200, b"")
+    assert await post("/channel/create?topic=t&channel=b") == (200, b"")
+    assert await post("/channel/delete?topic=t&channel=a") == (200, b"")
+    assert await get(http, f"{base}/channels?topic=t") == (200, {"channels": ["b"]})
+    assert (await get(http, f"{base}/lookup?topic=t"))[1]["channels"] == ["b"]
+    not_found = (404, {"message": "CHANNEL_NOT_FOUND"})
+    assert await post("/channel/delete?topic=t&channel=a") == not_found
+    assert await post("/channel/delete?topic=t") == (400, {"message": "MISSING_ARG_CHANNEL"})
+    assert await post("/channel/delete?channel=b") == (400, {"message": "MISSING_ARG_TOPIC"})
+    assert await post("/channel/delete?topic=t!&channel=b") == (
+        400,
+        {"message": "INVALID_ARG_TOPIC"},
+    )
+    assert await post("/channel/delete?topic=t&channel=b!") == (
+        400,
+        {"message": "INVALID_ARG_CHANNEL"},
+    )
+
+
 async def test_lookupd_fixture(nsqlookupd: NsqlookupdEmulator, nsqd: NsqdEmulator) -> None:
     # Runs against external servers too: the topic is created over nsqd's HTTP API and
     # a real nsqd registers it with its nsqlookupd a moment later, so poll (bounded).

@@ -10,6 +10,7 @@ own when AIOCLIENTS_TEST_NSQ_BIN_DIR names the binaries.
 from __future__ import annotations
 
 import asyncio
+import gc
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,8 +18,16 @@ from typing import Any
 
 import pytest
 
-from aioclients.nsq import HTTPProducer, Message, NSQError, Producer, Reader
-from tests.nsq.nsq_processes import BIN_DIR_ENV, nsq_bin_dir, nsqd_server
+from aioclients.nsq import (
+    HTTPProducer,
+    Message,
+    NSQConnectError,
+    NSQError,
+    Producer,
+    Reader,
+    _producer,
+)
+from tests.nsq.nsq_processes import BIN_DIR_ENV, nsq_bin_dir, nsqd_server, tls_server_context
 
 WaitFor = Callable[..., Awaitable[None]]
 
@@ -331,22 +340,25 @@ async def test_compressed_connections(nsqd: Any, codec: str) -> None:
     assert sorted(bodies) == [b"small", b"z" * 5000]
 
 
-async def test_tls_and_auth(nsqd_factory: Any) -> None:
+async def test_tls_and_auth() -> None:
+    """On the emulator, or on a real nsqd of its own with AIOCLIENTS_TEST_NSQ_BIN_DIR."""
     trustme = pytest.importorskip("trustme")
     ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    cert.configure_cert(server_ctx)
+    server_ctx = tls_server_context(ca.issue_cert("127.0.0.1"))
     client_ctx = ssl.create_default_context()
     ca.configure_trust(client_ctx)
-    server = await nsqd_factory(tls=server_ctx, auth_secret="open-sesame")
+    async with nsqd_server(tls=server_ctx, auth_secret="open-sesame") as server:
+        await _tls_and_auth(server.tcp_address, client_ctx)
+
+
+async def _tls_and_auth(address: str, client_ctx: ssl.SSLContext) -> None:
     topic = topic_name()
-    async with Producer(server.tcp_address, tls=client_ctx, auth_secret="open-sesame") as p:
+    async with Producer(address, tls=client_ctx, auth_secret="open-sesame") as p:
         await p.publish(topic, b"secret")
     async with Reader(
         topic,
         "ch",
-        nsqd_tcp_addresses=[server.tcp_address],
+        nsqd_tcp_addresses=[address],
         tls=client_ctx,
         auth_secret="open-sesame",
     ) as r:
@@ -356,20 +368,52 @@ async def test_tls_and_auth(nsqd_factory: Any) -> None:
     async with Reader(  # TLS, then deflate on top of it, then AUTH
         topic,
         "ch2",
-        nsqd_tcp_addresses=[server.tcp_address],
+        nsqd_tcp_addresses=[address],
         tls=client_ctx,
         deflate=True,
         auth_secret="open-sesame",
     ) as r:
-        async with Producer(server.tcp_address, tls=client_ctx, auth_secret="open-sesame") as p:
+        async with Producer(address, tls=client_ctx, auth_secret="open-sesame") as p:
             await p.publish(topic, b"compressed and encrypted")
         msg = await asyncio.wait_for(r.__anext__(), 10)
         await msg.finish()
         assert msg.body == b"compressed and encrypted"
     with pytest.raises(NSQError) as err:
-        async with Producer(server.tcp_address, tls=client_ctx, auth_secret="wrong") as p:
+        async with Producer(address, tls=client_ctx, auth_secret="wrong") as p:
             await p.publish(topic, b"x")
     assert err.value.code in ("E_AUTH_FAILED", "E_UNAUTHORIZED")
+
+
+async def test_a_failed_tls_handshake_leaves_no_unretrieved_future(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """nsqd's certificate is not trusted: the publish fails with NSQConnectError, and
+    the loss of the connection, reported after that, finds no handshake waiter to fail
+    (asyncio would log "Future exception was never retrieved"). On the emulator, or on
+    a real nsqd of its own with AIOCLIENTS_TEST_NSQ_BIN_DIR."""
+    trustme = pytest.importorskip("trustme")
+    server_ctx = tls_server_context(trustme.CA().issue_cert("127.0.0.1"))
+    untrusting_ctx = ssl.create_default_context()
+    trustme.CA().configure_trust(untrusting_ctx)  # another CA
+    opened: list[_producer.NsqdConnection] = []
+
+    class RecordedConnection(_producer.NsqdConnection):
+        async def open(self, timeout: float) -> None:
+            opened.append(self)
+            await super().open(timeout)
+
+    monkeypatch.setattr(_producer, "NsqdConnection", RecordedConnection)
+    async with nsqd_server(tls=server_ctx) as server:
+        producer = Producer(server.tcp_address, tls=untrusting_ctx)
+        with pytest.raises(NSQConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await producer.publish(topic_name(), b"x")
+        await producer.close()
+        [conn] = opened
+        await asyncio.wait_for(conn.wait_closed(), 10)
+    del conn
+    opened.clear()
+    gc.collect()
+    assert "never retrieved" not in caplog.text
 
 
 async def test_old_lookupd_answer_shape_is_understood(nsqd: Any) -> None:

@@ -170,12 +170,14 @@ class NsqdConnection(asyncio.Protocol):
                 self._transport = transport
                 self.core.tls_started()
         except BaseException:
+            # No one awaits the handshake now (the caller gets the error raised here):
+            # the loss of the connection, reported by abort() or later by the
+            # transport (a failed TLS handshake closes it afterwards), must not fail
+            # a waiter whose exception nobody retrieves.
+            waiter, self._handshake = self._handshake, None
             self.abort()
-            waiter = self._handshake
             if waiter is not None and waiter.done() and not waiter.cancelled():
-                # abort() may have failed the waiter no one awaits now: mark it
-                # retrieved (the caller gets the error raised here)
-                waiter.exception()
+                waiter.exception()  # failed before abort(): mark it retrieved
             raise
 
     def _handshake_event(self, event: object) -> None:
