@@ -24,6 +24,7 @@ from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
+    Mapping,
     Sequence,
 )
 from dataclasses import dataclass
@@ -149,6 +150,10 @@ class KeyValueStatus:
     stream_info: StreamInfo
     #: seconds a limit marker lives (ADR-48; 0: the bucket has none, no per-key TTLs)
     limit_marker_ttl: float = 0.0
+    #: the bucket's stream is compressed (S2)
+    compressed: bool = False
+    #: the bucket's metadata (the server's own ``_nats.*`` keys left out)
+    metadata: dict[str, str] | None = None
 
 
 def _created(ts_ns: int) -> datetime:
@@ -574,6 +579,11 @@ class KeyValue:
             backing_store="JetStream",
             stream_info=info,
             limit_marker_ttl=float(config.get("subject_delete_marker_ttl") or 0),
+            compressed=(config.get("compression") or "none") != "none",
+            metadata={
+                k: v for k, v in (config.get("metadata") or {}).items() if not k.startswith("_nats")
+            }
+            or None,
         )
 
     # -- writes --
@@ -1428,6 +1438,12 @@ async def create_key_value(
     replicas: int,
     description: str | None,
     limit_marker_ttl: float | None = None,
+    compression: bool = False,
+    metadata: Mapping[str, str] | None = None,
+    republish: Mapping[str, Any] | None = None,
+    placement: Mapping[str, Any] | None = None,
+    mirror: str | Mapping[str, Any] | None = None,
+    sources: Sequence[str | Mapping[str, Any]] | None = None,
 ) -> KeyValue:
     """``JetStream.create_key_value``'s body (see there)."""
     config = bucket_stream_config(
@@ -1440,6 +1456,12 @@ async def create_key_value(
         replicas=replicas,
         description=description,
         limit_marker_ttl=limit_marker_ttl,
+        compression=compression,
+        metadata=metadata,
+        republish=republish,
+        placement=placement,
+        mirror=mirror,
+        sources=sources,
     )
     name = stream_name(bucket)
     try:

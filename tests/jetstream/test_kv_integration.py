@@ -749,3 +749,67 @@ async def test_keys_give_up_with_an_error_on_a_replica_that_stays_behind(
         await lister.__anext__()  # the first key: none is handed out
     await lister.aclose()
     assert len(opened) == kv_module._REPLICA_BEHIND_TRIES + 1
+
+
+async def test_bucket_options_of_nats_go_reach_the_server(
+    js: JetStream, bucket: str, nats_server: Any
+) -> None:
+    # nats.go v1.53 CreateKeyValue(KeyValueConfig{Compression, Metadata, RePublish})
+    # stores these in the bucket's stream; a bucket made here reads the same to it.
+    nc = await nats.connect(nats_server.url)
+    try:
+        republished = await nc.subscribe(f"rp.{bucket}.>")
+        await nc.flush()
+        kv = await js.create_key_value(
+            bucket,
+            compression=True,
+            metadata={"team": "a"},
+            republish={"src": ">", "dest": f"rp.{bucket}.>"},
+        )
+        cfg = (await js.stream_info(f"KV_{bucket}")).config
+        assert cfg["compression"] == "s2"
+        assert cfg["metadata"]["team"] == "a"
+        assert cfg["republish"] == {"src": ">", "dest": f"rp.{bucket}.>"}
+        status = await kv.status()
+        assert status.compressed is True
+        assert status.metadata == {"team": "a"}
+        await kv.put("k", b"v")
+        msg = await republished.next_msg(timeout=5)
+        assert (msg.subject, msg.data) == (f"rp.{bucket}.$KV.{bucket}.k", b"v")
+        # The same settings again: the same bucket.
+        again = await js.create_key_value(
+            bucket,
+            compression=True,
+            metadata={"team": "a"},
+            republish={"src": ">", "dest": f"rp.{bucket}.>"},
+        )
+        assert (await again.get("k")).value == b"v"
+    finally:
+        await nc.close()
+        await js.delete_key_value(bucket)
+
+
+async def test_mirror_and_sourced_buckets(js: JetStream, bucket: str) -> None:
+    origin, mirror, sourced = f"{bucket}_o", f"{bucket}_m", f"{bucket}_s"
+    try:
+        kv = await js.create_key_value(origin)
+        await kv.put("a", b"1")
+        await js.create_key_value(mirror, mirror=origin)
+        cfg = (await js.stream_info(f"KV_{mirror}")).config
+        assert cfg["mirror"]["name"] == f"KV_{origin}"
+        assert cfg["mirror_direct"] is True
+        assert "subjects" not in cfg
+        dst = await js.create_key_value(sourced, sources=[origin])
+        cfg = (await js.stream_info(f"KV_{sourced}")).config
+        assert cfg["subjects"] == [f"$KV.{sourced}.>"]
+        assert cfg["sources"][0]["subject_transforms"] == [
+            {"src": f"$KV.{origin}.>", "dest": f"$KV.{sourced}.>"}
+        ]
+        # The source's key arrives under this bucket's subjects.
+        async with dst.watch() as watcher:
+            entry = await asyncio.wait_for(anext(aiter(watcher)), 10)
+        assert (entry.bucket, entry.key, entry.value) == (sourced, "a", b"1")
+    finally:
+        for name in (sourced, mirror, origin):
+            with contextlib.suppress(BucketNotFoundError):
+                await js.delete_key_value(name)
