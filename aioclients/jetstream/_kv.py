@@ -1486,6 +1486,10 @@ def _same_settings(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
         wanted.get("subject_delete_marker_ttl") or 0
     ):
         return False
+    if (current.get("compression") or "none") != (wanted.get("compression") or "none"):
+        return False
+    if (current.get("republish") or None) != (wanted.get("republish") or None):
+        return False
     return int(current.get("num_replicas") or 1) == int(wanted["num_replicas"])
 
 

@@ -784,6 +784,13 @@ async def test_bucket_options_of_nats_go_reach_the_server(
             republish={"src": ">", "dest": f"rp.{bucket}.>"},
         )
         assert (await again.get("k")).value == b"v"
+        # Other settings: refused, as nats.go's CreateKeyValue is (ErrBucketExists).
+        with pytest.raises(StreamNameInUseError, match="other settings"):
+            await js.create_key_value(
+                bucket, metadata={"team": "a"}, republish={"src": ">", "dest": f"rp.{bucket}.>"}
+            )
+        with pytest.raises(StreamNameInUseError, match="other settings"):
+            await js.create_key_value(bucket, compression=True, metadata={"team": "a"})
     finally:
         await nc.close()
         await js.delete_key_value(bucket)
