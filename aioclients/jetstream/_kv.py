@@ -91,6 +91,7 @@ from aioclients.jetstream._protocol._kv import (
     stream_name,
     validate_bucket,
     validate_key,
+    write_prefix,
 )
 from aioclients.jetstream._protocol._msgopts import format_ttl
 from aioclients.jetstream._protocol._ordered import ack_run_numbers, ack_sequences
@@ -285,6 +286,8 @@ class KeyValue:
         self._stream = stream
         self._stream_name = stream.name
         self._prefix = f"$KV.{bucket}."
+        #: where writes go: this bucket's subjects, or a mirror's origin (nats.go's putPre)
+        self._write_prefix = write_prefix(bucket, stream.cached_info.config)
         self._direct = bool(stream.cached_info.config.get("allow_direct"))
         # ADR-48: the bucket takes per-key TTLs (it was created with limit_marker_ttl)
         self._ttl_ok = bool(stream.cached_info.config.get("allow_msg_ttl"))
@@ -699,7 +702,7 @@ class KeyValue:
         if ttl is not None:
             hdrs = await self._api.ttl_headers(hdrs, ttl)
         try:
-            ack = await self._api.publish(self._prefix + key, bytes(value), hdrs)
+            ack = await self._api.publish(self._write_prefix + key, bytes(value), hdrs)
         except WrongLastSequenceError as exc:
             raise KeyWrongRevisionError(
                 f"key {key!r} of bucket {self.bucket!r} is not at revision {last}: "

@@ -806,6 +806,11 @@ async def test_mirror_and_sourced_buckets(js: JetStream, bucket: str) -> None:
         assert cfg["mirror"]["name"] == f"KV_{origin}"
         assert cfg["mirror_direct"] is True
         assert "subjects" not in cfg
+        # A write through the mirror lands in the origin, as nats.go's Put does.
+        through = await js.key_value(mirror)
+        revision = await through.put("b", b"2")
+        got = await kv.get("b")
+        assert (got.value, got.revision) == (b"2", revision)
         dst = await js.create_key_value(sourced, sources=[origin])
         cfg = (await js.stream_info(f"KV_{sourced}")).config
         assert cfg["subjects"] == [f"$KV.{sourced}.>"]

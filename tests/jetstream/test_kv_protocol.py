@@ -34,6 +34,7 @@ from aioclients.jetstream._protocol._kv import (
     validate_bucket,
     validate_key,
     validate_key_filter,
+    write_prefix,
 )
 from aioclients.jetstream._protocol._time import format_rfc3339, parse_server_time
 
@@ -219,6 +220,13 @@ def test_a_mirror_bucket_is_nats_go_s() -> None:
         assert cfg["mirror_direct"] is True
         assert "subjects" not in cfg
         assert "sources" not in cfg
+
+
+def test_writes_to_a_mirror_go_to_its_origin_as_in_nats_go() -> None:
+    assert write_prefix("b", {"subjects": ["$KV.b.>"]}) == "$KV.b."
+    assert write_prefix("m", {"mirror": {"name": "KV_orig"}}) == "$KV.orig."
+    external = {"mirror": {"name": "KV_orig", "external": {"api": "$JS.hub.API"}}}
+    assert write_prefix("m", external) == "$JS.hub.API.$KV.orig."
 
 
 def test_sources_of_a_bucket_map_their_keys_as_nats_go_does() -> None:

@@ -56,6 +56,7 @@ __all__ = (
     "validate_bucket",
     "validate_key",
     "validate_key_filter",
+    "write_prefix",
 )
 
 PUT = "PUT"
@@ -645,6 +646,24 @@ def bucket_stream_config(
     elif sources:
         config["sources"] = [_kv_source_for(source, bucket) for source in sources]
     return config
+
+
+def write_prefix(bucket: str, config: Mapping[str, Any]) -> str:
+    """The subject prefix writes to ``bucket`` go to.
+
+    A mirror takes no writes of its own: as nats.go does, they go to the bucket it
+    mirrors, through that domain's API prefix when the origin is external.
+    """
+    mirror = config.get("mirror")
+    if not isinstance(mirror, Mapping) or not isinstance(mirror.get("name"), str):
+        return f"$KV.{bucket}."
+    name: str = mirror["name"]
+    origin = name[len("KV_") :] if name.startswith("KV_") else name
+    external = mirror.get("external")
+    api = external.get("api") if isinstance(external, Mapping) else None
+    if isinstance(api, str) and api:
+        return f"{api}.$KV.{origin}."
+    return f"$KV.{origin}."
 
 
 def _kv_source(source: str | Mapping[str, Any], what: str) -> dict[str, Any]:
