@@ -28,7 +28,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from itertools import repeat
 from types import TracebackType
 from typing import Any, cast
@@ -667,6 +667,42 @@ class KeyValue:
             _check_last(last, allow_zero=True)
         self._check_ttl(ttl)
         await self._publish(key, b"", {KV_OPERATION: PURGE, ROLLUP: "sub"}, last, ttl)
+
+    async def purge_deletes(self, *, older_than: float = 1800.0) -> None:
+        """Clean up the markers of deleted and purged keys (nats.go ``PurgeDeletes``).
+
+        Each key whose current entry is a delete or purge marker loses its earlier
+        revisions; a marker older than ``older_than`` seconds goes too, so the key
+        then reads as never set. ``older_than <= 0`` removes every marker, whatever
+        its age. Other clients watching the bucket see nothing of this.
+
+        Raises:
+            InvalidArgumentError: ``older_than`` is not a number.
+        """
+        if (
+            not isinstance(older_than, (int, float))
+            or isinstance(older_than, bool)
+            or older_than != older_than
+        ):
+            raise InvalidArgumentError(f"older_than must be seconds, got {older_than!r}")
+        markers: list[KeyValueEntry] = []
+        async with self.watch() as watcher:
+            if not watcher.initial_done.is_set():
+                async for entry in watcher:
+                    if entry.operation != PUT:
+                        markers.append(entry)
+                    if watcher.initial_done.is_set():
+                        break
+        limit = None
+        if older_than > 0:
+            limit = datetime.now(timezone.utc) - timedelta(seconds=older_than)
+        for entry in markers:
+            # A young marker stays (keep=1): a watcher or get still sees the delete.
+            keep = 1 if limit is not None and entry.created > limit else None
+            try:
+                await self._stream.purge(subject=self._prefix + entry.key, keep=keep)
+            except StreamNotFoundError:
+                raise _bucket_not_found(self.bucket) from None
 
     def _check_ttl(self, ttl: object) -> None:
         if ttl is None:

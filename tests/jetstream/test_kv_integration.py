@@ -825,3 +825,34 @@ async def test_mirror_and_sourced_buckets(js: JetStream, bucket: str) -> None:
         for name in (sourced, mirror, origin):
             with contextlib.suppress(BucketNotFoundError):
                 await js.delete_key_value(name)
+
+
+async def test_purge_deletes_leaves_what_nats_go_leaves(js: JetStream, kv: KeyValue) -> None:
+    # The layouts nats.go v1.53's PurgeDeletes leaves on the same bucket: young
+    # markers stay alone (the revisions before them go); with a negative
+    # threshold (here <= 0) the markers go too.
+    for key in ("a", "b", "c"):
+        await kv.put(key, b"1")
+        await kv.put(key, b"2")
+    await kv.delete("a")
+    await kv.purge("b")
+    stream = await js.stream(f"KV_{kv.bucket}")
+    assert (await stream.info()).state.messages == 6  # the purge removed b's two
+    await kv.purge_deletes()
+    assert (await stream.info()).state.messages == 4
+    assert [e.operation for e in await kv.history("a")] == ["DEL"]
+    assert [e.operation for e in await kv.history("b")] == ["PURGE"]
+    assert [e.value for e in await kv.history("c")] == [b"1", b"2"]
+    with pytest.raises(KeyDeletedError):
+        await kv.get("a")
+    await kv.purge_deletes(older_than=0)
+    assert (await stream.info()).state.messages == 2
+    for key in ("a", "b"):
+        with pytest.raises(KeyNotFoundError) as info:
+            await kv.get(key)
+        assert not isinstance(info.value, KeyDeletedError)
+        with pytest.raises(KeyNotFoundError):
+            await kv.history(key)
+    assert await _collect(kv.keys()) == ["c"]
+    with pytest.raises(InvalidArgumentError, match="older_than"):
+        await kv.purge_deletes(older_than="1h")  # type: ignore[arg-type]
