@@ -44,7 +44,13 @@ from aioclients.jetstream._errors import (
     StreamNameInUseError,
     StreamNotFoundError,
 )
-from aioclients.jetstream._kv import KeyValue, create_key_value, delete_key_value, key_value
+from aioclients.jetstream._kv import (
+    KeyValue,
+    create_key_value,
+    delete_key_value,
+    key_value,
+    key_value_store_names,
+)
 from aioclients.jetstream._models import (
     AccountInfo,
     ConsumerInfo,
@@ -375,6 +381,12 @@ class JetStream:
     async def delete_key_value(self, bucket: str) -> None:
         """Delete a bucket and everything in it (raises ``BucketNotFoundError``)."""
         await delete_key_value(self._jsapi, bucket)
+
+    async def key_value_store_names(self) -> AsyncIterator[str]:
+        """The names of the Key-Value buckets (an async iterator; nats.go
+        ``KeyValueStoreNames``: buckets with subjects, so not mirrors)."""
+        async for name in key_value_store_names(self._jsapi):
+            yield name
 
     # -- Object Store (ADR-20) -------------------------------------------------------------
 

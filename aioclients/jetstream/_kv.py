@@ -111,6 +111,7 @@ __all__ = (
     "KeyValueStatus",
     "KeyWatcher",
     "create_key_value",
+    "key_value_store_names",
     "delete_key_value",
     "key_value",
 )
@@ -1530,6 +1531,13 @@ def _same_settings(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
     if (current.get("republish") or None) != (wanted.get("republish") or None):
         return False
     return int(current.get("num_replicas") or 1) == int(wanted["num_replicas"])
+
+
+async def key_value_store_names(api: JetStreamApi) -> AsyncIterator[str]:
+    """``JetStream.key_value_store_names``'s body: the buckets' names."""
+    async for name in api.stream_names("$KV.*.>"):
+        if isinstance(name, str) and name.startswith("KV_"):
+            yield name[3:]
 
 
 async def key_value(api: JetStreamApi, bucket: str) -> KeyValue:

@@ -26,6 +26,7 @@ from aioclients.jetstream import (
     KeyValueEntry,
     KeyWrongRevisionError,
     StreamNameInUseError,
+    StreamNotFoundError,
     connect,
 )
 from aioclients.jetstream import _kv as kv_module
@@ -856,3 +857,22 @@ async def test_purge_deletes_leaves_what_nats_go_leaves(js: JetStream, kv: KeyVa
     assert await _collect(kv.keys()) == ["c"]
     with pytest.raises(InvalidArgumentError, match="older_than"):
         await kv.purge_deletes(older_than="1h")  # type: ignore[arg-type]
+
+
+async def test_key_value_store_names(js: JetStream, bucket: str) -> None:
+    # nats.go KeyValueStoreNames: streams with $KV.*.> subjects named KV_<bucket>
+    # (a mirror bucket has no subjects of its own, so it is not listed).
+    one, two, mirror = f"{bucket}_1", f"{bucket}_2", f"{bucket}_m"
+    try:
+        await js.create_key_value(one)
+        await js.create_key_value(two)
+        await js.create_key_value(mirror, mirror=one)
+        await js.create_stream(f"{bucket}_plain", subjects=[f"{bucket}.plain.>"])
+        names = [n async for n in js.key_value_store_names() if n.startswith(bucket)]
+        assert sorted(names) == [one, two]
+    finally:
+        for name in (mirror, one, two):
+            with contextlib.suppress(BucketNotFoundError):
+                await js.delete_key_value(name)
+        with contextlib.suppress(StreamNotFoundError):
+            await js.delete_stream(f"{bucket}_plain")
