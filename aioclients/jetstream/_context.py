@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -44,7 +44,13 @@ from aioclients.jetstream._errors import (
     StreamNameInUseError,
     StreamNotFoundError,
 )
-from aioclients.jetstream._kv import KeyValue, create_key_value, delete_key_value, key_value
+from aioclients.jetstream._kv import (
+    KeyValue,
+    create_key_value,
+    delete_key_value,
+    key_value,
+    key_value_store_names,
+)
 from aioclients.jetstream._models import (
     AccountInfo,
     ConsumerInfo,
@@ -315,6 +321,12 @@ class JetStream:
         replicas: int = 1,
         description: str | None = None,
         limit_marker_ttl: float | None = None,
+        compression: bool = False,
+        metadata: Mapping[str, str] | None = None,
+        republish: Mapping[str, Any] | None = None,
+        placement: Mapping[str, Any] | None = None,
+        mirror: str | Mapping[str, Any] | None = None,
+        sources: Sequence[str | Mapping[str, Any]] | None = None,
     ) -> KeyValue:
         """Create a Key-Value bucket (the stream ``KV_<bucket>``), or return it when
         it exists with the same settings.
@@ -330,6 +342,14 @@ class JetStream:
                 places where a key's TTL or the bucket's ``ttl`` ends (ADR-48);
                 turns on per-key TTLs (``create(..., ttl=)``, ``purge(..., ttl=)``).
                 Needs nats-server 2.11.
+            compression: S2-compress the bucket's stream.
+            metadata: the bucket's metadata (text to text).
+            republish: the server's RePublish object (``{"src": ..., "dest": ...}``).
+            placement: the server's Placement object (``{"cluster": ..., "tags": ...}``).
+            mirror: a bucket to mirror: its name or a StreamSource mapping. As in
+                nats.go the mirror has ``mirror_direct`` on and takes no writes.
+            sources: buckets to source from (names or StreamSource mappings); a
+                source without ``subject_transforms`` maps its keys into this bucket.
 
         Raises:
             InvalidArgumentError: a bad name or setting (before any request).
@@ -346,6 +366,12 @@ class JetStream:
             replicas=replicas,
             description=description,
             limit_marker_ttl=limit_marker_ttl,
+            compression=compression,
+            metadata=metadata,
+            republish=republish,
+            placement=placement,
+            mirror=mirror,
+            sources=sources,
         )
 
     async def key_value(self, bucket: str) -> KeyValue:
@@ -355,6 +381,12 @@ class JetStream:
     async def delete_key_value(self, bucket: str) -> None:
         """Delete a bucket and everything in it (raises ``BucketNotFoundError``)."""
         await delete_key_value(self._jsapi, bucket)
+
+    async def key_value_store_names(self) -> AsyncIterator[str]:
+        """The names of the Key-Value buckets (an async iterator; nats.go
+        ``KeyValueStoreNames``: buckets with subjects, so not mirrors)."""
+        async for name in key_value_store_names(self._jsapi):
+            yield name
 
     # -- Object Store (ADR-20) -------------------------------------------------------------
 

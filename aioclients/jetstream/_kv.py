@@ -24,10 +24,11 @@ from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
+    Mapping,
     Sequence,
 )
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from itertools import repeat
 from types import TracebackType
 from typing import Any, cast
@@ -90,6 +91,7 @@ from aioclients.jetstream._protocol._kv import (
     stream_name,
     validate_bucket,
     validate_key,
+    write_prefix,
 )
 from aioclients.jetstream._protocol._msgopts import format_ttl
 from aioclients.jetstream._protocol._ordered import ack_run_numbers, ack_sequences
@@ -109,6 +111,7 @@ __all__ = (
     "KeyValueStatus",
     "KeyWatcher",
     "create_key_value",
+    "key_value_store_names",
     "delete_key_value",
     "key_value",
 )
@@ -149,6 +152,10 @@ class KeyValueStatus:
     stream_info: StreamInfo
     #: seconds a limit marker lives (ADR-48; 0: the bucket has none, no per-key TTLs)
     limit_marker_ttl: float = 0.0
+    #: the bucket's stream is compressed (S2)
+    compressed: bool = False
+    #: the bucket's metadata (the server's own ``_nats.*`` keys left out)
+    metadata: dict[str, str] | None = None
 
 
 def _created(ts_ns: int) -> datetime:
@@ -280,6 +287,8 @@ class KeyValue:
         self._stream = stream
         self._stream_name = stream.name
         self._prefix = f"$KV.{bucket}."
+        #: where writes go: this bucket's subjects, or a mirror's origin (nats.go's putPre)
+        self._write_prefix = write_prefix(bucket, stream.cached_info.config)
         self._direct = bool(stream.cached_info.config.get("allow_direct"))
         # ADR-48: the bucket takes per-key TTLs (it was created with limit_marker_ttl)
         self._ttl_ok = bool(stream.cached_info.config.get("allow_msg_ttl"))
@@ -574,6 +583,11 @@ class KeyValue:
             backing_store="JetStream",
             stream_info=info,
             limit_marker_ttl=float(config.get("subject_delete_marker_ttl") or 0),
+            compressed=(config.get("compression") or "none") != "none",
+            metadata={
+                k: v for k, v in (config.get("metadata") or {}).items() if not k.startswith("_nats")
+            }
+            or None,
         )
 
     # -- writes --
@@ -655,6 +669,42 @@ class KeyValue:
         self._check_ttl(ttl)
         await self._publish(key, b"", {KV_OPERATION: PURGE, ROLLUP: "sub"}, last, ttl)
 
+    async def purge_deletes(self, *, older_than: float = 1800.0) -> None:
+        """Clean up the markers of deleted and purged keys (nats.go ``PurgeDeletes``).
+
+        Each key whose current entry is a delete or purge marker loses its earlier
+        revisions; a marker older than ``older_than`` seconds goes too, so the key
+        then reads as never set. ``older_than <= 0`` removes every marker, whatever
+        its age. Other clients watching the bucket see nothing of this.
+
+        Raises:
+            InvalidArgumentError: ``older_than`` is not a number.
+        """
+        if (
+            not isinstance(older_than, (int, float))
+            or isinstance(older_than, bool)
+            or older_than != older_than
+        ):
+            raise InvalidArgumentError(f"older_than must be seconds, got {older_than!r}")
+        markers: list[KeyValueEntry] = []
+        async with self.watch() as watcher:
+            if not watcher.initial_done.is_set():
+                async for entry in watcher:
+                    if entry.operation != PUT:
+                        markers.append(entry)
+                    if watcher.initial_done.is_set():
+                        break
+        limit = None
+        if older_than > 0:
+            limit = datetime.now(timezone.utc) - timedelta(seconds=older_than)
+        for entry in markers:
+            # A young marker stays (keep=1): a watcher or get still sees the delete.
+            keep = 1 if limit is not None and entry.created > limit else None
+            try:
+                await self._stream.purge(subject=self._prefix + entry.key, keep=keep)
+            except StreamNotFoundError:
+                raise _bucket_not_found(self.bucket) from None
+
     def _check_ttl(self, ttl: object) -> None:
         if ttl is None:
             return
@@ -689,7 +739,7 @@ class KeyValue:
         if ttl is not None:
             hdrs = await self._api.ttl_headers(hdrs, ttl)
         try:
-            ack = await self._api.publish(self._prefix + key, bytes(value), hdrs)
+            ack = await self._api.publish(self._write_prefix + key, bytes(value), hdrs)
         except WrongLastSequenceError as exc:
             raise KeyWrongRevisionError(
                 f"key {key!r} of bucket {self.bucket!r} is not at revision {last}: "
@@ -1428,6 +1478,12 @@ async def create_key_value(
     replicas: int,
     description: str | None,
     limit_marker_ttl: float | None = None,
+    compression: bool = False,
+    metadata: Mapping[str, str] | None = None,
+    republish: Mapping[str, Any] | None = None,
+    placement: Mapping[str, Any] | None = None,
+    mirror: str | Mapping[str, Any] | None = None,
+    sources: Sequence[str | Mapping[str, Any]] | None = None,
 ) -> KeyValue:
     """``JetStream.create_key_value``'s body (see there)."""
     config = bucket_stream_config(
@@ -1440,6 +1496,12 @@ async def create_key_value(
         replicas=replicas,
         description=description,
         limit_marker_ttl=limit_marker_ttl,
+        compression=compression,
+        metadata=metadata,
+        republish=republish,
+        placement=placement,
+        mirror=mirror,
+        sources=sources,
     )
     name = stream_name(bucket)
     try:
@@ -1464,7 +1526,18 @@ def _same_settings(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
         wanted.get("subject_delete_marker_ttl") or 0
     ):
         return False
+    if (current.get("compression") or "none") != (wanted.get("compression") or "none"):
+        return False
+    if (current.get("republish") or None) != (wanted.get("republish") or None):
+        return False
     return int(current.get("num_replicas") or 1) == int(wanted["num_replicas"])
+
+
+async def key_value_store_names(api: JetStreamApi) -> AsyncIterator[str]:
+    """``JetStream.key_value_store_names``'s body: the buckets' names."""
+    async for name in api.stream_names("$KV.*.>"):
+        if isinstance(name, str) and name.startswith("KV_"):
+            yield name[3:]
 
 
 async def key_value(api: JetStreamApi, bucket: str) -> KeyValue:

@@ -26,6 +26,7 @@ from aioclients.jetstream import (
     KeyValueEntry,
     KeyWrongRevisionError,
     StreamNameInUseError,
+    StreamNotFoundError,
     connect,
 )
 from aioclients.jetstream import _kv as kv_module
@@ -749,3 +750,129 @@ async def test_keys_give_up_with_an_error_on_a_replica_that_stays_behind(
         await lister.__anext__()  # the first key: none is handed out
     await lister.aclose()
     assert len(opened) == kv_module._REPLICA_BEHIND_TRIES + 1
+
+
+async def test_bucket_options_of_nats_go_reach_the_server(
+    js: JetStream, bucket: str, nats_server: Any
+) -> None:
+    # nats.go v1.53 CreateKeyValue(KeyValueConfig{Compression, Metadata, RePublish})
+    # stores these in the bucket's stream; a bucket made here reads the same to it.
+    nc = await nats.connect(nats_server.url)
+    try:
+        republished = await nc.subscribe(f"rp.{bucket}.>")
+        await nc.flush()
+        kv = await js.create_key_value(
+            bucket,
+            compression=True,
+            metadata={"team": "a"},
+            republish={"src": ">", "dest": f"rp.{bucket}.>"},
+        )
+        cfg = (await js.stream_info(f"KV_{bucket}")).config
+        assert cfg["compression"] == "s2"
+        assert cfg["metadata"]["team"] == "a"
+        assert cfg["republish"] == {"src": ">", "dest": f"rp.{bucket}.>"}
+        status = await kv.status()
+        assert status.compressed is True
+        assert status.metadata == {"team": "a"}
+        await kv.put("k", b"v")
+        msg = await republished.next_msg(timeout=5)
+        assert (msg.subject, msg.data) == (f"rp.{bucket}.$KV.{bucket}.k", b"v")
+        # The same settings again: the same bucket.
+        again = await js.create_key_value(
+            bucket,
+            compression=True,
+            metadata={"team": "a"},
+            republish={"src": ">", "dest": f"rp.{bucket}.>"},
+        )
+        assert (await again.get("k")).value == b"v"
+        # Other settings: refused, as nats.go's CreateKeyValue is (ErrBucketExists).
+        with pytest.raises(StreamNameInUseError, match="other settings"):
+            await js.create_key_value(
+                bucket, metadata={"team": "a"}, republish={"src": ">", "dest": f"rp.{bucket}.>"}
+            )
+        with pytest.raises(StreamNameInUseError, match="other settings"):
+            await js.create_key_value(bucket, compression=True, metadata={"team": "a"})
+    finally:
+        await nc.close()
+        await js.delete_key_value(bucket)
+
+
+async def test_mirror_and_sourced_buckets(js: JetStream, bucket: str) -> None:
+    origin, mirror, sourced = f"{bucket}_o", f"{bucket}_m", f"{bucket}_s"
+    try:
+        kv = await js.create_key_value(origin)
+        await kv.put("a", b"1")
+        await js.create_key_value(mirror, mirror=origin)
+        cfg = (await js.stream_info(f"KV_{mirror}")).config
+        assert cfg["mirror"]["name"] == f"KV_{origin}"
+        assert cfg["mirror_direct"] is True
+        assert "subjects" not in cfg
+        # A write through the mirror lands in the origin, as nats.go's Put does.
+        through = await js.key_value(mirror)
+        revision = await through.put("b", b"2")
+        got = await kv.get("b")
+        assert (got.value, got.revision) == (b"2", revision)
+        dst = await js.create_key_value(sourced, sources=[origin])
+        cfg = (await js.stream_info(f"KV_{sourced}")).config
+        assert cfg["subjects"] == [f"$KV.{sourced}.>"]
+        assert cfg["sources"][0]["subject_transforms"] == [
+            {"src": f"$KV.{origin}.>", "dest": f"$KV.{sourced}.>"}
+        ]
+        # The source's key arrives under this bucket's subjects.
+        async with dst.watch() as watcher:
+            entry = await asyncio.wait_for(anext(aiter(watcher)), 10)
+        assert (entry.bucket, entry.key, entry.value) == (sourced, "a", b"1")
+    finally:
+        for name in (sourced, mirror, origin):
+            with contextlib.suppress(BucketNotFoundError):
+                await js.delete_key_value(name)
+
+
+async def test_purge_deletes_leaves_what_nats_go_leaves(js: JetStream, kv: KeyValue) -> None:
+    # The layouts nats.go v1.53's PurgeDeletes leaves on the same bucket: young
+    # markers stay alone (the revisions before them go); with a negative
+    # threshold (here <= 0) the markers go too.
+    for key in ("a", "b", "c"):
+        await kv.put(key, b"1")
+        await kv.put(key, b"2")
+    await kv.delete("a")
+    await kv.purge("b")
+    stream = await js.stream(f"KV_{kv.bucket}")
+    assert (await stream.info()).state.messages == 6  # the purge removed b's two
+    await kv.purge_deletes()
+    assert (await stream.info()).state.messages == 4
+    assert [e.operation for e in await kv.history("a")] == ["DEL"]
+    assert [e.operation for e in await kv.history("b")] == ["PURGE"]
+    assert [e.value for e in await kv.history("c")] == [b"1", b"2"]
+    with pytest.raises(KeyDeletedError):
+        await kv.get("a")
+    await kv.purge_deletes(older_than=0)
+    assert (await stream.info()).state.messages == 2
+    for key in ("a", "b"):
+        with pytest.raises(KeyNotFoundError) as info:
+            await kv.get(key)
+        assert not isinstance(info.value, KeyDeletedError)
+        with pytest.raises(KeyNotFoundError):
+            await kv.history(key)
+    assert await _collect(kv.keys()) == ["c"]
+    with pytest.raises(InvalidArgumentError, match="older_than"):
+        await kv.purge_deletes(older_than="1h")  # type: ignore[arg-type]
+
+
+async def test_key_value_store_names(js: JetStream, bucket: str) -> None:
+    # nats.go KeyValueStoreNames: streams with $KV.*.> subjects named KV_<bucket>
+    # (a mirror bucket has no subjects of its own, so it is not listed).
+    one, two, mirror = f"{bucket}_1", f"{bucket}_2", f"{bucket}_m"
+    try:
+        await js.create_key_value(one)
+        await js.create_key_value(two)
+        await js.create_key_value(mirror, mirror=one)
+        await js.create_stream(f"{bucket}_plain", subjects=[f"{bucket}.plain.>"])
+        names = [n async for n in js.key_value_store_names() if n.startswith(bucket)]
+        assert sorted(names) == [one, two]
+    finally:
+        for name in (mirror, one, two):
+            with contextlib.suppress(BucketNotFoundError):
+                await js.delete_key_value(name)
+        with contextlib.suppress(StreamNotFoundError):
+            await js.delete_stream(f"{bucket}_plain")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -33,6 +34,7 @@ from aioclients.jetstream._protocol._kv import (
     validate_bucket,
     validate_key,
     validate_key_filter,
+    write_prefix,
 )
 from aioclients.jetstream._protocol._time import format_rfc3339, parse_server_time
 
@@ -175,6 +177,104 @@ def test_bucket_stream_config_is_nats_go_s() -> None:
     )
     assert config_to_wire(plain)["duplicate_window"] == 120_000_000_000
     assert "description" not in plain
+
+
+_PLAIN: dict[str, Any] = dict(
+    history=1,
+    ttl=None,
+    max_value_size=None,
+    max_bytes=None,
+    storage="file",
+    replicas=1,
+    description=None,
+)
+
+
+def test_bucket_options_nats_go_has_reach_the_stream_config() -> None:
+    # What nats.go v1.53's CreateKeyValue stores for Compression, Metadata and
+    # RePublish: the stream's s2 compression, its metadata, the RePublish as is.
+    cfg = config_to_wire(
+        bucket_stream_config(
+            "b",
+            **_PLAIN,
+            compression=True,
+            metadata={"team": "a"},
+            republish={"src": ">", "dest": "rp.>", "headers_only": True},
+            placement={"cluster": "c1"},
+        )
+    )
+    assert cfg["compression"] == "s2"
+    assert cfg["metadata"] == {"team": "a"}
+    assert cfg["republish"] == {"src": ">", "dest": "rp.>", "headers_only": True}
+    assert cfg["placement"] == {"cluster": "c1"}
+    plain = bucket_stream_config("b", **_PLAIN)
+    assert not {"compression", "metadata", "republish", "placement", "mirror"} & set(plain)
+
+
+def test_a_mirror_bucket_is_nats_go_s() -> None:
+    # nats.go: the mirror names the origin's stream, mirror_direct is on and the
+    # mirror has no subjects of its own.
+    for origin in ("orig", "KV_orig", {"name": "orig"}):
+        cfg = bucket_stream_config("m", **_PLAIN, mirror=origin)
+        assert cfg["mirror"] == {"name": "KV_orig"}
+        assert cfg["mirror_direct"] is True
+        assert "subjects" not in cfg
+        assert "sources" not in cfg
+
+
+def test_writes_to_a_mirror_go_to_its_origin_as_in_nats_go() -> None:
+    assert write_prefix("b", {"subjects": ["$KV.b.>"]}) == "$KV.b."
+    assert write_prefix("m", {"mirror": {"name": "KV_orig"}}) == "$KV.orig."
+    external = {"mirror": {"name": "KV_orig", "external": {"api": "$JS.hub.API"}}}
+    assert write_prefix("m", external) == "$JS.hub.API.$KV.orig."
+
+
+def test_sources_of_a_bucket_map_their_keys_as_nats_go_does() -> None:
+    cfg = bucket_stream_config(
+        "dst",
+        **_PLAIN,
+        sources=[
+            "one",
+            {"name": "KV_two", "opt_start_seq": 3},
+            {"name": "ORDERS", "subject_transforms": [{"src": "o.>", "dest": "$KV.dst.>"}]},
+        ],
+    )
+    assert cfg["subjects"] == ["$KV.dst.>"]
+    assert cfg["sources"] == [
+        {"name": "KV_one", "subject_transforms": [{"src": "$KV.one.>", "dest": "$KV.dst.>"}]},
+        {
+            "name": "KV_two",
+            "opt_start_seq": 3,
+            "subject_transforms": [{"src": "$KV.two.>", "dest": "$KV.dst.>"}],
+        },
+        # transforms given: the source is used as is (a plain stream may feed a bucket)
+        {"name": "ORDERS", "subject_transforms": [{"src": "o.>", "dest": "$KV.dst.>"}]},
+    ]
+    # An external source of the bucket's own name keeps its subjects (no transform).
+    same = bucket_stream_config(
+        "dst", **_PLAIN, sources=[{"name": "dst", "external": {"api": "$JS.hub.API"}}]
+    )
+    assert same["sources"] == [{"name": "KV_dst", "external": {"api": "$JS.hub.API"}}]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "match"),
+    [
+        ("compression", "s2", "compression"),
+        ("metadata", {"a": 1}, "metadata"),
+        ("republish", ">", "republish"),
+        ("mirror", {"filter_subject": "x"}, "mirror"),
+        ("sources", [5], "source"),
+    ],
+)
+def test_bucket_options_are_checked(option: str, value: object, match: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=match):
+        bucket_stream_config("b", **_PLAIN, **{option: value})
+
+
+def test_a_bucket_takes_a_mirror_or_sources_not_both() -> None:
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        bucket_stream_config("b", **_PLAIN, mirror="a", sources=["c"])
 
 
 @pytest.mark.parametrize(

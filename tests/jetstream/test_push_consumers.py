@@ -300,3 +300,26 @@ async def test_without_flow_control_the_buffer_stays_bounded(
         got = await asyncio.wait_for(take(messages, stats.buffered_messages, ack=False), 10)
     seqs = [m.metadata.sequence.stream for m in got]
     assert seqs == sorted(seqs)
+
+
+async def test_info_says_when_a_push_consumer_is_bound(
+    js: JetStream, stream: Stream, wait_for: WaitFor
+) -> None:
+    # nats.go's ConsumerInfo.PushBound and TimeStamp (the server's push_bound, ts).
+    consumer = await js.create_push_consumer(
+        stream.name, durable_name="b", deliver_subject=f"{stream.name}_b"
+    )
+    info = await consumer.info()
+    assert info.push_bound is False
+    assert info.ts is not None
+    assert info.ts.tzinfo is not None
+    async with consumer.consume():
+
+        async def bound() -> bool:
+            return (await consumer.info()).push_bound
+
+        await wait_for(bound, timeout=10, what="push_bound")
+    stream_info = await stream.info()
+    assert stream_info.ts is not None
+    assert stream_info.created is not None
+    assert stream_info.ts >= stream_info.created

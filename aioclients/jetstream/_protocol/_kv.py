@@ -56,6 +56,7 @@ __all__ = (
     "validate_bucket",
     "validate_key",
     "validate_key_filter",
+    "write_prefix",
 )
 
 PUT = "PUT"
@@ -556,9 +557,20 @@ def bucket_stream_config(
     replicas: int,
     description: str | None,
     limit_marker_ttl: float | None = None,
+    compression: bool = False,
+    metadata: Mapping[str, str] | None = None,
+    republish: Mapping[str, Any] | None = None,
+    placement: Mapping[str, Any] | None = None,
+    mirror: str | Mapping[str, Any] | None = None,
+    sources: Sequence[str | Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The stream config of a bucket, as nats.go's ``CreateKeyValue`` builds it
     (user form: durations in seconds; ``config_to_wire`` converts them).
+
+    ``mirror`` and ``sources`` name buckets (``"b"`` or ``"KV_b"``) or are the
+    server's StreamSource objects; as in nats.go, a mirror turns on
+    ``mirror_direct`` and takes no subjects, and a source without
+    ``subject_transforms`` gets one mapping ``$KV.<source>.>`` to this bucket.
 
     Raises:
         InvalidArgumentError: an out-of-range setting.
@@ -609,4 +621,72 @@ def bucket_stream_config(
             raise InvalidArgumentError("limit_marker_ttl must be seconds >= 1, not 'never'")
         config["allow_msg_ttl"] = True
         config["subject_delete_marker_ttl"] = limit_marker_ttl
+    if not isinstance(compression, bool):
+        raise InvalidArgumentError(f"compression must be a bool, got {compression!r}")
+    if compression:
+        config["compression"] = "s2"
+    if metadata is not None and (
+        not isinstance(metadata, Mapping)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        raise InvalidArgumentError("metadata must map str to str")
+    if metadata:
+        config["metadata"] = dict(metadata)
+    for field_name, wanted in (("republish", republish), ("placement", placement)):
+        if wanted is not None:
+            if not isinstance(wanted, Mapping):
+                raise InvalidArgumentError(f"{field_name} must be a mapping, got {wanted!r}")
+            config[field_name] = dict(wanted)
+    if mirror is not None:
+        if sources:
+            raise InvalidArgumentError("a bucket takes a mirror or sources, not both")
+        config["mirror"] = _kv_source(mirror, "mirror")
+        config["mirror_direct"] = True
+        del config["subjects"]
+    elif sources:
+        config["sources"] = [_kv_source_for(source, bucket) for source in sources]
     return config
+
+
+def write_prefix(bucket: str, config: Mapping[str, Any]) -> str:
+    """The subject prefix writes to ``bucket`` go to.
+
+    A mirror takes no writes of its own: as nats.go does, they go to the bucket it
+    mirrors, through that domain's API prefix when the origin is external.
+    """
+    mirror = config.get("mirror")
+    if not isinstance(mirror, Mapping) or not isinstance(mirror.get("name"), str):
+        return f"$KV.{bucket}."
+    name: str = mirror["name"]
+    origin = name[len("KV_") :] if name.startswith("KV_") else name
+    external = mirror.get("external")
+    api = external.get("api") if isinstance(external, Mapping) else None
+    if isinstance(api, str) and api:
+        return f"{api}.$KV.{origin}."
+    return f"$KV.{origin}."
+
+
+def _kv_source(source: str | Mapping[str, Any], what: str) -> dict[str, Any]:
+    """A StreamSource naming the stream of a bucket (``KV_`` prefixed as needed)."""
+    if isinstance(source, str):
+        source = {"name": source}
+    if not isinstance(source, Mapping) or not isinstance(source.get("name"), str):
+        raise InvalidArgumentError(
+            f"{what} must be a bucket name or a mapping with a 'name', got {source!r}"
+        )
+    out = dict(source)
+    if not out["name"].startswith("KV_"):
+        out["name"] = f"KV_{out['name']}"
+    return out
+
+
+def _kv_source_for(source: str | Mapping[str, Any], bucket: str) -> dict[str, Any]:
+    """A source of ``bucket``: with transforms as given, or mapping the source
+    bucket's keys into this bucket (nats.go's ``prepareKeyValueConfig``)."""
+    if isinstance(source, Mapping) and source.get("subject_transforms"):
+        return dict(source)  # the caller maps subjects: the name is used as is
+    out = _kv_source(source, "a source")
+    source_bucket = out["name"][len("KV_") :]
+    if out.get("external") is None or source_bucket != bucket:
+        out["subject_transforms"] = [{"src": f"$KV.{source_bucket}.>", "dest": f"$KV.{bucket}.>"}]
+    return out
