@@ -377,8 +377,15 @@ class Brokers:
         *,
         what: str,
         not_found: type[LiftbridgeServerError] = NoSuchPartitionError,
+        refused: Callable[[str], Awaitable[Any]] | None = None,
     ) -> Any:
-        """Call ``method`` on the partition leader; refresh and retry while it moves."""
+        """Call ``method`` on the partition leader; refresh and retry while it moves.
+
+        ``refused``: called with the address of a leader that answered
+        FAILED_PRECONDITION (not the leader); what it returns, unless None, is
+        the answer (e.g. a paused partition's leader, which refuses as if it
+        did not lead).
+        """
         self.check_open()
         attempts = _LEADER_ATTEMPTS
         for attempt in range(attempts):
@@ -410,6 +417,10 @@ class Brokers:
                     ) from None
                 if code is grpc.StatusCode.UNAVAILABLE:
                     self.broker_unavailable(address)
+                elif refused is not None:
+                    answer = await refused(address)
+                    if answer is not None:
+                        return answer
                 await asyncio.sleep(self.jitter())
                 await self.refresh_metadata()
         raise LiftbridgeConnectError(f"{what}: the leader of {stream}/{partition} is not reachable")

@@ -832,11 +832,13 @@ class Broker:
         p = self.state.partition_view(self.id, req.stream, req.partition)
         if p is None:
             raise RpcError("NOT_FOUND", "partition not found")
-        if p.leader != self.id:
+        t = self.state.view_time(self.id)
+        # A paused partition is closed on its leader, which then answers as if it did
+        # not lead (Liftbridge v1.9.0: Pause closes the partition, and
+        # FetchPartitionMetadata asks partition.IsLeader()).
+        if p.leader != self.id or p.flags_at(t)[0]:
             raise RpcError("FAILED_PRECONDITION", "The request should be sent to partition leader")
-        return api_pb2.FetchPartitionMetadataResponse(
-            metadata=p.to_proto(self.id, self.state.view_time(self.id))
-        )
+        return api_pb2.FetchPartitionMetadataResponse(metadata=p.to_proto(self.id, t))
 
     # publishing
 

@@ -147,6 +147,19 @@ async def test_fetch_partition_metadata(client: Client, stream: str) -> None:
 # -- publishing ------------------------------------------------------------------
 
 
+async def test_partition_metadata_of_a_paused_partition(client: Client, stream: str) -> None:
+    # A paused partition's leader refuses FetchPartitionMetadata (Liftbridge v1.9
+    # closes it); the client answers from that broker's FetchMetadata instead.
+    await publish_values(client, stream, [b"a", b"b", b"c"])
+    await client.pause_stream(stream)
+    meta = await client.fetch_partition_metadata(stream, 0)
+    assert meta.paused
+    assert (meta.high_watermark, meta.newest_offset) == (2, 2)
+    await client.publish(stream, b"d")  # resumes it
+    meta = await client.fetch_partition_metadata(stream, 0)
+    assert (meta.high_watermark, meta.newest_offset) == (3, 3)
+
+
 async def test_publish_returns_acks_with_every_policy(client: Client, stream: str) -> None:
     ack = await client.publish(stream, b"v", key=b"k", headers={"h": b"1"}, correlation_id="c-1")
     assert ack is not None

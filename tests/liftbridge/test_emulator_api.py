@@ -650,6 +650,28 @@ async def test_pause_and_resume_on_publish(lb: Brokers, unique_name: str) -> Non
     assert err.code() == grpc.StatusCode.NOT_FOUND
 
 
+async def test_a_paused_partition_refuses_partition_metadata(lb: Brokers, unique_name: str) -> None:
+    # Pausing closes the partition on its leader (Liftbridge v1.9), which then
+    # refuses FetchPartitionMetadata as a broker that does not lead it does; its
+    # FetchMetadata still shows the partition, paused, with its offsets.
+    await create(lb, unique_name)
+    await publish(lb, unique_name, b"a", b"b")
+    leader = await lb.leader(unique_name)
+    req = pb.FetchPartitionMetadataRequest(stream=unique_name, partition=0)
+    assert (await leader.FetchPartitionMetadata(req, timeout=TIMEOUT)).metadata.highWatermark == 1
+    await lb.any.PauseStream(pb.PauseStreamRequest(name=unique_name), timeout=TIMEOUT)
+    await lb.until_every_broker(unique_name, every_partition("paused", True))
+    err = await rpc_error(leader.FetchPartitionMetadata(req, timeout=TIMEOUT))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    p = await lb.partition(unique_name)
+    assert p.paused
+    assert (p.highWatermark, p.newestOffset) == (1, 1)
+    (ack,) = await publish(lb, unique_name, b"c")  # resumes it: its leader answers again
+    assert ack.offset == 2
+    leader = await lb.leader(unique_name)
+    assert (await leader.FetchPartitionMetadata(req, timeout=TIMEOUT)).metadata.highWatermark == 2
+
+
 # -- cursors -----------------------------------------------------------------------
 
 
