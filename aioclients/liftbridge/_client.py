@@ -809,6 +809,11 @@ class Client:
 
         Returns:
             The coordinator broker id, the epoch and the group's timeouts.
+
+        Raises:
+            NoSuchStreamError: one of ``streams`` does not exist.
+            LiftbridgeServerError: refused otherwise (e.g. FAILED_PRECONDITION: the
+                consumer is already a member).
         """
         names = [check_name("each stream", s) for s in streams]
         if not names:

@@ -47,7 +47,7 @@ import itertools
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
@@ -1158,15 +1158,20 @@ class Broker:
             raise RpcError("INVALID_ARGUMENT", "No consumerId provided")
         if not req.streams:
             raise RpcError("INVALID_ARGUMENT", "No streams provided")
-        for name in req.streams:
-            if name not in self.state.streams:
-                raise RpcError("NOT_FOUND", f"stream {name} does not exist")
         self._expire_members()
         state = self.state
+        # Liftbridge v1.9.0 checks, and answers, in this order, every refusal
+        # FAILED_PRECONDITION (server/metadata.go JoinConsumerGroup and
+        # checkCreateConsumerGroupPreconditions / checkJoinConsumerGroupPreconditions).
         found = state.groups.get(req.groupId)
         created = found is None
         if found is not None:
             group = found
+            if req.consumerId in group.members:
+                raise RpcError(
+                    "FAILED_PRECONDITION", "consumer is already a member of the consumer group"
+                )
+            self._check_group_streams(req.streams)
         else:
             if state.metadata_delay > 0:
                 # The metadata leader replicates the new group through Raft before
@@ -1175,13 +1180,12 @@ class Broker:
                 await asyncio.sleep(state.metadata_delay * _RAFT_COMMIT)
                 if req.groupId in state.groups:
                     raise RpcError("FAILED_PRECONDITION", "consumer group already exists")
+            self._check_group_streams(req.streams)
             live = [b for b in state.broker_ids if b in state.live]
             # Coordinators go round the live brokers by group count.
             coordinator = live[len(state.groups) % len(live)]
             group = ConsumerGroup(req.groupId, coordinator)
             state.groups[req.groupId] = group
-        if req.consumerId in group.members:
-            raise RpcError("ALREADY_EXISTS", "consumer is already a member of the consumer group")
         group.members[req.consumerId] = list(req.streams)
         group.last_seen[req.consumerId] = asyncio.get_running_loop().time()
         # The epoch of a new group is 0; later ones are Raft log indexes.
@@ -1192,6 +1196,11 @@ class Broker:
             consumerTimeout=_CONSUMER_TIMEOUT_NS,
             coordinatorTimeout=_COORDINATOR_TIMEOUT_NS,
         )
+
+    def _check_group_streams(self, streams: Iterable[str]) -> None:
+        for name in streams:
+            if name not in self.state.streams:
+                raise RpcError("FAILED_PRECONDITION", "stream does not exist")
 
     async def leave_consumer_group(
         self, req: api_pb2.LeaveConsumerGroupRequest, context: _Ctx
@@ -1205,7 +1214,9 @@ class Broker:
         if group is None:
             raise RpcError("NOT_FOUND", "consumer group does not exist")
         if req.consumerId not in group.members:
-            raise RpcError("NOT_FOUND", "consumer is not a member of the consumer group")
+            # FAILED_PRECONDITION: only a missing group is NOT_FOUND (Liftbridge
+            # v1.9.0 server/metadata.go LeaveConsumerGroup).
+            raise RpcError("FAILED_PRECONDITION", "consumer is not a member of the consumer group")
         del group.members[req.consumerId]
         group.last_seen.pop(req.consumerId, None)
         if group.members:

@@ -384,6 +384,18 @@ async def test_consumer_group_calls(client: Client, stream: str, unique_name: st
 # -- bad input and closing ------------------------------------------------------------------
 
 
+async def test_joining_a_group_on_a_missing_stream_is_no_such_stream(
+    client: Client, stream: str, unique_name: str
+) -> None:
+    missing = unique_name + "_nope"
+    with pytest.raises(NoSuchStreamError):  # a new group
+        await client.join_consumer_group(unique_name, "m1", [missing])
+    await client.join_consumer_group(unique_name, "m1", [stream])
+    with pytest.raises(NoSuchStreamError):  # an existing one
+        await client.join_consumer_group(unique_name, "m2", [stream, missing])
+    await client.leave_consumer_group(unique_name, "m1")
+
+
 async def test_bad_input_fails_fast(client: Client, stream: str) -> None:
     with pytest.raises(InvalidArgumentError):
         await client.create_stream("", "x")

@@ -780,6 +780,45 @@ async def test_consumer_groups(lb: Brokers, unique_name: str) -> None:
     assert await assigned("a", md.epoch) == [0, 1, 2, 3]
 
 
+async def test_consumer_group_refusals(lb: Brokers, unique_name: str) -> None:
+    # Liftbridge v1.9 refuses a join or a leave with FAILED_PRECONDITION, except a
+    # leave of a group that does not exist (NOT_FOUND).
+    await create(lb, unique_name)
+    group, missing = unique_name + "_g", unique_name + "_nope"
+
+    async def join(consumer: str, *streams: str) -> Any:
+        return await lb.any.JoinConsumerGroup(
+            pb.JoinConsumerGroupRequest(groupId=group, consumerId=consumer, streams=streams),
+            timeout=TIMEOUT,
+        )
+
+    async def leave(consumer: str, group_id: str = group) -> Any:
+        return await lb.any.LeaveConsumerGroup(
+            pb.LeaveConsumerGroupRequest(groupId=group_id, consumerId=consumer), timeout=TIMEOUT
+        )
+
+    err = await rpc_error(join("a", missing))  # a new group
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "stream does not exist",
+    )
+    await join("a", unique_name)
+    err = await rpc_error(join("a", unique_name))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "already a member" in (err.details() or "")
+    err = await rpc_error(join("b", unique_name, missing))  # an existing group
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "stream does not exist",
+    )
+    err = await rpc_error(leave("b"))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "not a member" in (err.details() or "")
+    await leave("a")  # the last member: the group goes
+    err = await rpc_error(leave("a", missing))
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+
+
 # -- failover (emulator only) ------------------------------------------------------
 
 
