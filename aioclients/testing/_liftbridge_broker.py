@@ -141,6 +141,9 @@ async def settle(nc: NatsClient, timeout: float = 5.0) -> None:
         await sub.unsubscribe()
 
 
+_TOO_BIG_FOR_NATS = "failed to publish to NATS: nats: maximum payload exceeded"
+
+
 class _PublishError(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
@@ -224,7 +227,9 @@ class _Publisher:
             raise RpcError("UNAVAILABLE", "broker is shutting down")
         size = len(data)
         if size > nc.max_payload > 0:
-            raise RpcError("INTERNAL", "nats: maximum payload exceeded")
+            # The server wraps the NATS error in a plain Go error: gRPC's UNKNOWN
+            # (Liftbridge v1.9.0 server/api.go publish / publishSync).
+            raise RpcError("UNKNOWN", _TOO_BIG_FOR_NATS)
         frame = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), size, data)
         nc._pending.append(frame)
         nc._pending_data_size += len(frame)
@@ -924,7 +929,17 @@ class Broker:
                         push(_async_error(req.correlationId, e).SerializeToString())
                         continue
                     req.ackInbox = inbox
-                    self._publish_nowait(subject, self._publish_envelope(req, subject))
+                    try:
+                        self._publish_nowait(subject, self._publish_envelope(req, subject))
+                    except RpcError as e:
+                        if e.details != _TOO_BIG_FOR_NATS:
+                            raise
+                        # Only this message fails, the session goes on (Liftbridge
+                        # v1.9.0 server/api.go publishLoop: PublishAsyncError INTERNAL;
+                        # it still counts the message in flight, so the session's end
+                        # waits out its ack timeout).
+                        too_big = _PublishError(api_pb2.PublishAsyncError.INTERNAL, e.details)
+                        push(_async_error(req.correlationId, too_big).SerializeToString())
                     if req.ackPolicy != _NONE:
                         inflight += 1
                 # The client is done: give in-flight acks a while to arrive.

@@ -643,6 +643,20 @@ async def test_publish_async_errors_arrive_on_the_future(client: Client, stream:
     assert ack.offset == 0
 
 
+async def test_publish_async_over_the_nats_payload_limit_fails_that_message_only(
+    client: Client, stream: str
+) -> None:
+    from aioclients.liftbridge import LiftbridgeServerError
+
+    first = await client.publish_async(stream, b"a")
+    big = await client.publish_async(stream, b"x" * (2 << 20))  # NATS takes 1 MiB
+    last = await client.publish_async(stream, b"b")
+    with pytest.raises(LiftbridgeServerError, match="maximum payload exceeded"):
+        await asyncio.wait_for(big, WAIT)
+    acks = [await asyncio.wait_for(f, WAIT) for f in (first, last)]
+    assert [a.offset for a in acks if a is not None] == [0, 1]
+
+
 @pytest.mark.fault
 @pytest.mark.parametrize("liftbridge_cluster", [1], indirect=True)
 async def test_subscription_gives_up_after_resubscribe_wait_time(
