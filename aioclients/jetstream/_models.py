@@ -95,6 +95,8 @@ class StreamInfo:
     mirror: JsonObject | None
     sources: list[JsonObject] | None
     raw: dict[str, Any] = field(repr=False)
+    #: when the server made this answer (``ts``; nats.go ``TimeStamp``)
+    ts: datetime | None = None
 
     @property
     def name(self) -> str:
@@ -111,6 +113,7 @@ class StreamInfo:
             mirror=JsonObject.wrap(data["mirror"]) if data.get("mirror") else None,
             sources=[JsonObject.wrap(s) for s in data["sources"]] if data.get("sources") else None,
             raw=dict(data),
+            ts=_time(data.get("ts")),
         )
 
 
@@ -152,6 +155,10 @@ class ConsumerInfo:
     raw: dict[str, Any] = field(repr=False)
     #: seconds left of a pause (ADR-42 era, nats-server 2.11+); ``None`` when not paused
     pause_remaining: float | None = None
+    #: a push consumer has a subscriber on its deliver subject
+    push_bound: bool = False
+    #: when the server made this answer (``ts``; nats.go ``TimeStamp``)
+    ts: datetime | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ConsumerInfo:
@@ -172,6 +179,8 @@ class ConsumerInfo:
             cluster=JsonObject.wrap(data["cluster"]) if data.get("cluster") else None,
             raw=dict(data),
             pause_remaining=_seconds(data.get("pause_remaining")),
+            push_bound=bool(data.get("push_bound", False)),
+            ts=_time(data.get("ts")),
         )
 
 

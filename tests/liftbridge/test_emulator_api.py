@@ -843,6 +843,40 @@ async def test_consumer_group_refusals(lb: Brokers, unique_name: str) -> None:
     assert err.code() == grpc.StatusCode.NOT_FOUND
 
 
+async def test_report_coordinator_refusals(lb: Brokers, unique_name: str) -> None:
+    # Liftbridge v1.9 checks a report's group, coordinator and epoch, and member:
+    # each refusal is FAILED_PRECONDITION (a GroupConsumer only logs it).
+    await create(lb, unique_name)
+    group = unique_name + "_g"
+    join = await lb.any.JoinConsumerGroup(
+        pb.JoinConsumerGroupRequest(groupId=group, consumerId="a", streams=[unique_name]),
+        timeout=TIMEOUT,
+    )
+
+    async def report(consumer: str, coordinator: str, group_id: str = group) -> Any:
+        req = pb.ReportConsumerGroupCoordinatorRequest(
+            groupId=group_id, consumerId=consumer, coordinator=coordinator, epoch=join.epoch
+        )
+        return await lb.any.ReportConsumerGroupCoordinator(req, timeout=TIMEOUT)
+
+    err = await rpc_error(report("a", join.coordinator, group + "_nope"))
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"No such consumer group {group}_nope",
+    )
+    err = await rpc_error(report("a", join.coordinator + "_nope"))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "Coordinator generation mismatch" in (err.details() or "")
+    err = await rpc_error(report("b", join.coordinator))
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"Consumer b is not a member of consumer group {group}",
+    )
+    await lb.any.LeaveConsumerGroup(
+        pb.LeaveConsumerGroupRequest(groupId=group, consumerId="a"), timeout=TIMEOUT
+    )
+
+
 # -- failover (emulator only) ------------------------------------------------------
 
 
