@@ -425,6 +425,46 @@ class Brokers:
                 await self.refresh_metadata()
         raise LiftbridgeConnectError(f"{what}: the leader of {stream}/{partition} is not reachable")
 
+    async def partition_metadata(self, stream: str, partition: int) -> Any:
+        """FetchPartitionMetadata from the partition's leader (the response).
+
+        A paused partition's leader refuses the call as if it did not lead
+        (Liftbridge v1.9 closes a paused partition): the answer is then that
+        broker's view from FetchMetadata (``paused`` true, its own offsets).
+        """
+
+        async def refused(address: str) -> Any:
+            return await self._paused_partition(address, stream, partition)
+
+        req = pb.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+        return await self.leader_rpc(
+            stream,
+            partition,
+            "FetchPartitionMetadata",
+            req,
+            what="fetch_partition_metadata",
+            refused=refused,
+        )
+
+    async def _paused_partition(self, address: str, stream: str, partition: int) -> Any:
+        """The partition's metadata from the broker at ``address`` when that broker
+        leads it and it is paused (None otherwise, or when it does not answer)."""
+        stub = self.stub_for(self.channel(address))
+        try:
+            resp = await stub.FetchMetadata(
+                pb.FetchMetadataRequest(streams=[stream]), timeout=self.rpc_timeout
+            )
+        except grpc.aio.AioRpcError:
+            return None
+        addresses = {b.id: f"{b.host}:{b.port}" for b in resp.brokers}
+        for md in resp.streamMetadata:
+            if md.name != stream or partition not in md.partitions:
+                continue
+            p = md.partitions[partition]
+            if p.paused and addresses.get(p.leader) == address:
+                return pb.FetchPartitionMetadataResponse(metadata=p)
+        return None
+
     async def coordinator_rpc(self, coordinator: str, method: str, req: Any, what: str) -> Any:
         """Call ``method`` on the broker with id ``coordinator`` (once: no retry)."""
         md = self.metadata.get()

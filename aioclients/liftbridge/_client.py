@@ -414,42 +414,10 @@ class Client:
         Raises:
             NoSuchPartitionError: no such stream or partition.
         """
-        req = pb.FetchPartitionMetadataRequest(
-            stream=check_name("stream", stream), partition=check_partition(partition)
-        )
-
-        async def refused(address: str) -> Any:
-            return await self._paused_partition(address, stream, partition)
-
-        resp = await self._brokers.leader_rpc(
-            stream,
-            partition,
-            "FetchPartitionMetadata",
-            req,
-            what="fetch_partition_metadata",
-            refused=refused,
+        resp = await self._brokers.partition_metadata(
+            check_name("stream", stream), check_partition(partition)
         )
         return partition_from_pb(resp.metadata)
-
-    async def _paused_partition(self, address: str, stream: str, partition: int) -> Any:
-        """The metadata of ``stream``/``partition`` from the broker at ``address`` when
-        that broker leads it and it is paused (None otherwise, or when it does not answer)."""
-        brokers = self._brokers
-        stub = brokers.stub_for(brokers.channel(address))
-        try:
-            resp = await stub.FetchMetadata(
-                pb.FetchMetadataRequest(streams=[stream]), timeout=brokers.rpc_timeout
-            )
-        except grpc.aio.AioRpcError:
-            return None
-        leaders = {b.id: f"{b.host}:{b.port}" for b in resp.brokers}
-        for md in resp.streamMetadata:
-            if md.name != stream or partition not in md.partitions:
-                continue
-            p = md.partitions[partition]
-            if p.paused and leaders.get(p.leader) == address:
-                return pb.FetchPartitionMetadataResponse(metadata=p)
-        return None
 
     # -- publishing ---------------------------------------------------------------------
 

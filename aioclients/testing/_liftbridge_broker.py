@@ -87,6 +87,10 @@ _ALL = api_pb2.ALL
 _EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 _PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 _LOG_CLOSED = "commit log was closed"  # a reader on a paused (closed) log ends so
+_PAUSED_TIMESTAMP_LOOKUP = (
+    "Failed to lookup offset for timestamp: "
+    "failed to find log segment for timestamp: segment has been closed"
+)
 _SEGMENT_CLOSED = "segment has been closed"  # opening a reader on a paused (closed) log
 _EMPTY_MESSAGE = b""  # a serialized empty Message: the subscription confirmation
 _ASYNC_ACK_TIMEOUT = 5.0  # how long PublishAsync waits for in-flight acks after the client is done
@@ -1075,6 +1079,8 @@ class Broker:
         if pos == api_pb2.OFFSET:
             start = req.startOffset
         elif pos == api_pb2.TIMESTAMP:
+            if paused:  # the lookup meets the closed log, empty or not
+                raise RpcError("INTERNAL", _PAUSED_TIMESTAMP_LOOKUP)
             start = p.offset_at_or_after(req.startTimestamp)
         elif pos == api_pb2.EARLIEST:
             start = p.oldest_offset  # -1 when retention left nothing: from 0, i.e. waits
@@ -1085,20 +1091,19 @@ class Broker:
         else:
             raise RpcError("INVALID_ARGUMENT", f"Unknown StartPosition {pos}")
         start = max(start, 0)  # "If log is empty, next offset will be 0"
-        if paused:
-            # Liftbridge has no paused check here: the reader is opened on the
-            # closed log. Reading committed messages needs a segment, which fails at
-            # once; a reader that waits (log empty or start past the high
-            # watermark) is confirmed, then ends when it looks at the log.
-            if start <= hw and p.oldest_offset != -1:
-                raise RpcError("INTERNAL", f"Failed to create stream reader: {_SEGMENT_CLOSED}")
-            return p, _reader(p, start, hw), -1, None
+        # A paused partition's log is closed, and Liftbridge v1.9.0 has no paused
+        # check in Subscribe: the start and stop lookups run first (a timestamp
+        # lookup fails on the closed log), then the stop-before-start check, then the
+        # reader is opened (server/partition.go Subscribe, getStartOffset,
+        # getStopOffset).
         spos = req.stopPosition
         if spos == api_pb2.STOP_ON_CANCEL:
             stop = newest if readonly else -1
         elif spos == api_pb2.STOP_OFFSET:
             stop = req.stopOffset
         elif spos == api_pb2.STOP_TIMESTAMP:
+            if paused:
+                raise RpcError("INTERNAL", _PAUSED_TIMESTAMP_LOOKUP)
             stop = p.offset_at_or_before(req.stopTimestamp)
         elif spos == api_pb2.STOP_LATEST:
             stop = newest
@@ -1112,6 +1117,13 @@ class Broker:
             raise RpcError(
                 "INVALID_ARGUMENT", f"Stop offset is before start offset: {stop} < {start}"
             )
+        if paused:
+            # Reading committed messages needs a segment, which fails at once; a
+            # reader that waits (log empty or start past the high watermark) is
+            # confirmed, then ends when it looks at the log.
+            if start <= hw and p.oldest_offset != -1:
+                raise RpcError("INTERNAL", f"Failed to create stream reader: {_SEGMENT_CLOSED}")
+            return p, _reader(p, start, hw), -1, None
         # The reader starts at the oldest kept offset when asked for less, and a
         # start past the high watermark waits for the next committed message,
         # whatever offset it has (commitlog reader: "If offset exceeds HW, wait for
@@ -1283,15 +1295,27 @@ class Broker:
             raise RpcError("INVALID_ARGUMENT", "No consumerId provided")
         if not req.coordinator:
             raise RpcError("INVALID_ARGUMENT", "No coordinator provided")
+        # Checks and answers as Liftbridge v1.9.0's (server/metadata.go
+        # ReportGroupCoordinator): every refusal FAILED_PRECONDITION.
         group = self.state.groups.get(req.groupId)
         if group is None:
-            raise RpcError("NOT_FOUND", "consumer group does not exist")
-        if req.coordinator == group.coordinator and req.epoch == group.epoch:
-            # One report is a majority in the emulator: pick the next live broker.
-            live = [b for b in self.state.broker_ids if b in self.state.live]
-            others = [b for b in live if b != group.coordinator] or live
-            group.coordinator = others[0]
-            self.state.rebalance(group)
+            raise RpcError("FAILED_PRECONDITION", f"No such consumer group {req.groupId}")
+        if req.coordinator != group.coordinator or req.epoch != group.epoch:
+            raise RpcError(
+                "FAILED_PRECONDITION",
+                f"Coordinator generation mismatch, current coordinator: {group.coordinator} "
+                f"epoch: {group.epoch}, got coordinator: {req.coordinator} epoch: {req.epoch}",
+            )
+        if req.consumerId not in group.members:
+            raise RpcError(
+                "FAILED_PRECONDITION",
+                f"Consumer {req.consumerId} is not a member of consumer group {req.groupId}",
+            )
+        # One report is a majority in the emulator: pick the next live broker.
+        live = [b for b in self.state.broker_ids if b in self.state.live]
+        others = [b for b in live if b != group.coordinator] or live
+        group.coordinator = others[0]
+        self.state.rebalance(group)
         return api_pb2.ReportConsumerGroupCoordinatorResponse()
 
 

@@ -25,6 +25,7 @@ from aioclients.liftbridge import (
     NoSuchPartitionError,
     NoSuchStreamError,
     PartitionByKey,
+    PartitionPausedError,
     ReadonlyPartitionError,
     StartPosition,
     StopPosition,
@@ -158,6 +159,22 @@ async def test_partition_metadata_of_a_paused_partition(client: Client, stream: 
     await client.publish(stream, b"d")  # resumes it
     meta = await client.fetch_partition_metadata(stream, 0)
     assert (meta.high_watermark, meta.newest_offset) == (3, 3)
+
+
+async def test_subscribing_by_time_to_a_paused_partition_says_it_is_paused(
+    client: Client, stream: str
+) -> None:
+    # Liftbridge v1.9 looks the time up in the closed log first and answers INTERNAL
+    # "Failed to lookup offset for timestamp: ... segment has been closed".
+    await publish_values(client, stream, [b"a", b"b"])
+    await client.pause_stream(stream)
+    for kw in ({"start_time": 1}, {"start_at": StartPosition.EARLIEST, "stop_time": 1}):
+        with pytest.raises(PartitionPausedError):
+            async with client.subscribe(stream, **kw):  # type: ignore[arg-type]
+                pass
+    sub = client.subscribe(stream, start_time=1, resume=True)
+    async with sub:
+        assert [m.value for m in await take(sub, 2)] == [b"a", b"b"]
 
 
 async def test_publish_returns_acks_with_every_policy(client: Client, stream: str) -> None:
