@@ -1209,8 +1209,11 @@ class Broker:
                     raise RpcError("FAILED_PRECONDITION", "consumer group already exists")
             self._check_group_streams(req.streams)
             live = [b for b in state.broker_ids if b in state.live]
-            # Coordinators go round the live brokers by group count.
-            coordinator = live[len(state.groups) % len(live)]
+            # Coordinators go round the live brokers by group count, the first on the
+            # broker after the metadata leader (broker-0): a real cluster picks the
+            # least loaded broker, most often not the metadata leader, and that
+            # coordinator applies the new group late.
+            coordinator = live[(len(state.groups) + 1) % len(live)]
             group = ConsumerGroup(req.groupId, coordinator)
             state.groups[req.groupId] = group
         group.members[req.consumerId] = list(req.streams)
