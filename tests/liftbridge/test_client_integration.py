@@ -36,7 +36,7 @@ from aioclients.liftbridge import (
     unmarshal_ack,
 )
 from aioclients.testing import LiftbridgeCluster
-from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge
+from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge, skip_without_cursors
 
 Cluster = LiftbridgeCluster | ExternalLiftbridge
 WAIT = 10.0
@@ -368,7 +368,8 @@ async def test_pause_and_resume_by_publishing(client: Client, stream: str) -> No
 # -- cursors and consumer groups --------------------------------------------------------------
 
 
-async def test_cursors(client: Client, stream: str) -> None:
+async def test_cursors(client: Client, stream: str, liftbridge_cluster: Cluster) -> None:
+    await skip_without_cursors(liftbridge_cluster.addresses)
     assert await client.fetch_cursor("c1", stream, 0) == -1
     await client.set_cursor("c1", stream, 0, 41)
     assert await client.fetch_cursor("c1", stream, 0) == 41
@@ -619,8 +620,9 @@ async def test_subscriptions_share_pooled_connections_that_expire_when_idle(
 
 
 async def test_group_consumer_reads_its_partitions_and_commits_cursors(
-    client: Client, unique_name: str
+    client: Client, unique_name: str, liftbridge_cluster: Cluster
 ) -> None:
+    await skip_without_cursors(liftbridge_cluster.addresses)
     await client.create_stream(unique_name, unique_name, partitions=2)
     for p in (0, 1):
         for i in range(3):
@@ -806,8 +808,9 @@ async def test_two_members_join_a_new_group_at_once(client: Client, unique_name:
 
 
 async def test_two_consumers_start_at_once_and_share_the_partitions(
-    client: Client, unique_name: str
+    client: Client, unique_name: str, liftbridge_cluster: Cluster
 ) -> None:
+    await skip_without_cursors(liftbridge_cluster.addresses)
     await client.create_stream(unique_name, unique_name, partitions=2)
     group = unique_name + "_g"
     c1 = client.consumer(group, [unique_name], consumer_id="m1", fetch_interval=0.2)

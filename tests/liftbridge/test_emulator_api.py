@@ -20,7 +20,7 @@ from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._pb import api_pb2_grpc as pbg
 from aioclients.testing import LiftbridgeCluster
 from aioclients.testing._liftbridge_broker import settle
-from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge
+from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge, skip_without_cursors
 
 Cluster = LiftbridgeCluster | ExternalLiftbridge
 TIMEOUT = 10.0  # generous: the suite shares 2 cores with other work
@@ -700,6 +700,7 @@ async def test_a_paused_partition_refuses_partition_metadata(lb: Brokers, unique
 
 
 async def test_cursors(lb: Brokers, unique_name: str) -> None:
+    await skip_without_cursors(lb.cluster.addresses)
     await create(lb, unique_name)
     addresses = await lb.addresses()
     fetch = pb.FetchCursorRequest(stream=unique_name, partition=0, cursorId="c1")
