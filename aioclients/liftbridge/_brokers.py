@@ -377,8 +377,15 @@ class Brokers:
         *,
         what: str,
         not_found: type[LiftbridgeServerError] = NoSuchPartitionError,
+        refused: Callable[[str], Awaitable[Any]] | None = None,
     ) -> Any:
-        """Call ``method`` on the partition leader; refresh and retry while it moves."""
+        """Call ``method`` on the partition leader; refresh and retry while it moves.
+
+        ``refused``: called with the address of a leader that answered
+        FAILED_PRECONDITION (not the leader); what it returns, unless None, is
+        the answer (e.g. a paused partition's leader, which refuses as if it
+        did not lead).
+        """
         self.check_open()
         attempts = _LEADER_ATTEMPTS
         for attempt in range(attempts):
@@ -410,9 +417,53 @@ class Brokers:
                     ) from None
                 if code is grpc.StatusCode.UNAVAILABLE:
                     self.broker_unavailable(address)
+                elif refused is not None:
+                    answer = await refused(address)
+                    if answer is not None:
+                        return answer
                 await asyncio.sleep(self.jitter())
                 await self.refresh_metadata()
         raise LiftbridgeConnectError(f"{what}: the leader of {stream}/{partition} is not reachable")
+
+    async def partition_metadata(self, stream: str, partition: int) -> Any:
+        """FetchPartitionMetadata from the partition's leader (the response).
+
+        A paused partition's leader refuses the call as if it did not lead
+        (Liftbridge v1.9 closes a paused partition): the answer is then that
+        broker's view from FetchMetadata (``paused`` true, its own offsets).
+        """
+
+        async def refused(address: str) -> Any:
+            return await self._paused_partition(address, stream, partition)
+
+        req = pb.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+        return await self.leader_rpc(
+            stream,
+            partition,
+            "FetchPartitionMetadata",
+            req,
+            what="fetch_partition_metadata",
+            refused=refused,
+        )
+
+    async def _paused_partition(self, address: str, stream: str, partition: int) -> Any:
+        """The partition's metadata from the broker at ``address`` when that broker
+        leads it and it is paused (None otherwise, or when it does not answer)."""
+        stub = self.stub_for(self.channel(address))
+        try:
+            resp = await stub.FetchMetadata(
+                pb.FetchMetadataRequest(streams=[stream]), timeout=self.rpc_timeout
+            )
+        except grpc.aio.AioRpcError:
+            return None
+        addresses = {b.id: f"{b.host}:{b.port}" for b in resp.brokers}
+        for md in resp.streamMetadata:
+            if md.name != stream or partition not in md.partitions:
+                continue
+            p = md.partitions[partition]
+            if p.paused and addresses.get(p.leader) == address:
+                return pb.FetchPartitionMetadataResponse(metadata=p)
+        return None
 
     async def coordinator_rpc(self, coordinator: str, method: str, req: Any, what: str) -> Any:
         """Call ``method`` on the broker with id ``coordinator`` (once: no retry)."""

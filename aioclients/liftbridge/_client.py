@@ -407,14 +407,15 @@ class Client:
     async def fetch_partition_metadata(self, stream: str, partition: int) -> PartitionInfo:
         """Fetch one partition's metadata from its leader.
 
+        A paused partition's leader refuses FetchPartitionMetadata as if it did not
+        lead (Liftbridge v1.9 closes a paused partition): its view then comes from
+        that broker's FetchMetadata (``paused`` true, its own offsets).
+
         Raises:
             NoSuchPartitionError: no such stream or partition.
         """
-        req = pb.FetchPartitionMetadataRequest(
-            stream=check_name("stream", stream), partition=check_partition(partition)
-        )
-        resp = await self._brokers.leader_rpc(
-            stream, partition, "FetchPartitionMetadata", req, what="fetch_partition_metadata"
+        resp = await self._brokers.partition_metadata(
+            check_name("stream", stream), check_partition(partition)
         )
         return partition_from_pb(resp.metadata)
 
@@ -776,6 +777,11 @@ class Client:
 
         Returns:
             The coordinator broker id, the epoch and the group's timeouts.
+
+        Raises:
+            NoSuchStreamError: one of ``streams`` does not exist.
+            LiftbridgeServerError: refused otherwise (e.g. FAILED_PRECONDITION: the
+                consumer is already a member).
         """
         names = [check_name("each stream", s) for s in streams]
         if not names:

@@ -20,6 +20,7 @@ from aioclients.liftbridge._errors import (
     LiftbridgeError,
     LiftbridgeServerError,
     NoSuchPartitionError,
+    NoSuchStreamError,
 )
 from aioclients.liftbridge._pb import api_pb2 as pb
 
@@ -41,6 +42,7 @@ CURSORS_STREAM = "__cursors"
 # join_group: how long to repeat "consumer group already exists" (two members
 # created the group at once; the loser joins the winner's group).
 _JOIN_RETRY_TIME = 5.0
+_NO_STREAM = ": stream does not exist"
 
 
 class ConsumerGroupJoin:
@@ -120,9 +122,16 @@ async def join_group(
         log.info("%s: the group was created concurrently; joining it", what)
         return True
 
-    resp = await brokers.rpc_repeated(
-        "JoinConsumerGroup", req, what=what, transient=lost_race, within=_JOIN_RETRY_TIME
-    )
+    try:
+        resp = await brokers.rpc_repeated(
+            "JoinConsumerGroup", req, what=what, transient=lost_race, within=_JOIN_RETRY_TIME
+        )
+    except LiftbridgeServerError as exc:
+        # Liftbridge v1.9 refuses a join naming a missing stream with
+        # FAILED_PRECONDITION "stream does not exist"; it is a NoSuchStreamError.
+        if exc.code == "FAILED_PRECONDITION" and _NO_STREAM in str(exc):
+            raise NoSuchStreamError(str(exc), code=exc.code) from None
+        raise
     return ConsumerGroupJoin(
         resp.coordinator,
         int(resp.epoch),

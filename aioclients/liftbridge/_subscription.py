@@ -71,11 +71,13 @@ def _paused_answer(code: grpc.StatusCode, details: str) -> bool:
     A paused partition's log is closed and the broker has no paused check in
     Subscribe: it fails to open a reader. Liftbridge 1.9 answers INTERNAL
     "Failed to create stream reader: segment has been closed" (or "... commit log
-    closed"), or FAILED_PRECONDITION "commit log was closed".
+    closed"), or FAILED_PRECONDITION "commit log was closed"; with a start or stop
+    time, INTERNAL "Failed to lookup offset for timestamp: failed to find log
+    segment for timestamp: segment has been closed" (the lookup comes first).
     """
     text = details.lower()
     if code is grpc.StatusCode.INTERNAL:
-        return "stream reader" in text and (
+        return ("stream reader" in text or "lookup offset for timestamp" in text) and (
             "segment has been closed" in text or "commit log closed" in text
         )
     return code is grpc.StatusCode.FAILED_PRECONDITION and "commit log was closed" in text
@@ -338,15 +340,8 @@ class Subscription:
     async def _maybe_paused(self) -> bool:
         """Whether the partition's metadata allows "paused" (False: it was never
         paused, so a closed segment is the cleaner's doing)."""
-        req = pb.FetchPartitionMetadataRequest(stream=self.stream, partition=self.partition)
         try:
-            resp = await self._brokers.leader_rpc(
-                self.stream,
-                self.partition,
-                "FetchPartitionMetadata",
-                req,
-                what="fetch_partition_metadata",
-            )
+            resp = await self._brokers.partition_metadata(self.stream, self.partition)
         except LiftbridgeError:
             return True
         return bool(resp.metadata.paused)

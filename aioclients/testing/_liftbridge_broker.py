@@ -47,7 +47,7 @@ import itertools
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
@@ -87,6 +87,10 @@ _ALL = api_pb2.ALL
 _EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 _PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 _LOG_CLOSED = "commit log was closed"  # a reader on a paused (closed) log ends so
+_PAUSED_TIMESTAMP_LOOKUP = (
+    "Failed to lookup offset for timestamp: "
+    "failed to find log segment for timestamp: segment has been closed"
+)
 _SEGMENT_CLOSED = "segment has been closed"  # opening a reader on a paused (closed) log
 _EMPTY_MESSAGE = b""  # a serialized empty Message: the subscription confirmation
 _ASYNC_ACK_TIMEOUT = 5.0  # how long PublishAsync waits for in-flight acks after the client is done
@@ -139,6 +143,9 @@ async def settle(nc: NatsClient, timeout: float = 5.0) -> None:
                     raise TimeoutError(f"NATS subscriptions not live after {timeout}s") from None
     finally:
         await sub.unsubscribe()
+
+
+_TOO_BIG_FOR_NATS = "failed to publish to NATS: nats: maximum payload exceeded"
 
 
 class _PublishError(Exception):
@@ -224,7 +231,9 @@ class _Publisher:
             raise RpcError("UNAVAILABLE", "broker is shutting down")
         size = len(data)
         if size > nc.max_payload > 0:
-            raise RpcError("INTERNAL", "nats: maximum payload exceeded")
+            # The server wraps the NATS error in a plain Go error: gRPC's UNKNOWN
+            # (Liftbridge v1.9.0 server/api.go publish / publishSync).
+            raise RpcError("UNKNOWN", _TOO_BIG_FOR_NATS)
         frame = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), size, data)
         nc._pending.append(frame)
         nc._pending_data_size += len(frame)
@@ -832,11 +841,13 @@ class Broker:
         p = self.state.partition_view(self.id, req.stream, req.partition)
         if p is None:
             raise RpcError("NOT_FOUND", "partition not found")
-        if p.leader != self.id:
+        t = self.state.view_time(self.id)
+        # A paused partition is closed on its leader, which then answers as if it did
+        # not lead (Liftbridge v1.9.0: Pause closes the partition, and
+        # FetchPartitionMetadata asks partition.IsLeader()).
+        if p.leader != self.id or p.flags_at(t)[0]:
             raise RpcError("FAILED_PRECONDITION", "The request should be sent to partition leader")
-        return api_pb2.FetchPartitionMetadataResponse(
-            metadata=p.to_proto(self.id, self.state.view_time(self.id))
-        )
+        return api_pb2.FetchPartitionMetadataResponse(metadata=p.to_proto(self.id, t))
 
     # publishing
 
@@ -922,7 +933,17 @@ class Broker:
                         push(_async_error(req.correlationId, e).SerializeToString())
                         continue
                     req.ackInbox = inbox
-                    self._publish_nowait(subject, self._publish_envelope(req, subject))
+                    try:
+                        self._publish_nowait(subject, self._publish_envelope(req, subject))
+                    except RpcError as e:
+                        if e.details != _TOO_BIG_FOR_NATS:
+                            raise
+                        # Only this message fails, the session goes on (Liftbridge
+                        # v1.9.0 server/api.go publishLoop: PublishAsyncError INTERNAL;
+                        # it still counts the message in flight, so the session's end
+                        # waits out its ack timeout).
+                        too_big = _PublishError(api_pb2.PublishAsyncError.INTERNAL, e.details)
+                        push(_async_error(req.correlationId, too_big).SerializeToString())
                     if req.ackPolicy != _NONE:
                         inflight += 1
                 # The client is done: give in-flight acks a while to arrive.
@@ -1058,6 +1079,8 @@ class Broker:
         if pos == api_pb2.OFFSET:
             start = req.startOffset
         elif pos == api_pb2.TIMESTAMP:
+            if paused:  # the lookup meets the closed log, empty or not
+                raise RpcError("INTERNAL", _PAUSED_TIMESTAMP_LOOKUP)
             start = p.offset_at_or_after(req.startTimestamp)
         elif pos == api_pb2.EARLIEST:
             start = p.oldest_offset  # -1 when retention left nothing: from 0, i.e. waits
@@ -1068,20 +1091,19 @@ class Broker:
         else:
             raise RpcError("INVALID_ARGUMENT", f"Unknown StartPosition {pos}")
         start = max(start, 0)  # "If log is empty, next offset will be 0"
-        if paused:
-            # Liftbridge has no paused check here: the reader is opened on the
-            # closed log. Reading committed messages needs a segment, which fails at
-            # once; a reader that waits (log empty or start past the high
-            # watermark) is confirmed, then ends when it looks at the log.
-            if start <= hw and p.oldest_offset != -1:
-                raise RpcError("INTERNAL", f"Failed to create stream reader: {_SEGMENT_CLOSED}")
-            return p, _reader(p, start, hw), -1, None
+        # A paused partition's log is closed, and Liftbridge v1.9.0 has no paused
+        # check in Subscribe: the start and stop lookups run first (a timestamp
+        # lookup fails on the closed log), then the stop-before-start check, then the
+        # reader is opened (server/partition.go Subscribe, getStartOffset,
+        # getStopOffset).
         spos = req.stopPosition
         if spos == api_pb2.STOP_ON_CANCEL:
             stop = newest if readonly else -1
         elif spos == api_pb2.STOP_OFFSET:
             stop = req.stopOffset
         elif spos == api_pb2.STOP_TIMESTAMP:
+            if paused:
+                raise RpcError("INTERNAL", _PAUSED_TIMESTAMP_LOOKUP)
             stop = p.offset_at_or_before(req.stopTimestamp)
         elif spos == api_pb2.STOP_LATEST:
             stop = newest
@@ -1095,6 +1117,13 @@ class Broker:
             raise RpcError(
                 "INVALID_ARGUMENT", f"Stop offset is before start offset: {stop} < {start}"
             )
+        if paused:
+            # Reading committed messages needs a segment, which fails at once; a
+            # reader that waits (log empty or start past the high watermark) is
+            # confirmed, then ends when it looks at the log.
+            if start <= hw and p.oldest_offset != -1:
+                raise RpcError("INTERNAL", f"Failed to create stream reader: {_SEGMENT_CLOSED}")
+            return p, _reader(p, start, hw), -1, None
         # The reader starts at the oldest kept offset when asked for less, and a
         # start past the high watermark waits for the next committed message,
         # whatever offset it has (commitlog reader: "If offset exceeds HW, wait for
@@ -1156,15 +1185,20 @@ class Broker:
             raise RpcError("INVALID_ARGUMENT", "No consumerId provided")
         if not req.streams:
             raise RpcError("INVALID_ARGUMENT", "No streams provided")
-        for name in req.streams:
-            if name not in self.state.streams:
-                raise RpcError("NOT_FOUND", f"stream {name} does not exist")
         self._expire_members()
         state = self.state
+        # Liftbridge v1.9.0 checks, and answers, in this order, every refusal
+        # FAILED_PRECONDITION (server/metadata.go JoinConsumerGroup and
+        # checkCreateConsumerGroupPreconditions / checkJoinConsumerGroupPreconditions).
         found = state.groups.get(req.groupId)
         created = found is None
         if found is not None:
             group = found
+            if req.consumerId in group.members:
+                raise RpcError(
+                    "FAILED_PRECONDITION", "consumer is already a member of the consumer group"
+                )
+            self._check_group_streams(req.streams)
         else:
             if state.metadata_delay > 0:
                 # The metadata leader replicates the new group through Raft before
@@ -1173,13 +1207,15 @@ class Broker:
                 await asyncio.sleep(state.metadata_delay * _RAFT_COMMIT)
                 if req.groupId in state.groups:
                     raise RpcError("FAILED_PRECONDITION", "consumer group already exists")
+            self._check_group_streams(req.streams)
             live = [b for b in state.broker_ids if b in state.live]
-            # Coordinators go round the live brokers by group count.
-            coordinator = live[len(state.groups) % len(live)]
+            # Coordinators go round the live brokers by group count, the first on the
+            # broker after the metadata leader (broker-0): a real cluster picks the
+            # least loaded broker, most often not the metadata leader, and that
+            # coordinator applies the new group late.
+            coordinator = live[(len(state.groups) + 1) % len(live)]
             group = ConsumerGroup(req.groupId, coordinator)
             state.groups[req.groupId] = group
-        if req.consumerId in group.members:
-            raise RpcError("ALREADY_EXISTS", "consumer is already a member of the consumer group")
         group.members[req.consumerId] = list(req.streams)
         group.last_seen[req.consumerId] = asyncio.get_running_loop().time()
         # The epoch of a new group is 0; later ones are Raft log indexes.
@@ -1190,6 +1226,11 @@ class Broker:
             consumerTimeout=_CONSUMER_TIMEOUT_NS,
             coordinatorTimeout=_COORDINATOR_TIMEOUT_NS,
         )
+
+    def _check_group_streams(self, streams: Iterable[str]) -> None:
+        for name in streams:
+            if name not in self.state.streams:
+                raise RpcError("FAILED_PRECONDITION", "stream does not exist")
 
     async def leave_consumer_group(
         self, req: api_pb2.LeaveConsumerGroupRequest, context: _Ctx
@@ -1203,7 +1244,9 @@ class Broker:
         if group is None:
             raise RpcError("NOT_FOUND", "consumer group does not exist")
         if req.consumerId not in group.members:
-            raise RpcError("NOT_FOUND", "consumer is not a member of the consumer group")
+            # FAILED_PRECONDITION: only a missing group is NOT_FOUND (Liftbridge
+            # v1.9.0 server/metadata.go LeaveConsumerGroup).
+            raise RpcError("FAILED_PRECONDITION", "consumer is not a member of the consumer group")
         del group.members[req.consumerId]
         group.last_seen.pop(req.consumerId, None)
         if group.members:
@@ -1255,15 +1298,27 @@ class Broker:
             raise RpcError("INVALID_ARGUMENT", "No consumerId provided")
         if not req.coordinator:
             raise RpcError("INVALID_ARGUMENT", "No coordinator provided")
+        # Checks and answers as Liftbridge v1.9.0's (server/metadata.go
+        # ReportGroupCoordinator): every refusal FAILED_PRECONDITION.
         group = self.state.groups.get(req.groupId)
         if group is None:
-            raise RpcError("NOT_FOUND", "consumer group does not exist")
-        if req.coordinator == group.coordinator and req.epoch == group.epoch:
-            # One report is a majority in the emulator: pick the next live broker.
-            live = [b for b in self.state.broker_ids if b in self.state.live]
-            others = [b for b in live if b != group.coordinator] or live
-            group.coordinator = others[0]
-            self.state.rebalance(group)
+            raise RpcError("FAILED_PRECONDITION", f"No such consumer group {req.groupId}")
+        if req.coordinator != group.coordinator or req.epoch != group.epoch:
+            raise RpcError(
+                "FAILED_PRECONDITION",
+                f"Coordinator generation mismatch, current coordinator: {group.coordinator} "
+                f"epoch: {group.epoch}, got coordinator: {req.coordinator} epoch: {req.epoch}",
+            )
+        if req.consumerId not in group.members:
+            raise RpcError(
+                "FAILED_PRECONDITION",
+                f"Consumer {req.consumerId} is not a member of consumer group {req.groupId}",
+            )
+        # One report is a majority in the emulator: pick the next live broker.
+        live = [b for b in self.state.broker_ids if b in self.state.live]
+        others = [b for b in live if b != group.coordinator] or live
+        group.coordinator = others[0]
+        self.state.rebalance(group)
         return api_pb2.ReportConsumerGroupCoordinatorResponse()
 
 

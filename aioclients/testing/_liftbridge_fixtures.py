@@ -42,6 +42,7 @@ __all__ = (
     "ExternalLiftbridge",
     "liftbridge_cluster",
     "oldest_offset",
+    "skip_without_cursors",
     "wait_for_oldest",
 )
 
@@ -100,6 +101,22 @@ async def liftbridge_cluster(
         clean_duration=REALISTIC_CLEAN_DURATION if lag else 0.0,
     ) as cluster:
         yield cluster
+
+
+async def skip_without_cursors(addresses: list[str]) -> None:
+    """Skip the test when the external Liftbridge named by ``$AIOCLIENTS_TEST_LIFTBRIDGE``
+    runs without cursors (``cursors.stream.partitions`` is 0 by default: no
+    ``__cursors`` stream; cursor calls, and consumer groups with them, fail with
+    "Cursors stream does not exist"). Does nothing against the emulator."""
+    if not os.environ.get(LIFTBRIDGE_ENV):
+        return
+    async with await liftbridge.connect(addresses) as client:
+        md = await client.fetch_metadata()
+    if md.get_stream("__cursors") is None:
+        pytest.skip(
+            f"the external Liftbridge ({', '.join(addresses)}) has no __cursors stream: "
+            "start it with cursors: {stream.partitions: 1}"
+        )
 
 
 # -- retention -------------------------------------------------------------------------

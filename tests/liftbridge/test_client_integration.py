@@ -25,6 +25,7 @@ from aioclients.liftbridge import (
     NoSuchPartitionError,
     NoSuchStreamError,
     PartitionByKey,
+    PartitionPausedError,
     ReadonlyPartitionError,
     StartPosition,
     StopPosition,
@@ -35,7 +36,7 @@ from aioclients.liftbridge import (
     unmarshal_ack,
 )
 from aioclients.testing import LiftbridgeCluster
-from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge
+from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge, skip_without_cursors
 
 Cluster = LiftbridgeCluster | ExternalLiftbridge
 WAIT = 10.0
@@ -145,6 +146,35 @@ async def test_fetch_partition_metadata(client: Client, stream: str) -> None:
 
 
 # -- publishing ------------------------------------------------------------------
+
+
+async def test_partition_metadata_of_a_paused_partition(client: Client, stream: str) -> None:
+    # A paused partition's leader refuses FetchPartitionMetadata (Liftbridge v1.9
+    # closes it); the client answers from that broker's FetchMetadata instead.
+    await publish_values(client, stream, [b"a", b"b", b"c"])
+    await client.pause_stream(stream)
+    meta = await client.fetch_partition_metadata(stream, 0)
+    assert meta.paused
+    assert (meta.high_watermark, meta.newest_offset) == (2, 2)
+    await client.publish(stream, b"d")  # resumes it
+    meta = await client.fetch_partition_metadata(stream, 0)
+    assert (meta.high_watermark, meta.newest_offset) == (3, 3)
+
+
+async def test_subscribing_by_time_to_a_paused_partition_says_it_is_paused(
+    client: Client, stream: str
+) -> None:
+    # Liftbridge v1.9 looks the time up in the closed log first and answers INTERNAL
+    # "Failed to lookup offset for timestamp: ... segment has been closed".
+    await publish_values(client, stream, [b"a", b"b"])
+    await client.pause_stream(stream)
+    for kw in ({"start_time": 1}, {"start_at": StartPosition.EARLIEST, "stop_time": 1}):
+        with pytest.raises(PartitionPausedError):
+            async with client.subscribe(stream, **kw):  # type: ignore[arg-type]
+                pass
+    sub = client.subscribe(stream, start_time=1, resume=True)
+    async with sub:
+        assert [m.value for m in await take(sub, 2)] == [b"a", b"b"]
 
 
 async def test_publish_returns_acks_with_every_policy(client: Client, stream: str) -> None:
@@ -338,7 +368,8 @@ async def test_pause_and_resume_by_publishing(client: Client, stream: str) -> No
 # -- cursors and consumer groups --------------------------------------------------------------
 
 
-async def test_cursors(client: Client, stream: str) -> None:
+async def test_cursors(client: Client, stream: str, liftbridge_cluster: Cluster) -> None:
+    await skip_without_cursors(liftbridge_cluster.addresses)
     assert await client.fetch_cursor("c1", stream, 0) == -1
     await client.set_cursor("c1", stream, 0, 41)
     assert await client.fetch_cursor("c1", stream, 0) == 41
@@ -369,6 +400,18 @@ async def test_consumer_group_calls(client: Client, stream: str, unique_name: st
 
 
 # -- bad input and closing ------------------------------------------------------------------
+
+
+async def test_joining_a_group_on_a_missing_stream_is_no_such_stream(
+    client: Client, stream: str, unique_name: str
+) -> None:
+    missing = unique_name + "_nope"
+    with pytest.raises(NoSuchStreamError):  # a new group
+        await client.join_consumer_group(unique_name, "m1", [missing])
+    await client.join_consumer_group(unique_name, "m1", [stream])
+    with pytest.raises(NoSuchStreamError):  # an existing one
+        await client.join_consumer_group(unique_name, "m2", [stream, missing])
+    await client.leave_consumer_group(unique_name, "m1")
 
 
 async def test_bad_input_fails_fast(client: Client, stream: str) -> None:
@@ -577,8 +620,9 @@ async def test_subscriptions_share_pooled_connections_that_expire_when_idle(
 
 
 async def test_group_consumer_reads_its_partitions_and_commits_cursors(
-    client: Client, unique_name: str
+    client: Client, unique_name: str, liftbridge_cluster: Cluster
 ) -> None:
+    await skip_without_cursors(liftbridge_cluster.addresses)
     await client.create_stream(unique_name, unique_name, partitions=2)
     for p in (0, 1):
         for i in range(3):
@@ -616,6 +660,20 @@ async def test_publish_async_errors_arrive_on_the_future(client: Client, stream:
     ack = await asyncio.wait_for(ok, WAIT)
     assert ack is not None
     assert ack.offset == 0
+
+
+async def test_publish_async_over_the_nats_payload_limit_fails_that_message_only(
+    client: Client, stream: str
+) -> None:
+    from aioclients.liftbridge import LiftbridgeServerError
+
+    first = await client.publish_async(stream, b"a")
+    big = await client.publish_async(stream, b"x" * (2 << 20))  # NATS takes 1 MiB
+    last = await client.publish_async(stream, b"b")
+    with pytest.raises(LiftbridgeServerError, match="maximum payload exceeded"):
+        await asyncio.wait_for(big, WAIT)
+    acks = [await asyncio.wait_for(f, WAIT) for f in (first, last)]
+    assert [a.offset for a in acks if a is not None] == [0, 1]
 
 
 @pytest.mark.fault
@@ -750,8 +808,9 @@ async def test_two_members_join_a_new_group_at_once(client: Client, unique_name:
 
 
 async def test_two_consumers_start_at_once_and_share_the_partitions(
-    client: Client, unique_name: str
+    client: Client, unique_name: str, liftbridge_cluster: Cluster
 ) -> None:
+    await skip_without_cursors(liftbridge_cluster.addresses)
     await client.create_stream(unique_name, unique_name, partitions=2)
     group = unique_name + "_g"
     c1 = client.consumer(group, [unique_name], consumer_id="m1", fetch_interval=0.2)

@@ -20,7 +20,7 @@ from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._pb import api_pb2_grpc as pbg
 from aioclients.testing import LiftbridgeCluster
 from aioclients.testing._liftbridge_broker import settle
-from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge
+from aioclients.testing._liftbridge_fixtures import ExternalLiftbridge, skip_without_cursors
 
 Cluster = LiftbridgeCluster | ExternalLiftbridge
 TIMEOUT = 10.0  # generous: the suite shares 2 cores with other work
@@ -346,8 +346,6 @@ async def test_publish_errors(lb: Brokers, unique_name: str) -> None:
 async def test_publish_over_the_nats_payload_limit_fails_cleanly(
     lb: Brokers, nc: Any, unique_name: str
 ) -> None:
-    if not isinstance(lb.cluster, LiftbridgeCluster):
-        pytest.skip("the emulator's answer; a real server's wording may differ")
     if nc.max_payload > 3 * 1024 * 1024:
         pytest.skip("gRPC's 4 MiB message limit would refuse the request first")
     await create(lb, unique_name)
@@ -355,10 +353,36 @@ async def test_publish_over_the_nats_payload_limit_fails_cleanly(
     err = await rpc_error(
         lb.any.Publish(pb.PublishRequest(stream=unique_name, value=big), timeout=TIMEOUT)
     )
-    assert err.code() == grpc.StatusCode.INTERNAL
-    assert "maximum payload exceeded" in (err.details() or "")
+    # A plain Go error, not a status: gRPC's UNKNOWN.
+    assert err.code() == grpc.StatusCode.UNKNOWN
+    assert err.details() == "failed to publish to NATS: nats: maximum payload exceeded"
     (ack,) = await publish(lb, unique_name, b"small")  # the broker still works
     assert ack.offset == 0
+
+
+async def test_publish_async_over_the_nats_payload_limit_fails_that_message_only(
+    lb: Brokers, nc: Any, unique_name: str
+) -> None:
+    if nc.max_payload > 3 * 1024 * 1024:
+        pytest.skip("gRPC's 4 MiB message limit would refuse the request first")
+    await create(lb, unique_name)
+    big = b"x" * (nc.max_payload + 1)
+    values = {"a": b"a", "big": big, "b": b"b"}
+
+    async def requests() -> AsyncIterator[pb.PublishRequest]:
+        for cid, value in values.items():
+            yield pb.PublishRequest(stream=unique_name, value=value, correlationId=cid)
+
+    call = lb.any.PublishAsync(requests(), timeout=TIMEOUT)
+    by_id: dict[str, pb.PublishResponse] = {}
+    async for r in call:
+        by_id[r.correlationId] = r
+        if len(by_id) == len(values):
+            break  # the session would wait for an ack of the big one: its timeout
+    call.cancel()
+    assert by_id["big"].asyncError.code == pb.PublishAsyncError.INTERNAL
+    assert "maximum payload exceeded" in by_id["big"].asyncError.message
+    assert sorted((by_id["a"].ack.offset, by_id["b"].ack.offset)) == [0, 1]
 
 
 async def test_publish_to_ack_inbox_sends_enveloped_ack(
@@ -650,10 +674,33 @@ async def test_pause_and_resume_on_publish(lb: Brokers, unique_name: str) -> Non
     assert err.code() == grpc.StatusCode.NOT_FOUND
 
 
+async def test_a_paused_partition_refuses_partition_metadata(lb: Brokers, unique_name: str) -> None:
+    # Pausing closes the partition on its leader (Liftbridge v1.9), which then
+    # refuses FetchPartitionMetadata as a broker that does not lead it does; its
+    # FetchMetadata still shows the partition, paused, with its offsets.
+    await create(lb, unique_name)
+    await publish(lb, unique_name, b"a", b"b")
+    leader = await lb.leader(unique_name)
+    req = pb.FetchPartitionMetadataRequest(stream=unique_name, partition=0)
+    assert (await leader.FetchPartitionMetadata(req, timeout=TIMEOUT)).metadata.highWatermark == 1
+    await lb.any.PauseStream(pb.PauseStreamRequest(name=unique_name), timeout=TIMEOUT)
+    await lb.until_every_broker(unique_name, every_partition("paused", True))
+    err = await rpc_error(leader.FetchPartitionMetadata(req, timeout=TIMEOUT))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    p = await lb.partition(unique_name)
+    assert p.paused
+    assert (p.highWatermark, p.newestOffset) == (1, 1)
+    (ack,) = await publish(lb, unique_name, b"c")  # resumes it: its leader answers again
+    assert ack.offset == 2
+    leader = await lb.leader(unique_name)
+    assert (await leader.FetchPartitionMetadata(req, timeout=TIMEOUT)).metadata.highWatermark == 2
+
+
 # -- cursors -----------------------------------------------------------------------
 
 
 async def test_cursors(lb: Brokers, unique_name: str) -> None:
+    await skip_without_cursors(lb.cluster.addresses)
     await create(lb, unique_name)
     addresses = await lb.addresses()
     fetch = pb.FetchCursorRequest(stream=unique_name, partition=0, cursorId="c1")
@@ -756,6 +803,79 @@ async def test_consumer_groups(lb: Brokers, unique_name: str) -> None:
     )
     md = await group_metadata(lambda g: g.epoch != b.epoch)
     assert await assigned("a", md.epoch) == [0, 1, 2, 3]
+
+
+async def test_consumer_group_refusals(lb: Brokers, unique_name: str) -> None:
+    # Liftbridge v1.9 refuses a join or a leave with FAILED_PRECONDITION, except a
+    # leave of a group that does not exist (NOT_FOUND).
+    await create(lb, unique_name)
+    group, missing = unique_name + "_g", unique_name + "_nope"
+
+    async def join(consumer: str, *streams: str) -> Any:
+        return await lb.any.JoinConsumerGroup(
+            pb.JoinConsumerGroupRequest(groupId=group, consumerId=consumer, streams=streams),
+            timeout=TIMEOUT,
+        )
+
+    async def leave(consumer: str, group_id: str = group) -> Any:
+        return await lb.any.LeaveConsumerGroup(
+            pb.LeaveConsumerGroupRequest(groupId=group_id, consumerId=consumer), timeout=TIMEOUT
+        )
+
+    err = await rpc_error(join("a", missing))  # a new group
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "stream does not exist",
+    )
+    await join("a", unique_name)
+    err = await rpc_error(join("a", unique_name))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "already a member" in (err.details() or "")
+    err = await rpc_error(join("b", unique_name, missing))  # an existing group
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "stream does not exist",
+    )
+    err = await rpc_error(leave("b"))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "not a member" in (err.details() or "")
+    await leave("a")  # the last member: the group goes
+    err = await rpc_error(leave("a", missing))
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_report_coordinator_refusals(lb: Brokers, unique_name: str) -> None:
+    # Liftbridge v1.9 checks a report's group, coordinator and epoch, and member:
+    # each refusal is FAILED_PRECONDITION (a GroupConsumer only logs it).
+    await create(lb, unique_name)
+    group = unique_name + "_g"
+    join = await lb.any.JoinConsumerGroup(
+        pb.JoinConsumerGroupRequest(groupId=group, consumerId="a", streams=[unique_name]),
+        timeout=TIMEOUT,
+    )
+
+    async def report(consumer: str, coordinator: str, group_id: str = group) -> Any:
+        req = pb.ReportConsumerGroupCoordinatorRequest(
+            groupId=group_id, consumerId=consumer, coordinator=coordinator, epoch=join.epoch
+        )
+        return await lb.any.ReportConsumerGroupCoordinator(req, timeout=TIMEOUT)
+
+    err = await rpc_error(report("a", join.coordinator, group + "_nope"))
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"No such consumer group {group}_nope",
+    )
+    err = await rpc_error(report("a", join.coordinator + "_nope"))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "Coordinator generation mismatch" in (err.details() or "")
+    err = await rpc_error(report("b", join.coordinator))
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"Consumer b is not a member of consumer group {group}",
+    )
+    await lb.any.LeaveConsumerGroup(
+        pb.LeaveConsumerGroupRequest(groupId=group, consumerId="a"), timeout=TIMEOUT
+    )
 
 
 # -- failover (emulator only) ------------------------------------------------------

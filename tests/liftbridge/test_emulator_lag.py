@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -420,9 +421,12 @@ async def _paused(cluster: Cluster, stub: pbg.APIStub, name: str) -> None:
     await eventually(paused)
 
 
-async def _subscribe_outcome(stub: pbg.APIStub, name: str) -> tuple[bool, Any, str]:
-    """(confirmed?, status code, details) of a Subscribe EARLIEST that must fail."""
-    call = stub.Subscribe(pb.SubscribeRequest(stream=name, startPosition=pb.EARLIEST))
+async def _subscribe_outcome(stub: pbg.APIStub, name: str, **request: Any) -> tuple[bool, Any, str]:
+    """(confirmed?, status code, details) of a Subscribe (EARLIEST unless ``request``
+    says otherwise) that must fail."""
+    call = stub.Subscribe(
+        pb.SubscribeRequest(stream=name, **({"startPosition": pb.EARLIEST} | request))
+    )
     confirmed = False
     try:
         while True:
@@ -460,6 +464,27 @@ async def test_subscribe_to_a_paused_partition(cluster: Cluster, unique_name: st
         assert outcome == closed_now
     # A reader with nothing to read yet is confirmed, then ends.
     assert await _subscribe_outcome(empty_stub, empty) == closed_later
+    # Start and stop offsets are looked up first: by time, the lookup meets the
+    # closed log (empty or not); then the stop is checked against the start.
+    lookup_failed = (
+        False,
+        grpc.StatusCode.INTERNAL,
+        "Failed to lookup offset for timestamp: "
+        "failed to find log segment for timestamp: segment has been closed",
+    )
+    for stub, name in ((full_stub, full), (empty_stub, empty)):
+        by_time = {"startPosition": pb.TIMESTAMP, "startTimestamp": 1}
+        assert await _subscribe_outcome(stub, name, **by_time) == lookup_failed
+        stop_time = {"stopPosition": pb.STOP_TIMESTAMP, "stopTimestamp": time.time_ns()}
+        assert await _subscribe_outcome(stub, name, **stop_time) == lookup_failed
+        backwards = {
+            "startPosition": pb.OFFSET,
+            "startOffset": 2,
+            "stopPosition": pb.STOP_OFFSET,
+            "stopOffset": 1,
+        }
+        outcome = await _subscribe_outcome(stub, name, **backwards)
+        assert outcome[:2] == (False, grpc.StatusCode.INVALID_ARGUMENT)
 
 
 async def test_pausing_ends_an_open_subscription(cluster: Cluster, unique_name: str) -> None:
@@ -519,6 +544,10 @@ async def test_the_coordinator_learns_a_join_late(cluster: Cluster, unique_name:
         timeout=TIMEOUT,
     )
     assert join.epoch == 0
+    if cluster.emulated:
+        # As most often on a real cluster, the coordinator is not the metadata
+        # leader: it learns of the group late.
+        assert join.coordinator != "broker-0"
     coordinator = cluster.by_id[join.coordinator]
     request = pb.FetchConsumerGroupAssignmentsRequest(groupId=group, consumerId="a", epoch=0)
     if cluster.emulated and join.coordinator != "broker-0" and within_lag(t0 + LAG / 3):

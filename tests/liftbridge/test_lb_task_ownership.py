@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from aioclients.liftbridge import Client, LiftbridgeError, StartPosition, connect
+from aioclients.testing._liftbridge_fixtures import skip_without_cursors
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,8 +27,9 @@ async def client(liftbridge_cluster: object) -> AsyncIterator[Client]:
 
 
 async def test_a_failing_group_task_is_raised_from_async_for_and_nothing_outlives_close(
-    client: Client, unique_name: str
+    client: Client, unique_name: str, liftbridge_cluster: object
 ) -> None:
+    await skip_without_cursors(liftbridge_cluster.addresses)  # type: ignore[attr-defined]
     await client.create_stream(unique_name, unique_name, partitions=2)
     member = client.consumer(
         unique_name,
@@ -53,8 +55,9 @@ async def test_a_failing_group_task_is_raised_from_async_for_and_nothing_outlive
 
 
 async def test_a_group_consumer_closed_from_another_task_ends_the_iteration(
-    client: Client, unique_name: str
+    client: Client, unique_name: str, liftbridge_cluster: object
 ) -> None:
+    await skip_without_cursors(liftbridge_cluster.addresses)  # type: ignore[attr-defined]
     await client.create_stream(unique_name, unique_name)
     async with client.consumer(unique_name, [unique_name], checkpoint_interval=0.05) as member:
         got: list[object] = []
@@ -73,8 +76,9 @@ async def test_a_group_consumer_closed_from_another_task_ends_the_iteration(
 
 
 async def test_cancelling_the_reader_of_a_group_consumer_leaves_it_closable(
-    client: Client, unique_name: str
+    client: Client, unique_name: str, liftbridge_cluster: object
 ) -> None:
+    await skip_without_cursors(liftbridge_cluster.addresses)  # type: ignore[attr-defined]
     await client.create_stream(unique_name, unique_name)
     member = client.consumer(unique_name, [unique_name], checkpoint_interval=None)
     await member.__aenter__()

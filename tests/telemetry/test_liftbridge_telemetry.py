@@ -14,6 +14,7 @@ from aioclients.liftbridge import (
     connect,
 )
 from aioclients.telemetry import context_of
+from aioclients.testing._liftbridge_fixtures import skip_without_cursors
 
 
 async def test_publish_subscribe_and_context_of(
@@ -76,6 +77,7 @@ async def test_group_consumer_spans_only_what_the_application_takes(
     liftbridge_cluster: object, unique_name: str, otel: Otel
 ) -> None:
     addresses = liftbridge_cluster.addresses  # type: ignore[attr-defined]
+    await skip_without_cursors(addresses)
     stream = f"g_{unique_name}"
     async with await connect(addresses) as client:
         await client.create_stream(f"gsubj.{unique_name}", stream)
