@@ -492,7 +492,8 @@ class _Api:
             del self.lookupd._db[key]
         return text_response(b"")
 
-    async def channel_create(self, request: web.Request) -> web.Response:
+    def _channel_args(self, request: web.Request) -> tuple[str, str] | web.Response:
+        """The ``topic`` and ``channel`` query arguments, or nsqlookupd's refusal."""
         topic = self._topic_arg(request)
         if isinstance(topic, web.Response):
             return topic
@@ -501,19 +502,22 @@ class _Api:
             return nsq_error(400, "MISSING_ARG_CHANNEL")
         if not is_valid_name(channel):
             return nsq_error(400, "INVALID_ARG_CHANNEL")
+        return topic, channel
+
+    async def channel_create(self, request: web.Request) -> web.Response:
+        args = self._channel_args(request)
+        if isinstance(args, web.Response):
+            return args
+        topic, channel = args
         self.lookupd._add_registration(("channel", topic, channel))
         self.lookupd._add_registration(("topic", topic, ""))
         return text_response(b"")
 
     async def channel_delete(self, request: web.Request) -> web.Response:
-        topic = self._topic_arg(request)
-        if isinstance(topic, web.Response):
-            return topic
-        channel = request.query.get("channel")
-        if channel is None:
-            return nsq_error(400, "MISSING_ARG_CHANNEL")
-        if not is_valid_name(channel):
-            return nsq_error(400, "INVALID_ARG_CHANNEL")
+        args = self._channel_args(request)
+        if isinstance(args, web.Response):
+            return args
+        topic, channel = args
         self.lookupd._sync_direct()
         if self.lookupd._db.pop(("channel", topic, channel), None) is None:
             return nsq_error(404, "CHANNEL_NOT_FOUND")

@@ -291,15 +291,7 @@ def test_a_bucket_takes_a_mirror_or_sources_not_both() -> None:
     ],
 )
 def test_bucket_settings_are_checked(option: str, value: object) -> None:
-    settings: dict[str, object] = dict(
-        history=1,
-        ttl=None,
-        max_value_size=None,
-        max_bytes=None,
-        storage="file",
-        replicas=1,
-        description=None,
-    )
+    settings: dict[str, object] = dict(_PLAIN)
     settings[option] = value
     with pytest.raises(InvalidArgumentError, match=option):
         bucket_stream_config("b", **settings)  # type: ignore[arg-type]
