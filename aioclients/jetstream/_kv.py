@@ -762,6 +762,7 @@ class KeyValue:
         meta_only: bool = False,
         updates_only: bool = False,
         on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+        resume_from_revision: int | None = None,
     ) -> KeyWatcher:
         """Watch keys matching ``keys`` (a filter or a list of them).
 
@@ -775,21 +776,54 @@ class KeyValue:
         ``on_event`` (a plain callable) hears of reconnects and of
         ``ConsumerReset``, when the watch's consumer is replaced.
 
+        ``resume_from_revision`` (nats.go's ``ResumeFromRevision``) starts the
+        watch at that revision: every revision of a matching key from it on
+        (whatever ``include_history``), nothing before it. The initial values
+        are then those stored from it up to the bucket's last revision at the
+        start (``initial_done`` at once when there are none, as for a revision
+        past the end: the watch waits for new entries). A replaced consumer
+        goes on after the last revision delivered.
+
         Raises:
-            InvalidArgumentError: a bad filter, or ``include_history`` with ``updates_only``.
+            InvalidArgumentError: a bad filter, ``include_history`` with
+                ``updates_only``, a ``resume_from_revision`` that is not an int
+                >= 1, or one given with ``updates_only``.
         """
         if include_history and updates_only:
             raise InvalidArgumentError("give include_history or updates_only, not both")
+        if resume_from_revision is not None:
+            if (
+                not isinstance(resume_from_revision, int)
+                or isinstance(resume_from_revision, bool)
+                or resume_from_revision < 1
+            ):
+                raise InvalidArgumentError(
+                    "resume_from_revision must be a revision (an int >= 1), "
+                    f"got {resume_from_revision!r}"
+                )
+            if updates_only:
+                raise InvalidArgumentError("give resume_from_revision or updates_only, not both")
         filters = [keys] if isinstance(keys, str) else list(keys)
         subjects = key_filter_subjects(self.bucket, filters)
-        if updates_only:
+        if resume_from_revision is not None:
+            policy = "by_start_sequence"
+        elif updates_only:
             policy = "new"
         elif include_history:
             policy = "all"
         else:
             policy = "last_per_subject"
         check_on_event(on_event)
-        return KeyWatcher(self, subjects, policy, meta_only, ignore_deletes, updates_only, on_event)
+        return KeyWatcher(
+            self,
+            subjects,
+            policy,
+            meta_only,
+            ignore_deletes,
+            updates_only,
+            on_event,
+            start_seq=resume_from_revision,
+        )
 
 
 def _check_last(last: object, *, allow_zero: bool) -> None:
@@ -1206,9 +1240,13 @@ class KeyWatcher:
         ignore_deletes: bool,
         updates_only: bool,
         on_event: Callable[[OrderedConsumeEvent], object] | None = None,
+        *,
+        start_seq: int | None = None,
     ) -> None:
         self._kv = kv
         self._on_event = on_event
+        #: the first revision to watch (``by_start_sequence``), None: the policy's own
+        self._start_seq = start_seq
         self._subjects = subjects
         self._policy = policy
         self._meta_only = meta_only
@@ -1235,13 +1273,18 @@ class KeyWatcher:
         # The initial values are a snapshot: the messages up to the stream's last
         # sequence now, each key once (see _snapshot.py); what comes after them
         # are updates.
-        scan = SnapshotScan(0 if self._updates_only else await _last_seq(kv), latest_only=latest)
+        start = self._start_seq
+        last_seq = 0 if self._updates_only else await _last_seq(kv)
+        if start is not None and start > last_seq:
+            last_seq = 0  # resumed past the end: no initial values, only what comes
+        scan = SnapshotScan(last_seq, latest_only=latest, first_seq=start or 1)
         try:
             oc = await open_ordered_consumer(
                 kv._api,
                 kv._stream_name,
                 filter_subjects=self._subjects,
                 deliver_policy=self._policy,
+                opt_start_seq=start,
                 headers_only=self._meta_only,
             )
         except StreamNotFoundError:

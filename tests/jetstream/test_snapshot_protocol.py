@@ -110,6 +110,21 @@ def test_every_revision_is_taken_once_in_order() -> None:
 def test_a_bad_snapshot_is_refused() -> None:
     with pytest.raises(ValueError, match="last_seq"):
         SnapshotScan(-1, latest_only=True)
+    for first in (0, True, 1.0):
+        with pytest.raises(ValueError, match="first_seq"):
+            SnapshotScan(5, latest_only=False, first_seq=first)  # type: ignore[arg-type]
+
+
+def test_a_scan_from_a_first_sequence_looks_for_nothing_before_it() -> None:
+    """A watch resumed from revision 7: before its first delivery the messages
+    left are looked for from 7 (the consumer's start), not from the stream's
+    start, whose older messages are no part of the scan."""
+    scan = SnapshotScan(10, latest_only=False, first_seq=7)
+    scan.opened(4)
+    assert scan.resume_from == 7
+    assert scan.deliver(7) is TAKE
+    assert scan.resume_from == 8
+    assert SnapshotScan(10, latest_only=False).resume_from == 1
 
 
 # -- a model of the bucket and of the server's consumers --

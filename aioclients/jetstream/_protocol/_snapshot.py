@@ -122,6 +122,8 @@ class SnapshotScan:
     Args:
         last_seq: the stream's last sequence when the call started (0: empty).
         latest_only: one delivery per key (``last_per_subject``), not every revision.
+        first_seq: the first stream sequence the scan's consumer starts at (a
+            watch resumed from a revision): none before it is looked for.
     """
 
     __slots__ = (
@@ -132,6 +134,7 @@ class SnapshotScan:
         "_seen",
         "consumers",
         "done",
+        "first_seq",
         "last_seq",
         "latest_only",
         "reached",
@@ -139,9 +142,14 @@ class SnapshotScan:
         "taken",
     )
 
-    def __init__(self, last_seq: int, *, latest_only: bool, stall_after: float = 1.0) -> None:
+    def __init__(
+        self, last_seq: int, *, latest_only: bool, stall_after: float = 1.0, first_seq: int = 1
+    ) -> None:
         if not isinstance(last_seq, int) or isinstance(last_seq, bool) or last_seq < 0:
             raise ValueError(f"last_seq must be an int >= 0, got {last_seq!r}")
+        if not isinstance(first_seq, int) or isinstance(first_seq, bool) or first_seq < 1:
+            raise ValueError(f"first_seq must be an int >= 1, got {first_seq!r}")
+        self.first_seq = first_seq
         if not stall_after > 0:
             raise ValueError(f"stall_after must be > 0 seconds, got {stall_after!r}")
         #: seconds without a delivery before the consumer's info is asked
@@ -308,7 +316,7 @@ class SnapshotScan:
     @property
     def resume_from(self) -> int:
         """The first stream sequence the current consumer has not delivered."""
-        return self._seen + 1
+        return max(self._seen + 1, self.first_seq)
 
     def stalled(self, consumer: int, first_left: int | None) -> bool:
         """``first_left``: the first stream sequence at or after :attr:`resume_from`
