@@ -227,6 +227,9 @@ async def test_create_stream_metadata_and_errors(lb: Brokers, unique_name: str) 
     await lb.any.DeleteStream(pb.DeleteStreamRequest(name=unique_name), timeout=TIMEOUT)
     err = await rpc_error(lb.any.DeleteStream(pb.DeleteStreamRequest(name=unique_name)))
     assert err.code() == grpc.StatusCode.NOT_FOUND
+    # The broker that refused the second delete has applied the first; the others
+    # apply it through Raft a little later.
+    await lb.until_every_broker(unique_name, lambda md: md is None)
     assert (await lb.metadata(unique_name)).streamMetadata[0].error == (
         pb.StreamMetadata.UNKNOWN_STREAM
     )
