@@ -564,6 +564,7 @@ class Client:
                 timeout=wait,
                 not_found=NoSuchStreamError,
                 stores=True,
+                on_stream_channel=True,
             )
         except LiftbridgeTimeoutError as exc:
             if _policy_is_all(req):
@@ -917,7 +918,7 @@ async def connect(
             (60 s), ``rng`` (a ``random.Random``), ``clock``, ``tls_root_certificates``,
             ``tls_client_cert``, ``tls_client_key`` (PEM paths), ``tls_server_name``,
             ``grpc_options`` (extra channel arguments), ``stream_transport``
-            (``"auto"``: Subscribe and PublishAsync run on the client's own
+            (``"auto"``: Subscribe, PublishAsync and Publish run on the client's own
             HTTP/2 code, several times cheaper per message than ``grpc.aio``,
             unless ``tls`` is ``grpc.ChannelCredentials``; ``"http2"``; ``"grpc"``:
             every call on ``grpc.aio``).

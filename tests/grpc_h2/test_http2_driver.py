@@ -201,6 +201,28 @@ async def test_unary(channel: Http2Channel) -> None:
     assert channel._conn is conn  # one connection for all calls
 
 
+async def test_a_call_on_an_open_connection_starts_without_waiting(channel: Http2Channel) -> None:
+    # Once connected, a call opens its stream at once, deadline or not: no task,
+    # timer and turns of the loop per call (what a unary call mostly cost).
+    assert await unary(channel)(b"connect") == b"connect"
+    for timeout in (None, 5.0):
+        call = echo(channel)(timeout=timeout)
+        start = call._ensure_started()
+        with pytest.raises(StopIteration):
+            start.send(None)  # finished without suspending
+        assert call._conn is channel._conn
+        await call.done_writing()
+        assert await read_all(call) == []
+        assert await call.code() is grpc.StatusCode.OK
+    # A deadline gone before the call started: DEADLINE_EXCEEDED, no stream opened.
+    call = echo(channel)(timeout=0)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call.read()
+    assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert call._stream_id == 0
+    assert await unary(channel)(b"after") == b"after"
+
+
 async def test_server_streaming_10k_in_order(channel: Http2Channel) -> None:
     call = count(channel)(b"10000:20")
     got = await read_all(call)

@@ -82,6 +82,7 @@ def script(client: Client, outcomes: list[Any], defaults: dict[str, Any] | None 
     brokers = Brokers(outcomes, defaults)
     stubs = {a: brokers.stub(a) for a in ADDRESSES}
     client._channel = lambda address: address  # type: ignore[assignment, method-assign, return-value]
+    client._brokers.stream_channel = lambda address: address  # type: ignore[method-assign]
     client._stub_for = lambda channel: stubs[channel]  # type: ignore[method-assign, index]
     return brokers
 

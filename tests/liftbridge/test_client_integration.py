@@ -890,6 +890,24 @@ async def test_both_stream_transports_subscribe_and_publish_async(
         assert all(isinstance(ch, Http2Channel) is uses_h2 for ch in c._stream_channels.values())
 
 
+@pytest.mark.parametrize("transport", ["http2", "grpc"])
+async def test_publish_runs_on_the_stream_channel(
+    liftbridge_cluster: Cluster, unique_name: str, transport: str
+) -> None:
+    # Publish (one unary call per message) takes the broker's PublishAsync
+    # channel: our HTTP/2 code by default, grpc.aio with "grpc".
+    from aioclients.liftbridge._io._h2 import Http2Channel
+
+    async with await connect(liftbridge_cluster.addresses, stream_transport=transport) as c:
+        await c.create_stream(unique_name, unique_name)
+        assert not c._stream_channels
+        acks = [await c.publish(unique_name, b"%d" % i) for i in range(3)]
+        assert [a.offset for a in acks if a] == [0, 1, 2]
+        assert c._stream_channels
+        uses_h2 = transport == "http2"
+        assert all(isinstance(ch, Http2Channel) is uses_h2 for ch in c._stream_channels.values())
+
+
 async def test_stream_transport_is_checked(liftbridge_cluster: Cluster) -> None:
     import grpc
 

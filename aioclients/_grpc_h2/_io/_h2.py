@@ -394,7 +394,14 @@ class _Call(_Readable):
                 continue
             starting = self._starting = self._loop.create_future()
             try:
-                if self._deadline_at is None:
+                conn_now = self._channel._open_connection()
+                left = None if self._deadline_at is None else self._deadline_at - self._loop.time()
+                if conn_now is not None and (left is None or left > 0):
+                    # The channel's connection is up: what _connection() would
+                    # return at once, without wait_for's task, timer and turns
+                    # of the loop (most of a unary call's overhead).
+                    conn, remaining = conn_now, left
+                elif self._deadline_at is None:
                     conn = await self._channel._connection()
                     remaining = None
                 else:
@@ -750,6 +757,13 @@ class Http2Channel:
                 await conn.wait_closed()
 
     # -- connections ------------------------------------------------------------------
+
+    def _open_connection(self) -> _Connection | None:
+        """The connection a new call can use now, if there is one (no waiting)."""
+        conn = self._conn
+        if self._closed or conn is None or conn.dead or not conn.h2.can_start_stream():
+            return None
+        return conn
 
     async def _connection(self) -> _Connection:
         while True:

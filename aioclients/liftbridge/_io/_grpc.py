@@ -165,6 +165,7 @@ class ChannelFactory:
             opts["grpc.ssl_target_name_override"] = server_name
         opts.update(dict(options))
         self.options = tuple(opts.items())
+        self.max_send = int(opts["grpc.max_send_message_length"])
 
     def open(self, address: str) -> grpc.aio.Channel:
         if self.credentials is None:
