@@ -34,21 +34,6 @@ from aioclients.jetstream import _kv as kv_module
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def bucket(unique_name: str) -> str:
-    return unique_name.replace(".", "_")[-60:]
-
-
-@pytest.fixture
-async def kv(js: JetStream, bucket: str) -> AsyncIterator[KeyValue]:
-    store = await js.create_key_value(bucket, history=5)
-    try:
-        yield store
-    finally:
-        with contextlib.suppress(BucketNotFoundError):
-            await js.delete_key_value(bucket)
-
-
 async def _collect(it: AsyncIterator[str]) -> list[str]:
     return sorted([k async for k in it])
 

@@ -25,11 +25,6 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def bucket(unique_name: str) -> str:
-    return unique_name.replace(".", "_")[-60:]
-
-
-@pytest.fixture
 async def nc(nats_server: object) -> AsyncIterator[nats.NATS]:
     client = await nats.connect(nats_server.url)  # type: ignore[attr-defined]
     try:

@@ -19,11 +19,6 @@ from aioclients.jetstream import BucketNotFoundError, ConsumerReset, JetStream, 
 pytestmark = pytest.mark.timeout(90)
 
 
-@pytest.fixture
-def bucket(unique_name: str) -> str:
-    return unique_name.replace(".", "_")[-60:]
-
-
 async def _open(js: JetStream, bucket: str, n: int, history: int) -> KeyValue:
     kv = await js.create_key_value(bucket, history=history)
     for i in range(n):

@@ -5,7 +5,6 @@ stored at the start, and a replaced consumer going on after the last delivery.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,7 +13,6 @@ from consume_support import LoseOne
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream import (
-    BucketNotFoundError,
     ConsumerReset,
     JetStream,
     KeyValue,
@@ -22,21 +20,6 @@ from aioclients.jetstream import (
 )
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def bucket(unique_name: str) -> str:
-    return unique_name.replace(".", "_")[-60:]
-
-
-@pytest.fixture
-async def kv(js: JetStream, bucket: str) -> AsyncIterator[KeyValue]:
-    store = await js.create_key_value(bucket, history=5)
-    try:
-        yield store
-    finally:
-        with contextlib.suppress(BucketNotFoundError):
-            await js.delete_key_value(bucket)
 
 
 async def _next(watcher: AsyncIterator[KeyValueEntry]) -> KeyValueEntry:
