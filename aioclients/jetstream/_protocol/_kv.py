@@ -656,14 +656,14 @@ def write_prefix(bucket: str, config: Mapping[str, Any]) -> str:
     """
     mirror = config.get("mirror")
     if not isinstance(mirror, Mapping) or not isinstance(mirror.get("name"), str):
-        return f"$KV.{bucket}."
+        return subject_prefix(bucket)
     name: str = mirror["name"]
-    origin = name[len("KV_") :] if name.startswith("KV_") else name
+    origin = subject_prefix(name.removeprefix("KV_"))
     external = mirror.get("external")
     api = external.get("api") if isinstance(external, Mapping) else None
     if isinstance(api, str) and api:
-        return f"{api}.$KV.{origin}."
-    return f"$KV.{origin}."
+        return f"{api}.{origin}"
+    return origin
 
 
 def _kv_source(source: str | Mapping[str, Any], what: str) -> dict[str, Any]:
@@ -676,7 +676,7 @@ def _kv_source(source: str | Mapping[str, Any], what: str) -> dict[str, Any]:
         )
     out = dict(source)
     if not out["name"].startswith("KV_"):
-        out["name"] = f"KV_{out['name']}"
+        out["name"] = stream_name(out["name"])
     return out
 
 
@@ -686,7 +686,9 @@ def _kv_source_for(source: str | Mapping[str, Any], bucket: str) -> dict[str, An
     if isinstance(source, Mapping) and source.get("subject_transforms"):
         return dict(source)  # the caller maps subjects: the name is used as is
     out = _kv_source(source, "a source")
-    source_bucket = out["name"][len("KV_") :]
+    source_bucket = out["name"].removeprefix("KV_")
     if out.get("external") is None or source_bucket != bucket:
-        out["subject_transforms"] = [{"src": f"$KV.{source_bucket}.>", "dest": f"$KV.{bucket}.>"}]
+        out["subject_transforms"] = [
+            {"src": f"{subject_prefix(source_bucket)}>", "dest": f"{subject_prefix(bucket)}>"}
+        ]
     return out
