@@ -394,25 +394,24 @@ class _Call(_Readable):
                 continue
             starting = self._starting = self._loop.create_future()
             try:
-                conn_now = self._channel._open_connection()
-                left = None if self._deadline_at is None else self._deadline_at - self._loop.time()
-                if conn_now is not None and (left is None or left > 0):
+                # The deadline counts from the call's creation, connecting included.
+                deadline = self._deadline_at
+                remaining = None if deadline is None else deadline - self._loop.time()
+                ready = self._channel._open_connection()
+                if ready is not None and (remaining is None or remaining > 0):
                     # The channel's connection is up: what _connection() would
                     # return at once, without wait_for's task, timer and turns
                     # of the loop (most of a unary call's overhead).
-                    conn, remaining = conn_now, left
-                elif self._deadline_at is None:
+                    conn = ready
+                elif deadline is None:
                     conn = await self._channel._connection()
-                    remaining = None
                 else:
-                    # The deadline counts from the call's creation, connecting included.
-                    remaining = self._deadline_at - self._loop.time()
                     try:
                         conn = await asyncio.wait_for(self._channel._connection(), remaining)
                     except asyncio.TimeoutError:
                         self._set_status(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
                         continue
-                    remaining = self._deadline_at - self._loop.time()
+                    remaining = deadline - self._loop.time()
                 if self._status is None:  # not cancelled meanwhile
                     self._stream_id = conn.start(self, self._path, remaining, self._metadata)
                     self._conn = conn
@@ -769,9 +768,10 @@ class Http2Channel:
         while True:
             if self._closed:
                 raise _rpc_error(StatusCode.CANCELLED, "the channel is closed")
+            ready = self._open_connection()
+            if ready is not None:
+                return ready
             conn = self._conn
-            if conn is not None and not conn.dead and conn.h2.can_start_stream():
-                return conn
             if conn is not None:
                 self._conn = None
                 if not conn.dead:
