@@ -496,8 +496,7 @@ class ClusterState:
         if now >= self.quiet_at or broker_id == self.metadata_leader:
             return None
         t = now - self.metadata_delay
-        applied = self.applied_at.get(broker_id)
-        return t if applied is None or applied < t else applied
+        return max(t, self.applied_at.get(broker_id, t))
 
     def stream_view(self, broker_id: str, name: str) -> Stream | None:
         """Stream ``name`` as broker ``broker_id`` knows it (None: unknown to it)."""

@@ -470,16 +470,6 @@ class NsqdServer:
         self, topic: str | None = None, channel: str | None = None, include_clients: bool = True
     ) -> dict[str, Any]:
         """The document ``/stats?format=json`` answers with (without ``memory``)."""
-        if topic and topic not in self.state.topics:
-            # nsqd returns its empty Stats: both lists are nil, JSON null
-            # (nsqd/stats.go:119-124)
-            return {
-                "version": NSQ_VERSION,
-                "health": "OK",
-                "start_time": self.start_time,
-                "topics": None,
-                "producers": None,
-            }
         topics = []
         for t in sorted(self.state.topics.values(), key=lambda t: t.name):
             if topic and t.name != topic:
@@ -525,14 +515,17 @@ class NsqdServer:
                     "e2e_processing_latency": {"count": 0, "percentiles": None},
                 }
             )
+        # nsqd answers a topic it does not have with its empty Stats: both lists nil,
+        # JSON null (nsqd/stats.go:119-124)
+        missing = bool(topic) and topic not in self.state.topics
         producers = None
-        if include_clients:
+        if include_clients and not missing:
             producers = [c.stats(topic) for c in self._connections if c.pub_counts] or None
         return {
             "version": NSQ_VERSION,
             "health": "OK",
             "start_time": self.start_time,
-            "topics": topics,
+            "topics": None if missing else topics,
             "producers": producers,
         }
 
