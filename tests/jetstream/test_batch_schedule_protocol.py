@@ -325,9 +325,10 @@ def test_at_is_the_first_whole_second_not_before(when: datetime) -> None:
     ("every", "pattern"),
     [
         (1, "@every 1s"),
-        (1.5, "@every 1500ms"),
-        (90, "@every 90s"),
-        (timedelta(hours=2), "@every 7200s"),
+        (1.5, "@every 1.5s"),
+        (90, "@every 1m30s"),
+        (timedelta(hours=2), "@every 2h0m0s"),
+        (timedelta(hours=1, seconds=30.25), "@every 1h0m30.25s"),
     ],
 )
 def test_an_every_schedule(every: object, pattern: str) -> None:
@@ -342,9 +343,11 @@ def test_every_reads_back_to_the_millisecond(millis: int) -> None:
     pattern = build_schedule("s.one", target="t.one", every=timedelta(milliseconds=millis)).headers[
         "Nats-Schedule"
     ]
-    m = re.fullmatch(r"@every (\d+)(ms|s)", str(pattern))
-    assert m is not None
-    assert int(m[1]) * (1 if m[2] == "ms" else 1000) == millis
+    m = re.fullmatch(r"@every (?:(\d+)h)?(?:(\d+)m)?(\d+)(?:\.(\d{1,3}))?s", str(pattern))
+    assert m is not None, pattern
+    hours, minutes, seconds, fraction = (int(g or 0) for g in m.groups())
+    fraction_ms = fraction * 10 ** (3 - len(m[4])) if m[4] else 0
+    assert ((hours * 60 + minutes) * 60 + seconds) * 1000 + fraction_ms == millis
 
 
 @pytest.mark.parametrize("cron", ["* * * * * *", "0 30 9 * * mon-fri", " 0 0 */2 1,15 jan-mar ? "])
