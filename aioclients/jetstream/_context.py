@@ -744,6 +744,7 @@ class JetStream:
         ttl: float | str | None = None,
         headers: Mapping[str, str | list[str]] | None = None,
         timeout: float | None = None,
+        source: str | None = None,
     ) -> PubAck:
         """Store a schedule on ``subject``: the stream publishes ``payload`` (and
         ``headers``) to ``target`` when it says.
@@ -758,11 +759,15 @@ class JetStream:
             time_zone: an IANA zone for ``cron`` (default UTC).
             ttl: seconds (>= 1) or ``"never"``: the TTL of the produced messages
                 (the stream needs ``allow_msg_ttl=True``).
+            source: a subject of the same stream (not the schedule's, not
+                ``target``): each firing publishes its last message (payload and
+                headers) instead of ``payload``, which stays the fallback while it
+                holds none (nats.go ``WithScheduleSource``; nats-server 2.14).
 
         Raises:
             InvalidArgumentError: a bad schedule (checked before sending).
-            ServerTooOldError: ``at`` needs nats-server 2.12; ``every``, ``cron``
-                and ``time_zone`` 2.14.
+            ServerTooOldError: ``at`` needs nats-server 2.12; ``every``, ``cron``,
+                ``time_zone`` and ``source`` 2.14.
             JetStreamError: the server refused it (with a hint).
         """
         return await publish_schedule(
@@ -777,6 +782,7 @@ class JetStream:
             ttl=ttl,
             headers=headers,
             timeout=timeout,
+            source=source,
         )
 
 

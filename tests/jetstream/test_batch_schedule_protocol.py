@@ -364,6 +364,36 @@ def test_predefined_schedules_pass_as_cron() -> None:
     )
 
 
+def test_a_source_is_sent_and_needs_2_14_whatever_the_pattern() -> None:
+    at = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    s = build_schedule("s.a", target="t.a", at=at, source="gauge.a")
+    assert s.headers == {
+        "Nats-Schedule": "@at 2030-01-02T03:04:05Z",
+        "Nats-Schedule-Target": "t.a",
+        "Nats-Schedule-Source": "gauge.a",
+    }
+    assert s.version == (2, 14, 0)  # @at alone needs 2.12
+    assert "source" in s.what
+    assert build_schedule("s.a", target="t.a", at=at).version == (2, 12, 0)
+    assert build_schedule("s.a", target="t.a", every=5, source="g").version == (2, 14, 0)
+
+
+@pytest.mark.parametrize(
+    ("source", "match"),
+    [
+        ("t.a", "source must differ"),
+        ("s.a", "source must differ"),
+        ("g.*", "source: .*wildcard"),
+        ("g.>", "source: .*wildcard"),
+        ("", "source: "),
+        (5, "source: "),
+    ],
+)
+def test_a_bad_source_is_refused(source: object, match: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=match):
+        build_schedule("s.a", target="t.a", every=5, source=source)
+
+
 def test_ttl_never() -> None:
     s = build_schedule("s.a", target="t.a", every=2, ttl="never")
     assert s.headers["Nats-Schedule-TTL"] == "never"
