@@ -802,6 +802,7 @@ async def connect(
     the connection.
 
     Raises:
+        InvalidArgumentError: a URL of another scheme than nats, tls, ws or wss.
         JetStreamConnectError: the server cannot be reached.
     """
     # Check our own arguments before opening anything.
@@ -820,6 +821,8 @@ async def connect(
         raise InvalidArgumentError(
             f"servers must be a URL or a non-empty list of URLs, got {redact_text(repr(servers))}"
         )
+    for url in urls:
+        _check_scheme(url)
     nc = NatsClient()
     options: dict[str, Any] = {
         "connect_timeout": timeout,
@@ -856,6 +859,20 @@ async def connect(
     )
     js._jsapi.owns_connection = True
     return js
+
+
+#: The URL schemes nats-py connects with; a URL without one is taken as nats://.
+_NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def _check_scheme(url: str) -> None:
+    """Refuse at once a URL nats-py would only fail on, seconds later, as a DNS error."""
+    scheme, sep, _ = url.partition("://")
+    if sep and scheme.lower() not in _NATS_SCHEMES:
+        raise InvalidArgumentError(
+            f"{redact_url(url)} is not a NATS URL: use nats://host:port (4222 by default), "
+            "or tls://, ws://, wss://"
+        )
 
 
 async def _log_error(exc: Exception) -> None:
