@@ -941,6 +941,12 @@ async def connect(
             raise InvalidArgumentError(
                 f"each address must be 'host:port', got {redact_url(address)!r}"
             )
+        if "://" in address:
+            # gRPC read "liftbridge://h:9292" as a host name and retried it for seconds.
+            raise InvalidArgumentError(
+                f"a Liftbridge address is 'host:port' without a scheme, got "
+                f"{redact_url(address)!r} (the brokers listen on 9292 by default)"
+            )
         if "@" in address:
             # gRPC has no use for URL user info; a secret here would only be
             # printed in errors and logs.
