@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from aioclients.nsq import HTTPProducer, NSQConnectError, Producer, Reader
+from aioclients.nsq import HTTPProducer, NSQConnectError, NSQProtocolError, Producer, Reader
 
 
 @pytest.fixture
@@ -49,3 +51,45 @@ async def test_reader_through_nsqlookupd(refused_address: str) -> None:
         "(connection refused): start one with `aioclients-servers` or `nsqlookupd`, or check "
         "that this is its HTTP address"
     )
+
+
+async def test_a_server_that_speaks_first_is_named_by_what_it_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # nats-server greets with INFO before the client says anything. When the greeting
+    # was read before open() started the protocol core, the error was "start() in
+    # state closed, expected init": that race is made certain here.
+    async def greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b'INFO {"server_id":"NX","version":"2.11.0"}\r\n')
+        await reader.read()  # until the client drops the connection
+        writer.close()
+
+    server = await asyncio.start_server(greet, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    connect = loop.create_connection
+
+    async def greeting_read_first(factory: Any, host: str, port: int) -> Any:
+        heard = asyncio.Event()
+
+        def spy() -> Any:
+            protocol = factory()
+            received = protocol.data_received
+
+            def data_received(data: bytes) -> None:
+                received(data)
+                heard.set()
+
+            protocol.data_received = data_received
+            return protocol
+
+        result = await connect(spy, host, port)
+        await heard.wait()
+        return result
+
+    monkeypatch.setattr(loop, "create_connection", greeting_read_first)
+    async with server:
+        with pytest.raises(NSQProtocolError) as info:
+            async with Producer(f"127.0.0.1:{port}") as producer:
+                await producer.publish("t", b"x")
+    assert 'the server answered with text (\'INFO {"server_id":"NX"' in str(info.value)
