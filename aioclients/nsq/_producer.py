@@ -25,10 +25,11 @@ from typing import Any
 
 import aiohttp
 
-from aioclients._core import check_float, check_int, redact_text, redact_url
+from aioclients._core import check_float, check_int, redact_url
 from aioclients._errors import InvalidArgumentError, OperationTimeoutError
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
+from aioclients.nsq._io._lookupd import http_failure
 from aioclients.nsq._protocol import _frames as F
 from aioclients.nsq._protocol._connection import (
     ConnectionCore,
@@ -347,9 +348,9 @@ class HTTPProducer:
                     "refused): start nsqd with `aioclients-servers` or `nsqd`, or check "
                     "that this is its HTTP address"
                 ) from None
-            # aiohttp's text may quote the URL, credentials included
             raise NSQConnectError(
-                f"nsqd HTTP API at {redact_url(self.url)} unreachable: {redact_text(repr(exc))}"
+                f"nsqd HTTP API at {redact_url(self.url)} unreachable: "
+                f"{http_failure(exc, 'nsqd', 4151)}"
             ) from None
         if status == 200:
             return

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -59,10 +60,15 @@ async def test_a_server_that_speaks_first_is_named_by_what_it_said(
     # nats-server greets with INFO before the client says anything. When the greeting
     # was read before open() started the protocol core, the error was "start() in
     # state closed, expected init": that race is made certain here.
+    writers: list[asyncio.StreamWriter] = []
+
     async def greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
         writer.write(b'INFO {"server_id":"NX","version":"2.11.0"}\r\n')
         await reader.read()  # until the client drops the connection
         writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
 
     server = await asyncio.start_server(greet, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -92,4 +98,49 @@ async def test_a_server_that_speaks_first_is_named_by_what_it_said(
         with pytest.raises(NSQProtocolError) as info:
             async with Producer(f"127.0.0.1:{port}") as producer:
                 await producer.publish("t", b"x")
+    for writer in writers:
+        writer.transport.abort()
     assert 'the server answered with text (\'INFO {"server_id":"NX"' in str(info.value)
+
+
+@pytest.fixture
+async def tcp_port_address() -> AsyncIterator[str]:
+    """A server answering as an nsqd or nsqlookupd TCP port answers an HTTP request."""
+
+    writers: list[asyncio.StreamWriter] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        await reader.read(1)
+        writer.write(b"\x00\x00\x00\x12\x00\x00\x00\x01E_BAD_PROTOCOL")
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    async with server:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    for writer in writers:  # a handler still running when the test ended
+        writer.transport.abort()
+
+
+async def test_http_producer_on_a_tcp_port(tcp_port_address: str) -> None:
+    # Was aiohttp's repr: the whole request, its headers, and "Bad status line".
+    async with HTTPProducer(tcp_port_address) as producer:
+        with pytest.raises(NSQConnectError) as info:
+            await producer.publish("t", b"x")
+    assert str(info.value) == (
+        f"nsqd HTTP API at http://{tcp_port_address} unreachable: it does not answer "
+        "HTTP: is this nsqd's HTTP port (4151 by default), not its TCP port?"
+    )
+
+
+async def test_reader_with_an_nsqlookupd_tcp_port(tcp_port_address: str) -> None:
+    with pytest.raises(NSQConnectError) as info:
+        async with Reader("t", "c", lookupd_http_addresses=[tcp_port_address]):
+            pass
+    assert str(info.value) == (
+        f"no nsqlookupd answered: nsqlookupd http://{tcp_port_address} unreachable: it "
+        "does not answer HTTP: is this nsqlookupd's HTTP port (4161 by default), not its "
+        "TCP port?"
+    )
