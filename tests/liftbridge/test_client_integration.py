@@ -323,6 +323,23 @@ async def test_stop_positions_end_the_iteration(client: Client, stream: str) -> 
     assert [m.offset for m in got] == [2, 3]
 
 
+async def test_reading_an_empty_partition_up_to_the_latest_reads_nothing(
+    client: Client, stream: str
+) -> None:
+    # Liftbridge answers RESOURCE_EXHAUSTED "Stream is empty" to a stop at LATEST on an
+    # empty partition; it was raised as a ReadonlyPartitionError.
+    async with client.subscribe(
+        stream, start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST
+    ) as sub:
+        assert await asyncio.wait_for(_collect(sub), WAIT) == []
+        assert await asyncio.wait_for(_collect(sub), WAIT) == []  # ended stays ended
+    await publish_values(client, stream, [b"0"])
+    async with client.subscribe(
+        stream, start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST
+    ) as sub:
+        assert [m.offset for m in await asyncio.wait_for(_collect(sub), WAIT)] == [0]
+
+
 async def _collect(sub: Subscription) -> list[Message]:
     return [m async for m in sub]
 
