@@ -387,3 +387,29 @@ def test_api_page_lists_every_public_name(module: str) -> None:
         f"add to docs/api/{module}.md: {sorted(set(public) - set(listed))}; "
         f"not public: {sorted(set(listed) - set(public))}"
     )
+
+
+@pytest.mark.slow
+def test_the_scripts_type_check_strictly(tmp_path: Path) -> None:
+    """A reader who copies a block into a project checked with ``mypy --strict`` gets no
+    error: the package's types (py.typed) fit how the pages use them, e.g. ``publish``
+    returns an ``Ack``, not ``Ack | None``, unless asked for ``AckPolicy.NONE``.
+
+    Spark blocks (pyspark's own typing) and pytest modules (untyped fixtures, as pytest
+    writes them) are left out."""
+    files = []
+    for block in BLOCKS:
+        if block.marker or re.search(r"^(async )?def test_", block.code, re.MULTILINE):
+            continue
+        name = re.sub(r"\W", "_", block.id) + ".py"
+        (tmp_path / name).write_text(block.code)
+        files.append(str(tmp_path / name))
+    assert len(files) > 30, "the blocks were not found"
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), *files],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stdout.replace(str(tmp_path) + os.sep, "") + result.stderr

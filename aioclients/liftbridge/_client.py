@@ -29,7 +29,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 import grpc
 
@@ -78,6 +78,9 @@ from aioclients.liftbridge._publisher import AsyncPublisher, async_error
 from aioclients.liftbridge._subscription import Subscription
 
 __all__ = ("Client", "ConsumerGroupJoin", "connect")
+
+#: The ack policies with an ack: publish returns an Ack for these (None for NONE).
+_Acked = Literal[AckPolicy.LEADER, AckPolicy.ALL]
 
 _PARTITION_BY_KEY = PartitionByKey()
 # How long a publish answered NOT_FOUND for a stream the metadata lists is
@@ -489,6 +492,38 @@ class Client:
             expectedOffset=-1 if expected_offset is None else expected_offset,
         )
         return req, target
+
+    @overload
+    async def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: str | Partitioner | None = None,
+        ack_policy: _Acked = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack: ...
+
+    @overload
+    async def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: str | Partitioner | None = None,
+        ack_policy: AckPolicy,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None: ...
 
     async def publish(
         self,
