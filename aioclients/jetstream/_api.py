@@ -31,7 +31,7 @@ import logging
 import math
 import weakref
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
@@ -39,12 +39,15 @@ from nats.aio.msg import Msg as NatsMsg
 from aioclients._core._checks import check_int
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream._errors import (
+    ConsumerNotFoundError,
     DirectGetUnavailableError,
     JetStreamClosedError,
     JetStreamError,
     JetStreamNotEnabledError,
     MessageNotFoundError,
     ServerTooOldError,
+    StreamNameInUseError,
+    StreamNotFoundError,
     TooManySubjectsError,
 )
 from aioclients.jetstream._models import AccountInfo, ConsumerInfo, PubAck, StreamInfo
@@ -420,7 +423,14 @@ class JetStreamApi:
                 validate_filter_subject(s)
             cfg["subjects"] = list(subjects)
         await self.require_stream_features(cfg)
-        data = await self.request(f"STREAM.CREATE.{name}", config_to_wire(cfg))
+        try:
+            data = await self.request(f"STREAM.CREATE.{name}", config_to_wire(cfg))
+        except StreamNameInUseError as exc:
+            raise _with_hint(
+                exc,
+                f"stream {name!r} exists with another configuration: update_stream({name!r}, "
+                f"...) changes it, delete_stream({name!r}) removes it",
+            ) from None
         return StreamInfo.from_json(data)
 
     async def update_stream(self, name: str, config: Mapping[str, Any]) -> StreamInfo:
@@ -444,7 +454,10 @@ class JetStreamApi:
             payload["subjects_filter"] = validate_filter_subject(subjects_filter)
         if deleted_details:
             payload["deleted_details"] = True
-        data = await self.request(f"STREAM.INFO.{name}", payload or None)
+        try:
+            data = await self.request(f"STREAM.INFO.{name}", payload or None)
+        except StreamNotFoundError as exc:
+            raise _with_hint(exc, _no_stream(name)) from None
         return StreamInfo.from_json(data)
 
     async def subjects_and_last_seq(self, name: str, subjects_filter: str) -> tuple[set[str], int]:
@@ -509,7 +522,10 @@ class JetStreamApi:
 
     async def delete_stream(self, name: str) -> None:
         validate_stream_name(name)
-        await self.request(f"STREAM.DELETE.{name}")
+        try:
+            await self.request(f"STREAM.DELETE.{name}")
+        except StreamNotFoundError as exc:
+            raise _with_hint(exc, _no_stream(name)) from None
 
     async def list_streams(self, subject: str | None = None) -> AsyncIterator[StreamInfo]:
         async for item in self.paged("STREAM.LIST", "streams", subject):
@@ -573,12 +589,22 @@ class JetStreamApi:
     async def consumer_info(self, stream: str, name: str) -> ConsumerInfo:
         validate_stream_name(stream)
         validate_consumer_name(name)
-        return ConsumerInfo.from_json(await self.request(f"CONSUMER.INFO.{stream}.{name}"))
+        try:
+            return ConsumerInfo.from_json(await self.request(f"CONSUMER.INFO.{stream}.{name}"))
+        except StreamNotFoundError as exc:
+            raise _with_hint(exc, _no_stream(stream)) from None
+        except ConsumerNotFoundError as exc:
+            raise _with_hint(exc, f"no consumer {name!r} on stream {stream!r}") from None
 
     async def delete_consumer(self, stream: str, name: str) -> None:
         validate_stream_name(stream)
         validate_consumer_name(name)
-        await self.request(f"CONSUMER.DELETE.{stream}.{name}")
+        try:
+            await self.request(f"CONSUMER.DELETE.{stream}.{name}")
+        except StreamNotFoundError as exc:
+            raise _with_hint(exc, _no_stream(stream)) from None
+        except ConsumerNotFoundError as exc:
+            raise _with_hint(exc, f"no consumer {name!r} on stream {stream!r}") from None
 
     async def list_consumers(self, stream: str) -> AsyncIterator[ConsumerInfo]:
         validate_stream_name(stream)
@@ -719,3 +745,16 @@ def check_timeout(timeout: object, *, allow_infinite: bool = True) -> float:
         kind = "a number" if allow_infinite else "a finite number"
         raise InvalidArgumentError(f"timeout must be {kind} of seconds > 0, got {timeout!r}")
     return float(timeout)
+
+
+_E = TypeVar("_E", bound=JetStreamError)
+
+
+def _with_hint(exc: _E, hint: str) -> _E:
+    """The same error (class, server text, codes) with what it was about: the server's
+    "stream not found" names no stream."""
+    return type(exc)(exc.description, code=exc.code, err_code=exc.err_code, hint=hint)
+
+
+def _no_stream(name: str) -> str:
+    return f"no stream {name!r}: create_stream({name!r}, subjects=[...]) makes it"
