@@ -413,3 +413,34 @@ def test_the_scripts_type_check_strictly(tmp_path: Path) -> None:
         timeout=240,
     )
     assert result.returncode == 0, result.stdout.replace(str(tmp_path) + os.sep, "") + result.stderr
+
+
+def _stream_creations(code: str) -> Iterator[tuple[str, str]]:
+    """``(name, arguments)`` of every ``js.create_stream("NAME", ...)`` in ``code``."""
+    for match in re.finditer(r"\bjs\.create_stream\(", code):  # JetStream only
+        depth, end = 1, match.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(code[end], 0)
+            end += 1
+        args = re.sub(r"#[^\n]*", "", code[match.end() : end - 1])
+        args = re.sub(r"\s+", "", args).rstrip(",")
+        name = re.match(r'"(\w+)"', args)
+        if name:  # a literal name (testing.md's blocks use unique_name)
+            yield name[1], args
+
+
+def test_blocks_that_name_the_same_stream_create_it_alike() -> None:
+    """A reader runs one page's blocks after another's against the same
+    ``aioclients-servers``: a stream created again with other options is refused
+    (StreamNameInUseError), and one of another name on the same subjects too (the
+    subjects overlap). Each block runs on a fresh server here, which would not show it."""
+    made: dict[str, tuple[str, str]] = {}
+    owners: dict[str, str] = {}
+    for block in BLOCKS:
+        for name, args in _stream_creations(block.code):
+            first = made.setdefault(name, (args, block.id))
+            assert first[0] == args, f"{name}: {block.id} creates it unlike {first[1]}"
+            for subject in re.findall(r"subjects=\[([^\]]*)\]", args):
+                owner = owners.setdefault(subject, name)
+                assert owner == name, f"{block.id}: {name} takes {owner}'s subjects {subject}"
+    assert len(made) > 10, "the blocks' create_stream calls were not found"
