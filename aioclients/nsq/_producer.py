@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 
 from aioclients._core import check_float, check_int, redact_url
-from aioclients._errors import InvalidArgumentError, OperationTimeoutError
+from aioclients._errors import InvalidArgumentError, LocalProtocolError, OperationTimeoutError
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
 from aioclients.nsq._io._lookupd import http_failure
@@ -154,6 +154,13 @@ class Producer:
         if self._closed:
             raise NSQClosedError("this Producer is closed; create a new one")
         conn = self._conn
+        if conn is not None and conn.loop is not asyncio.get_running_loop():
+            # Its socket and lock belong to that loop (often closed by asyncio.run):
+            # the publish would wait for an answer that never comes.
+            raise LocalProtocolError(
+                "this Producer connected on another event loop; make the Producer and "
+                "use it on one loop (e.g. inside the coroutine that asyncio.run runs)"
+            )
         if conn is not None and conn.usable:
             return conn
         if self._lock is None:

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from aioclients import InvalidArgumentError, OperationTimeoutError
+from aioclients import InvalidArgumentError, LocalProtocolError, OperationTimeoutError
 from aioclients.nsq import (
     Message,
     MessageRespondedError,
@@ -20,6 +20,7 @@ from aioclients.nsq import (
     Reader,
 )
 from aioclients.nsq._io._compression import DeflateCodec, SnappyCodec
+from aioclients.testing.nsqd import NsqdEmulator
 from tests.nsq.fake_nsqd import FakeNsqd, frame, message_frame
 
 MID1 = b"00000000000000a1"
@@ -564,3 +565,24 @@ async def test_a_fin_queues_what_the_cores_fin_if_in_flight_queues() -> None:
             assert conn.core.pending_bytes == reference.pending_bytes
         assert conn.core.data_to_send() == reference.data_to_send()
         assert conn.finished == finished
+
+
+async def test_a_producer_used_on_another_event_loop_says_so_at_once() -> None:
+    # A Producer connected in one asyncio.run and used in the next waited for an
+    # answer its loop would never read (until its timeout, 30 s by default).
+    async with NsqdEmulator() as nsqd:
+        producer = Producer(nsqd.tcp_address, timeout=5.0)
+        await producer.publish("t", b"on the loop it connected on")
+
+        def on_another_loop() -> BaseException | None:
+            try:
+                asyncio.run(producer.publish("t", b"elsewhere"))
+            except BaseException as exc:  # the error, to be checked on the test's loop
+                return exc
+            return None
+
+        error = await asyncio.to_thread(on_another_loop)
+        assert isinstance(error, LocalProtocolError), repr(error)
+        assert "connected on another event loop" in str(error)
+        await producer.publish("t", b"still usable on its own loop")
+        await producer.close()

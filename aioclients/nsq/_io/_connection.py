@@ -119,6 +119,11 @@ class NsqdConnection(asyncio.Protocol):
         """Open, and not condemned by a fatal error."""
         return not self.lost and self.core.state is not ConnectionState.CLOSED
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the connection was opened on, the only one it works on."""
+        return self._loop
+
     # ---- opening ----------------------------------------------------------------------
 
     async def open(self, timeout: float) -> None:
