@@ -26,6 +26,7 @@ server's answers as models; the handles (``Stream``, ``Consumer``,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -37,7 +38,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
 
 from aioclients._core._checks import check_int
-from aioclients._errors import InvalidArgumentError
+from aioclients._errors import InvalidArgumentError, LocalProtocolError
 from aioclients.jetstream._errors import (
     ConsumerNotFoundError,
     DirectGetUnavailableError,
@@ -172,6 +173,11 @@ class JetStreamApi:
         self._hooks_installed = False
         #: close() has begun: nothing new may be sent
         self.closing = False
+        # The loop the connection runs on (bound at the first check when made outside one).
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
         # ((server_id, version), API level) of the server last asked
         self._level: tuple[tuple[str, str], int] | None = None
         # (feature, version) checks passed, and the server they passed on
@@ -189,6 +195,19 @@ class JetStreamApi:
         if self.closing:
             raise JetStreamClosedError("this JetStream context is closed")
         self.transport.check_open()
+        self.check_loop()
+
+    def check_loop(self) -> None:
+        """Raise ``LocalProtocolError`` when called on another loop than the connection's:
+        its reads run there, so a request from here would only time out."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            if self._loop is not None:
+                raise LocalProtocolError(
+                    "this JetStream context connected on another event loop; connect and "
+                    "use it on one loop (e.g. inside the coroutine that asyncio.run runs)"
+                )
+            self._loop = loop
 
     def check_not_closed(self) -> None:
         """Raise ``JetStreamClosedError`` if the context is closed (not its connection:

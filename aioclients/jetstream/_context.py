@@ -499,6 +499,7 @@ class JetStream:
             ServerTooOldError: ``ttl`` or ``expected_last_subject_seq_subject`` with a
                 server before 2.11 (nothing is sent).
         """
+        self._jsapi.check_loop()  # not in publish_async: it is the hot path
         future = await self.publish_async(
             subject,
             payload,

@@ -4,12 +4,15 @@ the handles that hang off the layer rather than the facade."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 
 import nats
 import pytest
 from nats.aio.msg import Msg as NatsMsg
 
+from aioclients import LocalProtocolError
 from aioclients.jetstream import (
     ConsumerNotFoundError,
     JetStream,
@@ -143,3 +146,32 @@ async def test_not_found_and_name_in_use_name_the_stream_and_what_to_do(
     for call in (js.consumer(name, "c"), js.delete_consumer(name, "c")):
         with pytest.raises(ConsumerNotFoundError, match=f"no consumer 'c' on stream {name!r}"):
             await call
+
+
+async def test_a_context_used_on_another_event_loop_says_so_at_once(
+    js: JetStream, unique_name: str
+) -> None:
+    # Its connection reads on the loop it connected on: a request from another loop
+    # (a second asyncio.run, another thread) waited out its timeout, then said
+    # "no reply in time".
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+
+    def on_another_loop(call: Callable[[], Awaitable[object]]) -> BaseException | None:
+        async def main() -> None:
+            await call()
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # checked on the test's loop
+            return exc
+        return None
+
+    for call in (
+        js.account_info,
+        lambda: js.stream(unique_name),
+        lambda: js.publish(f"{unique_name}.x", b"x", timeout=2.0),
+    ):
+        error = await asyncio.to_thread(on_another_loop, call)
+        assert isinstance(error, LocalProtocolError), repr(error)
+        assert "connected on another event loop" in str(error)
+    await js.publish(f"{unique_name}.x", b"still usable on its own loop")
