@@ -405,6 +405,13 @@ def test_the_scripts_type_check_strictly(tmp_path: Path) -> None:
         (tmp_path / name).write_text(block.code)
         files.append(str(tmp_path / name))
     assert len(files) > 30, "the blocks were not found"
+    # What the pages do not show: the markers carried by the errors.
+    (tmp_path / "error_attributes.py").write_text(
+        "from aioclients.jetstream import KeyDeletedError, ObjectDeletedError\n\n\n"
+        "def f(a: KeyDeletedError, b: ObjectDeletedError) -> tuple[int, object]:\n"
+        "    return a.entry.revision, b.info.modified if b.info else None\n"
+    )
+    files.append(str(tmp_path / "error_attributes.py"))
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), *files],
         cwd=ROOT,

@@ -270,7 +270,10 @@ class ObjectDeletedError(ObjectNotFoundError):
         info: the delete marker's ``ObjectInfo`` (``None`` when unknown).
     """
 
-    def __init__(self, description: str, *, info: object = None, code: int | None = None) -> None:
+    #: Any, not object, as KeyDeletedError.entry: ``exc.info.modified`` type-checks.
+    info: Any
+
+    def __init__(self, description: str, *, info: Any = None, code: int | None = None) -> None:
         super().__init__(description, code=code)
         self.info = info
 
