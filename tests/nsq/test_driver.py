@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import socket
 
 import pytest
@@ -586,3 +587,27 @@ async def test_a_producer_used_on_another_event_loop_says_so_at_once() -> None:
         assert "connected on another event loop" in str(error)
         await producer.publish("t", b"still usable on its own loop")
         await producer.close()
+
+
+async def test_leaving_a_received_message_unanswered_is_logged_at_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # nsqd redelivers it only after its msg_timeout (60 s): say so, since nothing else
+    # shows why the message came back a minute later. Buffered messages, which the
+    # application never saw, are not its doing and are not counted.
+    caplog.set_level(logging.WARNING, logger="aioclients.nsq")
+    async with NsqdEmulator() as nsqd:
+        async with Producer(nsqd.tcp_address) as producer:
+            await producer.mpublish("t", [b"a", b"b", b"c"])
+        nsqd_addresses = [nsqd.tcp_address]
+        async with Reader("t", "c", nsqd_tcp_addresses=nsqd_addresses, max_in_flight=10) as r:
+            async for msg in r:
+                await msg.finish()
+                break
+        assert not [rec for rec in caplog.records if "neither finished" in rec.message]
+        async with Reader("t", "c", nsqd_tcp_addresses=nsqd_addresses, max_in_flight=10) as r:
+            async for _msg in r:
+                break  # forgot _msg.finish()
+    [record] = [rec for rec in caplog.records if "neither finished" in rec.message]
+    assert record.levelno == logging.WARNING
+    assert record.message.startswith("closing with 1 message(s) received but neither")
