@@ -598,15 +598,18 @@ async def test_leaving_a_received_message_unanswered_is_logged_at_close(
     caplog.set_level(logging.WARNING, logger="aioclients.nsq")
     async with NsqdEmulator() as nsqd:
         async with Producer(nsqd.tcp_address) as producer:
-            await producer.mpublish("t", [b"a", b"b", b"c"])
+            await producer.mpublish("finished", [b"a", b"b", b"c"])
+            await producer.publish("forgotten", b"d")
         nsqd_addresses = [nsqd.tcp_address]
-        async with Reader("t", "c", nsqd_tcp_addresses=nsqd_addresses, max_in_flight=10) as r:
-            async for msg in r:
+        async with Reader(
+            "finished", "c", nsqd_tcp_addresses=nsqd_addresses, max_in_flight=10
+        ) as reader:
+            async for msg in reader:
                 await msg.finish()
                 break
         assert not [rec for rec in caplog.records if "neither finished" in rec.message]
-        async with Reader("t", "c", nsqd_tcp_addresses=nsqd_addresses, max_in_flight=10) as r:
-            async for _msg in r:
+        async with Reader("forgotten", "c", nsqd_tcp_addresses=nsqd_addresses) as reader:
+            async for _msg in reader:
                 break  # forgot _msg.finish()
     [record] = [rec for rec in caplog.records if "neither finished" in rec.message]
     assert record.levelno == logging.WARNING
