@@ -41,6 +41,7 @@ import struct
 from dataclasses import dataclass
 from types import TracebackType
 
+from aioclients._errors import InvalidArgumentError
 from aioclients._tasks import TaskOwner
 
 __all__ = ("FaultProxy", "FaultProxyStatistics")
@@ -73,7 +74,7 @@ def _parse_target(target: str | tuple[str, int]) -> tuple[str, int]:
     text = target.split("://", 1)[-1].rstrip("/")
     host, sep, port_text = text.rpartition(":")
     if not sep or not port_text.isdigit():
-        raise ValueError(f"target must be 'host:port', got {target!r}")
+        raise InvalidArgumentError(f"target must be 'host:port', got {target!r}")
     return host.strip("[]") or "127.0.0.1", int(port_text)
 
 
@@ -279,7 +280,9 @@ class FaultProxy:
     def delay(self, seconds: float) -> None:
         """Forward every chunk ``seconds`` after it was read (0 for no delay)."""
         if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"delay must be a finite number of seconds >= 0, got {seconds!r}")
+            raise InvalidArgumentError(
+                f"delay must be a finite number of seconds >= 0, got {seconds!r}"
+            )
         self._delay = float(seconds)
 
     def statistics(self) -> FaultProxyStatistics:

@@ -262,7 +262,7 @@ class LiftbridgeCluster:
 
         Raises:
             IndexError: for an index outside ``range(brokers)``.
-            ValueError: ``address`` is not ``"host:port"``.
+            InvalidArgumentError: ``address`` is not ``"host:port"``.
         """
         broker = self._broker(index)
         if address is None:
@@ -270,7 +270,7 @@ class LiftbridgeCluster:
             return
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit():
-            raise ValueError(f"address must be 'host:port', got {address!r}")
+            raise InvalidArgumentError(f"address must be 'host:port', got {address!r}")
         broker.advertised = (host, int(port))
 
     async def stop_broker(self, index: int) -> None:
