@@ -111,6 +111,28 @@ async def test_reset_resets_both_ends(echo: EchoServer) -> None:
         await _close(writer2)
 
 
+async def test_the_fault_calls_can_be_awaited_too(echo: EchoServer) -> None:
+    # The API contract writes them without "(sync)": awaiting each works as well as
+    # the plain call, and the fault is in place when the call returns.
+    async with FaultProxy(echo.address) as proxy:
+        reader, writer = await _connect(proxy.address)
+        writer.write(b"ping")
+        await asyncio.wait_for(reader.readexactly(4), 5)
+        assert await proxy.freeze() is None
+        assert proxy.frozen
+        assert await proxy.thaw() is None
+        assert not proxy.frozen
+        assert await proxy.delay(0) is None
+        assert await proxy.refuse() is None
+        with pytest.raises(ConnectionRefusedError):
+            await _connect(proxy.address)
+        assert await proxy.refuse(False) is None
+        count = await proxy.reset()
+        assert count == 1
+        assert type(count) is int
+        await _close(writer)
+
+
 async def test_refuse_refuses_new_connections_only(echo: EchoServer) -> None:
     async with FaultProxy(echo.address) as proxy:
         reader, writer = await _connect(proxy.address)
