@@ -71,7 +71,11 @@ from aioclients.jetstream._ordered import (
     open_ordered_consumer,
 )
 from aioclients.jetstream._protocol._batch import BatchAck
-from aioclients.jetstream._protocol._headers import publish_headers
+from aioclients.jetstream._protocol._headers import (
+    LAST_SUBJECT_SEQ_SUBJECT_FEATURE,
+    LAST_SUBJECT_SEQ_SUBJECT_VERSION,
+    publish_headers,
+)
 from aioclients.jetstream._publisher import (
     PUBLISH_RETRY_ATTEMPTS,
     PUBLISH_RETRY_WAIT,
@@ -463,11 +467,17 @@ class JetStream:
         ttl: float | str | None = None,
         retry_attempts: int = PUBLISH_RETRY_ATTEMPTS,
         retry_wait: float = PUBLISH_RETRY_WAIT,
+        expected_last_subject_seq_subject: str | None = None,
     ) -> PubAck:
         """Publish and wait for the stream's acknowledgement.
 
         ``ttl`` (ADR-43): how long the stream keeps this message, seconds (at
         least 1) or ``"never"``; the stream needs ``allow_msg_ttl=True``.
+
+        ``expected_last_subject_seq_subject``: check ``expected_last_subject_seq``
+        against the last message of this subject (wildcards allowed) rather than
+        of ``subject`` (nats.go ``WithExpectLastSequenceForSubject``; nats-server
+        2.11+).
 
         A "no responders" answer (no stream took the message) is tried again
         ``retry_attempts`` times, ``retry_wait`` seconds apart, within ``timeout``
@@ -484,8 +494,10 @@ class JetStream:
             MaxPayloadError: the message is larger than the server accepts.
             APITimeoutError: no ack in time (the message may or may not be stored).
             InvalidArgumentError: a ``ttl`` under one second, a bad
-                ``retry_attempts`` or ``retry_wait`` (nothing is sent).
-            ServerTooOldError: ``ttl`` with a server before 2.11 (nothing is sent).
+                ``retry_attempts`` or ``retry_wait``, ``expected_last_subject_seq_subject``
+                without ``expected_last_subject_seq`` (nothing is sent).
+            ServerTooOldError: ``ttl`` or ``expected_last_subject_seq_subject`` with a
+                server before 2.11 (nothing is sent).
         """
         future = await self.publish_async(
             subject,
@@ -500,6 +512,7 @@ class JetStream:
             ttl=ttl,
             retry_attempts=retry_attempts,
             retry_wait=retry_wait,
+            expected_last_subject_seq_subject=expected_last_subject_seq_subject,
         )
         return await future
 
@@ -518,6 +531,7 @@ class JetStream:
         ttl: float | str | None = None,
         retry_attempts: int = PUBLISH_RETRY_ATTEMPTS,
         retry_wait: float = PUBLISH_RETRY_WAIT,
+        expected_last_subject_seq_subject: str | None = None,
     ) -> asyncio.Future[PubAck]:
         """Publish without waiting for the ack; return a future of it.
 
@@ -542,6 +556,7 @@ class JetStream:
                 and expected_last_subject_seq is None
                 and expected_last_msg_id is None
                 and ttl is None
+                and expected_last_subject_seq_subject is None
             )
         ):
             hdrs = None
@@ -553,7 +568,12 @@ class JetStream:
                 expected_last_seq=expected_last_seq,
                 expected_last_subject_seq=expected_last_subject_seq,
                 expected_last_msg_id=expected_last_msg_id,
+                expected_last_subject_seq_subject=expected_last_subject_seq_subject,
             )
+            if expected_last_subject_seq_subject is not None:
+                await self._jsapi.require_version(
+                    LAST_SUBJECT_SEQ_SUBJECT_FEATURE, LAST_SUBJECT_SEQ_SUBJECT_VERSION
+                )
             if ttl is not None:
                 hdrs = await self._jsapi.ttl_headers(hdrs, ttl)
         if timeout is not None:
@@ -724,6 +744,7 @@ class JetStream:
         ttl: float | str | None = None,
         headers: Mapping[str, str | list[str]] | None = None,
         timeout: float | None = None,
+        source: str | None = None,
     ) -> PubAck:
         """Store a schedule on ``subject``: the stream publishes ``payload`` (and
         ``headers``) to ``target`` when it says.
@@ -738,11 +759,15 @@ class JetStream:
             time_zone: an IANA zone for ``cron`` (default UTC).
             ttl: seconds (>= 1) or ``"never"``: the TTL of the produced messages
                 (the stream needs ``allow_msg_ttl=True``).
+            source: a subject of the same stream (not the schedule's, not
+                ``target``): each firing publishes its last message (payload and
+                headers) instead of ``payload``, which stays the fallback while it
+                holds none (nats.go ``WithScheduleSource``; nats-server 2.14).
 
         Raises:
             InvalidArgumentError: a bad schedule (checked before sending).
-            ServerTooOldError: ``at`` needs nats-server 2.12; ``every``, ``cron``
-                and ``time_zone`` 2.14.
+            ServerTooOldError: ``at`` needs nats-server 2.12; ``every``, ``cron``,
+                ``time_zone`` and ``source`` 2.14.
             JetStreamError: the server refused it (with a hint).
         """
         return await publish_schedule(
@@ -757,6 +782,7 @@ class JetStream:
             ttl=ttl,
             headers=headers,
             timeout=timeout,
+            source=source,
         )
 
 

@@ -177,6 +177,10 @@ _BY_ERR_CODE: dict[int, type[JetStreamError]] = {
     10013: ConsumerExistsError,  # consumer name already in use
     10037: MessageNotFoundError,  # no message found
     10071: WrongLastSequenceError,  # wrong last sequence
+    # The same on a replicated stream when the leader refuses a write whose
+    # expectation meets one still in flight (no number in the description;
+    # nats.go treats the two alike).
+    10164: WrongLastSequenceError,  # wrong last sequence
     10070: WrongLastMsgIdError,  # wrong last msg ID
     10060: WrongExpectedStreamError,  # expected stream does not match
     10039: JetStreamNotEnabledError,  # JetStream not enabled for account

@@ -28,6 +28,8 @@ _HINTS: dict[int, str] = {
     "other than the schedule's own subject",
     10191: "the TTL of scheduled messages needs allow_msg_ttl=True on the stream "
     "and at least 1 second",
+    10203: "the source must be a subject of the same stream, without wildcards, "
+    "other than the schedule's subject and its target",
     10223: "the time zone must be an IANA name the server knows, e.g. 'Europe/Amsterdam'",
 }
 
@@ -45,6 +47,7 @@ async def publish_schedule(
     ttl: float | str | None = None,
     headers: Mapping[str, str | list[str]] | None = None,
     timeout: float | None = None,
+    source: str | None = None,
 ) -> PubAck:
     """Store a schedule on ``subject``; see :meth:`JetStream.publish_schedule`."""
     api.check_not_closed()
@@ -59,6 +62,7 @@ async def publish_schedule(
         time_zone=time_zone,
         ttl=ttl,
         headers=headers,
+        source=source,
     )
     await api.require(f"a message schedule ({schedule.what})", version=schedule.version)
     try:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aioclients.jetstream import JetStreamError, ServerTooOldError
+from aioclients.jetstream import JetStreamError, ServerTooOldError, WrongLastSequenceError
 from aioclients.jetstream._errors import api_error
 from aioclients.jetstream._protocol._level import (
     REQUIRED_LEVEL_HEADER,
@@ -96,6 +96,15 @@ def test_a_shortfall_is_found_exactly_when_the_server_has_less(
 ) -> None:
     why = shortfall("f", level=need, have_level=have, version=version, have_version=have_version)
     assert (why is None) == (have >= need and have_version >= version)
+
+
+@pytest.mark.parametrize("err_code", [10071, 10164])
+def test_both_wrong_last_sequence_codes_are_wrong_last_sequence_errors(err_code: int) -> None:
+    # 10164: a replicated stream's refusal of an expectation that meets a write
+    # still in flight, "wrong last sequence" without the number (nats.go: the same).
+    err = api_error(400, err_code, "wrong last sequence")
+    assert isinstance(err, WrongLastSequenceError)
+    assert (err.code, err.err_code) == (400, err_code)
 
 
 def test_the_api_level_error_of_the_server_is_server_too_old() -> None:

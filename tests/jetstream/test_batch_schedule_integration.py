@@ -297,7 +297,8 @@ async def test_an_every_schedule_repeats(js: JetStream, scheduled: str) -> None:
     )
     first, second = await _next_on(js, scheduled, f"{scheduled}.ticks", 2)
     assert first.data == second.data == b"tick"  # type: ignore[attr-defined]
-    assert first.headers["Nats-TTL"] == "60s"  # type: ignore[attr-defined]  # ttl=60
+    # The server copies Nats-Schedule-TTL as written (nats.go's form of ttl=60).
+    assert first.headers["Nats-TTL"] == "1m0s"  # type: ignore[attr-defined]
 
 
 async def test_a_per_second_cron_in_a_time_zone_fires(js: JetStream, scheduled: str) -> None:
@@ -310,6 +311,40 @@ async def test_a_per_second_cron_in_a_time_zone_fires(js: JetStream, scheduled: 
     )
     (msg,) = await _next_on(js, scheduled, f"{scheduled}.cron", 1)
     assert msg.data == b"cron"  # type: ignore[attr-defined]
+
+
+async def test_a_schedule_with_a_source_publishes_its_last_message(
+    js: JetStream, scheduled: str
+) -> None:
+    """nats.go's WithScheduleSource: each firing samples the source subject's last
+    message; the schedule's own payload is the fallback while it holds none."""
+    source, target = f"{scheduled}.gauge", f"{scheduled}.sampled"
+    await js.publish_schedule(
+        f"{scheduled}.sched.empty", b"own", target=f"{scheduled}.fallback", every=1, source=source
+    )
+    (fallback,) = await _next_on(js, scheduled, f"{scheduled}.fallback", 1)
+    assert fallback.data == b"own"  # type: ignore[attr-defined]
+    await js.publish(source, b"21.5", headers={"Unit": "C"})
+    ack = await js.publish_schedule(
+        f"{scheduled}.sched.sample", b"own", target=target, every=1, source=source
+    )
+    stored = await (await js.stream(scheduled)).get_msg(ack.seq)
+    assert stored.headers is not None
+    assert stored.headers["Nats-Schedule-Source"] == source
+    (sample,) = await _next_on(js, scheduled, target, 1)
+    assert sample.data == b"21.5"  # type: ignore[attr-defined]
+    assert sample.headers["Unit"] == "C"  # type: ignore[attr-defined]
+
+
+async def test_a_source_outside_the_stream_is_refused_with_a_hint(
+    js: JetStream, scheduled: str
+) -> None:
+    with pytest.raises(JetStreamError, match="same stream") as info:
+        await js.publish_schedule(
+            f"{scheduled}.s", target=f"{scheduled}.t", every=1, source=f"other.{scheduled}"
+        )
+    assert info.value.err_code == 10203
+    assert await _count(js, scheduled) == 0
 
 
 async def test_a_stream_without_schedules_refuses_with_a_hint(
@@ -340,4 +375,8 @@ async def test_bad_schedules_send_nothing(js: JetStream, scheduled: str) -> None
         await js.publish_schedule(subject, target=target, cron="* * * * *")
     with pytest.raises(InvalidArgumentError, match="differ"):
         await js.publish_schedule(subject, target=subject, every=1)
+    with pytest.raises(InvalidArgumentError, match="source must differ"):
+        await js.publish_schedule(subject, target=target, every=1, source=target)
+    with pytest.raises(InvalidArgumentError, match=r"source: .*wildcard"):
+        await js.publish_schedule(subject, target=target, every=1, source=f"{scheduled}.*")
     assert await _count(js, scheduled) == 0

@@ -325,9 +325,10 @@ def test_at_is_the_first_whole_second_not_before(when: datetime) -> None:
     ("every", "pattern"),
     [
         (1, "@every 1s"),
-        (1.5, "@every 1500ms"),
-        (90, "@every 90s"),
-        (timedelta(hours=2), "@every 7200s"),
+        (1.5, "@every 1.5s"),
+        (90, "@every 1m30s"),
+        (timedelta(hours=2), "@every 2h0m0s"),
+        (timedelta(hours=1, seconds=30.25), "@every 1h0m30.25s"),
     ],
 )
 def test_an_every_schedule(every: object, pattern: str) -> None:
@@ -342,9 +343,11 @@ def test_every_reads_back_to_the_millisecond(millis: int) -> None:
     pattern = build_schedule("s.one", target="t.one", every=timedelta(milliseconds=millis)).headers[
         "Nats-Schedule"
     ]
-    m = re.fullmatch(r"@every (\d+)(ms|s)", str(pattern))
-    assert m is not None
-    assert int(m[1]) * (1 if m[2] == "ms" else 1000) == millis
+    m = re.fullmatch(r"@every (?:(\d+)h)?(?:(\d+)m)?(\d+)(?:\.(\d{1,3}))?s", str(pattern))
+    assert m is not None, pattern
+    hours, minutes, seconds, fraction = (int(g or 0) for g in m.groups())
+    fraction_ms = fraction * 10 ** (3 - len(m[4])) if m[4] else 0
+    assert ((hours * 60 + minutes) * 60 + seconds) * 1000 + fraction_ms == millis
 
 
 @pytest.mark.parametrize("cron", ["* * * * * *", "0 30 9 * * mon-fri", " 0 0 */2 1,15 jan-mar ? "])
@@ -359,6 +362,36 @@ def test_predefined_schedules_pass_as_cron() -> None:
     assert build_schedule("s.a", target="t.a", cron="@Hourly").headers["Nats-Schedule"] == (
         "@hourly"
     )
+
+
+def test_a_source_is_sent_and_needs_2_14_whatever_the_pattern() -> None:
+    at = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    s = build_schedule("s.a", target="t.a", at=at, source="gauge.a")
+    assert s.headers == {
+        "Nats-Schedule": "@at 2030-01-02T03:04:05Z",
+        "Nats-Schedule-Target": "t.a",
+        "Nats-Schedule-Source": "gauge.a",
+    }
+    assert s.version == (2, 14, 0)  # @at alone needs 2.12
+    assert "source" in s.what
+    assert build_schedule("s.a", target="t.a", at=at).version == (2, 12, 0)
+    assert build_schedule("s.a", target="t.a", every=5, source="g").version == (2, 14, 0)
+
+
+@pytest.mark.parametrize(
+    ("source", "match"),
+    [
+        ("t.a", "source must differ"),
+        ("s.a", "source must differ"),
+        ("g.*", "source: .*wildcard"),
+        ("g.>", "source: .*wildcard"),
+        ("", "source: "),
+        (5, "source: "),
+    ],
+)
+def test_a_bad_source_is_refused(source: object, match: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=match):
+        build_schedule("s.a", target="t.a", every=5, source=source)
 
 
 def test_ttl_never() -> None:

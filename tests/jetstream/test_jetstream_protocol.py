@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -306,6 +307,35 @@ def test_publish_headers_merge_expectations() -> None:
         "Nats-Expected-Last-Subject-Sequence": "0",
         "Nats-Expected-Last-Msg-Id": "m-0",
     }
+    other = publish_headers(
+        None,
+        msg_id=None,
+        expected_stream=None,
+        expected_last_seq=None,
+        expected_last_subject_seq=7,
+        expected_last_msg_id=None,
+        expected_last_subject_seq_subject="orders.*.17",
+    )
+    assert other == {
+        "Nats-Expected-Last-Subject-Sequence": "7",
+        "Nats-Expected-Last-Subject-Sequence-Subject": "orders.*.17",
+    }
+    for bad, match in (
+        ({"expected_last_subject_seq_subject": "a.b"}, "needs expected_last_subject_seq"),
+        ({"expected_last_subject_seq": 0, "expected_last_subject_seq_subject": ""}, "subject"),
+        ({"expected_last_subject_seq": 0, "expected_last_subject_seq_subject": "a.>.b"}, ">"),
+        ({"expected_last_subject_seq": 0, "expected_last_subject_seq_subject": 5}, "subject"),
+    ):
+        options: dict[str, Any] = {
+            "msg_id": None,
+            "expected_stream": None,
+            "expected_last_seq": None,
+            "expected_last_subject_seq": None,
+            "expected_last_msg_id": None,
+            **bad,
+        }
+        with pytest.raises(InvalidArgumentError, match=match):
+            publish_headers(None, **options)
     none = publish_headers(
         None,
         msg_id=None,

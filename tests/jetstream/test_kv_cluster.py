@@ -19,7 +19,13 @@ import pytest
 from support import ApiRequests, cluster_servers, when_cluster_ready
 
 from aioclients._errors import AioClientsError
-from aioclients.jetstream import JetStream, KeyValue, connect
+from aioclients.jetstream import (
+    JetStream,
+    KeyExistsError,
+    KeyValue,
+    WrongLastSequenceError,
+    connect,
+)
 from aioclients.jetstream import _kv as kv_module
 from aioclients.jetstream._ordered import SnapshotReader, initial_pending
 from aioclients.testing import NatsServer
@@ -274,3 +280,34 @@ async def test_keys_right_after_writes_a_follower_has_yet_to_apply(
         assert await _listed(kv, *filters) == model
         if any(host == f"n{follower}" and pending < subjects for host, pending in seen):
             break
+
+
+async def test_racing_creates_on_a_replicated_bucket_lose_with_key_exists(
+    bucket: tuple[JetStream, KeyValue],
+) -> None:
+    """On a replicated stream the leader refuses a write whose expected sequence
+    meets one still in flight with err_code 10164 ("wrong last sequence", no
+    number) rather than 10071: a racing create() loses with KeyExistsError all the
+    same, as nats.go's Create does, and a publish with WrongLastSequenceError."""
+    js, kv = bucket
+    codes: set[int | None] = set()
+    for attempt in range(20):  # until the server has answered with 10164
+        key = f"race{attempt}"
+        results = await asyncio.gather(
+            *(kv.create(key, b"%d" % i) for i in range(30)), return_exceptions=True
+        )
+        won = [r for r in results if isinstance(r, int)]
+        lost = [r for r in results if not isinstance(r, int)]
+        assert len(won) == 1, results
+        assert all(isinstance(r, KeyExistsError) for r in lost), lost
+        codes |= {r.err_code for r in lost if isinstance(r, KeyExistsError)}
+        futures = [
+            await js.publish_async(f"$KV.{kv.bucket}.{key}", b"x", expected_last_subject_seq=0)
+            for _ in range(10)
+        ]
+        refused = await asyncio.gather(*futures, return_exceptions=True)
+        assert all(isinstance(r, WrongLastSequenceError) for r in refused), refused
+        codes |= {r.err_code for r in refused if isinstance(r, WrongLastSequenceError)}
+        if 10164 in codes:
+            break
+    assert 10164 in codes, codes

@@ -12,6 +12,7 @@ import pytest
 
 from aioclients.jetstream import JetStream, KeyValueEntry, KeyWatcher
 from aioclients.jetstream import _kv as kv_module
+from aioclients.jetstream import _ordered as ordered_module
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -132,3 +133,50 @@ async def test_keys_held_whose_snapshot_is_purged_mid_scan_start_over_from_the_p
 
 async def _listed(lister: AsyncIterator[str]) -> list[str]:
     return [key async for key in lister]
+
+
+async def test_a_watch_reset_whose_replacement_finds_the_rest_gone_ends_its_initial_values(
+    js: JetStream, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every revision: the server drops the watch's consumer mid-scan, and the rest
+    of the snapshot goes between the replacement's creation (with it pending) and
+    its first pull. The look for what is left starts after the last revision
+    delivered, not at the watch's first: those delivered are still stored."""
+    kv = await js.create_key_value(unique_name, history=64)
+    early, late = 500, _WATCH_MESSAGES  # more than a pull holds after the early ones
+    for i in range(early):
+        await js.publish_async(f"$KV.{unique_name}.e.{i % 100}", b"e%d" % i)
+    for i in range(late):
+        await js.publish_async(f"$KV.{unique_name}.l.{i % 200}", b"l%d" % i)
+    await js.publish_async_complete(timeout=30)
+    upsert = ordered_module.upsert_consumer
+    pending_at_creation: list[int] = []
+    purged: list[int] = []
+
+    async def creating(*args: Any, **kwargs: Any) -> Any:
+        consumer = await upsert(*args, **kwargs)
+        pending_at_creation.append(consumer.cached_info.num_pending)
+        if len(pending_at_creation) == 2:  # the replacement, before its first pull
+            purged.append(await kv.stream.purge(subject=f"$KV.{unique_name}.l.>"))
+        return consumer
+
+    monkeypatch.setattr(ordered_module, "upsert_consumer", creating)
+    async with kv.watch(include_history=True) as watcher:
+        first = await asyncio.wait_for(watcher.__anext__(), 10)
+        entries = [first]
+        while entries[-1].revision <= early:  # every early revision was delivered
+            entries.append(await asyncio.wait_for(watcher.__anext__(), 10))
+        (name,) = [name async for name in kv.stream.consumer_names()]
+        await kv.stream.delete_consumer(name)  # the server drops it: the watch resets
+        rest, following = await _initial(watcher, entries.pop())
+        entries += rest
+        assert len(pending_at_creation) == 2
+        assert pending_at_creation[1] > 0  # the replacement had the rest pending...
+        assert purged[0] > 0  # ...which went before it could send any
+        revisions = [e.revision for e in entries]
+        assert revisions == list(range(1, len(revisions) + 1))  # in order, gapless
+        assert early < len(revisions) < early + late
+        # The watch goes on: the next write is its next entry.
+        revision = await kv.put("after", b"x")
+        update = await asyncio.wait_for(following, 10)
+        assert (update.key, update.revision) == ("after", revision)

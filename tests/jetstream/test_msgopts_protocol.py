@@ -15,21 +15,114 @@ from aioclients.jetstream._protocol._config import STREAM_FEATURES, stream_featu
 from aioclients.jetstream._protocol._kv import bucket_stream_config
 from aioclients.jetstream._protocol._msgopts import (
     counter_value_of,
+    format_go_duration,
     format_increment,
     format_ttl,
     parse_counter_value,
 )
 from aioclients.jetstream._publisher import parse_pub_ack
 
-_UNITS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1000, "ns": 1}
-_GO_DURATION = re.compile(r"([0-9]+)(s|ms|us|ns)")
+# Go's time.ParseDuration units, and the grammar of its input: an optional sign,
+# then one or more decimal numbers (a fraction allowed), each with a unit.
+_UNITS = {
+    "h": 3_600_000_000_000,
+    "m": 60_000_000_000,
+    "s": 1_000_000_000,
+    "ms": 1_000_000,
+    "us": 1000,
+    "µs": 1000,  # U+00B5, what Duration.String writes
+    "μs": 1000,  # U+03BC
+    "ns": 1,
+}
+_GO_TERM = re.compile(r"([0-9]*)(?:\.([0-9]*))?(h|m(?!s)|s|ms|us|µs|μs|ns)")
 
 
-def go_duration_ns(text: str) -> int:
-    """Nanoseconds of a one-unit Go duration, as Go's time.ParseDuration reads it."""
-    m = _GO_DURATION.fullmatch(text)
-    assert m is not None, text
-    return int(m[1]) * _UNITS[m[2]]
+def parse_go_duration(text: str) -> int:
+    """Nanoseconds of a Go duration, as time.ParseDuration reads it (exact: the
+    fraction of each term is taken in whole nanoseconds, Go's rounding down)."""
+    sign = -1 if text[:1] == "-" else 1
+    rest = text[1:] if text[:1] in ("-", "+") else text
+    if rest == "0":
+        return 0
+    assert rest, text
+    total, at = 0, 0
+    while at < len(rest):
+        m = _GO_TERM.match(rest, at)
+        assert m is not None, text
+        assert m[1] or m[2], text  # a term has digits
+        whole, frac, unit = m[1] or "0", m[2] or "", m[3]
+        size = _UNITS[unit]
+        total += int(whole) * size + (int(frac) * size // 10 ** len(frac) if frac else 0)
+        at = m.end()
+    return sign * total
+
+
+# What Go's time.Duration(ns).String() gives (go1.27, each checked to parse back).
+_GO_STRINGS = [
+    (0, "0s"),
+    (1, "1ns"),
+    (-1, "-1ns"),
+    (999, "999ns"),
+    (1000, "1µs"),
+    (1001, "1.001µs"),
+    (1500, "1.5µs"),
+    (999_999, "999.999µs"),
+    (1_000_000, "1ms"),
+    (1_500_000, "1.5ms"),
+    (1_000_500, "1.0005ms"),
+    (999_999_999, "999.999999ms"),
+    (1_000_000_000, "1s"),
+    (1_000_000_001, "1.000000001s"),
+    (1_000_001_000, "1.000001s"),
+    (1_005_000_000, "1.005s"),
+    (1_500_000_000, "1.5s"),
+    (2_000_000_000, "2s"),
+    (59_999_999_999, "59.999999999s"),
+    (60_000_000_000, "1m0s"),
+    (61_000_000_000, "1m1s"),
+    (90_000_000_000, "1m30s"),
+    (90_250_000_000, "1m30.25s"),
+    (90_500_000_000, "1m30.5s"),
+    (3_599_000_000_000, "59m59s"),
+    (3_600_000_000_000, "1h0m0s"),
+    (3_601_000_000_000, "1h0m1s"),
+    (3_660_000_000_000, "1h1m0s"),
+    (5_400_500_000_000, "1h30m0.5s"),
+    (7_200_000_000_000, "2h0m0s"),
+    (86_400_000_000_000, "24h0m0s"),
+    (-1500, "-1.5µs"),
+    (-1_000_000_000, "-1s"),
+    (-90_500_000_000, "-1m30.5s"),
+    (2**63 - 1, "2562047h47m16.854775807s"),
+    (-(2**63), "-2562047h47m16.854775808s"),
+]
+
+
+@pytest.mark.parametrize(("ns", "text"), _GO_STRINGS)
+def test_durations_are_written_as_gos_duration_string(ns: int, text: str) -> None:
+    assert format_go_duration(ns) == text
+    assert parse_go_duration(text) == ns
+
+
+@pytest.mark.parametrize("ns", [2**63, -(2**63) - 1])
+def test_a_duration_outside_int64_is_refused(ns: int) -> None:
+    with pytest.raises(ValueError, match="range"):
+        format_go_duration(ns)
+
+
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
+def test_any_duration_parses_back_as_go_reads_it(ns: int) -> None:
+    text = format_go_duration(ns)
+    assert parse_go_duration(text) == ns
+    # Go's shape: h/m/s terms in that order, the larger ones only when needed,
+    # and a fraction only on the last term, without trailing zeros.
+    assert re.fullmatch(
+        r"-?(0s|[1-9][0-9]*(\.[0-9]*[1-9])?(ns|µs|ms)|([1-9][0-9]*h)?"
+        r"(([1-9][0-9]*|0)m)?([1-9][0-9]*|0)(\.[0-9]*[1-9])?s)",
+        text,
+    ), text
+    assert ("h" in text) == (abs(ns) >= 3_600_000_000_000)
+    assert ("m" in text.replace("ms", "")) == (abs(ns) >= 60_000_000_000)
 
 
 @pytest.mark.parametrize(
@@ -37,17 +130,20 @@ def go_duration_ns(text: str) -> int:
     [
         (1, "1s"),
         (1.0, "1s"),
-        (1.5, "1500ms"),
+        (1.5, "1.5s"),
         (2, "2s"),
-        (90.25, "90250ms"),
-        (1.000001, "1000001us"),
-        (1.000000001, "1000000001ns"),
-        (timedelta(minutes=1), "60s"),
-        (timedelta(seconds=1, milliseconds=5), "1005ms"),
+        (60, "1m0s"),
+        (90.25, "1m30.25s"),
+        (3600, "1h0m0s"),
+        (1.000001, "1.000001s"),
+        (1.000000001, "1.000000001s"),
+        (timedelta(minutes=1), "1m0s"),
+        (timedelta(seconds=1, milliseconds=5), "1.005s"),
+        (timedelta(days=1, seconds=1), "24h0m1s"),
         ("never", "never"),
     ],
 )
-def test_ttl_is_the_coarsest_exact_go_duration(ttl: object, text: str) -> None:
+def test_ttl_is_written_as_nats_go_writes_it(ttl: object, text: str) -> None:
     assert format_ttl(ttl) == text
 
 
@@ -69,19 +165,14 @@ def test_under_one_second_says_the_minimum() -> None:
 
 @given(st.floats(min_value=1.0, max_value=9e9, allow_nan=False, allow_infinity=False))
 def test_any_float_ttl_reads_back_as_its_nanoseconds(ttl: float) -> None:
-    text = format_ttl(ttl)
-    assert go_duration_ns(text) == round(ttl * 1_000_000_000)
-    # No finer unit than needed: the number is not divisible by the next unit up.
-    number, unit = _GO_DURATION.fullmatch(text).groups()  # type: ignore[union-attr]
-    units = list(_UNITS)
-    if unit != "s":
-        coarser = _UNITS[units[units.index(unit) - 1]] // _UNITS[unit]
-        assert int(number) % coarser != 0
+    assert parse_go_duration(format_ttl(ttl)) == round(ttl * 1_000_000_000)
 
 
 @given(st.integers(min_value=1, max_value=9_000_000_000))
-def test_any_whole_ttl_is_seconds(ttl: int) -> None:
-    assert format_ttl(ttl) == f"{ttl}s"
+def test_any_whole_ttl_reads_back_as_its_seconds(ttl: int) -> None:
+    text = format_ttl(ttl)
+    assert parse_go_duration(text) == ttl * 1_000_000_000
+    assert "." not in text
 
 
 @given(st.integers())

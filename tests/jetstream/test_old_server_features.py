@@ -117,6 +117,24 @@ async def test_ttl_publishes_are_refused_before_sending(
     assert (await _bounded(old_js.publish(subject, b"x"))).seq == 1  # type: ignore[attr-defined]
 
 
+async def test_a_last_sequence_check_on_another_subject_is_refused_before_sending(
+    old_js: JetStream, unique_name: str
+) -> None:
+    """A 2.10 server ignores Nats-Expected-Last-Subject-Sequence-Subject and would
+    check the published subject instead: refused before anything is sent."""
+    stream = await old_js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    with pytest.raises(ServerTooOldError, match=r"another subject .*needs nats-server 2\.11\.0"):
+        await _bounded(
+            old_js.publish(
+                f"{unique_name}.a",
+                b"x",
+                expected_last_subject_seq=0,
+                expected_last_subject_seq_subject=f"{unique_name}.*",
+            )
+        )
+    assert (await stream.info()).state.last_seq == 0
+
+
 async def test_counter_increments_are_refused_before_sending(
     old_js: JetStream, unique_name: str
 ) -> None:

@@ -157,6 +157,49 @@ async def test_expected_last_subject_seq(js: JetStream, unique_name: str) -> Non
     assert await _messages(js, unique_name) == 4
 
 
+async def test_expected_last_subject_seq_of_another_subject(
+    js: JetStream, unique_name: str
+) -> None:
+    """nats.go's WithExpectLastSequenceForSubject: the check reads the last message
+    of a subject filter (an aggregate's every event), not of the published one."""
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    order = f"{unique_name}.order.*"
+    await js.publish(f"{unique_name}.order.created", b"1")  # 1
+    await js.publish(f"{unique_name}.other", b"2")  # 2
+    ack = await js.publish(
+        f"{unique_name}.order.paid",
+        b"3",
+        expected_last_subject_seq=1,
+        expected_last_subject_seq_subject=order,
+    )
+    assert ack.seq == 3
+    stored = await (await js.stream(unique_name)).get_msg(3)
+    assert stored.headers == {
+        "Nats-Expected-Last-Subject-Sequence": "1",
+        "Nats-Expected-Last-Subject-Sequence-Subject": order,
+    }
+    # A writer that saw the order at 1 is refused: the order moved on to 3, though
+    # nothing was ever published on order.shipped itself.
+    future = await js.publish_async(
+        f"{unique_name}.order.shipped",
+        b"stale",
+        expected_last_subject_seq=1,
+        expected_last_subject_seq_subject=order,
+    )
+    with pytest.raises(WrongLastSequenceError):
+        await future
+    with pytest.raises(InvalidArgumentError, match="needs expected_last_subject_seq"):
+        await js.publish(f"{unique_name}.x", b"x", expected_last_subject_seq_subject=order)
+    with pytest.raises(InvalidArgumentError, match="expected_last_subject_seq_subject"):
+        await js.publish(
+            f"{unique_name}.x",
+            b"x",
+            expected_last_subject_seq=0,
+            expected_last_subject_seq_subject="a..b",
+        )
+    assert await _messages(js, unique_name) == 3
+
+
 async def test_expected_last_msg_id(js: JetStream, unique_name: str, subject: str) -> None:
     await js.publish(subject, b"1", msg_id="m1")
 

@@ -95,10 +95,58 @@ def test_the_answer_about_a_replaced_consumer_is_not_taken() -> None:
     assert scan.deliver(1) is ScanVerdict.TAKE
     asked_of = scan.consumers
     scan.opened(9)  # a reset: a replacement starts over
-    assert scan.resume_from == 1
+    assert scan.resume_from == 2  # what is left to take lies after the delivery
     assert scan.stall_suspected(asked_of, num_pending=0, delivered=1) is False
     assert scan.stalled(asked_of, first_left=None) is False
     assert not scan.done
+
+
+def test_a_replacement_that_delivered_nothing_looks_after_the_last_delivery() -> None:
+    # Every revision (a watch with include_history): the replacement resumes after
+    # the last delivery; the messages delivered before the reset are still stored.
+    scan = SnapshotScan(10, latest_only=False)
+    scan.opened(10)
+    for seq in (1, 2, 3):
+        assert scan.deliver(seq) is ScanVerdict.TAKE
+    scan.opened(7)  # the reset's replacement, created at 4 with 4..10 pending
+    assert scan.stall_suspected(2, num_pending=0, delivered=0) is True  # 4..10 vanished
+    assert scan.resume_from == 4  # not 1: 1..3, delivered, are no delivery due
+    assert scan.stalled(2, first_left=None) is True
+    assert scan.taken == 3
+    # Resumed from a revision: after the last delivery all the same.
+    scan = SnapshotScan(10, latest_only=False, first_seq=5)
+    scan.opened(6)
+    assert scan.resume_from == 5
+    assert scan.deliver(5) is ScanVerdict.TAKE
+    scan.opened(5)
+    assert scan.resume_from == 6
+    assert scan.stalled(2, first_left=11) is True
+
+
+@given(
+    last_seq=st.integers(min_value=2, max_value=60),
+    delivered=st.integers(min_value=1, max_value=60),
+    kept=st.sets(st.integers(min_value=1, max_value=70), max_size=8),
+    latest_only=st.booleans(),
+)
+def test_after_a_reset_a_stall_ends_the_scan_exactly_when_nothing_is_left_to_take(
+    last_seq: int, delivered: int, kept: set[int], latest_only: bool
+) -> None:
+    # ``delivered`` messages reached the scan, then a reset; its replacement had
+    # some pending but delivered none: of the stream, only ``kept`` is stored now.
+    delivered = min(delivered, last_seq - 1)
+    scan = SnapshotScan(last_seq, latest_only=latest_only)
+    scan.opened(last_seq)
+    for seq in range(1, delivered + 1):
+        assert scan.deliver(seq) is ScanVerdict.TAKE
+    scan.opened(last_seq if latest_only else last_seq - delivered)
+    assert scan.stall_suspected(2, num_pending=0, delivered=0) is True
+    left = sorted(seq for seq in kept if seq >= scan.resume_from)
+    ended = scan.stalled(2, first_left=left[0] if left else None)
+    # Something is left to take exactly when a message lies after the last delivery
+    # and within the snapshot; one delivered already (at or below it) is not.
+    assert ended is not any(delivered < seq <= last_seq for seq in kept)
+    assert scan.taken == delivered
 
 
 @given(

@@ -46,7 +46,7 @@ async def test_a_message_with_a_ttl_goes_when_it_ends(
     later = await (await js.publish_async(f"{unique_name}.b", b"later", ttl=1.5))
     stored = await stream.get_msg(later.seq)
     assert stored.headers is not None
-    assert stored.headers["Nats-TTL"] == "1500ms"
+    assert stored.headers["Nats-TTL"] == "1.5s"  # as nats.go writes it
     await wait_for(lambda: _gone(js, unique_name, short.seq), timeout=15, what="the 1 s TTL")
     await wait_for(lambda: _gone(js, unique_name, later.seq), timeout=15, what="the 1.5 s TTL")
     assert (await stream.get_msg(kept.seq)).data == b"kept"

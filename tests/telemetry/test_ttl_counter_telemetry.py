@@ -19,7 +19,7 @@ async def test_ttl_and_counter_calls_work_instrumented(
     ack = await js.publish(f"{unique_name}.a", b"x", ttl=1.5)
     stored = await stream.get_msg(ack.seq)
     assert stored.headers is not None
-    assert stored.headers["Nats-TTL"] == "1500ms"
+    assert stored.headers["Nats-TTL"] == "1.5s"  # as nats.go writes it
     assert "traceparent" in stored.headers
     future = await js.publish_async(f"{unique_name}.a", b"y", ttl="never")
     assert (await stream.get_msg((await future).seq)).headers["Nats-TTL"] == "never"  # type: ignore[index]

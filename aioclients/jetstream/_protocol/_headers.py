@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from aioclients._core._checks import check_int
 from aioclients._errors import InvalidArgumentError, RemoteProtocolError
+from aioclients.jetstream._protocol._names import validate_filter_subject
 
 __all__ = (
     "Headers",
@@ -32,6 +33,13 @@ EXPECTED_STREAM = "Nats-Expected-Stream"
 EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
+#: The subject (a filter) whose last sequence ``Nats-Expected-Last-Subject-Sequence``
+#: checks, instead of the published one (nats-server 2.11; nats.go
+#: ``WithExpectLastSequenceForSubject``). An older server ignores it and checks the
+#: published subject, so the driver checks the version first.
+EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+LAST_SUBJECT_SEQ_SUBJECT_FEATURE = "a last-sequence check on another subject"
+LAST_SUBJECT_SEQ_SUBJECT_VERSION = (2, 11, 0)
 
 
 def _check_value(key: str, value: object) -> str:
@@ -140,8 +148,15 @@ def publish_headers(
     expected_last_seq: int | None,
     expected_last_subject_seq: int | None,
     expected_last_msg_id: str | None,
+    expected_last_subject_seq_subject: str | None = None,
 ) -> dict[str, str | list[str]] | None:
-    """Merge the JetStream publish expectations into the user's headers."""
+    """Merge the JetStream publish expectations into the user's headers.
+
+    ``expected_last_subject_seq_subject`` (a subject, wildcards allowed) makes
+    ``expected_last_subject_seq`` the last sequence of that subject rather than of
+    the published one; it needs ``expected_last_subject_seq`` (the server refuses
+    it alone, err_code 10193).
+    """
     if headers is not None and not isinstance(headers, Mapping):
         raise InvalidArgumentError(
             f"headers must be a mapping of str to str or list[str], got {type(headers).__name__}"
@@ -162,6 +177,17 @@ def publish_headers(
     ):
         if number is not None:
             extra[header] = str(check_int(name, number, minimum=0))
+    if expected_last_subject_seq_subject is not None:
+        if expected_last_subject_seq is None:
+            raise InvalidArgumentError(
+                "expected_last_subject_seq_subject needs expected_last_subject_seq: the "
+                "sequence the last message of that subject must have"
+            )
+        try:
+            subject = validate_filter_subject(expected_last_subject_seq_subject)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"expected_last_subject_seq_subject: {exc}") from None
+        extra[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = subject
     if not extra:
         return dict(headers) if headers else None
     merged: dict[str, str | list[str]] = dict(headers) if headers else {}

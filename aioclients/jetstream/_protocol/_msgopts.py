@@ -1,7 +1,8 @@
 """Per-message options of a JetStream publish: TTLs (ADR-43) and counters (ADR-49).
 
 - ``Nats-TTL``: how long the stream keeps one message, as a Go duration
-  (``1500ms``, ``2s``) or ``never``. The server takes nothing under one second
+  (``1.5s``, ``1m0s``: what Go's ``time.Duration.String`` writes, as nats.go
+  sends it) or ``never``. The server takes nothing under one second
   (error 10165), and only on streams with ``allow_msg_ttl`` (10166).
 - ``Nats-Incr``: the increment of a counter stream's subject (a decimal integer
   of any size, with a sign). The server answers with the new total as a string
@@ -29,6 +30,7 @@ __all__ = (
     "TTL_VERSION",
     "counter_value_of",
     "format_duration",
+    "format_go_duration",
     "format_increment",
     "format_ttl",
     "parse_counter_value",
@@ -51,11 +53,52 @@ _NS_PER_S = 1_000_000_000
 _VALUE = re.compile(r"[+-]?[0-9]+")
 
 
+def format_go_duration(ns: int) -> str:
+    """``ns`` nanoseconds (an int64) as Go's ``time.Duration.String`` writes them:
+    hours, minutes and seconds (``1h0m0s``, ``1m30.5s``, ``2s``), leading zero
+    units left out, the seconds' fraction with no trailing zeros; under a second
+    the largest unit whose leading digit is not zero (``1.5ms``, ``2µs``, ``7ns``);
+    ``0s`` for zero, a ``-`` in front of a negative one.
+
+    Raises:
+        ValueError: outside Go's int64 range.
+    """
+    if not -(2**63) <= ns <= _MAX_NS:
+        raise ValueError(f"{ns} ns is outside a Go duration's range")
+    if ns == 0:
+        return "0s"
+    sign = "-" if ns < 0 else ""
+    u = -ns if ns < 0 else ns
+    if u < _NS_PER_S:
+        if u < 1000:
+            return f"{sign}{u}ns"
+        whole, frac, width, unit = (
+            (*divmod(u, 1000), 3, "µs") if u < 1_000_000 else (*divmod(u, 1_000_000), 6, "ms")
+        )
+        return f"{sign}{whole}{_fraction(frac, width)}{unit}"
+    seconds, frac = divmod(u, _NS_PER_S)
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    text = f"{seconds}{_fraction(frac, 9)}s"
+    if minutes or hours:
+        text = f"{minutes}m{text}"
+    if hours:
+        text = f"{hours}h{text}"
+    return sign + text
+
+
+def _fraction(value: int, width: int) -> str:
+    """``.`` and the ``width``-digit fraction ``value`` without its trailing zeros
+    (nothing for zero)."""
+    return f".{value:0{width}d}".rstrip("0") if value else ""
+
+
 def format_duration(value: object, *, name: str, allow_never: bool) -> str:
     """``value`` (seconds as int/float/timedelta, at least 1, or ``"never"`` where
     ``allow_never``) as the Go duration the server's headers take (``Nats-TTL``,
-    ``Nats-Schedule-TTL``, ``@every``): the coarsest unit that is exact (``2s``,
-    ``1500ms``, ``1000001us``, ``1000000001ns``).
+    ``Nats-Schedule-TTL``, ``@every``), written as nats.go writes it
+    (:func:`format_go_duration`: ``2s``, ``1.5s``, ``1m30s``, ``1h0m0s``). A float
+    is taken to the nearest nanosecond.
 
     Raises:
         InvalidArgumentError: not a number of seconds >= 1 (or ``"never"``).
@@ -80,10 +123,7 @@ def format_duration(value: object, *, name: str, allow_never: bool) -> str:
         )
     if ns > _MAX_NS:
         raise InvalidArgumentError(f"{name} is too long for the server (about 292 years at most)")
-    for unit, size in (("s", _NS_PER_S), ("ms", 1_000_000), ("us", 1000)):
-        if ns % size == 0:
-            return f"{ns // size}{unit}"
-    return f"{ns}ns"
+    return format_go_duration(ns)
 
 
 def format_ttl(ttl: object, *, name: str = "ttl") -> str:

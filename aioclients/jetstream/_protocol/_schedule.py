@@ -13,6 +13,11 @@ schedule says:
   ``@midnight`` / ``@hourly`` (2.14), in UTC unless ``Nats-Schedule-Time-Zone``
   names an IANA zone (2.14, cron only).
 
+``Nats-Schedule-Source`` (2.14, any pattern) samples a subject of the same stream:
+when the schedule fires it publishes that subject's last message (its payload and
+headers) instead of its own, and its own when the subject holds none. A literal
+subject, other than the target and the schedule's own.
+
 ``Nats-Schedule-TTL`` sets the TTL (``Nats-TTL``) of the messages the schedule
 produces (the stream needs ``allow_msg_ttl``); like ``Nats-TTL`` it is a Go
 duration of at least one second, or ``never``.
@@ -35,6 +40,7 @@ from aioclients.jetstream._protocol._names import validate_publish_subject
 __all__ = (
     "PREDEFINED_SCHEDULES",
     "SCHEDULE",
+    "SCHEDULE_SOURCE",
     "SCHEDULE_TARGET",
     "SCHEDULE_TIME_ZONE",
     "SCHEDULE_TTL",
@@ -45,6 +51,7 @@ __all__ = (
 
 SCHEDULE = "Nats-Schedule"
 SCHEDULE_TARGET = "Nats-Schedule-Target"
+SCHEDULE_SOURCE = "Nats-Schedule-Source"
 SCHEDULE_TTL = "Nats-Schedule-TTL"
 SCHEDULE_TIME_ZONE = "Nats-Schedule-Time-Zone"
 
@@ -125,6 +132,7 @@ def build_schedule(
     time_zone: object = None,
     ttl: object = None,
     headers: Mapping[str, str | list[str]] | None = None,
+    source: object = None,
 ) -> Schedule:
     """Check a schedule and build the headers of its message.
 
@@ -137,6 +145,8 @@ def build_schedule(
         time_zone: an IANA zone name for ``cron`` (default UTC).
         ttl: seconds (>= 1) or ``"never"``: the TTL of the produced messages.
         headers: more headers, passed on to the produced messages.
+        source: a subject of the same stream whose last message each firing
+            publishes instead of the schedule's own (nats.go ``WithScheduleSource``).
 
     Raises:
         InvalidArgumentError: not exactly one of ``at`` / ``every`` / ``cron``, a
@@ -183,6 +193,18 @@ def build_schedule(
             out[name] = value
     out[SCHEDULE] = pattern
     out[SCHEDULE_TARGET] = target  # type: ignore[assignment]  # checked str above
+    if source is not None:
+        try:
+            validate_publish_subject(source)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"source: {exc}") from None
+        if source in (subject, target):
+            raise InvalidArgumentError(
+                f"source must differ from the schedule's subject and target, got {source!r}: "
+                "it is the subject whose last message each firing publishes"
+            )
+        out[SCHEDULE_SOURCE] = source  # type: ignore[assignment]  # checked str above
+        version, what = max(version, CRON_VERSION), f"{what} with a source"
     if time_zone is not None:
         if cron is None:
             raise InvalidArgumentError(

@@ -45,7 +45,8 @@ Rules:
       for ``stall_after`` seconds it asks the consumer's info; when the
       consumer has nothing pending and has made no delivery beyond those
       judged (:meth:`stall_suspected`), it asks the stream for the first
-      message of the scan's filters after the last delivery, and
+      message of the scan's filters after the last delivery (the highest of any
+      consumer, a replacement's included: :attr:`resume_from`), and
       :meth:`stalled` ends the scan when there is none up to ``last_seq``.
       What was taken stands (no duplicate, nothing invented); a write after the
       start would have come as a delivery beyond ``last_seq``, so none is missed.
@@ -315,8 +316,14 @@ class SnapshotScan:
 
     @property
     def resume_from(self) -> int:
-        """The first stream sequence the current consumer has not delivered."""
-        return max(self._seen + 1, self.first_seq)
+        """The first stream sequence after every delivery so far: after the highest
+        any consumer delivered (:attr:`reached`), not only the current one. A
+        replacement resumes there (every revision), or starts over and only skips
+        what lies at or below it (``latest_only``): what is left to take lies above
+        it either way, and a replacement that delivered nothing yet looks from there,
+        not from :attr:`first_seq` (whose messages, delivered already, may still be
+        stored)."""
+        return max(self._seen, self.reached, self.first_seq - 1) + 1
 
     def stalled(self, consumer: int, first_left: int | None) -> bool:
         """``first_left``: the first stream sequence at or after :attr:`resume_from`
