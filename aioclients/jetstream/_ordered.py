@@ -67,6 +67,7 @@ from aioclients.jetstream._protocol._ordered import (
     ordered_consumer_config,
 )
 from aioclients.jetstream._protocol._pull import (
+    MIN_EXPIRES,
     Disconnected,
     HeartbeatMissed,
     PullOptions,
@@ -307,17 +308,22 @@ class OrderedConsumer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + options.expires
         while True:
-            remaining = deadline - loop.time()
-            if remaining < 1.0:
-                break
-            batch = OrderedFetch(
-                self, fetch_options(max_messages=1, expires=remaining, idle_heartbeat=None)
-            )
+            # The first pull gets all of ``expires`` (it is at least MIN_EXPIRES, but a
+            # moment has passed since the deadline was set); a pull after a reset gets
+            # what is left, when that is still a pull's minimum.
+            batch = OrderedFetch(self, options)
             async with batch:
                 async for msg in batch:
                     return msg
             if not batch.reset:
                 break
+            remaining = deadline - loop.time()
+            if remaining < MIN_EXPIRES:
+                break
+            heartbeat = options.idle_heartbeat
+            if heartbeat is not None and heartbeat > remaining / 2:
+                heartbeat = None
+            options = fetch_options(max_messages=1, expires=remaining, idle_heartbeat=heartbeat)
         raise NoMessagesError(
             f"no message from the ordered consumer on {self.stream_name} within {expires:g}s",
             code=None,

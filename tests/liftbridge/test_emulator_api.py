@@ -16,6 +16,7 @@ import grpc
 import nats
 import pytest
 
+from aioclients import InvalidArgumentError
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._pb import api_pb2_grpc as pbg
 from aioclients.testing import LiftbridgeCluster
@@ -1101,3 +1102,21 @@ async def test_tls(nats_server: Any, unique_name: str) -> None:
         async with grpc.aio.insecure_channel(c.addresses[0]) as plain:
             with pytest.raises(grpc.aio.AioRpcError):
                 await pbg.APIStub(plain).FetchMetadata(pb.FetchMetadataRequest(), timeout=2.0)
+
+
+async def test_stop_and_start_broker_take_the_index_as_i_or_index() -> None:
+    # The API contract writes stop_broker(i) / start_broker(i); index= is kept.
+    async with LiftbridgeCluster(brokers=2) as cluster:
+        await cluster.stop_broker(i=1)
+        assert not cluster.is_running(1)
+        await cluster.start_broker(index=1)
+        assert cluster.is_running(1)
+        await cluster.stop_broker(1)
+        assert not cluster.is_running(1)
+        await cluster.start_broker(i=1)
+        assert cluster.is_running(1)
+        for call in (cluster.stop_broker, cluster.start_broker):
+            with pytest.raises(InvalidArgumentError):
+                await call()
+            with pytest.raises(InvalidArgumentError):
+                await call(1, index=1)

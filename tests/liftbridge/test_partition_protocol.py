@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import zlib
 from datetime import datetime, timezone
 
@@ -164,3 +166,56 @@ def test_metadata_is_immutable() -> None:
         md.get_stream("s").name = "x"  # type: ignore[union-attr,misc]
     with pytest.raises(AttributeError):
         BrokerInfo("a", "h", 1).port = 2  # type: ignore[misc]
+
+
+def test_a_metadata_snapshot_cannot_be_changed_through_any_of_its_parts() -> None:
+    # The client routes by the snapshot it hands out: a change made through a user's
+    # reference would move its own publishes and subscriptions.
+    md = Metadata.from_response(_response(), now=5.0, wall=None)
+    with pytest.raises(AttributeError):
+        md.last_updated = datetime(2020, 1, 1, tzinfo=timezone.utc)  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        md.fetched_at = 0.0  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del md.last_updated  # type: ignore[misc]
+    orders = md.get_stream("orders")
+    assert orders is not None
+    assert isinstance(orders.partitions, dict)  # the contract's dict[int, PartitionInfo]
+    for change in (
+        lambda p: p.__setitem__(0, PartitionInfo(0, "b2")),
+        lambda p: p.__delitem__(0),
+        lambda p: p.pop(0),
+        lambda p: p.popitem(),
+        lambda p: p.clear(),
+        lambda p: p.update({0: PartitionInfo(0, "b2")}),
+        lambda p: p.setdefault(5, PartitionInfo(5, "b2")),
+        lambda p: p.__ior__({0: PartitionInfo(0, "b2")}),
+    ):
+        with pytest.raises(TypeError):
+            change(orders.partitions)
+    assert md.leader_address("orders", 0) == "127.0.0.1:1001"
+    assert sorted(orders.partitions) == [0, 1]
+
+
+def test_a_metadata_snapshot_copies_and_pickles_whole() -> None:
+    md = Metadata.from_response(
+        _response(), now=5.0, wall=datetime(2026, 1, 1, tzinfo=timezone.utc), seed_addresses=["s:1"]
+    )
+    for back in (pickle.loads(pickle.dumps(md)), copy.deepcopy(md), copy.copy(md)):
+        assert back.brokers() == md.brokers()
+        assert back.streams() == md.streams()
+        assert back.addresses() == md.addresses() == ("127.0.0.1:1001", "[::1]:1002", "s:1")
+        assert (back.last_updated, back.fetched_at) == (md.last_updated, 5.0)
+        with pytest.raises(AttributeError):
+            back.fetched_at = 0.0  # type: ignore[misc]
+
+
+def test_stream_info_partitions_copy_and_pickle_as_plain_values() -> None:
+    info = StreamInfo("s", "subj", {0: PartitionInfo(0, "b1")})
+    for back in (pickle.loads(pickle.dumps(info)), copy.deepcopy(info), copy.copy(info)):
+        assert back == info
+        assert back.partitions == {0: PartitionInfo(0, "b1")}
+    assert info.partitions | {1: PartitionInfo(1, "b1")} == {
+        0: PartitionInfo(0, "b1"),
+        1: PartitionInfo(1, "b1"),
+    }
