@@ -223,6 +223,55 @@ async def test_a_call_on_an_open_connection_starts_without_waiting(channel: Http
     assert await unary(channel)(b"after") == b"after"
 
 
+async def calls_on_every_path(ch: Http2Channel, i: int) -> None:
+    """Unary, server-streaming and bidi calls, with and without deadline and metadata."""
+    timeout = None if i % 3 == 0 else 5.0 + i
+    metadata = (("x-call", str(i)),) if i % 2 else None
+    body = b"call %d" % i
+    assert await unary(ch)(body, timeout=timeout, metadata=metadata) == body
+    assert len(await read_all(count(ch)(b"2:8", timeout=timeout, metadata=metadata))) == 2
+    call = echo(ch)(timeout=timeout, metadata=metadata)
+    await call.write(body)
+    await call.done_writing()
+    assert await read_all(call) == [body]
+
+
+@pytest.mark.parametrize("table_size", [0, 100, 4096])
+async def test_requests_follow_the_server_hpack_table_size(table_size: int) -> None:
+    """grpc's server decodes every request whatever header table it allows us
+    (100 bytes: entries evicted all the time; 0: none at all)."""
+    options = (("grpc.http2.hpack_table_size.decoder", table_size),)
+    async with Server(Service(), options=options) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            for i in range(12):
+                await calls_on_every_path(ch, i)
+            assert ch._conn is not None
+            assert ch._conn.h2._encoder.max_size == table_size
+        finally:
+            await ch.close()
+
+
+async def test_each_new_connection_starts_a_new_header_table() -> None:
+    """Connections replaced after GOAWAY: the next one's first request inserts again."""
+    options = (("grpc.max_connection_age_ms", 200), ("grpc.max_connection_age_grace_ms", 10_000))
+    async with Server(Service(), options=options) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            seen: list[object] = []
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 20
+            i = 0
+            while len(seen) < 3:
+                assert loop.time() < deadline, "the server never replaced the connection"
+                await calls_on_every_path(ch, i)
+                i += 1
+                if ch._conn not in seen:
+                    seen.append(ch._conn)
+        finally:
+            await ch.close()
+
+
 async def test_server_streaming_10k_in_order(channel: Http2Channel) -> None:
     call = count(channel)(b"10000:20")
     got = await read_all(call)

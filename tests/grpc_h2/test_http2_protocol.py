@@ -7,6 +7,7 @@ events it returned.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import struct
 
@@ -215,33 +216,129 @@ def test_frames_split_at_every_byte_boundary_are_reassembled() -> None:
 # -- requests ---------------------------------------------------------------------------
 
 
+REQUEST_HEADERS = [
+    (":method", "POST"),
+    (":scheme", "http"),
+    (":path", "/proto.API/Subscribe"),
+    (":authority", "broker:9292"),
+    ("content-type", "application/grpc"),
+    ("te", "trailers"),
+    ("user-agent", "aioclients-grpc-h2"),
+    ("grpc-timeout", "1500000u"),
+    ("x-trace", "abc"),
+    ("k", "v"),
+]
+
+
 def test_request_headers_golden() -> None:
     conn, _ = ready()
-    sid = conn.start_request(
-        "/proto.API/Subscribe", timeout=1.5, metadata=(("X-Trace", "abc"), ("k", "v"))
-    )
+    metadata = (("X-Trace", "abc"), ("k", "v"))
+    sid = conn.start_request("/proto.API/Subscribe", timeout=1.5, metadata=metadata)
     assert sid == 1
     [(kind, flags, fsid, block)] = frames_of(conn)
     assert (kind, flags, fsid) == (HEADERS, END_HEADERS, 1)
     decoder = hpack.Decoder()
     headers = decoder.decode(block, raw=False)
-    assert [tuple(h) for h in headers] == [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", "/proto.API/Subscribe"),
-        (":authority", "broker:9292"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-        ("user-agent", "aioclients-grpc-h2"),
+    assert [tuple(h) for h in headers] == REQUEST_HEADERS
+    # What every call repeats enters the dynamic table; metadata is never indexed.
+    assert [h.indexable for h in headers[8:]] == [False, False]
+    assert [(n.decode(), v.decode()) for n, v in decoder.header_table.dynamic_entries] == [
         ("grpc-timeout", "1500000u"),
-        ("x-trace", "abc"),
-        ("k", "v"),
+        ("user-agent", "aioclients-grpc-h2"),
+        ("te", "trailers"),
+        ("content-type", "application/grpc"),
+        (":authority", "broker:9292"),
+        (":path", "/proto.API/Subscribe"),
     ]
-    # The literals are never indexed: the decoder's dynamic table stays empty.
-    assert all(not h.indexable for h in headers[2:])
-    assert len(decoder.header_table.dynamic_entries) == 0
-    assert conn.start_request("/p") == 3
-    assert conn.open_streams == 2
+    # The next call sends indices (62 is the newest entry), a new timeout by name.
+    assert conn.start_request("/proto.API/Subscribe", timeout=1.5, metadata=metadata) == 3
+    [(_, _, _, block)] = frames_of(conn)
+    assert block == (b"\x83\x86\xc3\xc2\xc1\xc0\xbf\xbe\x10\x07x-trace\x03abc\x10\x01k\x01v")
+    assert [tuple(h) for h in decoder.decode(block, raw=False)] == REQUEST_HEADERS
+    conn.start_request("/proto.API/Subscribe", timeout=0.25)
+    [(_, _, _, block)] = frames_of(conn)
+    assert block == b"\x83\x86\xc3\xc2\xc1\xc0\xbf\x0f\x2f\x07250000u"
+    assert ("grpc-timeout", "250000u") in decoder.decode(block, raw=False)
+    assert len(decoder.header_table.dynamic_entries) == 6  # a changing value is not indexed
+    assert conn.open_streams == 3
+
+
+def test_server_header_table_size_zero_stops_indexing() -> None:
+    conn, _ = ready()
+    decoder = hpack.Decoder()
+    conn.start_request("/a", timeout=1.0)
+    [(_, _, _, block)] = frames_of(conn)
+    decoder.decode(block)
+    assert len(decoder.header_table.dynamic_entries) == 6
+    conn.receive(settings_frame((1, 0)))  # SETTINGS_HEADER_TABLE_SIZE
+    assert frames_of(conn) == [(SETTINGS, ACK, 0, b"")]
+    decoder.max_allowed_table_size = 0  # our ACK went out before the next block
+    conn.start_request("/a", timeout=1.0)
+    [(_, _, _, block)] = frames_of(conn)
+    assert block[0] == 0x20  # a size update to 0 opens the block
+    assert [h[0] for h in decoder.decode(block, raw=False)][:3] == [":method", ":scheme", ":path"]
+    assert decoder.header_table.dynamic_entries == collections.deque()
+    conn.start_request("/a", timeout=1.0)
+    [(_, _, _, block)] = frames_of(conn)
+    assert block[0] != 0x20
+    assert (":path", "/a") in decoder.decode(block, raw=False)
+
+
+def test_a_refused_request_leaves_the_header_table_in_step() -> None:
+    conn, _ = ready()
+    decoder = hpack.Decoder()
+    with pytest.raises(LocalProtocolError):
+        conn.start_request("/a", timeout=1.0, metadata=(("k", "\u00e9"),))
+    with pytest.raises(LocalProtocolError):
+        conn.start_request("/b\n", timeout=1.0)
+    assert conn.data_to_send() == b""
+    conn.start_request("/a", timeout=1.0)
+    [(_, _, _, block)] = frames_of(conn)
+    assert (":path", "/a") in decoder.decode(block, raw=False)
+    assert [n for n, _ in decoder.header_table.dynamic_entries][-1] == b":path"
+
+
+_REQUEST = st.tuples(
+    st.sampled_from(["/a.B/C", "/a.B/Dee", "/x"]),
+    st.one_of(st.none(), st.floats(min_value=0.001, max_value=100.0)),
+    st.lists(
+        st.tuples(st.sampled_from(["k", "auth"]), st.sampled_from(["v", "w" * 40])), max_size=2
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(_REQUEST, st.integers(min_value=0, max_value=300)), max_size=30))
+def test_any_requests_and_table_sizes_decode_at_the_server(
+    steps: list[tuple[str, float | None, list[tuple[str, str]]] | int],
+) -> None:
+    """The server's decoder (``hpack``) follows our SETTINGS ACKs and our blocks."""
+    conn, _ = ready()
+    decoder = hpack.Decoder()
+    for step in steps:
+        if isinstance(step, int):
+            conn.receive(settings_frame((1, step)))
+            assert frames_of(conn) == [(SETTINGS, ACK, 0, b"")]
+            decoder.max_allowed_table_size = step
+            continue
+        path, timeout, metadata = step
+        conn.start_request(path, timeout=timeout, metadata=tuple(metadata))
+        [(_, _, _, block)] = frames_of(conn)
+        headers = [tuple(h) for h in decoder.decode(block, raw=False)]
+        assert headers[:7] == [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", "broker:9292"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            ("user-agent", "aioclients-grpc-h2"),
+        ]
+        rest = headers[7:]
+        if timeout is not None:
+            assert rest.pop(0) == ("grpc-timeout", encode_grpc_timeout(timeout))
+        assert rest == metadata
+        assert decoder.header_table.maxsize <= min(decoder.max_allowed_table_size, 4096)
 
 
 def test_https_scheme() -> None:
