@@ -972,6 +972,34 @@ def grpc_ok(sid: int, encoder: Any, payload: bytes = b"pong") -> bytes:
     )
 
 
+async def test_a_one_message_request_ends_with_its_data_frame() -> None:
+    """Unary and server-streaming requests: END_STREAM on the message's DATA frame,
+    no empty DATA frame after it."""
+    async with ScriptedServer(lambda _, sid, encoder: grpc_ok(sid, encoder)) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            assert await unary(ch)(b"ping", timeout=5) == b"pong"
+            assert await read_all(count(ch)(b"x", timeout=5)) == [b"pong"]
+
+            def data_frames() -> list[tuple[int, int, bytes]]:
+                wire = bytes(srv.received[0][24:])
+                frames = []
+                while len(wire) >= 9:
+                    n = int.from_bytes(wire[:3], "big")
+                    if wire[3] == 0:
+                        frames.append((wire[4], int.from_bytes(wire[5:9], "big"), wire[9 : 9 + n]))
+                    wire = wire[9 + n :]
+                return frames
+
+            await wait_for(lambda: len(data_frames()) >= 2, what="the requests' DATA")
+            assert data_frames() == [
+                (1, 1, b"\x00\x00\x00\x00\x04ping"),
+                (1, 3, b"\x00\x00\x00\x00\x01x"),
+            ]
+        finally:
+            await ch.close()
+
+
 async def test_a_protocol_error_fails_the_calls_and_the_next_call_reconnects() -> None:
     def answer(conn_no: int, sid: int, encoder: Any) -> bytes:
         if conn_no == 1:

@@ -419,8 +419,7 @@ def test_message_framing_and_half_close() -> None:
     conn.send_message(sid, b"", end_stream=True)
     assert frames_of(conn) == [
         (DATA, 0, sid, b"\x00\x00\x00\x00\x03abc"),
-        (DATA, 0, sid, b"\x00\x00\x00\x00\x00"),
-        (DATA, END_STREAM, sid, b""),
+        (DATA, END_STREAM, sid, b"\x00\x00\x00\x00\x00"),
     ]
     with pytest.raises(LocalProtocolError):
         conn.send_message(sid, b"more")
@@ -1073,8 +1072,11 @@ def test_send_is_held_by_the_peer_windows_and_released_by_window_update() -> Non
     conn.receive(window_update(0, 1 << 20) + window_update(sid, 1 << 20))
     out = frames_of(conn)
     assert sum(len(p) for _, _, _, p in out) == 100_005 - 75_535
-    assert out[-1] == (DATA, END_STREAM, sid, b"")  # END_STREAM after the queued data
+    # END_STREAM rides on the frame with the request's last byte, no frame of its own.
+    assert [f for _, f, _, _ in out] == [0] * (len(out) - 1) + [END_STREAM]
     assert conn.blocked_bytes(sid) == 0
+    with pytest.raises(LocalProtocolError):
+        conn.send_message(sid, b"x")
 
 
 def test_queued_messages_keep_their_order() -> None:
@@ -1092,7 +1094,8 @@ def test_queued_messages_keep_their_order() -> None:
     out = frames_of(conn)
     sent += b"".join(p for k, _, _, p in out if k == DATA)
     assert sent == b"".join(grpc_message(p) for p in payloads)
-    assert out[-1] == (DATA, END_STREAM, sid, b"")
+    assert [f for _, f, _, _ in out] == [0] * (len(out) - 1) + [END_STREAM]
+    assert out[-1][3]  # the last queued data carries END_STREAM
 
 
 def test_initial_window_size_setting_releases_and_shrinks() -> None:
@@ -1114,6 +1117,56 @@ def test_initial_window_size_setting_releases_and_shrinks() -> None:
     assert [k for k, _, _, _ in frames_of(conn)] == []
     conn.receive(settings_frame((4, 200_000)))
     assert [k for k, _, _, _ in frames_of(conn)] == [SETTINGS, DATA]
+
+
+@pytest.mark.parametrize("size", [65_530, 65_531, 16_379, 16_380, 200_000])
+def test_end_stream_rides_on_the_last_data_frame(size: int) -> None:
+    """A message that fills the windows exactly, or overflows them by a byte."""
+    conn, _ = ready()
+    sid = conn.start_request("/p")
+    conn.data_to_send()
+    conn.send_message(sid, bytes(size), end_stream=True)
+    out = frames_of(conn)
+    while conn.blocked_bytes(sid):
+        assert all(f == 0 for _, f, _, _ in out)
+        conn.receive(window_update(0, 10_000) + window_update(sid, 10_000))
+        out += frames_of(conn)
+    assert [k for k, _, _, _ in out] == [DATA] * len(out)
+    assert [f for _, f, _, _ in out] == [0] * (len(out) - 1) + [END_STREAM]
+    assert all(p for _, _, _, p in out)  # no empty frame
+    assert b"".join(p for _, _, _, p in out) == grpc_message(bytes(size))
+    conn.receive(window_update(0, 1 << 20) + window_update(sid, 1 << 20))
+    assert frames_of(conn) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=70_000), min_size=1, max_size=4),
+    end_apart=st.booleans(),
+    updates=st.lists(st.integers(min_value=1, max_value=40_000), max_size=40),
+)
+def test_any_messages_and_windows_end_the_stream_once_after_the_data(
+    sizes: list[int], end_apart: bool, updates: list[int]
+) -> None:
+    conn, _ = ready()
+    sid = conn.start_request("/p")
+    conn.data_to_send()
+    payloads = [bytes([i]) * n for i, n in enumerate(sizes)]
+    for i, p in enumerate(payloads):
+        conn.send_message(sid, p, end_stream=not end_apart and i == len(payloads) - 1)
+    if end_apart:
+        conn.end_stream(sid)
+    out = [f for f in frames_of(conn) if f[0] == DATA]
+    for n in updates:
+        conn.receive(window_update(0, n) + window_update(sid, n))
+        out += [f for f in frames_of(conn) if f[0] == DATA]
+    conn.receive(window_update(0, 1 << 20) + window_update(sid, 1 << 20))
+    out += [f for f in frames_of(conn) if f[0] == DATA]
+    assert b"".join(p for _, _, _, p in out) == b"".join(grpc_message(p) for p in payloads)
+    assert [f for _, f, _, _ in out] == [0] * (len(out) - 1) + [END_STREAM]
+    # An empty frame only when the end came apart from data already sent.
+    assert all(p for _, _, _, p in out[:-1])
+    assert out[-1][3] or end_apart
 
 
 def test_larger_max_frame_size_is_used() -> None:

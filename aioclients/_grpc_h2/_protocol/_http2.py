@@ -459,6 +459,9 @@ class H2Connection:
     def send_message(self, stream_id: int, payload: bytes, *, end_stream: bool = False) -> None:
         """Queue one gRPC message (uncompressed) on a stream.
 
+        With ``end_stream`` the message is the last: its last DATA frame carries
+        END_STREAM (a unary request takes no frame of its own to end).
+
         Raises:
             LocalProtocolError: the stream is unknown or its sending side is closed.
         """
@@ -469,10 +472,10 @@ class H2Connection:
         if stream.blocked:
             stream.blocked.append(data)
             stream.blocked_bytes += len(data)
+            if end_stream:
+                stream.end_after_send = True
         else:
-            self._send_data(stream, data)
-        if end_stream:
-            self.end_stream(stream_id)
+            self._send_data(stream, data, end_stream)
 
     def end_stream(self, stream_id: int) -> None:
         """Half-close: the request is complete (sent after anything still queued)."""
@@ -480,7 +483,7 @@ class H2Connection:
         if stream is None or stream.local_closed or stream.end_after_send:
             return
         if stream.blocked:
-            stream.end_after_send = True
+            stream.end_after_send = True  # on the last queued frame
         else:
             stream.local_closed = True
             self._out += _frame(DATA, FLAG_END_STREAM, stream_id)
@@ -490,8 +493,12 @@ class H2Connection:
         stream = self._streams.get(stream_id)
         return 0 if stream is None else stream.blocked_bytes
 
-    def _send_data(self, stream: _Stream, data: bytes) -> None:
-        """Frame what the windows allow; queue the rest on the stream."""
+    def _send_data(self, stream: _Stream, data: bytes, end: bool) -> None:
+        """Frame what the windows allow; queue the rest on the stream.
+
+        ``end``: ``data`` is the last of the stream; the frame that carries its
+        last byte carries END_STREAM (or, queued, it will: ``end_after_send``).
+        """
         view = memoryview(data)
         while view:
             room = min(stream.send_window, self._send_window, self._peer_max_frame)
@@ -499,27 +506,31 @@ class H2Connection:
                 rest = bytes(view)
                 stream.blocked.appendleft(rest)
                 stream.blocked_bytes += len(rest)
+                if end:
+                    stream.end_after_send = True
                 return
             chunk = view[:room]
             n = len(chunk)
+            view = view[n:]
+            flags = FLAG_END_STREAM if end and not view else 0
             self._out += (
-                n.to_bytes(3, "big") + bytes((DATA, 0)) + stream.stream_id.to_bytes(4, "big")
+                n.to_bytes(3, "big") + bytes((DATA, flags)) + stream.stream_id.to_bytes(4, "big")
             )
             self._out += chunk
             stream.send_window -= n
             self._send_window -= n
-            view = view[n:]
+        if end:
+            stream.local_closed = True
 
     def _flush_blocked(self) -> None:
         for stream in list(self._streams.values()):
             while stream.blocked and self._send_window > 0 and stream.send_window > 0:
                 data = stream.blocked.popleft()
                 stream.blocked_bytes -= len(data)
-                self._send_data(stream, data)
-            if stream.end_after_send and not stream.blocked:
-                stream.end_after_send = False
-                stream.local_closed = True
-                self._out += _frame(DATA, FLAG_END_STREAM, stream.stream_id)
+                end = stream.end_after_send and not stream.blocked
+                if end:
+                    stream.end_after_send = False  # _send_data sets it again if still held
+                self._send_data(stream, data, end)
 
     def reset_stream(self, stream_id: int, error_code: int = CANCEL) -> None:
         """Cancel a stream (RST_STREAM) and forget it; no event follows."""
