@@ -693,6 +693,57 @@ def test_continuation_errors(wire: bytes) -> None:
     assert not conn.can_start_stream()
 
 
+def test_a_repeated_indexed_block_means_what_the_table_says_now() -> None:
+    conn, server = ready()
+    s1 = conn.start_request("/p")
+    s3 = conn.start_request("/p")
+    conn.data_to_send()
+    conn.receive(server.response(s1))  # content-type enters the server's table (62)
+    indexed = server.encoder.encode([(":status", "200"), ("content-type", "application/grpc")])
+    assert indexed == b"\x88\xbe"
+    wanted = ((":status", "200"), ("content-type", "application/grpc"))
+    assert conn.receive(frame(HEADERS, END_HEADERS, s3, indexed)) == [ResponseHeaders(s3, wanted)]
+    # A block that inserts: index 62 is now the new entry, the same bytes mean another thing.
+    assert ended(conn.receive(server.trailers(s1, 0, "done"))) == [
+        StreamEnded(s1, 0, "done", (("grpc-status", "0"), ("grpc-message", "done")))
+    ]
+    s5 = conn.start_request("/p")
+    conn.data_to_send()
+    [event] = conn.receive(frame(HEADERS, END_HEADERS, s5, indexed))
+    assert isinstance(event, StreamEnded)
+    assert event.status == StatusCode.UNKNOWN  # content-type is gone from the answer
+
+
+_SERVER_FIELD = st.sampled_from(
+    [("content-type", "application/grpc"), ("grpc-status", "0"), ("x", "b" * 30), ("y", "a")]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_SERVER_FIELD, min_size=1, max_size=2), max_size=12), st.data())
+def test_decoded_blocks_match_a_fresh_decoder(
+    header_lists: list[list[tuple[str, str]]], data: st.DataObject
+) -> None:
+    """Whatever the server's table does, remembered blocks decode as a decoder would."""
+    conn, _ = ready()
+    encoder = hpack.Encoder()
+    encoder.header_table_size = data.draw(st.sampled_from([4096, 120]))
+    reference = hpack.Decoder()
+    blocks: list[bytes] = []
+    for headers in header_lists:
+        blocks.append(encoder.encode(headers))
+        if blocks and data.draw(st.booleans()):  # a block sent before, bytes for bytes
+            blocks.append(data.draw(st.sampled_from(blocks)))
+    for block in blocks:
+        try:
+            expected = [tuple(h) for h in reference.decode(block, raw=False)]
+        except hpack.HPACKError:
+            with pytest.raises(RemoteProtocolError):
+                conn._decode_headers(block)
+            return
+        assert list(conn._decode_headers(block)) == expected
+
+
 def test_undecodable_header_block_is_a_compression_error() -> None:
     conn, _ = ready()
     sid = conn.start_request("/p")

@@ -118,7 +118,7 @@ _MAX_HEADER_BLOCK: Final = 1 << 20  # bytes of one header block we are willing t
 # replies (``max_outbound_ack``), Go's x/net/http2 10000 control frames
 # (``maxQueuedControlFrames``); we take nghttp2's, a ~17 KB queue at most.
 MAX_QUEUED_CONTROL_REPLIES: Final = 1000
-_MAX_CACHED_BLOCKS: Final = 64  # request header blocks kept, one per path
+_MAX_CACHED_BLOCKS: Final = 64  # header blocks kept: requests (per path), responses
 
 
 class StatusCode:
@@ -305,6 +305,8 @@ class H2Connection:
         self._encoder = HeaderEncoder()
         self._request_blocks: dict[str, tuple[int, bytes]] = {}  # path: (generation, block)
         self._decoder = hpack.Decoder()
+        # header blocks of indexed fields only, decoded (see _decode_headers)
+        self._decoded: dict[bytes, tuple[tuple[str, str], ...]] = {}
         self._decoder.max_allowed_table_size = 65_536
         # What we advertise as SETTINGS_MAX_HEADER_LIST_SIZE (hpack's own default is 64 KiB).
         self._decoder.max_header_list_size = _MAX_HEADER_BLOCK
@@ -786,11 +788,7 @@ class H2Connection:
         self, stream_id: int, block: bytes, end_stream: bool, events: list[Event]
     ) -> None:
         # Decode even for a stream we forgot: the HPACK table must stay in step.
-        try:
-            headers = tuple((str(k), str(v)) for k, v in self._decoder.decode(block, raw=False))
-        except Exception as exc:  # hpack raises its own HPACKError family
-            self.close(COMPRESSION_ERROR)
-            raise RemoteProtocolError(f"HTTP/2: cannot decode a header block: {exc}") from None
+        headers = self._decode_headers(block)
         stream = self._streams.get(stream_id)
         if stream is None:
             if self._is_idle(stream_id):
@@ -838,6 +836,31 @@ class H2Connection:
             return
         message = unquote(_lookup(headers, "grpc-message") or "", errors="replace")
         self._end(stream, status_code, message, events, headers)
+
+    def _decode_headers(self, block: bytes) -> tuple[tuple[str, str], ...]:
+        """Decode a block; remember it when decoding it again must give the same.
+
+        A block made only of one-byte indexed fields (bytes 0x80-0xFE: indices
+        1-126) neither reads nor changes anything but the table, so its headers
+        stay what they are until a block that changes the table: a server
+        answers every call with the same two such blocks (headers, trailers).
+        """
+        decoded = self._decoded
+        headers = decoded.get(block)
+        if headers is not None:
+            return headers
+        try:
+            headers = tuple((str(k), str(v)) for k, v in self._decoder.decode(block, raw=False))
+        except Exception as exc:  # hpack raises its own HPACKError family
+            self.close(COMPRESSION_ERROR)
+            raise RemoteProtocolError(f"HTTP/2: cannot decode a header block: {exc}") from None
+        if block and min(block) >= 0x80 and 0xFF not in block:
+            if len(decoded) >= _MAX_CACHED_BLOCKS:
+                decoded.clear()
+            decoded[block] = headers
+        elif decoded:
+            decoded.clear()  # the table may have changed
+        return headers
 
     def _on_settings(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id:
