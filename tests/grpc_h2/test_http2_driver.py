@@ -1000,6 +1000,39 @@ async def test_a_one_message_request_ends_with_its_data_frame() -> None:
             await ch.close()
 
 
+async def test_a_ping_answered_with_a_response_leaves_with_the_next_request() -> None:
+    """A Go server PINGs as it reads each request (bandwidth probe); the ACK of a
+    PING that came with the response is written with the next request, not alone."""
+
+    def answer(_: int, sid: int, encoder: Any) -> bytes:
+        return h2_frame(6, 0, 0, sid.to_bytes(8, "big")) + grpc_ok(sid, encoder)
+
+    async with ScriptedServer(answer) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            assert await unary(ch)(b"ping", timeout=5) == b"pong"
+            conn = ch._conn
+            assert conn is not None
+            writes: list[bytes] = []
+            take = conn.h2.data_to_send
+
+            def recording() -> bytes:
+                data = take()
+                if data:
+                    writes.append(data)
+                return data
+
+            conn.h2.data_to_send = recording  # type: ignore[method-assign]
+            for _ in range(3):
+                assert await unary(ch)(b"ping", timeout=5) == b"pong"
+            ping_ack = h2_frame(6, 1, 0, (1).to_bytes(8, "big"))
+            assert writes[0].startswith(ping_ack)  # the first call's PING, ACKed
+            assert len(writes) == 3  # each ACK went with the next call's request
+            assert [w[len(ping_ack) + 3] for w in writes] == [1, 1, 1]  # then its HEADERS
+        finally:
+            await ch.close()
+
+
 async def test_a_protocol_error_fails_the_calls_and_the_next_call_reconnects() -> None:
     def answer(conn_no: int, sid: int, encoder: Any) -> bytes:
         if conn_no == 1:

@@ -160,7 +160,10 @@ class _Connection:
                 if _TOO_MANY_PINGS in event.debug:
                     self._channel._keepalive_time *= 2
         if self.h2.has_output():
-            self.flush()
+            # Later in this turn of the loop, after the calls this read woke: a
+            # PING or SETTINGS ACK then leaves with the next request in one write
+            # (a Go server PINGs with every request it reads, to size its windows).
+            self.schedule_flush()
         if self._writers:
             # A WINDOW_UPDATE or SETTINGS may have released queued request data.
             self._wake_writers()
