@@ -19,7 +19,8 @@ What it implements (RFC 9113, and the gRPC over HTTP/2 protocol):
   call repeats are indexed in the dynamic table, so after the first call they
   cost a byte each; the block of a path whose fields are all indexed is kept
   until the table changes. Application metadata is never indexed. Response
-  HEADERS and trailers go through a full HPACK decoder (``hpack``);
+  HEADERS and trailers go through a full HPACK decoder (``hpack``); a block of
+  indexed fields only is decoded once while the table stays the same;
   CONTINUATION frames, padding and priority fields;
 * flow control both ways. Receiving: each stream advertises ``stream_window``
   bytes and credit is given back only when the application *consumes* a
@@ -29,7 +30,8 @@ What it implements (RFC 9113, and the gRPC over HTTP/2 protocol):
   a stream buffers at most one window and one message. The connection window
   is credited on receipt. Sending: DATA waits in a per-stream queue while the
   peer's windows are closed;
-* gRPC length-prefixed messages, split across or packed into DATA frames;
+* gRPC length-prefixed messages, split across or packed into DATA frames; the
+  last message of a request may carry END_STREAM on its last DATA frame;
 * status: ``:status`` other than 200 is mapped as gRPC specifies, a missing
   ``grpc-status`` is INTERNAL, RST_STREAM codes are mapped as gRPC's core does;
 * flood protection: while the driver says its transport is paused
