@@ -226,7 +226,8 @@ class Brokers:
         return address, self.stub_for(self.channel(address))
 
     def stream_channel(self, address: str) -> Any:
-        """The broker's channel for PublishAsync and Publish (HTTP/2 unless "grpc")."""
+        """The broker's channel for PublishAsync, Publish, the cursor calls and
+        FetchPartitionMetadata (HTTP/2 unless "grpc")."""
         channel = self.stream_channels.get(address)
         if channel is None:
             channel = self.factory.open_stream(address)
@@ -274,7 +275,7 @@ class Brokers:
         With ``on_stream_channel`` the call runs on the broker's PublishAsync
         channel (the client's own HTTP/2 code unless ``stream_transport="grpc"``),
         which costs less CPU per call than ``grpc.aio`` (no threads to wake): the
-        per-message publish uses it.
+        per-message publish and the cursor calls use it.
         """
         self.check_open()
         last: grpc.aio.AioRpcError | None = None
@@ -401,13 +402,14 @@ class Brokers:
         what: str,
         not_found: type[LiftbridgeServerError] = NoSuchPartitionError,
         refused: Callable[[str], Awaitable[Any]] | None = None,
+        on_stream_channel: bool = False,
     ) -> Any:
         """Call ``method`` on the partition leader; refresh and retry while it moves.
 
         ``refused``: called with the address of a leader that answered
         FAILED_PRECONDITION (not the leader); what it returns, unless None, is
         the answer (e.g. a paused partition's leader, which refuses as if it
-        did not lead).
+        did not lead). ``on_stream_channel``: as in :meth:`rpc`.
         """
         self.check_open()
         attempts = _LEADER_ATTEMPTS
@@ -428,7 +430,11 @@ class Brokers:
                         )
                     await asyncio.sleep(self.jitter())
                     continue
-            stub = self.stub_for(self.channel(address))
+            if on_stream_channel and request.ByteSize() <= self.factory.max_send:
+                channel = self.stream_channel(address)
+            else:
+                channel = self.channel(address)
+            stub = self.stub_for(channel)
             try:
                 return await getattr(stub, method)(request, timeout=self.rpc_timeout)
             except grpc.aio.AioRpcError as exc:
@@ -467,6 +473,7 @@ class Brokers:
             req,
             what="fetch_partition_metadata",
             refused=refused,
+            on_stream_channel=True,
         )
 
     async def _paused_partition(self, address: str, stream: str, partition: int) -> Any:

@@ -82,9 +82,13 @@ async def _cursor_rpc(brokers: Brokers, method: str, request: Any, what: str) ->
     info = md.get_stream(CURSORS_STREAM)
     if info is None or not info.partitions:
         # No cursors stream in the metadata: any broker forwards the call.
-        return await brokers.rpc(method, request, what=what, not_found=NoSuchPartitionError)
+        return await brokers.rpc(
+            method, request, what=what, not_found=NoSuchPartitionError, on_stream_channel=True
+        )
     cursor_partition = zlib.crc32(key) % len(info.partitions)
-    return await brokers.leader_rpc(CURSORS_STREAM, cursor_partition, method, request, what=what)
+    return await brokers.leader_rpc(
+        CURSORS_STREAM, cursor_partition, method, request, what=what, on_stream_channel=True
+    )
 
 
 async def set_cursor(

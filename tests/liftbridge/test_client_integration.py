@@ -908,6 +908,26 @@ async def test_publish_runs_on_the_stream_channel(
         assert all(isinstance(ch, Http2Channel) is uses_h2 for ch in c._stream_channels.values())
 
 
+@pytest.mark.parametrize("transport", ["http2", "grpc"])
+async def test_cursors_and_partition_metadata_run_on_the_stream_channel(
+    liftbridge_cluster: Cluster, unique_name: str, transport: str
+) -> None:
+    # Like publish: the cursor calls (a group consumer's commits) and
+    # FetchPartitionMetadata go to the leader over its stream channel.
+    from aioclients.liftbridge._io._h2 import Http2Channel
+
+    async with await connect(liftbridge_cluster.addresses, stream_transport=transport) as c:
+        await c.create_stream(unique_name, unique_name)
+        assert not c._stream_channels
+        info = await c.fetch_partition_metadata(unique_name, 0)
+        assert info.id == 0
+        assert c._stream_channels
+        await c.set_cursor("reader", unique_name, 0, 41)
+        assert await c.fetch_cursor("reader", unique_name, 0) == 41
+        uses_h2 = transport == "http2"
+        assert all(isinstance(ch, Http2Channel) is uses_h2 for ch in c._stream_channels.values())
+
+
 async def test_stream_transport_is_checked(liftbridge_cluster: Cluster) -> None:
     import grpc
 
