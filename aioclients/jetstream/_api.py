@@ -174,6 +174,9 @@ class JetStreamApi:
         # (feature, version) checks passed, and the server they passed on
         self._version_ok: set[tuple[str, Version]] = set()
         self._version_ok_on: tuple[str, str] | None = None
+        # A connection that closes for good on its own (a protocol error, reconnects
+        # exhausted) answers nothing any more: fail what waits for it at once.
+        self.transport.chain_closed_callback(self._connection_closed)
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -216,6 +219,16 @@ class JetStreamApi:
 
         self.transport.chain_connection_callbacks(lost, restored)
         self._hooks_installed = True
+
+    def _connection_closed(self) -> None:
+        if self.closing:
+            return  # close() fails them itself
+        for inbox in list(self._inboxes):
+            inbox.close_now()
+        for listener in list(self._listeners):
+            listener.context_closed()
+        self.requests.connection_closed()
+        self.acks.connection_closed()
 
     async def open_inbox(self) -> ReplyInbox:
         """A private inbox for a multi-reply request, woken (to raise) by :meth:`close`."""

@@ -55,6 +55,7 @@ from aioclients.jetstream._protocol._headers import (
 from aioclients.jetstream._protocol._wire import (
     ERR,
     INFO,
+    MAX_CONTROL_LINE,
     MSG,
     PING,
     PONG,
@@ -145,6 +146,14 @@ _PAYLOAD = operator.itemgetter(5)
 _SID = operator.itemgetter(2)
 
 _CONNECTED = NATS.CONNECTED
+
+#: The largest message frame (control line, payload, CRLF) read in pieces whatever the
+#: server's max_payload says: nats-server's default max_pending, the most it queues for
+#: one client (a larger message is only possible where the server announces a larger
+#: max_payload, and a larger one than that is refused: see FastParser._parse).
+_MAX_FRAME = 64 * 1024 * 1024
+#: a message frame's bytes beyond its payload: the control line and two CRLFs
+_FRAME_SLACK = MAX_CONTROL_LINE + 4
 
 #: How long a write may wait for a server that does not read, when no timeout applies.
 DEFAULT_WRITE_TIMEOUT = 5.0
@@ -299,6 +308,17 @@ class NatsClient(NATS):
 
     async def _process_connect_init(self) -> None:
         await super()._process_connect_init()
+        if self._status != _CONNECTED:
+            # nats-py takes any line for the answer to its PING (only PONG makes it
+            # CONNECTED, only -ERR fails it) and would carry on, not connected, with
+            # its tasks started: stop them, and fail this attempt.
+            for task in (self._reading_task, self._ping_interval_task, self._flusher_task):
+                if task is not None:
+                    task.cancel()
+            abort_socket(self)
+            raise nats.errors.Error(
+                "nats: the server answered the first PING with neither PONG nor -ERR"
+            )
         parser = self._ps
         if isinstance(parser, FastParser):
             transport = self._transport
@@ -578,6 +598,16 @@ class FastParser:
                     self._skip = _SKIP_AFTER_REFUSAL
         try:
             frames, used, need = scan(buffer, used)
+            if need > _MAX_FRAME:
+                # A message announced larger than the server lets anyone publish:
+                # refused now, not buffered for as long as the server sends.
+                max_payload = getattr(self.nc, "_max_payload", 0)
+                if not isinstance(max_payload, int) or need > max_payload + _FRAME_SLACK:
+                    raise RemoteProtocolError(
+                        f"a message of {need} bytes announced, larger than the "
+                        f"server's max_payload ({max_payload!r})",
+                        offset=used,
+                    )
         except RemoteProtocolError as exc:
             self.reset()
             log.error("NATS protocol error: %s", exc)
@@ -785,6 +815,19 @@ class NatsTransport:
 
         nc._disconnected_cb = disconnected
         nc._reconnected_cb = reconnected
+
+    def chain_closed_callback(self, closed: Callable[[], None]) -> None:
+        """Call ``closed`` when the connection closes for good, before the callback
+        the client had (which still runs, after it)."""
+        nc = self.nc
+        previous = nc._closed_cb
+
+        async def closed_cb() -> None:
+            closed()
+            if previous is not None:
+                await previous()
+
+        nc._closed_cb = closed_cb
 
     def server_identity(self) -> tuple[str, str]:
         """``(server_id, version)`` from the INFO of the server connected now
