@@ -333,3 +333,27 @@ async def test_kv_and_object_store_handles_on_a_garbage_server_fail_typed() -> N
         finally:
             with contextlib.suppress(AioClientsError):
                 await asyncio.wait_for(js.close(), BOUND)
+
+
+@pytest.mark.parametrize(
+    "doc", [{"config": 5}, {"config": None, "state": "x"}], ids=["config-5", "state-x"]
+)
+async def test_json_answers_of_the_wrong_shape_are_typed_errors(doc: object) -> None:
+    script = answering(lambda _subject, reply, sid: _json_reply(reply, sid, doc))
+    async with HostileNats(script) as server:
+        js = await connected(server)
+        try:
+            calls: list[Callable[[], Awaitable[object]]] = [
+                lambda: js.stream("s"),
+                lambda: js.consumer("s", "c"),
+                lambda: js.key_value("bucket"),
+                lambda: js.object_store("bucket"),
+                lambda: js.create_stream("s", subjects=["a"]),
+            ]
+            for call in calls:
+                # an answer it can read, or an aioclients error: never an
+                # AttributeError or TypeError of reading it
+                with contextlib.suppress(AioClientsError):
+                    await asyncio.wait_for(call(), BOUND)
+        finally:
+            await asyncio.wait_for(js.close(), BOUND)
