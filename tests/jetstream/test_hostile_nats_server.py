@@ -357,3 +357,92 @@ async def test_json_answers_of_the_wrong_shape_are_typed_errors(doc: object) -> 
                     await asyncio.wait_for(call(), BOUND)
         finally:
             await asyncio.wait_for(js.close(), BOUND)
+
+
+# ---- KV, object store and consumers on a server that answers only the info requests ----
+
+
+def _stream_info(name: str) -> dict[str, object]:
+    if name.startswith("KV_"):
+        subjects = [f"$KV.{name[3:]}.>"]
+    elif name.startswith("OBJ_"):
+        subjects = [f"$O.{name[4:]}.C.>", f"$O.{name[4:]}.M.>"]
+    else:
+        subjects = ["orders.>"]
+    config = {
+        "name": name,
+        "subjects": subjects,
+        "allow_direct": True,
+        "allow_rollup_hdrs": True,
+        "max_msgs_per_subject": 1,
+        "storage": "file",
+        "num_replicas": 1,
+        "discard": "new",
+        "retention": "limits",
+    }
+    state = {"messages": 0, "bytes": 0, "first_seq": 0, "last_seq": 0, "consumer_count": 0}
+    return {"config": config, "state": state, "created": "2026-01-01T00:00:00Z"}
+
+
+def _consumer_info(stream: str, name: str) -> dict[str, object]:
+    zero = {"consumer_seq": 0, "stream_seq": 0}
+    return {
+        "stream_name": stream,
+        "name": name,
+        "config": {"durable_name": name, "ack_policy": "explicit"},
+        "created": "2026-01-01T00:00:00Z",
+        "num_pending": 0,
+        "delivered": zero,
+        "ack_floor": zero,
+    }
+
+
+def info_only(data: Callable[[str, bytes, int], bytes | None]) -> Script:
+    """A server that answers stream and consumer info properly and every other
+    request (gets, puts, consumer creation, pulls) with ``data(...)``."""
+
+    def answer(subject: str, reply: bytes, sid: int) -> bytes | None:
+        if subject.startswith("$JS.API.STREAM.INFO."):
+            return _json_reply(reply, sid, _stream_info(subject.rsplit(".", 1)[1]))
+        if subject.startswith("$JS.API.CONSUMER.INFO."):
+            stream, name = subject.split(".")[-2:]
+            return _json_reply(reply, sid, _consumer_info(stream, name))
+        return data(subject, reply, sid)
+
+    return answering(answer)
+
+
+DATA_ANSWERS = {"silent": lambda *_: None, "garbage": garbage_reply}
+
+
+@pytest.mark.parametrize("data", sorted(DATA_ANSWERS))
+async def test_kv_and_object_store_calls_on_a_hostile_server_end_typed(data: str) -> None:
+    async with HostileNats(info_only(DATA_ANSWERS[data])) as server:
+        js = await connected(server)
+        try:
+            kv = await asyncio.wait_for(js.key_value("bucket"), BOUND)
+            store = await asyncio.wait_for(js.object_store("bucket"), BOUND)
+
+            async def watch() -> object:
+                async with kv.watch() as entries:
+                    async for entry in entries:
+                        return entry
+                return None
+
+            async def get_object() -> bytes:
+                async with store.get("name") as obj:
+                    return await obj.read()
+
+            calls: list[Callable[[], Awaitable[object]]] = [
+                lambda: kv.get("key"),
+                lambda: kv.put("key", b"value"),
+                watch,
+                lambda: kv.history("key"),
+                get_object,
+                lambda: store.put("name", b"data"),
+            ]
+            for call in calls:
+                with pytest.raises(AioClientsError):
+                    await asyncio.wait_for(call(), BOUND)
+        finally:
+            await asyncio.wait_for(js.close(), BOUND)
