@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from aioclients import AioClientsError
-from aioclients.jetstream import JetStream, JetStreamConnectError, connect
+from aioclients.jetstream import HeartbeatMissed, JetStream, JetStreamConnectError, connect
 
 PASSWORD = "Hostile-S3cret-Pw"
 TOKEN = "Hostile-T0ken-XYZ"
@@ -444,5 +444,31 @@ async def test_kv_and_object_store_calls_on_a_hostile_server_end_typed(data: str
             for call in calls:
                 with pytest.raises(AioClientsError):
                     await asyncio.wait_for(call(), BOUND)
+        finally:
+            await asyncio.wait_for(js.close(), BOUND)
+
+
+async def test_consume_from_a_silent_server_reports_missed_heartbeats_and_stops() -> None:
+    async with HostileNats(info_only(lambda *_: None)) as server:
+        js = await connected(server)
+        try:
+            consumer = await asyncio.wait_for(js.consumer("S", "C"), BOUND)
+            before = asyncio.all_tasks()
+            missed = asyncio.Event()
+
+            def on_event(event: object) -> None:
+                if isinstance(event, HeartbeatMissed):
+                    missed.set()
+
+            messages = consumer.consume(expires=1.0, idle_heartbeat=0.5, on_event=on_event)
+            async with messages:
+                reading = asyncio.ensure_future(messages.__anext__())
+                await asyncio.wait_for(missed.wait(), BOUND)  # the silence is noticed
+                assert not reading.done()
+                reading.cancel()  # a cancelled read is cancelled
+                with pytest.raises(asyncio.CancelledError):
+                    await asyncio.wait_for(reading, BOUND)
+            await asyncio.sleep(0)
+            assert asyncio.all_tasks() <= before | {asyncio.current_task()}
         finally:
             await asyncio.wait_for(js.close(), BOUND)
