@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from aioclients import AioClientsError, OperationTimeoutError
-from aioclients.nsq import HTTPProducer, NSQProtocolError, Producer, Reader
+from aioclients.nsq import HTTPProducer, NSQConnectError, NSQProtocolError, Producer, Reader
 from aioclients.nsq._io._lookupd import MAX_LOOKUP_ANSWER, query_lookupd
 from tests.nsq.fake_nsqd import FakeNsqd, frame
 
@@ -236,3 +236,38 @@ async def test_reader_start_against_a_hostile_answer_to_sub_fails_typed(
         finally:
             await reader.close()
     assert_logs_hold_no_secret(caplog)
+
+
+async def test_reader_start_against_an_nsqlookupd_answer_that_never_ends_fails_typed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with EndlessHttp(2 * MAX_LOOKUP_ANSWER) as lookupd:
+        reader = Reader(
+            "t",
+            "c",
+            lookupd_http_addresses=[f"http://u:{URL_PASSWORD}@{lookupd.address}"],
+            connect_timeout=60,  # only refusing the answer ends start() within BOUND
+        )
+        try:
+            with pytest.raises(NSQConnectError, match="larger than") as info:
+                await asyncio.wait_for(reader.start(), BOUND)
+            assert_no_secret(str(info.value))
+        finally:
+            await reader.close()
+    assert_logs_hold_no_secret(caplog)
+
+
+@pytest.mark.parametrize("method", ["mpublish", "dpublish"])
+async def test_mpublish_and_dpublish_refuse_a_2gb_answer(method: str) -> None:
+    async with hostile(struct.pack(">II", 2**31, 0)) as fake:
+        async with Producer(fake.address, auth_secret=SECRET, timeout=60.0) as producer:
+            call = (
+                producer.mpublish("t", [b"a", b"b"])
+                if method == "mpublish"
+                else producer.dpublish("t", b"x", 1.0)
+            )
+            with pytest.raises(AioClientsError) as info:
+                await asyncio.wait_for(call, BOUND)
+            assert not isinstance(info.value, TimeoutError)
+            assert_no_secret(str(info.value))
