@@ -17,6 +17,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -128,9 +129,10 @@ async def requests(
             yield m[2].decode(), reply, sid
 
 
-async def connected(server: HostileNats, **options: object) -> JetStream:
+async def connected(server: HostileNats, **options: Any) -> JetStream:
     return await asyncio.wait_for(
-        connect(server.url, timeout=0.2, max_reconnect_attempts=0, **options),  # type: ignore[arg-type]
+        # no reconnect: a call must end by the fault itself, not by a new connection
+        connect(server.url, timeout=0.2, **{"allow_reconnect": False, **options}),
         BOUND,
     )
 
@@ -279,7 +281,7 @@ async def test_a_flooding_answer_is_refused_not_buffered(
     async with HostileNats(script) as server:
         # A long call timeout: only refusing the frame ends the call within BOUND
         # (and no reconnect, which would leave the call waiting for its timeout).
-        js = await connected(server, user="alice", password=PASSWORD, allow_reconnect=False)
+        js = await connected(server, user="alice", password=PASSWORD)
         try:
             with pytest.raises(AioClientsError) as info:
                 await asyncio.wait_for(js.publish("orders.1", b"x", timeout=60.0), BOUND)
@@ -412,7 +414,10 @@ def info_only(data: Callable[[str, bytes, int], bytes | None]) -> Script:
     return answering(answer)
 
 
-DATA_ANSWERS = {"silent": lambda *_: None, "garbage": garbage_reply}
+DATA_ANSWERS: dict[str, Callable[[str, bytes, int], bytes | None]] = {
+    "silent": lambda *_: None,
+    "garbage": garbage_reply,
+}
 
 
 @pytest.mark.parametrize("data", sorted(DATA_ANSWERS))
