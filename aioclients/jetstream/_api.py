@@ -176,7 +176,7 @@ class JetStreamApi:
         self._version_ok_on: tuple[str, str] | None = None
         # A connection that closes for good on its own (a protocol error, reconnects
         # exhausted) answers nothing any more: fail what waits for it at once.
-        self.transport.chain_closed_callback(self._connection_closed)
+        self.transport.add_closed_listener(self)
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -220,7 +220,8 @@ class JetStreamApi:
         self.transport.chain_connection_callbacks(lost, restored)
         self._hooks_installed = True
 
-    def _connection_closed(self) -> None:
+    def connection_closed(self) -> None:
+        """The connection closed for good, on its own or by its owner."""
         if self.closing:
             return  # close() fails them itself
         for inbox in list(self._inboxes):

@@ -26,9 +26,10 @@ import logging
 import math
 import operator
 import re
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -775,6 +776,17 @@ def _whole_run(frames: list[Frame], runs: dict[int, RunHandler]) -> RunHandler |
     return run if sids.count(sids[0]) == len(sids) else None
 
 
+class ClosedListener(Protocol):
+    """Told when a connection closes for good (see
+    :meth:`NatsTransport.add_closed_listener`)."""
+
+    def connection_closed(self) -> None: ...
+
+
+#: the attribute of a nats-py client that holds its closed listeners
+_CLOSED_LISTENERS = "_aioclients_closed_listeners"
+
+
 class NatsTransport:
     """Publishing and subscribing through one nats-py client."""
 
@@ -816,18 +828,32 @@ class NatsTransport:
         nc._disconnected_cb = disconnected
         nc._reconnected_cb = reconnected
 
-    def chain_closed_callback(self, closed: Callable[[], None]) -> None:
-        """Call ``closed`` when the connection closes for good, before the callback
-        the client had (which still runs, after it)."""
+    def add_closed_listener(self, listener: ClosedListener) -> None:
+        """Call ``listener.connection_closed()`` when the connection closes for good,
+        before the callback the client had (which still runs, after it).
+
+        Listeners are held weakly, in one set per connection: a connection shared by
+        many short-lived contexts neither keeps them alive nor grows a chain of
+        callbacks.
+        """
         nc = self.nc
-        previous = nc._closed_cb
+        listeners: weakref.WeakSet[ClosedListener] | None = getattr(nc, _CLOSED_LISTENERS, None)
+        if listeners is None:
+            listeners = weakref.WeakSet()
+            setattr(nc, _CLOSED_LISTENERS, listeners)
+            previous = nc._closed_cb
 
-        async def closed_cb() -> None:
-            closed()
-            if previous is not None:
-                await previous()
+            async def closed_cb() -> None:
+                for each in list(listeners):
+                    try:
+                        each.connection_closed()
+                    except Exception:  # one listener's bug must not stop the others
+                        log.exception("a connection-closed listener failed")
+                if previous is not None:
+                    await previous()
 
-        nc._closed_cb = closed_cb
+            nc._closed_cb = closed_cb
+        listeners.add(listener)
 
     def server_identity(self) -> tuple[str, str]:
         """``(server_id, version)`` from the INFO of the server connected now
