@@ -776,15 +776,25 @@ def _whole_run(frames: list[Frame], runs: dict[int, RunHandler]) -> RunHandler |
     return run if sids.count(sids[0]) == len(sids) else None
 
 
-class ClosedListener(Protocol):
-    """Told when a connection closes for good (see
-    :meth:`NatsTransport.add_closed_listener`)."""
+class ConnectionEvents(Protocol):
+    """Told when a connection drops, comes back, and closes for good (see
+    :meth:`NatsTransport.add_listener`)."""
 
+    def connection_lost(self) -> None: ...
+    def connection_restored(self) -> None: ...
     def connection_closed(self) -> None: ...
 
 
-#: the attribute of a nats-py client that holds its closed listeners
-_CLOSED_LISTENERS = "_aioclients_closed_listeners"
+#: the attribute of a nats-py client that holds its listeners
+_LISTENERS = "_aioclients_listeners"
+
+
+def _tell(listeners: weakref.WeakSet[ConnectionEvents], event: str) -> None:
+    for listener in list(listeners):
+        try:
+            getattr(listener, event)()
+        except Exception:  # one listener's bug must not keep the news from the others
+            log.exception("a connection listener failed on %s", event)
 
 
 class NatsTransport:
@@ -806,54 +816,52 @@ class NatsTransport:
         if self.nc.is_closed:
             raise JetStreamClosedError("the NATS connection is closed; open a new one")
 
-    def chain_connection_callbacks(
-        self, lost: Callable[[], None], restored: Callable[[], None]
-    ) -> None:
-        """Call ``lost`` / ``restored`` when the connection drops / comes back,
-        before the callbacks the client had (which still run, after them)."""
+    def add_listener(self, listener: ConnectionEvents) -> None:
+        """Tell ``listener`` when the connection drops, comes back, and closes for
+        good, before the callbacks the client had (which still run, after).
+
+        Listeners are held weakly, in one set per connection, whose callbacks are
+        installed once: a connection shared by many short-lived contexts neither
+        keeps them alive nor grows a chain of callbacks.
+        """
         nc = self.nc
+        listeners: weakref.WeakSet[ConnectionEvents] | None = getattr(nc, _LISTENERS, None)
+        if listeners is None:
+            listeners = weakref.WeakSet()
+            setattr(nc, _LISTENERS, listeners)
+        listeners.add(listener)
+        self.install_listener_callbacks()
+
+    def install_listener_callbacks(self) -> None:
+        """Put the listeners' callbacks in front of the client's, unless they are
+        there (``nc.connect()`` after the context was made replaces them)."""
+        nc = self.nc
+        listeners: weakref.WeakSet[ConnectionEvents] | None = getattr(nc, _LISTENERS, None)
+        if listeners is None or getattr(nc._closed_cb, _LISTENERS, None) is listeners:
+            return
         previous_disconnected = nc._disconnected_cb
         previous_reconnected = nc._reconnected_cb
+        previous_closed = nc._closed_cb
 
         async def disconnected() -> None:
-            lost()
+            _tell(listeners, "connection_lost")
             if previous_disconnected is not None:
                 await previous_disconnected()
 
         async def reconnected() -> None:
-            restored()
+            _tell(listeners, "connection_restored")
             if previous_reconnected is not None:
                 await previous_reconnected()
 
+        async def closed() -> None:
+            _tell(listeners, "connection_closed")
+            if previous_closed is not None:
+                await previous_closed()
+
+        setattr(closed, _LISTENERS, listeners)  # marks the callbacks as installed
         nc._disconnected_cb = disconnected
         nc._reconnected_cb = reconnected
-
-    def add_closed_listener(self, listener: ClosedListener) -> None:
-        """Call ``listener.connection_closed()`` when the connection closes for good,
-        before the callback the client had (which still runs, after it).
-
-        Listeners are held weakly, in one set per connection: a connection shared by
-        many short-lived contexts neither keeps them alive nor grows a chain of
-        callbacks.
-        """
-        nc = self.nc
-        listeners: weakref.WeakSet[ClosedListener] | None = getattr(nc, _CLOSED_LISTENERS, None)
-        if listeners is None:
-            listeners = weakref.WeakSet()
-            setattr(nc, _CLOSED_LISTENERS, listeners)
-            previous = nc._closed_cb
-
-            async def closed_cb() -> None:
-                for each in list(listeners):
-                    try:
-                        each.connection_closed()
-                    except Exception:  # one listener's bug must not stop the others
-                        log.exception("a connection-closed listener failed")
-                if previous is not None:
-                    await previous()
-
-            nc._closed_cb = closed_cb
-        listeners.add(listener)
+        nc._closed_cb = closed
 
     def server_identity(self) -> tuple[str, str]:
         """``(server_id, version)`` from the INFO of the server connected now

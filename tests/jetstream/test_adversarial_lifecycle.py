@@ -646,13 +646,32 @@ async def test_many_contexts_on_one_connection_neither_chain_nor_stay_alive(
     import gc
     import weakref
 
-    # Each context listens for the connection closing; thousands of them on one
-    # connection must not pile up callbacks (nor stay alive through them).
+    class Listener:
+        def __init__(self) -> None:
+            self.heard: list[str] = []
+
+        def connection_lost(self) -> None:
+            self.heard.append("lost")
+
+        def connection_restored(self) -> None:
+            self.heard.append("restored")
+
+        def context_closed(self) -> None:
+            self.heard.append("closed")
+
+    # Each context (and each consume in it) listens for the connection dropping and
+    # closing; thousands on one connection must not pile up callbacks (nor stay
+    # alive through them).
     contexts = [JetStream(other_nc) for _ in range(3000)]
+    for js in contexts:
+        js._jsapi.add_listener(Listener())
     alive = weakref.ref(contexts[0])
-    del contexts
+    del contexts, js
     gc.collect()
     assert alive() is None
+    kept = JetStream(other_nc)
+    listener = Listener()
+    kept._jsapi.add_listener(listener)
     requested = asyncio.Event()
 
     async def swallow(msg: NatsMsg) -> None:
@@ -665,3 +684,4 @@ async def test_many_contexts_on_one_connection_neither_chain_nor_stay_alive(
     await other_nc.close()  # closed by its owner: the request fails at once
     with pytest.raises(JetStreamClosedError):
         await asyncio.wait_for(waiting, 10)
+    assert listener.heard == ["lost", "closed"]
