@@ -28,6 +28,7 @@ import asyncio
 import collections
 import inspect
 import logging
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -185,6 +186,10 @@ class OrderedConsumer:
             return self._consumer, cursor.generation
         loop = asyncio.get_running_loop()
         not_found = 0
+        # The first consumer is tried for the context's timeout, then the error is
+        # raised (a watch, keys() or next() on a server that cannot create it ends,
+        # as nats.go's Watch does); a replacement is tried for as long as it takes.
+        give_up = loop.time() + self._api.timeout if cursor.generation == 0 else math.inf
         while True:
             self._api.check_open()
             try:
@@ -199,10 +204,12 @@ class OrderedConsumer:
                     raise
                 self._backoff_log("stream not found")
             except JetStreamError as exc:
-                if exc.code == 400:
-                    raise  # the config is refused; retrying does not help
+                if exc.code == 400 or loop.time() >= give_up:
+                    raise  # the config is refused (retrying does not help), or no time left
                 self._backoff_log(str(exc))
             except AioClientsError as exc:
+                if loop.time() >= give_up:
+                    raise
                 self._backoff_log(str(exc))
             else:
                 self._consumer = consumer

@@ -820,6 +820,31 @@ async def test_a_task_cancelled_while_connecting_does_not_wedge_the_call() -> No
         await tcp.wait_closed()
 
 
+async def test_a_cancel_that_lands_as_the_connection_opens_is_not_lost(server: Server) -> None:
+    # Before Python 3.12, asyncio.wait_for returns the result of what it waits for
+    # when that is ready at the moment the caller is cancelled: the cancel was lost,
+    # and the call went on to wait for its whole deadline.
+    ch = Http2Channel(f"127.0.0.1:{server.port}")
+    connect = ch._connection
+    caller: asyncio.Task[bytes] | None = None
+
+    async def connect_then_cancel_the_caller() -> Any:
+        conn = await connect()
+        assert caller is not None
+        caller.cancel()  # the caller is cancelled just as its connection is ready
+        return conn
+
+    ch._connection = connect_then_cancel_the_caller  # type: ignore[method-assign]
+    try:
+        caller = asyncio.ensure_future(ch.unary_unary("/t.T/Unary")(b"x", timeout=60.0))
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(caller, 10)
+        ch._connection = connect  # type: ignore[method-assign]
+        assert await unary(ch)(b"after", timeout=5.0) == b"after"
+    finally:
+        await ch.close()
+
+
 async def test_close_ends_open_calls(server: Server) -> None:
     ch = Http2Channel(f"127.0.0.1:{server.port}")
     call = count(ch)(b"2:8:hold")

@@ -44,6 +44,7 @@ from aioclients._grpc_h2._protocol._http2 import (
     StatusCode,
     StreamEnded,
 )
+from aioclients._tasks import wait_within
 
 __all__ = ("Http2Channel",)
 
@@ -410,7 +411,7 @@ class _Call(_Readable):
                     conn = await self._channel._connection()
                 else:
                     try:
-                        conn = await asyncio.wait_for(self._channel._connection(), remaining)
+                        conn = await wait_within(self._channel._connection(), remaining)
                     except asyncio.TimeoutError:
                         self._set_status(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
                         continue

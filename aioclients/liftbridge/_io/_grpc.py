@@ -234,6 +234,14 @@ def map_rpc_error(
             f"{what}: the broker refused the request: {details}", code=name
         )
     if code is StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details.lower():
+        if "received" in details.lower():
+            # refused as its length prefix arrived: nothing of it was buffered
+            return LiftbridgeServerError(
+                f"{what}: the broker sent a message larger than this client accepts "
+                f"({details}); raise grpc.max_receive_message_length in grpc_options if "
+                "the broker's messages are that large",
+                code=name,
+            )
         return LiftbridgeServerError(
             f"{what}: the message is too large ({details}); send smaller values", code=name
         )
