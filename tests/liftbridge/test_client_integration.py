@@ -22,6 +22,7 @@ from aioclients.liftbridge import (
     LiftbridgeConnectError,
     LiftbridgeTimeoutError,
     Message,
+    NoSuchConsumerGroupError,
     NoSuchPartitionError,
     NoSuchStreamError,
     PartitionByKey,
@@ -391,12 +392,37 @@ async def test_consumer_group_calls(client: Client, stream: str, unique_name: st
                 unique_name, "m1", join.epoch, coordinator=join.coordinator
             )
             break
-        except NoSuchStreamError:
+        except NoSuchConsumerGroupError:
             assert loop.time() < deadline, "the coordinator never learnt of the join"
             await asyncio.sleep(0.05)
     assert epoch >= join.epoch
     assert assignments == {stream: [0]}
     await client.leave_consumer_group(unique_name, "m1")
+
+
+async def test_a_missing_group_is_no_such_consumer_group(
+    client: Client, stream: str, unique_name: str
+) -> None:
+    group = unique_name + "_none"
+    md = await client.fetch_metadata()
+    for broker in md.brokers():
+        # Every broker, coordinator or not, answers NOT_FOUND "consumer group does
+        # not exist" for a group it does not know.
+        with pytest.raises(NoSuchConsumerGroupError) as info:
+            await client.fetch_consumer_group_assignments(group, "m1", 0, coordinator=broker.id)
+        assert info.value.code == "NOT_FOUND"
+        assert isinstance(info.value, NoSuchStreamError)  # what it was before: still caught
+    with pytest.raises(NoSuchConsumerGroupError) as info:
+        await client.leave_consumer_group(group, "m1")
+    assert info.value.code == "NOT_FOUND"
+    coordinator = md.brokers()[0].id
+    with pytest.raises(NoSuchConsumerGroupError) as info:
+        await client.report_consumer_group_coordinator(group, "m1", coordinator, 0)
+    assert info.value.code == "FAILED_PRECONDITION"
+    # A missing stream is not a missing group.
+    with pytest.raises(NoSuchStreamError) as missing:
+        await client.join_consumer_group(group, "m1", [stream + "_nope"])
+    assert not isinstance(missing.value, NoSuchConsumerGroupError)
 
 
 # -- bad input and closing ------------------------------------------------------------------
