@@ -42,6 +42,7 @@ from aioclients.liftbridge._errors import (
     LiftbridgeClosedError,
     LiftbridgeError,
     LiftbridgeServerError,
+    NoSuchConsumerGroupError,
 )
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._protocol._args import build_subscribe_request
@@ -165,7 +166,16 @@ class GroupConsumer:
                 await asyncio.sleep(self._brokers.jitter())
 
     async def _recover(self, exc: LiftbridgeError) -> None:
-        """After a failed fetch: rejoin if evicted, else re-read coordinator and epoch."""
+        """After a failed fetch: rejoin if evicted, else re-read coordinator and epoch.
+
+        Evicted means "not a member", or a group that is gone: the coordinator
+        evicts a member silent for the group's consumer timeout, and a group
+        whose last member leaves is deleted (Liftbridge v1.9.0 server/fsm.go,
+        LEAVE_CONSUMER_GROUP), after which every fetch answers "consumer group
+        does not exist". Right after a join the coordinator says so too, until
+        it applies the join: the group's metadata then shows it, and the member
+        only re-reads it.
+        """
         try:
             if _NOT_MEMBER in str(exc):
                 await self._join()
@@ -173,6 +183,9 @@ class GroupConsumer:
             group = await _groups.group_metadata(self._brokers, self.group_id)
             if group is not None:
                 self.coordinator, self.epoch = group
+            elif isinstance(exc, NoSuchConsumerGroupError):
+                log.info("consumer group %s: the group is gone; joining again", self.group_id)
+                await self._join()
         except LiftbridgeClosedError:
             raise
         except LiftbridgeError as again:

@@ -242,6 +242,43 @@ async def test_a_new_epoch_is_read_from_the_metadata_without_rejoining_or_report
     assert "ReportConsumerGroupCoordinator" not in brokers.methods()
 
 
+async def test_a_member_whose_group_was_deleted_joins_again(client: Client) -> None:
+    # The only member was silent past the consumer timeout: the coordinator
+    # evicted it, which deleted the group. Every fetch then answers "consumer
+    # group does not exist", and the group's metadata says UNKNOWN_GROUP.
+    client._metadata.update(metadata(), now=0.0)
+    unknown = metadata()
+    unknown.groupMetadata.add(groupId="g", error=pb.ConsumerGroupMetadata.UNKNOWN_GROUP)
+    brokers = script(
+        client,
+        [
+            joined(0),
+            assignments(0),
+            not_found("consumer group does not exist"),
+            unknown,
+            joined(7),
+        ],
+        {
+            "FetchConsumerGroupAssignments": assignments(7),
+            "LeaveConsumerGroup": pb.LeaveConsumerGroupResponse(),
+        },
+    )
+    async with client.consumer(
+        "g", ["s"], consumer_id="m1", checkpoint_interval=None, fetch_interval=0.01
+    ) as c:
+        async with asyncio.timeout(WAIT):
+            while c.epoch != 7:
+                brokers.calls.clear()
+                await brokers.calls.wait()
+    assert brokers.methods()[:5] == [
+        "JoinConsumerGroup",
+        "FetchConsumerGroupAssignments",
+        "FetchConsumerGroupAssignments",
+        "FetchMetadata",
+        "JoinConsumerGroup",
+    ]
+
+
 async def test_the_coordinator_is_reported_only_after_coordinator_timeout_without_answer(
     client: Client,
 ) -> None:
