@@ -417,8 +417,11 @@ class Brokers:
         what: str,
         not_found: type[LiftbridgeServerError] = NoSuchPartitionError,
         refused: Callable[[str], Awaitable[Any]] | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """Call ``method`` on the partition leader; refresh and retry while it moves.
+
+        ``timeout``: each attempt's deadline (default ``rpc_timeout``).
 
         ``refused``: called with the address of a leader that answered
         FAILED_PRECONDITION (not the leader); what it returns, unless None, is
@@ -446,7 +449,9 @@ class Brokers:
                     continue
             stub = self.stub_for(self.channel(address))
             try:
-                return await getattr(stub, method)(request, timeout=self.rpc_timeout)
+                return await getattr(stub, method)(
+                    request, timeout=timeout if timeout is not None else self.rpc_timeout
+                )
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 retry = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION)

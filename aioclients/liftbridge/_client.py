@@ -743,6 +743,10 @@ class Client:
     async def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
         """Store a cursor: ``offset`` is the last offset processed by ``cursor_id``.
 
+        Waits up to max(``rpc_timeout``, 25 s) for the broker: it stores the cursor
+        in the ``__cursors`` stream, acked by every replica, and the first cursor
+        after a minute without one waits for the followers (about 9 s).
+
         Raises:
             NoSuchPartitionError: no such stream or partition.
         """
