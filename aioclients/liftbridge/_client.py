@@ -87,7 +87,9 @@ _NOT_FOUND_RETRY_TIME = 3.0
 _ALL_ACK_HINT = (
     "; with AckPolicy.ALL the first message of a new replicated partition waits for "
     "the followers' first fetch (up to ~10 s on a real cluster, replica.max.idle.wait): "
-    "raise timeout/ack_wait_time (e.g. 15 s)"
+    "raise timeout/ack_wait_time (e.g. 15 s); and while an in-sync replica is down, "
+    "every message waits until the leader drops it from the ISR (replica.max.lag.time, "
+    "15 s); the message may have been stored"
 )
 
 _CONNECT_OPTIONS = frozenset(
