@@ -379,6 +379,9 @@ class ConsumerGroup:
     members: dict[str, list[str]] = field(default_factory=dict)  # consumer -> streams
     last_seen: dict[str, float] = field(default_factory=dict)
     assignments: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    #: members that reported the coordinator, and until when their reports count
+    witnesses: set[str] = field(default_factory=set)
+    witnesses_until: float = 0.0
 
     def snapshot(self) -> GroupSnapshot:
         return GroupSnapshot(
@@ -912,13 +915,9 @@ class ClusterState:
             for p in stream.partitions.values():
                 if p.on_append is not None:
                     self._settle_replicas(p)
-        for group in self.groups.values():
-            if group.coordinator == broker_id:
-                live = [b for b in self.broker_ids if b in self.live]
-                if live:
-                    group.coordinator = live[0]
-                    group.epoch = self._next_index()
-                    self.record_group(group.group_id)
+        # A group's coordinator stays where it is: Liftbridge v1.9.0 moves it only
+        # when a majority of the members report it (ReportConsumerGroupCoordinator,
+        # server/failover.go), which they do after the coordinator timeout.
         return moved
 
     def broker_up(self, broker_id: str) -> list[Partition]:
