@@ -68,6 +68,7 @@ from aioclients.liftbridge._errors import (
     LiftbridgeConnectError,
     LiftbridgeError,
     LiftbridgeServerError,
+    LiftbridgeTimeoutError,
     NoSuchPartitionError,
     NoSuchStreamError,
 )
@@ -87,6 +88,19 @@ _NO_RESPONDERS = "no responders available"
 SETTLE_TIME = 5.0
 _SETTLE_POLL = 0.05
 _LEADER_ATTEMPTS = 5
+
+
+async def call_unbounded(stub: Any, method: str, request: Any, timeout: float) -> Any:
+    """Call ``method`` with no deadline on the wire, waiting at most ``timeout`` here.
+
+    For FetchMetadata. A broker whose cache of the cluster's brokers is stale
+    (older than metadata.cache.max.age, 2 min) asks every peer over NATS and
+    waits for all of them until the call's deadline, or 3 s without one
+    (server/metadata.go fetchBrokerInfo). With one peer down it so waited out
+    the client's own deadline: DEADLINE_EXCEEDED after 10 s, where a call
+    without a deadline got the live brokers after 3.3 s (Liftbridge v1.9.0).
+    """
+    return await asyncio.wait_for(getattr(stub, method)(request), timeout)
 
 
 async def _close_quietly(channel: grpc.aio.Channel) -> None:
@@ -316,10 +330,16 @@ class Brokers:
             else:
                 channel = self.channel(address)
             stub = self.stub_for(channel)
+            limit = timeout if timeout is not None else self.rpc_timeout
             try:
-                return await getattr(stub, method)(
-                    request, timeout=timeout if timeout is not None else self.rpc_timeout
-                )
+                if method == "FetchMetadata":
+                    return await call_unbounded(stub, method, request, limit)
+                return await getattr(stub, method)(request, timeout=limit)
+            except asyncio.TimeoutError:
+                self.check_open()
+                raise LiftbridgeTimeoutError(
+                    f"{what}: no answer from {redact_url(address)} within {limit}s"
+                ) from None
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 # CANCELLED here means another call closed this broker's channel
@@ -495,10 +515,10 @@ class Brokers:
         leads it and it is paused (None otherwise, or when it does not answer)."""
         stub = self.stub_for(self.channel(address))
         try:
-            resp = await stub.FetchMetadata(
-                pb.FetchMetadataRequest(streams=[stream]), timeout=self.rpc_timeout
+            resp = await call_unbounded(
+                stub, "FetchMetadata", pb.FetchMetadataRequest(streams=[stream]), self.rpc_timeout
             )
-        except grpc.aio.AioRpcError:
+        except (grpc.aio.AioRpcError, asyncio.TimeoutError):
             return None
         addresses = {b.id: f"{b.host}:{b.port}" for b in resp.brokers}
         for md in resp.streamMetadata:
@@ -610,9 +630,13 @@ class Brokers:
                 channel = self.channel(address)
                 stub = self.stub_for(channel)
                 try:
-                    resp = await stub.FetchMetadata(
-                        req, timeout=max(0.05, min(self.rpc_timeout, remaining))
+                    resp = await call_unbounded(
+                        stub, "FetchMetadata", req, max(0.05, min(self.rpc_timeout, remaining))
                     )
+                except asyncio.TimeoutError:
+                    self.check_open()
+                    pending.remove(address)  # no answer in the time left
+                    continue
                 except grpc.aio.AioRpcError as exc:
                     self.check_open()
                     if is_connection_failure(exc) and address not in renewed:

@@ -166,6 +166,39 @@ async def test_a_call_with_no_metadata_leader_yet_is_asked_again(client: Client)
     assert brokers.methods()[:2] == ["CreateStream", "CreateStream"]
 
 
+# -- FetchMetadata while a broker is down -------------------------------------------------
+
+
+async def test_fetch_metadata_puts_no_deadline_on_the_wire(client: Client) -> None:
+    # A broker whose cache of the cluster's brokers is stale asks every peer and
+    # waits for all of them until the call's deadline (3 s without one): with a
+    # peer down, a deadline of rpc_timeout made every such call fail at that
+    # deadline (measured on v1.9.0: DEADLINE_EXCEEDED at 10 s; 3.3 s and the live
+    # brokers without a deadline).
+    brokers = script(client, [metadata(), pb.CreateStreamResponse(), metadata(), metadata()])
+    await client.fetch_metadata()
+    await client.create_stream("s", "s")  # waits for every broker's FetchMetadata
+    deadlines = list(zip(brokers.methods(), brokers.timeouts, strict=True))
+    assert deadlines == [
+        ("FetchMetadata", None),
+        ("CreateStream", 10.0),
+        ("FetchMetadata", None),
+        ("FetchMetadata", None),
+    ]
+
+
+async def test_a_fetch_metadata_without_answer_still_ends_at_rpc_timeout(client: Client) -> None:
+    class Silent:
+        async def FetchMetadata(self, request: Any) -> Any:
+            await asyncio.Event().wait()
+
+    script(client, [])
+    client._stub_for = lambda channel: Silent()  # type: ignore[method-assign, assignment]
+    client._brokers.rpc_timeout = 0.05
+    with pytest.raises(lb.LiftbridgeTimeoutError):
+        await asyncio.wait_for(client.fetch_metadata(), WAIT)
+
+
 # -- cursors ----------------------------------------------------------------------------
 
 
