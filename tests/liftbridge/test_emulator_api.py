@@ -1016,6 +1016,48 @@ async def test_stopping_the_coordinator_broker_leaves_the_group_coordinator(
         await liftbridge_cluster.start_broker(index)
 
 
+@pytest.mark.fault
+async def test_a_paused_partition_keeps_its_stopped_leader_until_resumed(
+    liftbridge_cluster: Cluster, lb: Brokers, unique_name: str
+) -> None:
+    # Liftbridge v1.9.0 closes a paused partition on every replica: no follower
+    # replicates, so none reports a dead leader, and the partition stays led by
+    # it (seen for 25 s). A Subscribe with resume=True on a live in-sync replica
+    # resumes it, and then a live broker takes over.
+    if isinstance(liftbridge_cluster, ExternalLiftbridge):
+        pytest.skip("stops a broker: cannot with an external Liftbridge (see test_real_faults.py)")
+    await create(lb, unique_name, replicationFactor=3)
+    await publish(lb, unique_name, b"a", b"b")
+    await lb.any.PauseStream(pb.PauseStreamRequest(name=unique_name), timeout=TIMEOUT)
+    await lb.until_every_broker(unique_name, every_partition("paused", True))
+    p = await lb.partition(unique_name)
+    addresses = await lb.addresses()
+    index = liftbridge_cluster.addresses.index(addresses[p.leader])
+    await liftbridge_cluster.stop_broker(index)
+    replica = next(addresses[b] for b in p.isr if b != p.leader)
+    lb_other = Brokers(liftbridge_cluster, entry=replica)
+    try:
+        md = await lb_other.metadata(unique_name)
+        still = md.streamMetadata[0].partitions[0]
+        assert (still.leader, sorted(still.isr)) == (p.leader, sorted(p.isr))
+        sub = await subscribe(
+            lb_other.stub(replica),
+            stream=unique_name,
+            startPosition=pb.EARLIEST,
+            resume=True,
+            readISRReplica=True,
+        )
+        assert [m.value for m in await sub.take(2)] == [b"a", b"b"]
+        sub.call.cancel()
+        md = await lb_other.metadata(unique_name)
+        moved = md.streamMetadata[0].partitions[0]
+        assert moved.leader not in ("", p.leader)
+        assert p.leader not in moved.isr
+    finally:
+        await lb_other.close()
+        await liftbridge_cluster.start_broker(index)
+
+
 def _crc32c(data: bytes) -> int:
     crc = 0xFFFFFFFF
     for byte in data:
