@@ -199,7 +199,12 @@ class GroupConsumer:
         wanted = {(s, p) for s, parts in assignments.items() for p in parts}
         for key in list(self._subs):
             if key not in wanted:
+                # Another member reads it from the group's cursor now: what is
+                # still queued of it is not delivered (see __anext__), and no
+                # later checkpoint commits an offset of it over the new owner's.
                 await self._stop(key)
+                self._delivered.pop(key, None)
+                self._committed.pop(key, None)
         for key in sorted(wanted - set(self._subs)):
             await self._start(*key)
 
@@ -261,10 +266,10 @@ class GroupConsumer:
     async def _pump(self, sub: Subscription) -> None:
         try:
             async for msg in sub:
-                await self._queue.put(msg)
+                await self._queue.put((sub, msg))
         except LiftbridgeError as exc:
             if not self._closed:
-                await self._queue.put(exc)
+                await self._queue.put((sub, exc))
 
     async def _assignments_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -334,20 +339,31 @@ class GroupConsumer:
         return self
 
     async def __anext__(self) -> Message:
-        if self._failure is not None:
-            raise self._failure
-        if self._closed:
-            raise StopAsyncIteration
-        item = await self._queue.get()
-        if self._failure is not None:
-            raise self._failure
-        if item is _END:
-            raise StopAsyncIteration
-        if isinstance(item, BaseException):
-            raise item
-        assert isinstance(item, Message)
-        self._delivered[(item.stream, item.partition)] = item.offset
-        return item
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            if self._closed:
+                raise StopAsyncIteration
+            item = await self._queue.get()
+            if self._failure is not None:
+                raise self._failure
+            if item is _END:
+                raise StopAsyncIteration
+            assert isinstance(item, tuple)
+            sub, got = item
+            key = (sub.stream, sub.partition)
+            current = self._subs.get(key)
+            if current is None or current[0] is not sub:
+                # Queued before the partition was reassigned to another member
+                # (or before a new subscription to it replaced this one): that
+                # member reads it from the group's cursor; delivering it here too
+                # would hand it to two members.
+                continue
+            if isinstance(got, BaseException):
+                raise got
+            assert isinstance(got, Message)
+            self._delivered[key] = got.offset
+            return got
 
     async def aclose(self) -> None:
         """Stop consuming, commit the delivered offsets, leave the group (idempotent)."""

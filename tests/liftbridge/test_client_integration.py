@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import nats
 import pytest
@@ -676,6 +677,48 @@ async def test_group_consumer_reads_its_partitions_and_commits_cursors(
     async with client.consumer(unique_name, [unique_name], checkpoint_interval=None) as member:
         msg = await asyncio.wait_for(member.__anext__(), WAIT)
         assert (msg.partition, msg.offset, msg.value) == (1, 3, b"new")
+
+
+async def test_a_member_does_not_deliver_what_it_queued_from_a_partition_it_lost(
+    client: Client, unique_name: str, liftbridge_cluster: Cluster
+) -> None:
+    # The only member queues both partitions' messages; a second member then
+    # takes one partition and reads it from the group's cursor. What the first
+    # had queued of it must not reach its reader too (each message to one
+    # member), nor move that partition's cursor later.
+    await skip_without_cursors(liftbridge_cluster.addresses)
+    await client.create_stream(unique_name, unique_name, partitions=2)
+    for p in (0, 1):
+        for i in range(3):
+            await client.publish(unique_name, b"%d-%d" % (p, i), partition=p)
+    group = unique_name + "_g"
+    options: dict[str, Any] = {
+        "fetch_interval": 0.1,
+        "checkpoint_interval": None,
+        "auto_offset": StartPosition.EARLIEST,
+    }
+    loop = asyncio.get_running_loop()
+    async with client.consumer(group, [unique_name], consumer_id="a", **options) as a:
+        deadline = loop.time() + WAIT
+        while a._queue.qsize() < 6:  # everything queued, nothing read yet
+            assert loop.time() < deadline, a._queue.qsize()
+            await asyncio.sleep(0.02)
+        async with client.consumer(group, [unique_name], consumer_id="b", **options) as b:
+            deadline = loop.time() + 2 * WAIT
+            while len(a.assignments.get(unique_name, [])) != 1 or not b.assignments:
+                assert loop.time() < deadline, (a.assignments, b.assignments)
+                await asyncio.sleep(0.02)
+            (kept,) = a.assignments[unique_name]
+            await client.publish(unique_name, b"end", partition=kept)
+            got_a: list[Message] = []
+            while not got_a or got_a[-1].value != b"end":
+                got_a.append(await asyncio.wait_for(a.__anext__(), WAIT))
+            got_b = [await asyncio.wait_for(b.__anext__(), WAIT) for _ in range(3)]
+            assert [(m.partition, m.offset) for m in got_a] == [(kept, o) for o in range(4)]
+            assert [(m.partition, m.offset) for m in got_b] == [(1 - kept, o) for o in range(3)]
+            await a.checkpoint()
+    cursor_id = f"__group:{group}"
+    assert await client.fetch_cursor(cursor_id, unique_name, 1 - kept) == 2  # b's, on close
 
 
 async def test_publish_async_errors_arrive_on_the_future(client: Client, stream: str) -> None:
