@@ -194,6 +194,7 @@ class Brokers:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self.channels.get(address)
         if channel is None:
+            self.check_open()  # a closed client opens no channel
             channel = self.factory.open(address)
             self.channels[address] = channel
         return channel
@@ -259,6 +260,7 @@ class Brokers:
         """The broker's channel for PublishAsync and Publish (HTTP/2 unless "grpc")."""
         channel = self.stream_channels.get(address)
         if channel is None:
+            self.check_open()
             channel = self.factory.open_stream(address)
             self.stream_channels[address] = channel
         return channel
@@ -531,6 +533,7 @@ class Brokers:
 
     async def coordinator_rpc(self, coordinator: str, method: str, req: Any, what: str) -> Any:
         """Call ``method`` on the broker with id ``coordinator`` (once: no retry)."""
+        self.check_open()
         md = self.metadata.get()
         broker = md.broker(coordinator)
         if broker is None:

@@ -483,6 +483,7 @@ async def test_calls_after_close_raise_closed_error(
 ) -> None:
     c = await connect(liftbridge_cluster.addresses)
     await c.create_stream(unique_name, unique_name)
+    broker = (await c.fetch_metadata()).brokers()[0].id
     sub = c.subscribe(unique_name)
     await sub.open()
     reader = asyncio.ensure_future(sub.__anext__())
@@ -496,6 +497,9 @@ async def test_calls_after_close_raise_closed_error(
         c.fetch_metadata(),
         c.create_stream("a", "b"),
         c.fetch_cursor("c", unique_name, 0),
+        # A group member left running after its client closed must not go on
+        # fetching its assignments (on new channels), which kept it in the group.
+        c.fetch_consumer_group_assignments(unique_name, "m1", 0, coordinator=broker),
     ):
         with pytest.raises(LiftbridgeClosedError):
             await call
