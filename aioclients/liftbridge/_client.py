@@ -87,7 +87,9 @@ _NOT_FOUND_RETRY_TIME = 3.0
 _ALL_ACK_HINT = (
     "; with AckPolicy.ALL the first message of a new replicated partition waits for "
     "the followers' first fetch (up to ~10 s on a real cluster, replica.max.idle.wait): "
-    "raise timeout/ack_wait_time (e.g. 15 s)"
+    "raise timeout/ack_wait_time (e.g. 15 s); and while an in-sync replica is down, "
+    "every message waits until the leader drops it from the ISR (replica.max.lag.time, "
+    "15 s); the message may have been stored"
 )
 
 _CONNECT_OPTIONS = frozenset(
@@ -742,6 +744,10 @@ class Client:
 
     async def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
         """Store a cursor: ``offset`` is the last offset processed by ``cursor_id``.
+
+        Waits up to max(``rpc_timeout``, 25 s) for the broker: it stores the cursor
+        in the ``__cursors`` stream, acked by every replica, and the first cursor
+        after a minute without one waits for the followers (about 9 s).
 
         Raises:
             NoSuchPartitionError: no such stream or partition.

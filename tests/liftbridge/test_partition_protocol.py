@@ -160,6 +160,27 @@ def test_metadata_cache_replaces_snapshots_and_reports_staleness() -> None:
     assert "seed:1" in cache.addresses()
 
 
+def test_a_broker_the_partitions_name_keeps_its_address_when_the_list_omits_it() -> None:
+    # A broker that surveyed its peers while one was down lists the others only,
+    # for 2 minutes, although the restarted one leads partitions.
+    cache = MetadataCache([], max_age=10.0)
+    cache.update(_response(), now=1.0)
+    omitted = _response()
+    del omitted.brokers[1]  # b2 left out of the list
+    snap = cache.update(omitted, now=2.0)
+    assert [b.id for b in snap.brokers()] == ["b1", "b2"]
+    assert snap.leader_address("orders", 1) == "[::1]:1002"
+    assert "[::1]:1002" in snap.addresses()
+    # A broker no partition names any more is gone for good.
+    unnamed = _response()
+    del unnamed.brokers[1]
+    del unnamed.streamMetadata[:]
+    snap = cache.update(unnamed, now=3.0)
+    assert [b.id for b in snap.brokers()] == ["b1"]
+    # An id the client never learnt an address for stays unknown.
+    assert snap.leader_address("other", 0) is None
+
+
 def test_metadata_is_immutable() -> None:
     md = _metadata(s=1)
     with pytest.raises(AttributeError):

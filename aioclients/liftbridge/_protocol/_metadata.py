@@ -293,12 +293,41 @@ class MetadataCache:
         return self._current
 
     def update(self, response: Any, *, now: float, wall: datetime | None = None) -> Metadata:
-        """Replace the snapshot with one built from a ``FetchMetadataResponse``."""
-        self._current = Metadata.from_response(
-            response, now=now, wall=wall, seed_addresses=self.seeds
-        )
+        """Replace the snapshot with one built from a ``FetchMetadataResponse``.
+
+        A broker that the response's partitions name (leader, replica or in-sync
+        replica) but its broker list omits keeps the address the previous
+        snapshot gave it. A Liftbridge v1.9.0 broker lists the peers that
+        answered its last survey and reuses that list for
+        ``metadata.cache.max.age`` (2 min): a survey made while a peer was down
+        leaves the peer out for that long after it is back, although it leads
+        partitions (measured: every partition of a stream created then was led
+        by the restarted broker, and could not be subscribed to).
+        """
+        md = Metadata.from_response(response, now=now, wall=wall, seed_addresses=self.seeds)
+        previous = self._current
+        named = {
+            broker_id
+            for stream in md.streams()
+            for p in stream.partitions.values()
+            for broker_id in (p.leader, *p.replicas, *p.isr)
+        }
+        kept = [
+            b
+            for broker_id in sorted(named)
+            if md.broker(broker_id) is None and (b := previous.broker(broker_id)) is not None
+        ]
+        if kept:
+            md = Metadata(
+                (*md.brokers(), *kept),
+                md.streams(),
+                last_updated=md.last_updated,
+                fetched_at=md.fetched_at,
+                seed_addresses=self.seeds,
+            )
+        self._current = md
         self.generation += 1
-        return self._current
+        return md
 
     def addresses(self) -> tuple[str, ...]:
         """Every address to try for an ordinary RPC."""
