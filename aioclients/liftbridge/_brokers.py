@@ -123,12 +123,15 @@ class Brokers:
         rpc_timeout: float,
         max_rpc_attempts: int,
         metadata_max_age: float,
+        cursor_timeout: float | None = None,
         rng: random.Random | None,
         clock: Callable[[], float] | None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.factory = factory
         self.rpc_timeout = rpc_timeout
+        #: set_cursor's deadline (None: max(rpc_timeout, SET_CURSOR_TIMEOUT))
+        self.cursor_timeout = cursor_timeout
         self.max_rpc_attempts = max_rpc_attempts
         self.rng = rng if rng is not None else random.Random()
         self.clock = clock if clock is not None else self.loop.time

@@ -115,8 +115,11 @@ async def set_cursor(
     # pauses after a minute without one (cursors.stream.auto.pause.time), and the
     # first message after it resumes waits for the followers' idle fetch, up to
     # clustering.replica.max.idle.wait (10 s): measured 9.1-9.4 s on Liftbridge
-    # v1.9.0, on the edge of the default rpc_timeout.
-    timeout = max(brokers.rpc_timeout, SET_CURSOR_TIMEOUT)
+    # v1.9.0, on the edge of the default rpc_timeout. connect() gives 25 s unless
+    # the caller chose rpc_timeout or cursor_timeout.
+    timeout = brokers.cursor_timeout
+    if timeout is None:
+        timeout = max(brokers.rpc_timeout, SET_CURSOR_TIMEOUT)
     await _cursor_rpc(brokers, "SetCursor", req, f"set_cursor {cursor_id!r}", timeout)
 
 

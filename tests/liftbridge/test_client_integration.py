@@ -1062,3 +1062,24 @@ async def test_a_stopped_subscriber_buffers_the_window_plus_one_message_that_did
     sizes = [16 * 1024] * 240 + [big] + [16 * 1024] * 64
     buffered = await _fill_while_stopped(client, stream, sizes)
     assert STREAM_WINDOW < buffered <= STREAM_WINDOW + big + 5 + 1024  # + one envelope
+
+
+@pytest.mark.parametrize(
+    ("options", "deadline"),
+    [
+        ({}, 25.0),  # the default: room for a resumed __cursors partition (~9 s)
+        ({"rpc_timeout": 0.5}, 0.5),  # a caller's own deadline holds for cursors too
+        ({"rpc_timeout": 0.5, "cursor_timeout": 40.0}, 40.0),
+        ({"cursor_timeout": 3.0}, 3.0),
+    ],
+)
+async def test_set_cursor_deadline_follows_the_connect_options(
+    liftbridge_cluster: Cluster, options: dict[str, float], deadline: float
+) -> None:
+    async with await connect(liftbridge_cluster.addresses, **options) as c:
+        assert c._brokers.cursor_timeout == deadline
+
+
+async def test_a_bad_cursor_timeout_is_refused(liftbridge_cluster: Cluster) -> None:
+    with pytest.raises(InvalidArgumentError, match="cursor_timeout"):
+        await connect(liftbridge_cluster.addresses, cursor_timeout=-1)
