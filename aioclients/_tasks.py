@@ -24,16 +24,55 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ("TaskOwner",)
+__all__ = ("TaskOwner", "wait_within")
 
 log = logging.getLogger("aioclients.tasks")
 
 T = TypeVar("T")
 
 _RECANCEL_AFTER = 0.1  # seconds
+
+
+async def wait_within(awaitable: Awaitable[T], timeout: float | None) -> T:
+    """``asyncio.wait_for`` that never loses its caller's cancellation.
+
+    Before Python 3.12, ``wait_for`` returns the result of what it waits for when
+    that is ready at the very moment the caller is cancelled: the cancel is lost,
+    and the caller carries on (CPython gh-86296), e.g. into a call that then waits
+    for its whole deadline. Here the caller's cancel always raises; what it waited
+    for is cancelled (a result it already had is dropped: the caller must clean up
+    after a cancel anyway).
+
+    Raises:
+        asyncio.TimeoutError: not done within ``timeout`` (it is cancelled, and
+            awaited, first).
+    """
+    if sys.version_info >= (3, 12) or (timeout is not None and timeout <= 0):
+        # (with no time left, wait_for gives up at once and loses no cancel)
+        return await asyncio.wait_for(awaitable, timeout)
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait((task,), timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        task.add_done_callback(_retrieve)
+        raise
+    if not done:
+        task.cancel()
+        await asyncio.wait((task,))
+        if task.cancelled():
+            raise asyncio.TimeoutError
+    return task.result()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a dropped task's outcome seen: no "exception was never retrieved"."""
+    if not task.cancelled():
+        task.exception()
 
 
 class TaskOwner:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from aioclients import InvalidArgumentError
 from aioclients.testing import FaultProxy
 from aioclients.testing.fault_proxy import _Link
 
@@ -110,6 +111,28 @@ async def test_reset_resets_both_ends(echo: EchoServer) -> None:
         await _close(writer2)
 
 
+async def test_the_fault_calls_can_be_awaited_too(echo: EchoServer) -> None:
+    # The API contract writes them without "(sync)": awaiting each works as well as
+    # the plain call, and the fault is in place when the call returns.
+    async with FaultProxy(echo.address) as proxy:
+        reader, writer = await _connect(proxy.address)
+        writer.write(b"ping")
+        await asyncio.wait_for(reader.readexactly(4), 5)
+        assert await proxy.freeze() is None
+        assert proxy.frozen
+        assert await proxy.thaw() is None
+        assert not proxy.frozen
+        assert await proxy.delay(0) is None
+        assert await proxy.refuse() is None
+        with pytest.raises(ConnectionRefusedError):
+            await _connect(proxy.address)
+        assert await proxy.refuse(False) is None
+        count = await proxy.reset()
+        assert count == 1
+        assert type(count) is int
+        await _close(writer)
+
+
 async def test_refuse_refuses_new_connections_only(echo: EchoServer) -> None:
     async with FaultProxy(echo.address) as proxy:
         reader, writer = await _connect(proxy.address)
@@ -138,7 +161,7 @@ async def test_delay_adds_latency_each_way(echo: EchoServer) -> None:
         # milliseconds: 80055.563 - 80055.163 is 0.39999999999417923 in floats.
         assert loop.time() - started >= 0.4 - 1e-6
         proxy.delay(0)
-        with pytest.raises(ValueError, match="delay"):
+        with pytest.raises(InvalidArgumentError, match="delay"):
             proxy.delay(-1)
         await _close(writer)
 
@@ -164,7 +187,7 @@ async def test_close_aborts_open_connections(echo: EchoServer) -> None:
 
 
 def test_bad_target_is_refused_at_once() -> None:
-    with pytest.raises(ValueError, match="host:port"):
+    with pytest.raises(InvalidArgumentError, match="host:port"):
         FaultProxy("no-port-here")
     with pytest.raises(RuntimeError, match="not started"):
         _ = FaultProxy("127.0.0.1:1").address
@@ -223,3 +246,20 @@ async def test_a_chunk_read_before_its_link_was_aborted_is_dropped(echo: EchoSer
     await asyncio.wait_for(proxy._pump(link, chunk, writer, to_server=True), 5)
     assert proxy.statistics().bytes_to_server == 0
     await proxy.aclose()  # no failure of a task to raise
+
+
+def test_the_emulators_refuse_bad_arguments_with_the_library_s_error() -> None:
+    # aioclients.AioClientsError is the root of every error the library raises, the
+    # test servers' included (InvalidArgumentError is still a ValueError).
+    from aioclients.testing import LiftbridgeCluster, NsqdEmulator
+
+    nsqd = NsqdEmulator()
+    for call in (
+        lambda: nsqd.publish("bad topic", b"x"),
+        lambda: nsqd.publish("t", b""),
+        lambda: nsqd.create_topic("t", "bad channel"),
+        lambda: nsqd.fail_next("SUB"),
+        lambda: LiftbridgeCluster().advertise(0, "no-port"),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            call()

@@ -47,6 +47,21 @@ def test_sync_context_manager_stop_and_start() -> None:
     assert not server.running
 
 
+async def test_stop_start_and_restart_can_be_awaited_too() -> None:
+    # The API contract writes them without "(sync)": `await server.stop()` works as
+    # well as the plain call, and the work is done when the call returns.
+    async with NatsServer() as server:
+        assert await server.stop() is None
+        assert not server.running
+        assert not _accepts(server.port)
+        assert await server.start() is None
+        assert _accepts(server.port)
+        assert await server.restart() is None
+        assert _accepts(server.port)
+        async with await jetstream.connect(server.url) as js:
+            await js.account_info()
+
+
 def test_pause_and_resume_freeze_the_process() -> None:
     with NatsServer() as server:
         server.pause()

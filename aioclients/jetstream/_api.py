@@ -170,7 +170,6 @@ class JetStreamApi:
         self._inboxes: weakref.WeakSet[ReplyInbox] = weakref.WeakSet()
         # Running fetch/consume calls, told about disconnects, reconnects and close().
         self._listeners: set[ConnectionListener] = set()
-        self._hooks_installed = False
         #: close() has begun: nothing new may be sent
         self.closing = False
         # The loop the connection runs on (bound at the first check when made outside one).
@@ -183,6 +182,9 @@ class JetStreamApi:
         # (feature, version) checks passed, and the server they passed on
         self._version_ok: set[tuple[str, Version]] = set()
         self._version_ok_on: tuple[str, str] | None = None
+        # Disconnects and reconnects go to the running consumers; a connection that
+        # closes for good answers nothing any more: what waits for it fails at once.
+        self.transport.add_listener(self)
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -217,27 +219,31 @@ class JetStreamApi:
 
     def add_listener(self, listener: ConnectionListener) -> None:
         """Register a running fetch/consume for connection notifications."""
-        if not self._hooks_installed:
-            self._install_hooks()
+        self.transport.install_listener_callbacks()  # (a connect() after the context)
         self._listeners.add(listener)
 
     def remove_listener(self, listener: ConnectionListener) -> None:
         self._listeners.discard(listener)
 
-    def _install_hooks(self) -> None:
-        """Hear of disconnects and reconnects first, before the connection's own callbacks."""
-        listeners = self._listeners
+    def connection_lost(self) -> None:
+        """The connection dropped (nats-py reconnects): tell the running consumers."""
+        for listener in list(self._listeners):
+            listener.connection_lost()
 
-        def lost() -> None:
-            for listener in list(listeners):
-                listener.connection_lost()
+    def connection_restored(self) -> None:
+        for listener in list(self._listeners):
+            listener.connection_restored()
 
-        def restored() -> None:
-            for listener in list(listeners):
-                listener.connection_restored()
-
-        self.transport.chain_connection_callbacks(lost, restored)
-        self._hooks_installed = True
+    def connection_closed(self) -> None:
+        """The connection closed for good, on its own or by its owner."""
+        if self.closing:
+            return  # close() fails them itself
+        for inbox in list(self._inboxes):
+            inbox.close_now()
+        for listener in list(self._listeners):
+            listener.context_closed()
+        self.requests.connection_closed()
+        self.acks.connection_closed()
 
     async def open_inbox(self) -> ReplyInbox:
         """A private inbox for a multi-reply request, woken (to raise) by :meth:`close`."""

@@ -84,7 +84,7 @@ from aioclients.jetstream._publisher import (
 from aioclients.jetstream._push import PushConsumer, push_consumer_of, upsert_push_consumer
 from aioclients.jetstream._schedule import publish_schedule
 from aioclients.jetstream._stream import Stream
-from aioclients.jetstream._transport import NatsClient, close_connection
+from aioclients.jetstream._transport import NatsClient, abort_socket, close_connection
 
 __all__ = ("DEFAULT_MAX_PENDING", "ConnectionListener", "JetStream", "connect")
 
@@ -841,7 +841,12 @@ async def connect(
     deadline = float(options["connect_timeout"]) * max(1, len(urls)) + 1.0
     try:
         await _first_connect(nc, urls, options, deadline)
-    except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
+    except asyncio.CancelledError:
+        # nats-py leaves the socket of a connect cut short open: drop it.
+        abort_socket(nc)
+        raise
+    # ValueError: an INFO line without an end (asyncio's readline limit) or not JSON.
+    except (OSError, asyncio.TimeoutError, ValueError, nats.errors.Error) as exc:
         last = getattr(nc, "_err", None) or exc
         reason = str(last) or f"{type(last).__name__} (no answer within {deadline:.0f}s)"
         # Bounded: a server that accepted but does not read could hold a plain close.

@@ -7,11 +7,13 @@ server names them) and the whole answer in ``raw``. Configs are
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from aioclients._errors import RemoteProtocolError
 from aioclients.jetstream._protocol._config import config_from_wire
 from aioclients.jetstream._protocol._time import parse_server_time
 
@@ -43,6 +45,28 @@ class JsonObject(dict[str, Any]):
         for key, item in (value or {}).items():
             out[key] = cls.wrap(item) if isinstance(item, Mapping) else item
         return out
+
+
+_Info = TypeVar("_Info")
+
+
+def _answer_shape(
+    parse: Callable[[type[_Info], Mapping[str, Any]], _Info],
+) -> Callable[[type[_Info], Mapping[str, Any]], _Info]:
+    """A ``from_json`` that raises RemoteProtocolError for an answer of the wrong shape
+    (``{"config": 5}``), not the AttributeError or TypeError of reading it."""
+
+    @functools.wraps(parse)
+    def checked(cls: type[_Info], data: Mapping[str, Any]) -> _Info:
+        try:
+            return parse(cls, data)
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+            raise RemoteProtocolError(
+                f"the server's answer is no {cls.__name__} "
+                f"({type(exc).__name__}: {exc}): {str(data)[:200]}"
+            ) from None
+
+    return checked
 
 
 def _time(value: Any) -> datetime | None:
@@ -104,6 +128,7 @@ class StreamInfo:
         return name
 
     @classmethod
+    @_answer_shape
     def from_json(cls, data: Mapping[str, Any]) -> StreamInfo:
         return cls(
             config=JsonObject.wrap(config_from_wire(data.get("config") or {})),
@@ -161,6 +186,7 @@ class ConsumerInfo:
     ts: datetime | None = None
 
     @classmethod
+    @_answer_shape
     def from_json(cls, data: Mapping[str, Any]) -> ConsumerInfo:
         groups = data.get("priority_groups")
         return cls(
@@ -198,6 +224,7 @@ class AccountInfo:
     raw: dict[str, Any] = field(repr=False)
 
     @classmethod
+    @_answer_shape
     def from_json(cls, data: Mapping[str, Any]) -> AccountInfo:
         return cls(
             memory=data.get("memory", 0),
@@ -261,6 +288,7 @@ class ConsumerPause:
     pause_remaining: float | None
 
     @classmethod
+    @_answer_shape
     def from_json(cls, data: Mapping[str, Any]) -> ConsumerPause:
         paused = bool(data.get("paused", False))
         return cls(

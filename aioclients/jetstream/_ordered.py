@@ -28,6 +28,7 @@ import asyncio
 import collections
 import inspect
 import logging
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -67,6 +68,7 @@ from aioclients.jetstream._protocol._ordered import (
     ordered_consumer_config,
 )
 from aioclients.jetstream._protocol._pull import (
+    MIN_EXPIRES,
     Disconnected,
     HeartbeatMissed,
     PullOptions,
@@ -184,6 +186,10 @@ class OrderedConsumer:
             return self._consumer, cursor.generation
         loop = asyncio.get_running_loop()
         not_found = 0
+        # The first consumer is tried for the context's timeout, then the error is
+        # raised (a watch, keys() or next() on a server that cannot create it ends,
+        # as nats.go's Watch does); a replacement is tried for as long as it takes.
+        give_up = loop.time() + self._api.timeout if cursor.generation == 0 else math.inf
         while True:
             self._api.check_open()
             try:
@@ -198,10 +204,12 @@ class OrderedConsumer:
                     raise
                 self._backoff_log("stream not found")
             except JetStreamError as exc:
-                if exc.code == 400:
-                    raise  # the config is refused; retrying does not help
+                if exc.code == 400 or loop.time() >= give_up:
+                    raise  # the config is refused (retrying does not help), or no time left
                 self._backoff_log(str(exc))
             except AioClientsError as exc:
+                if loop.time() >= give_up:
+                    raise
                 self._backoff_log(str(exc))
             else:
                 self._consumer = consumer
@@ -307,17 +315,22 @@ class OrderedConsumer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + options.expires
         while True:
-            remaining = deadline - loop.time()
-            if remaining < 1.0:
-                break
-            batch = OrderedFetch(
-                self, fetch_options(max_messages=1, expires=remaining, idle_heartbeat=None)
-            )
+            # The first pull gets all of ``expires`` (it is at least MIN_EXPIRES, but a
+            # moment has passed since the deadline was set); a pull after a reset gets
+            # what is left, when that is still a pull's minimum.
+            batch = OrderedFetch(self, options)
             async with batch:
                 async for msg in batch:
                     return msg
             if not batch.reset:
                 break
+            remaining = deadline - loop.time()
+            if remaining < MIN_EXPIRES:
+                break
+            heartbeat = options.idle_heartbeat
+            if heartbeat is not None and heartbeat > remaining / 2:
+                heartbeat = None
+            options = fetch_options(max_messages=1, expires=remaining, idle_heartbeat=heartbeat)
         raise NoMessagesError(
             f"no message from the ordered consumer on {self.stream_name} within {expires:g}s",
             code=None,

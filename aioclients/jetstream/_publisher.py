@@ -578,8 +578,9 @@ class ReplyMux(Generic[T]):
         if self._pending:
             self._arm(loop, min(entry[2] for entry in self._pending.values()))
 
-    def _fail_all(self) -> None:
+    def _fail_all(self, error: Callable[[str], Exception] | None = None) -> None:
         # (emptied in place: the transport holds the table, see _ensure_raw_open)
+        make_error = error or self._closed_error
         pending = dict(self._pending)
         self._pending.clear()
         resends, self._resends = self._resends, {}
@@ -587,8 +588,13 @@ class ReplyMux(Generic[T]):
             timer.cancel()
         for future, what, _, _ in pending.values():
             if not future.done():
-                future.set_exception(self._closed_error(what_text(what)))
+                future.set_exception(make_error(what_text(what)))
             self._settled()
+
+    def connection_closed(self) -> None:
+        """The connection closed for good (not by the context): fail what is
+        outstanding now, as its deadline would (no answer can come any more)."""
+        self._fail_all(self._overdue_error)
 
     def _closed_error(self, what: str) -> JetStreamError | JetStreamClosedError:
         return JetStreamClosedError(f"the JetStream context closed before {what} was answered")

@@ -26,9 +26,10 @@ import logging
 import math
 import operator
 import re
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -55,6 +56,7 @@ from aioclients.jetstream._protocol._headers import (
 from aioclients.jetstream._protocol._wire import (
     ERR,
     INFO,
+    MAX_CONTROL_LINE,
     MSG,
     PING,
     PONG,
@@ -145,6 +147,14 @@ _PAYLOAD = operator.itemgetter(5)
 _SID = operator.itemgetter(2)
 
 _CONNECTED = NATS.CONNECTED
+
+#: The largest message frame (control line, payload, CRLF) read in pieces whatever the
+#: server's max_payload says: nats-server's default max_pending, the most it queues for
+#: one client (a larger message is only possible where the server announces a larger
+#: max_payload, and a larger one than that is refused: see FastParser._parse).
+_MAX_FRAME = 64 * 1024 * 1024
+#: a message frame's bytes beyond its payload: the control line and two CRLFs
+_FRAME_SLACK = MAX_CONTROL_LINE + 4
 
 #: How long a write may wait for a server that does not read, when no timeout applies.
 DEFAULT_WRITE_TIMEOUT = 5.0
@@ -299,6 +309,17 @@ class NatsClient(NATS):
 
     async def _process_connect_init(self) -> None:
         await super()._process_connect_init()
+        if self._status != _CONNECTED:
+            # nats-py takes any line for the answer to its PING (only PONG makes it
+            # CONNECTED, only -ERR fails it) and would carry on, not connected, with
+            # its tasks started: stop them, and fail this attempt.
+            for task in (self._reading_task, self._ping_interval_task, self._flusher_task):
+                if task is not None:
+                    task.cancel()
+            abort_socket(self)
+            raise nats.errors.Error(
+                "nats: the server answered the first PING with neither PONG nor -ERR"
+            )
         parser = self._ps
         if isinstance(parser, FastParser):
             transport = self._transport
@@ -578,6 +599,16 @@ class FastParser:
                     self._skip = _SKIP_AFTER_REFUSAL
         try:
             frames, used, need = scan(buffer, used)
+            if need > _MAX_FRAME:
+                # A message announced larger than the server lets anyone publish:
+                # refused now, not buffered for as long as the server sends.
+                max_payload = getattr(self.nc, "_max_payload", 0)
+                if not isinstance(max_payload, int) or need > max_payload + _FRAME_SLACK:
+                    raise RemoteProtocolError(
+                        f"a message of {need} bytes announced, larger than the "
+                        f"server's max_payload ({max_payload!r})",
+                        offset=used,
+                    )
         except RemoteProtocolError as exc:
             self.reset()
             log.error("NATS protocol error: %s", exc)
@@ -745,6 +776,27 @@ def _whole_run(frames: list[Frame], runs: dict[int, RunHandler]) -> RunHandler |
     return run if sids.count(sids[0]) == len(sids) else None
 
 
+class ConnectionEvents(Protocol):
+    """Told when a connection drops, comes back, and closes for good (see
+    :meth:`NatsTransport.add_listener`)."""
+
+    def connection_lost(self) -> None: ...
+    def connection_restored(self) -> None: ...
+    def connection_closed(self) -> None: ...
+
+
+#: the attribute of a nats-py client that holds its listeners
+_LISTENERS = "_aioclients_listeners"
+
+
+def _tell(listeners: weakref.WeakSet[ConnectionEvents], event: str) -> None:
+    for listener in list(listeners):
+        try:
+            getattr(listener, event)()
+        except Exception:  # one listener's bug must not keep the news from the others
+            log.exception("a connection listener failed on %s", event)
+
+
 class NatsTransport:
     """Publishing and subscribing through one nats-py client."""
 
@@ -764,27 +816,52 @@ class NatsTransport:
         if self.nc.is_closed:
             raise JetStreamClosedError("the NATS connection is closed; open a new one")
 
-    def chain_connection_callbacks(
-        self, lost: Callable[[], None], restored: Callable[[], None]
-    ) -> None:
-        """Call ``lost`` / ``restored`` when the connection drops / comes back,
-        before the callbacks the client had (which still run, after them)."""
+    def add_listener(self, listener: ConnectionEvents) -> None:
+        """Tell ``listener`` when the connection drops, comes back, and closes for
+        good, before the callbacks the client had (which still run, after).
+
+        Listeners are held weakly, in one set per connection, whose callbacks are
+        installed once: a connection shared by many short-lived contexts neither
+        keeps them alive nor grows a chain of callbacks.
+        """
         nc = self.nc
+        listeners: weakref.WeakSet[ConnectionEvents] | None = getattr(nc, _LISTENERS, None)
+        if listeners is None:
+            listeners = weakref.WeakSet()
+            setattr(nc, _LISTENERS, listeners)
+        listeners.add(listener)
+        self.install_listener_callbacks()
+
+    def install_listener_callbacks(self) -> None:
+        """Put the listeners' callbacks in front of the client's, unless they are
+        there (``nc.connect()`` after the context was made replaces them)."""
+        nc = self.nc
+        listeners: weakref.WeakSet[ConnectionEvents] | None = getattr(nc, _LISTENERS, None)
+        if listeners is None or getattr(nc._closed_cb, _LISTENERS, None) is listeners:
+            return
         previous_disconnected = nc._disconnected_cb
         previous_reconnected = nc._reconnected_cb
+        previous_closed = nc._closed_cb
 
         async def disconnected() -> None:
-            lost()
+            _tell(listeners, "connection_lost")
             if previous_disconnected is not None:
                 await previous_disconnected()
 
         async def reconnected() -> None:
-            restored()
+            _tell(listeners, "connection_restored")
             if previous_reconnected is not None:
                 await previous_reconnected()
 
+        async def closed() -> None:
+            _tell(listeners, "connection_closed")
+            if previous_closed is not None:
+                await previous_closed()
+
+        setattr(closed, _LISTENERS, listeners)  # marks the callbacks as installed
         nc._disconnected_cb = disconnected
         nc._reconnected_cb = reconnected
+        nc._closed_cb = closed
 
     def server_identity(self) -> tuple[str, str]:
         """``(server_id, version)`` from the INFO of the server connected now

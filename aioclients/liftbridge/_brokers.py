@@ -69,6 +69,7 @@ from aioclients.liftbridge._errors import (
     LiftbridgeConnectError,
     LiftbridgeError,
     LiftbridgeServerError,
+    LiftbridgeTimeoutError,
     NoSuchPartitionError,
     NoSuchStreamError,
 )
@@ -88,6 +89,19 @@ _NO_RESPONDERS = "no responders available"
 SETTLE_TIME = 5.0
 _SETTLE_POLL = 0.05
 _LEADER_ATTEMPTS = 5
+
+
+async def call_unbounded(stub: Any, method: str, request: Any, timeout: float) -> Any:
+    """Call ``method`` with no deadline on the wire, waiting at most ``timeout`` here.
+
+    For FetchMetadata. A broker whose cache of the cluster's brokers is stale
+    (older than metadata.cache.max.age, 2 min) asks every peer over NATS and
+    waits for all of them until the call's deadline, or 3 s without one
+    (server/metadata.go fetchBrokerInfo). With one peer down it so waited out
+    the client's own deadline: DEADLINE_EXCEEDED after 10 s, where a call
+    without a deadline got the live brokers after 3.3 s (Liftbridge v1.9.0).
+    """
+    return await asyncio.wait_for(getattr(stub, method)(request), timeout)
 
 
 async def _close_quietly(channel: grpc.aio.Channel) -> None:
@@ -110,12 +124,15 @@ class Brokers:
         rpc_timeout: float,
         max_rpc_attempts: int,
         metadata_max_age: float,
+        cursor_timeout: float | None = None,
         rng: random.Random | None,
         clock: Callable[[], float] | None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.factory = factory
         self.rpc_timeout = rpc_timeout
+        #: set_cursor's deadline (None: max(rpc_timeout, SET_CURSOR_TIMEOUT))
+        self.cursor_timeout = cursor_timeout
         self.max_rpc_attempts = max_rpc_attempts
         self.rng = rng if rng is not None else random.Random()
         self.clock = clock if clock is not None else self.loop.time
@@ -192,6 +209,7 @@ class Brokers:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self.channels.get(address)
         if channel is None:
+            self.check_open()  # a closed client opens no channel
             channel = self.factory.open(address)
             self.channels[address] = channel
         return channel
@@ -205,6 +223,22 @@ class Brokers:
             if channel is not None:
                 self._stubs.pop(channel, None)
                 self._close_later(channel)
+
+    def renew_channel(self, address: str, channel: grpc.aio.Channel) -> None:
+        """Replace the RPC channel to ``address`` after a connection failure on it.
+
+        A ``grpc.aio`` channel whose connection failed waits out a reconnect
+        backoff (1 s, growing to 2 min) and meanwhile fails every call at once,
+        although the broker may be back: a broker down 20 s, then restarted,
+        still failed that channel's calls 7.7 s later, while a new channel got an
+        answer within 0.12 s (Liftbridge v1.9.0, loopback). The next call opens a
+        new channel. ``channel`` is the one that failed: one another call opened
+        since is kept.
+        """
+        if self.channels.get(address) is channel:
+            del self.channels[address]
+            self._stubs.pop(channel, None)
+            self._close_later(channel)
 
     def _close_later(self, channel: grpc.aio.Channel) -> None:
         if self._closing.closed:  # close() is under way and closes every channel
@@ -238,9 +272,11 @@ class Brokers:
         return address, self.stub_for(self.channel(address))
 
     def stream_channel(self, address: str) -> Any:
-        """The broker's channel for PublishAsync and Publish (HTTP/2 unless "grpc")."""
+        """The broker's channel for PublishAsync, Publish, the cursor calls and
+        FetchPartitionMetadata (HTTP/2 unless "grpc")."""
         channel = self.stream_channels.get(address)
         if channel is None:
+            self.check_open()
             channel = self.factory.open_stream(address)
             self.stream_channels[address] = channel
         return channel
@@ -286,7 +322,7 @@ class Brokers:
         With ``on_stream_channel`` the call runs on the broker's PublishAsync
         channel (the client's own HTTP/2 code unless ``stream_transport="grpc"``),
         which costs less CPU per call than ``grpc.aio`` (no threads to wake): the
-        per-message publish uses it.
+        per-message publish and the cursor calls use it.
         """
         self.check_open()
         last: grpc.aio.AioRpcError | None = None
@@ -312,10 +348,16 @@ class Brokers:
             else:
                 channel = self.channel(address)
             stub = self.stub_for(channel)
+            limit = timeout if timeout is not None else self.rpc_timeout
             try:
-                return await getattr(stub, method)(
-                    request, timeout=timeout if timeout is not None else self.rpc_timeout
-                )
+                if method == "FetchMetadata":
+                    return await call_unbounded(stub, method, request, limit)
+                return await getattr(stub, method)(request, timeout=limit)
+            except asyncio.TimeoutError:
+                self.check_open()
+                raise LiftbridgeTimeoutError(
+                    f"{what}: no answer from {redact_url(address)} within {limit}s"
+                ) from None
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 # CANCELLED here means another call closed this broker's channel
@@ -413,13 +455,17 @@ class Brokers:
         what: str,
         not_found: type[LiftbridgeServerError] = NoSuchPartitionError,
         refused: Callable[[str], Awaitable[Any]] | None = None,
+        on_stream_channel: bool = False,
+        timeout: float | None = None,
     ) -> Any:
         """Call ``method`` on the partition leader; refresh and retry while it moves.
+
+        ``timeout``: each attempt's deadline (default ``rpc_timeout``).
 
         ``refused``: called with the address of a leader that answered
         FAILED_PRECONDITION (not the leader); what it returns, unless None, is
         the answer (e.g. a paused partition's leader, which refuses as if it
-        did not lead).
+        did not lead). ``on_stream_channel``: as in :meth:`rpc`.
         """
         self.check_open()
         attempts = _LEADER_ATTEMPTS
@@ -440,9 +486,15 @@ class Brokers:
                         )
                     await asyncio.sleep(self.jitter())
                     continue
-            stub = self.stub_for(self.channel(address))
+            if on_stream_channel and request.ByteSize() <= self.factory.max_send:
+                channel = self.stream_channel(address)
+            else:
+                channel = self.channel(address)
+            stub = self.stub_for(channel)
             try:
-                return await getattr(stub, method)(request, timeout=self.rpc_timeout)
+                return await getattr(stub, method)(
+                    request, timeout=timeout if timeout is not None else self.rpc_timeout
+                )
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 retry = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION)
@@ -479,6 +531,7 @@ class Brokers:
             req,
             what="fetch_partition_metadata",
             refused=refused,
+            on_stream_channel=True,
         )
 
     async def _paused_partition(self, address: str, stream: str, partition: int) -> Any:
@@ -486,10 +539,10 @@ class Brokers:
         leads it and it is paused (None otherwise, or when it does not answer)."""
         stub = self.stub_for(self.channel(address))
         try:
-            resp = await stub.FetchMetadata(
-                pb.FetchMetadataRequest(streams=[stream]), timeout=self.rpc_timeout
+            resp = await call_unbounded(
+                stub, "FetchMetadata", pb.FetchMetadataRequest(streams=[stream]), self.rpc_timeout
             )
-        except grpc.aio.AioRpcError:
+        except (grpc.aio.AioRpcError, asyncio.TimeoutError):
             return None
         addresses = {b.id: f"{b.host}:{b.port}" for b in resp.brokers}
         for md in resp.streamMetadata:
@@ -502,6 +555,7 @@ class Brokers:
 
     async def coordinator_rpc(self, coordinator: str, method: str, req: Any, what: str) -> Any:
         """Call ``method`` on the broker with id ``coordinator`` (once: no retry)."""
+        self.check_open()
         md = self.metadata.get()
         broker = md.broker(coordinator)
         if broker is None:
@@ -511,10 +565,15 @@ class Brokers:
             raise LiftbridgeError(
                 f"{what}: coordinator broker {coordinator!r} is not in the metadata"
             )
-        stub = self.stub_for(self.channel(broker.address))
+        channel = self.channel(broker.address)
+        stub = self.stub_for(channel)
         try:
             return await getattr(stub, method)(req, timeout=self.rpc_timeout)
         except grpc.aio.AioRpcError as exc:
+            if is_connection_failure(exc) and not self.closed:
+                # The caller asks again soon: on a new connection, not one
+                # still in reconnect backoff after the coordinator came back.
+                self.renew_channel(broker.address, channel)
             raise map_rpc_error(exc, what=what, closed=self.closed) from None
 
     # -- metadata ---------------------------------------------------------------------
@@ -573,7 +632,11 @@ class Brokers:
         NOT_FOUND, one right after set_stream_readonly(readonly=False) can be
         dropped). So the call returns once each reachable broker's FetchMetadata
         shows the change, or after ``SETTLE_TIME`` seconds (logged; not an error:
-        the change itself was made). A broker that does not answer is skipped.
+        the change itself was made). A broker that does not answer is skipped;
+        one whose connection failed is asked once more, on a new channel (see
+        :meth:`renew_channel`: a broker restarted a moment ago is live, but the
+        old channel fails at once), and skipped only when that fails too (it is
+        down: a refused connection fails within a millisecond).
 
         With ``incarnation`` (a stream's creation timestamp), the brokers must
         also agree on it: right after a stream was deleted and created again, a
@@ -583,19 +646,29 @@ class Brokers:
         """
         pending = list(self.metadata.addresses())
         shown: dict[str, object] = {}
+        renewed: set[str] = set()
         deadline = self.clock() + SETTLE_TIME
         req = pb.FetchMetadataRequest(streams=streams)
         while True:
             for address in list(pending):
                 remaining = deadline - self.clock()
-                stub = self.stub_for(self.channel(address))
+                channel = self.channel(address)
+                stub = self.stub_for(channel)
                 try:
-                    resp = await stub.FetchMetadata(
-                        req, timeout=max(0.05, min(self.rpc_timeout, remaining))
+                    resp = await call_unbounded(
+                        stub, "FetchMetadata", req, max(0.05, min(self.rpc_timeout, remaining))
                     )
-                except grpc.aio.AioRpcError:
+                except asyncio.TimeoutError:
                     self.check_open()
-                    pending.remove(address)  # unreachable or failing: nothing to wait for
+                    pending.remove(address)  # no answer in the time left
+                    continue
+                except grpc.aio.AioRpcError as exc:
+                    self.check_open()
+                    if is_connection_failure(exc) and address not in renewed:
+                        renewed.add(address)  # asked again on a new channel
+                        self.renew_channel(address, channel)
+                        continue
+                    pending.remove(address)  # down or failing: nothing to wait for
                     continue
                 if shows(resp):
                     pending.remove(address)

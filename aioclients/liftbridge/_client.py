@@ -46,7 +46,7 @@ from aioclients.liftbridge._errors import (
     NoSuchPartitionError,
     NoSuchStreamError,
 )
-from aioclients.liftbridge._groups import ConsumerGroupJoin
+from aioclients.liftbridge._groups import SET_CURSOR_TIMEOUT, ConsumerGroupJoin
 from aioclients.liftbridge._io._grpc import (
     ChannelFactory,
     channel_credentials,
@@ -90,13 +90,16 @@ _NOT_FOUND_RETRY_TIME = 3.0
 _ALL_ACK_HINT = (
     "; with AckPolicy.ALL the first message of a new replicated partition waits for "
     "the followers' first fetch (up to ~10 s on a real cluster, replica.max.idle.wait): "
-    "raise timeout/ack_wait_time (e.g. 15 s)"
+    "raise timeout/ack_wait_time (e.g. 15 s); and while an in-sync replica is down, "
+    "every message waits until the leader drops it from the ISR (replica.max.lag.time, "
+    "15 s); the message may have been stored"
 )
 
 _CONNECT_OPTIONS = frozenset(
     {
         "stream_transport",
         "rpc_timeout",
+        "cursor_timeout",
         "max_rpc_attempts",
         "publish_async_window",
         "metadata_max_age",
@@ -182,6 +185,7 @@ class Client:
         max_conns_per_broker: int,
         keepalive_time: float,
         rpc_timeout: float = 10.0,
+        cursor_timeout: float | None = None,
         max_rpc_attempts: int = 10,
         publish_async_window: int = 1024,
         metadata_max_age: float = 60.0,
@@ -194,6 +198,7 @@ class Client:
             max_conns_per_broker=max_conns_per_broker,
             keepalive_time=keepalive_time,
             rpc_timeout=rpc_timeout,
+            cursor_timeout=cursor_timeout,
             max_rpc_attempts=max_rpc_attempts,
             metadata_max_age=metadata_max_age,
             rng=rng,
@@ -778,6 +783,11 @@ class Client:
     async def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
         """Store a cursor: ``offset`` is the last offset processed by ``cursor_id``.
 
+        Waits up to the ``cursor_timeout`` option for the broker (25 s unless
+        ``rpc_timeout`` or ``cursor_timeout`` is given): it stores the cursor in the
+        ``__cursors`` stream, acked by every replica, and the first cursor after a
+        minute without one waits for the followers (about 9 s).
+
         Raises:
             NoSuchPartitionError: no such stream or partition.
         """
@@ -948,7 +958,9 @@ async def connect(
         ack_wait_time: the default time to wait for a publish ack (seconds).
         max_conns_per_broker: Subscribe connections per broker.
         keepalive_time: seconds an unused Subscribe connection stays open.
-        **options: ``rpc_timeout`` (10 s), ``max_rpc_attempts`` (10),
+        **options: ``rpc_timeout`` (10 s), ``cursor_timeout`` (``set_cursor``'s
+            deadline: 25 s, or ``rpc_timeout`` when only that is given),
+            ``max_rpc_attempts`` (10),
             ``publish_async_window`` (1024 outstanding acks), ``metadata_max_age``
             (60 s), ``rng`` (a ``random.Random``), ``clock``, ``tls_root_certificates``,
             ``tls_client_cert``, ``tls_client_key`` (PEM paths), ``tls_server_name``,
@@ -997,6 +1009,10 @@ async def connect(
             f"unknown connect option(s) {sorted(unknown)}; known: {sorted(_CONNECT_OPTIONS)}"
         )
     rpc_timeout = check_seconds("rpc_timeout", options.get("rpc_timeout", 10.0))
+    # A first cursor after a minute idle takes ~9 s on a real cluster (see
+    # set_cursor): more than rpc_timeout's default leaves, unless the caller chose.
+    cursor_default = rpc_timeout if "rpc_timeout" in options else SET_CURSOR_TIMEOUT
+    cursor_timeout = check_seconds("cursor_timeout", options.get("cursor_timeout", cursor_default))
     max_attempts = check_int("max_rpc_attempts", options.get("max_rpc_attempts", 10), minimum=1)
     window = check_int("publish_async_window", options.get("publish_async_window", 1024), minimum=1)
     metadata_max_age = check_seconds("metadata_max_age", options.get("metadata_max_age", 60.0))
@@ -1057,6 +1073,7 @@ async def connect(
         max_conns_per_broker=max_conns_per_broker,
         keepalive_time=float(keepalive_time),
         rpc_timeout=rpc_timeout,
+        cursor_timeout=cursor_timeout,
         max_rpc_attempts=max_attempts,
         publish_async_window=window,
         metadata_max_age=metadata_max_age,

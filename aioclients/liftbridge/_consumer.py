@@ -42,6 +42,7 @@ from aioclients.liftbridge._errors import (
     LiftbridgeClosedError,
     LiftbridgeError,
     LiftbridgeServerError,
+    NoSuchConsumerGroupError,
 )
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._protocol._args import build_subscribe_request
@@ -165,7 +166,16 @@ class GroupConsumer:
                 await asyncio.sleep(self._brokers.jitter())
 
     async def _recover(self, exc: LiftbridgeError) -> None:
-        """After a failed fetch: rejoin if evicted, else re-read coordinator and epoch."""
+        """After a failed fetch: rejoin if evicted, else re-read coordinator and epoch.
+
+        Evicted means "not a member", or a group that is gone: the coordinator
+        evicts a member silent for the group's consumer timeout, and a group
+        whose last member leaves is deleted (Liftbridge v1.9.0 server/fsm.go,
+        LEAVE_CONSUMER_GROUP), after which every fetch answers "consumer group
+        does not exist". Right after a join the coordinator says so too, until
+        it applies the join: the group's metadata then shows it, and the member
+        only re-reads it.
+        """
         try:
             if _NOT_MEMBER in str(exc):
                 await self._join()
@@ -173,6 +183,9 @@ class GroupConsumer:
             group = await _groups.group_metadata(self._brokers, self.group_id)
             if group is not None:
                 self.coordinator, self.epoch = group
+            elif isinstance(exc, NoSuchConsumerGroupError):
+                log.info("consumer group %s: the group is gone; joining again", self.group_id)
+                await self._join()
         except LiftbridgeClosedError:
             raise
         except LiftbridgeError as again:
@@ -186,7 +199,12 @@ class GroupConsumer:
         wanted = {(s, p) for s, parts in assignments.items() for p in parts}
         for key in list(self._subs):
             if key not in wanted:
+                # Another member reads it from the group's cursor now: what is
+                # still queued of it is not delivered (see __anext__), and no
+                # later checkpoint commits an offset of it over the new owner's.
                 await self._stop(key)
+                self._delivered.pop(key, None)
+                self._committed.pop(key, None)
         for key in sorted(wanted - set(self._subs)):
             await self._start(*key)
 
@@ -248,10 +266,10 @@ class GroupConsumer:
     async def _pump(self, sub: Subscription) -> None:
         try:
             async for msg in sub:
-                await self._queue.put(msg)
+                await self._queue.put((sub, msg))
         except LiftbridgeError as exc:
             if not self._closed:
-                await self._queue.put(exc)
+                await self._queue.put((sub, exc))
 
     async def _assignments_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -321,20 +339,31 @@ class GroupConsumer:
         return self
 
     async def __anext__(self) -> Message:
-        if self._failure is not None:
-            raise self._failure
-        if self._closed:
-            raise StopAsyncIteration
-        item = await self._queue.get()
-        if self._failure is not None:
-            raise self._failure
-        if item is _END:
-            raise StopAsyncIteration
-        if isinstance(item, BaseException):
-            raise item
-        assert isinstance(item, Message)
-        self._delivered[(item.stream, item.partition)] = item.offset
-        return item
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            if self._closed:
+                raise StopAsyncIteration
+            item = await self._queue.get()
+            if self._failure is not None:
+                raise self._failure
+            if item is _END:
+                raise StopAsyncIteration
+            assert isinstance(item, tuple)
+            sub, got = item
+            key = (sub.stream, sub.partition)
+            current = self._subs.get(key)
+            if current is None or current[0] is not sub:
+                # Queued before the partition was reassigned to another member
+                # (or before a new subscription to it replaced this one): that
+                # member reads it from the group's cursor; delivering it here too
+                # would hand it to two members.
+                continue
+            if isinstance(got, BaseException):
+                raise got
+            assert isinstance(got, Message)
+            self._delivered[key] = got.offset
+            return got
 
     async def aclose(self) -> None:
         """Stop consuming, commit the delivered offsets, leave the group (idempotent)."""

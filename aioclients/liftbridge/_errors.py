@@ -27,6 +27,7 @@ __all__ = (
     "LiftbridgeError",
     "LiftbridgeServerError",
     "LiftbridgeTimeoutError",
+    "NoSuchConsumerGroupError",
     "NoSuchPartitionError",
     "NoSuchStreamError",
     "PartitionPausedError",
@@ -60,6 +61,21 @@ class StreamExistsError(LiftbridgeServerError):
 
 class NoSuchStreamError(LiftbridgeServerError):
     """The stream does not exist (NOT_FOUND, or absent from the cluster metadata)."""
+
+
+class NoSuchConsumerGroupError(NoSuchStreamError):
+    """The consumer group does not exist (Liftbridge: "consumer group does not exist").
+
+    The coordinator answers so for a group it does not know yet (it applies a join
+    through Raft a little after the join returns) or any more (the last member left
+    or was evicted after the group's consumer timeout, which deletes the group).
+    ``code`` is the status the broker answered: NOT_FOUND from an assignments
+    fetch, a join or a leave; FAILED_PRECONDITION from a coordinator report.
+
+    A subclass of :class:`NoSuchStreamError`, which the NOT_FOUND answers raised
+    before this class existed: ``except NoSuchStreamError`` still catches them.
+    Catch this class to tell a missing group from a missing stream.
+    """
 
 
 class NoSuchPartitionError(LiftbridgeServerError):

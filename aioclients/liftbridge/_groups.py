@@ -43,6 +43,8 @@ CURSORS_STREAM = "__cursors"
 # created the group at once; the loser joins the winner's group).
 _JOIN_RETRY_TIME = 5.0
 _NO_STREAM = ": stream does not exist"
+# The least deadline of a SetCursor (seconds): see set_cursor.
+SET_CURSOR_TIMEOUT = 25.0
 
 
 class ConsumerGroupJoin:
@@ -76,22 +78,49 @@ class ConsumerGroupJoin:
 # -- cursors ----------------------------------------------------------------------------
 
 
-async def _cursor_rpc(brokers: Brokers, method: str, request: Any, what: str) -> Any:
+async def _cursor_rpc(
+    brokers: Brokers, method: str, request: Any, what: str, timeout: float | None = None
+) -> Any:
     key = f"{request.cursorId},{request.stream},{request.partition}".encode()
     md = await brokers.metadata_with(CURSORS_STREAM)
     info = md.get_stream(CURSORS_STREAM)
     if info is None or not info.partitions:
         # No cursors stream in the metadata: any broker forwards the call.
-        return await brokers.rpc(method, request, what=what, not_found=NoSuchPartitionError)
+        return await brokers.rpc(
+            method,
+            request,
+            what=what,
+            not_found=NoSuchPartitionError,
+            on_stream_channel=True,
+            timeout=timeout,
+        )
     cursor_partition = zlib.crc32(key) % len(info.partitions)
-    return await brokers.leader_rpc(CURSORS_STREAM, cursor_partition, method, request, what=what)
+    return await brokers.leader_rpc(
+        CURSORS_STREAM,
+        cursor_partition,
+        method,
+        request,
+        what=what,
+        on_stream_channel=True,
+        timeout=timeout,
+    )
 
 
 async def set_cursor(
     brokers: Brokers, cursor_id: str, stream: str, partition: int, offset: int
 ) -> None:
     req = pb.SetCursorRequest(cursorId=cursor_id, stream=stream, partition=partition, offset=offset)
-    await _cursor_rpc(brokers, "SetCursor", req, f"set_cursor {cursor_id!r}")
+    # The broker stores a cursor as a message of the __cursors stream, acked by
+    # every replica (AckPolicy ALL; server/cursors.go SetCursor). That stream
+    # pauses after a minute without one (cursors.stream.auto.pause.time), and the
+    # first message after it resumes waits for the followers' idle fetch, up to
+    # clustering.replica.max.idle.wait (10 s): measured 9.1-9.4 s on Liftbridge
+    # v1.9.0, on the edge of the default rpc_timeout. connect() gives 25 s unless
+    # the caller chose rpc_timeout or cursor_timeout.
+    timeout = brokers.cursor_timeout
+    if timeout is None:
+        timeout = max(brokers.rpc_timeout, SET_CURSOR_TIMEOUT)
+    await _cursor_rpc(brokers, "SetCursor", req, f"set_cursor {cursor_id!r}", timeout)
 
 
 async def fetch_cursor(brokers: Brokers, cursor_id: str, stream: str, partition: int) -> int:

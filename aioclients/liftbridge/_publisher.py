@@ -309,7 +309,9 @@ class AsyncPublisher:
                 f"publish_async: no ack for correlation id {cid!r} within {timeout}s; "
                 "raise timeout/ack_wait_time if the broker is slow (with AckPolicy.ALL the "
                 "first message of a new replicated partition waits for the followers' first "
-                "fetch: up to ~10 s on a real cluster)"
+                "fetch: up to ~10 s on a real cluster; while an in-sync replica is down, "
+                "every message waits until the leader drops it from the ISR: up to 15 s, "
+                "replica.max.lag.time); the message may have been stored"
             ),
         )
 

@@ -33,6 +33,7 @@ import grpc
 import grpc.aio
 
 from aioclients._core import redact_text, redact_url
+from aioclients._tasks import wait_within
 from aioclients.liftbridge._brokers import Brokers
 from aioclients.liftbridge._errors import (
     LiftbridgeClosedError,
@@ -279,7 +280,7 @@ class Subscription:
         stub = brokers.stub_for(channel)
         call = stub.Subscribe(self._request_from(start_offset))
         try:
-            first = await asyncio.wait_for(call.read(), brokers.rpc_timeout)
+            first = await wait_within(call.read(), brokers.rpc_timeout)
         except grpc.aio.AioRpcError as exc:
             call.cancel()
             brokers.release_subscribe_channel(address, channel)

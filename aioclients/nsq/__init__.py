@@ -15,6 +15,7 @@ from aioclients.nsq._errors import (
     NSQClosedError,
     NSQConnectError,
     NSQError,
+    NSQInvalidNameError,
     NSQProtocolError,
 )
 from aioclients.nsq._message import Message
@@ -29,6 +30,7 @@ __all__ = (
     "NSQClosedError",
     "NSQConnectError",
     "NSQError",
+    "NSQInvalidNameError",
     "NSQProtocolError",
     "Producer",
     "Reader",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from aioclients._errors import (
     ClientClosedError,
     ConnectError,
+    InvalidArgumentError,
     LocalProtocolError,
     RemoteProtocolError,
     ServerError,
@@ -22,6 +23,7 @@ __all__ = (
     "NSQClosedError",
     "NSQConnectError",
     "NSQError",
+    "NSQInvalidNameError",
     "NSQProtocolError",
     "identify_refused",
     "parse_error_frame",
@@ -55,6 +57,15 @@ class NSQError(ServerError):
         self.code = code
         self.description = description
         self.fatal = code not in NON_FATAL_ERROR_CODES
+
+
+class NSQInvalidNameError(NSQError, InvalidArgumentError):
+    """A topic or channel name nsqd refuses, caught before anything is sent.
+
+    Both an :class:`~aioclients.InvalidArgumentError` (the call's argument is wrong)
+    and an :class:`NSQError` whose ``code`` is the one nsqd answers such a name with
+    (``"E_BAD_TOPIC"``, ``"E_BAD_CHANNEL"``), so code written for either catches it.
+    """
 
 
 class NSQProtocolError(RemoteProtocolError):

@@ -29,7 +29,7 @@ from aioclients._core import check_float, check_int, redact_url
 from aioclients._errors import InvalidArgumentError, LocalProtocolError, OperationTimeoutError
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
-from aioclients.nsq._io._lookupd import http_failure
+from aioclients.nsq._io._lookupd import http_failure, read_body
 from aioclients.nsq._protocol import _frames as F
 from aioclients.nsq._protocol._connection import (
     ConnectionCore,
@@ -40,6 +40,9 @@ from aioclients.nsq._protocol._lookup import lookupd_url, parse_address
 from aioclients.nsq._reader import USER_AGENT, check_auth_secret, check_identity, heartbeat_ms
 
 __all__ = ("HTTPProducer", "Producer")
+
+#: The largest answer to a publish read from nsqd's HTTP API ("OK", a JSON error).
+_MAX_HTTP_ANSWER = 64 * 1024
 
 
 def _delay_ms(delay: object) -> int:
@@ -342,8 +345,9 @@ class HTTPProducer:
             async with self._session.post(
                 url, params=params, data=data, timeout=aiohttp.ClientTimeout(total=self._timeout)
             ) as response:
-                text = await response.read()
                 status = response.status
+                # nsqd answers "OK" or a short JSON error: anything long is not nsqd
+                text = await read_body(response, _MAX_HTTP_ANSWER, f"nsqd {redact_url(url)}")
         except asyncio.TimeoutError:
             raise OperationTimeoutError(
                 f"nsqd {redact_url(url)} did not answer within {self._timeout}s"

@@ -564,9 +564,21 @@ class Reader:
         handler should process what it holds now (sync)."""
         return self._dist.is_starved() if self._dist is not None else False
 
-    def set_max_in_flight(self, max_in_flight: int) -> None:
-        """Change ``max_in_flight`` now (0 pauses delivery) (sync)."""
-        check_int("max_in_flight", max_in_flight, minimum=0)
+    def set_max_in_flight(self, n: int | None = None, *, max_in_flight: int | None = None) -> None:
+        """Change ``max_in_flight`` now (0 pauses delivery) (sync).
+
+        Args:
+            n: the new maximum, positionally or as ``n=`` (the API contract's name) or
+                ``max_in_flight=`` (pynsq's).
+
+        Raises:
+            InvalidArgumentError: neither or both given, or not an int >= 0.
+        """
+        if (n is None) == (max_in_flight is None):
+            raise InvalidArgumentError("set_max_in_flight takes n (or max_in_flight=), once")
+        max_in_flight = check_int(
+            "max_in_flight", n if max_in_flight is None else max_in_flight, minimum=0
+        )
         self._max_in_flight = max_in_flight
         if self._dist is not None and self._loop is not None:
             self._apply(self._dist.set_max_in_flight(max_in_flight, self._loop.time()))

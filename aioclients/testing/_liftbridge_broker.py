@@ -1314,7 +1314,18 @@ class Broker:
                 "FAILED_PRECONDITION",
                 f"Consumer {req.consumerId} is not a member of consumer group {req.groupId}",
             )
-        # One report is a majority in the emulator: pick the next live broker.
+        # The coordinator moves once more than half of the members reported it,
+        # each report within the coordinator timeout of the one before
+        # (server/failover.go: witnesses > len(members) / 2, a timer reset by each
+        # report); then the next live broker coordinates.
+        now = asyncio.get_running_loop().time()
+        if now >= group.witnesses_until:
+            group.witnesses.clear()
+        group.witnesses.add(req.consumerId)
+        if len(group.witnesses) <= len(group.members) // 2:
+            group.witnesses_until = now + _COORDINATOR_TIMEOUT_NS / 1e9
+            return api_pb2.ReportConsumerGroupCoordinatorResponse()
+        group.witnesses.clear()
         live = [b for b in self.state.broker_ids if b in self.state.live]
         others = [b for b in live if b != group.coordinator] or live
         group.coordinator = others[0]

@@ -69,10 +69,10 @@ class ExternalLiftbridge:
     def _skip(self) -> None:
         pytest.skip(f"cannot stop or start brokers of an external Liftbridge ({self.addresses})")
 
-    async def stop_broker(self, index: int) -> None:
+    async def stop_broker(self, i: int | None = None, *, index: int | None = None) -> None:
         self._skip()
 
-    async def start_broker(self, index: int) -> None:
+    async def start_broker(self, i: int | None = None, *, index: int | None = None) -> None:
         self._skip()
 
 

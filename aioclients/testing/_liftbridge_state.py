@@ -379,6 +379,9 @@ class ConsumerGroup:
     members: dict[str, list[str]] = field(default_factory=dict)  # consumer -> streams
     last_seen: dict[str, float] = field(default_factory=dict)
     assignments: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    #: members that reported the coordinator, and until when their reports count
+    witnesses: set[str] = field(default_factory=set)
+    witnesses_until: float = 0.0
 
     def snapshot(self) -> GroupSnapshot:
         return GroupSnapshot(
@@ -844,6 +847,16 @@ class ClusterState:
             # Resuming opens the log again: its cleaner ticks from now on.
             p.log.reopen(ts)
             self.arm_cleaner(p)
+            if p.leader not in self.live:
+                # Its leader died while it was paused: the replicas report it
+                # once they replicate again, and a live one takes over (after
+                # replica.max.leader.timeout on a real cluster; here at once, as
+                # for a stopped broker).
+                for gone in [b for b in p.isr if b not in self.live and b != p.leader]:
+                    p.isr.remove(gone)
+                self._move_leadership(p)
+                if p.on_append is not None:
+                    self._settle_replicas(p)
             # At once on every broker (a simplification: the publish or subscribe
             # that resumes must find the partition open where it goes next).
             p.flag_history.clear()
@@ -888,38 +901,44 @@ class ClusterState:
         moved = []
         for stream in self.streams.values():
             for p in stream.partitions.values():
+                if p.paused:
+                    # A paused partition is closed on every replica: nothing
+                    # replicates, so no follower reports its leader gone, and the
+                    # dead broker leads it (and stays in its ISR) until it is
+                    # resumed (Liftbridge v1.9.0; see resume()).
+                    continue
                 if broker_id in p.isr and len(p.isr) > 1:
                     p.isr.remove(broker_id)
-                if p.leader != broker_id:
-                    continue
-                candidates = [b for b in p.isr if b in self.live]
-                candidates += [b for b in self.broker_ids if b in self.live and b not in candidates]
-                if not candidates:
-                    continue  # no broker left: the partition waits for one
-                new_leader = candidates[0]
-                p.leader = new_leader
-                p.leader_epoch += 1
-                if new_leader not in p.replicas:
-                    # The log is shared, so an outside broker can take over the
-                    # partition; it becomes a replica.
-                    p.replicas.append(new_leader)
-                if new_leader not in p.isr:
-                    p.isr.append(new_leader)
-                if broker_id in p.isr:
-                    p.isr.remove(broker_id)
-                moved.append(p)
-                p.wake()
+                if p.leader == broker_id and self._move_leadership(p):
+                    moved.append(p)
             for p in stream.partitions.values():
                 if p.on_append is not None:
                     self._settle_replicas(p)
-        for group in self.groups.values():
-            if group.coordinator == broker_id:
-                live = [b for b in self.broker_ids if b in self.live]
-                if live:
-                    group.coordinator = live[0]
-                    group.epoch = self._next_index()
-                    self.record_group(group.group_id)
+        # A group's coordinator stays where it is: Liftbridge v1.9.0 moves it only
+        # when a majority of the members report it (ReportConsumerGroupCoordinator,
+        # server/failover.go), which they do after the coordinator timeout.
         return moved
+
+    def _move_leadership(self, p: Partition) -> bool:
+        """Give the partition of a broker that is down to a live one (False: none is)."""
+        gone = p.leader
+        candidates = [b for b in p.isr if b in self.live]
+        candidates += [b for b in self.broker_ids if b in self.live and b not in candidates]
+        if not candidates:
+            return False  # no broker left: the partition waits for one
+        new_leader = candidates[0]
+        p.leader = new_leader
+        p.leader_epoch += 1
+        if new_leader not in p.replicas:
+            # The log is shared, so an outside broker can take over the
+            # partition; it becomes a replica.
+            p.replicas.append(new_leader)
+        if new_leader not in p.isr:
+            p.isr.append(new_leader)
+        if gone in p.isr:
+            p.isr.remove(gone)
+        p.wake()
+        return True
 
     def broker_up(self, broker_id: str) -> list[Partition]:
         """Mark a broker up; it rejoins the ISR of its partitions and leads orphaned ones."""
@@ -927,7 +946,7 @@ class ClusterState:
         led = []
         for stream in self.streams.values():
             for p in stream.partitions.values():
-                if p.leader not in self.live:
+                if p.leader not in self.live and not p.paused:
                     p.leader = broker_id
                     p.leader_epoch += 1
                     if broker_id not in p.replicas:

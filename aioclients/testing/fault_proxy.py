@@ -41,7 +41,9 @@ import struct
 from dataclasses import dataclass
 from types import TracebackType
 
+from aioclients._errors import InvalidArgumentError
 from aioclients._tasks import TaskOwner
+from aioclients.testing._done import DONE, Done, DoneCount
 
 __all__ = ("FaultProxy", "FaultProxyStatistics")
 
@@ -73,7 +75,7 @@ def _parse_target(target: str | tuple[str, int]) -> tuple[str, int]:
     text = target.split("://", 1)[-1].rstrip("/")
     host, sep, port_text = text.rpartition(":")
     if not sep or not port_text.isdigit():
-        raise ValueError(f"target must be 'host:port', got {target!r}")
+        raise InvalidArgumentError(f"target must be 'host:port', got {target!r}")
     return host.strip("[]") or "127.0.0.1", int(port_text)
 
 
@@ -234,31 +236,36 @@ class FaultProxy:
         await self.aclose()
 
     # -- faults ------------------------------------------------------------
+    # Plain calls whose fault is in place when they return; their results can be
+    # awaited too (``await proxy.freeze()`` returns at once), as the API contract
+    # writes them without a "(sync)".
 
-    def freeze(self) -> None:
+    def freeze(self) -> Done:
         """Stop forwarding in both directions; connections stay open."""
         self._thawed.clear()
+        return DONE
 
-    def thaw(self) -> None:
+    def thaw(self) -> Done:
         """Forward again, starting with what was held back."""
         self._thawed.set()
+        return DONE
 
-    def reset(self) -> int:
+    def reset(self) -> DoneCount:
         """Reset every open proxied connection (RST to both ends); returns how many."""
         links = list(self._links)
         self._links.clear()
         for link in links:
             link.abort(rst=True)
         self._resets += len(links)
-        return len(links)
+        return DoneCount(len(links))
 
-    def refuse(self, flag: bool = True) -> None:
+    def refuse(self, flag: bool = True) -> Done:
         """Refuse new connections (stop listening) or, with ``False``, accept them again.
 
         Connections already open are not touched.
         """
         if flag == self._refusing:
-            return
+            return DONE
         self._refusing = flag
         if flag:
             server, self._server = self._server, None
@@ -269,6 +276,7 @@ class FaultProxy:
             sock = socket.create_server(("127.0.0.1", self._port), reuse_port=False)
             sock.setblocking(False)
             self._relisten = self._tasks.start(self._serve_on(sock), name="listen again")
+        return DONE
 
     async def _serve_on(self, sock: socket.socket) -> None:
         if self._refusing or self._closed:
@@ -276,11 +284,14 @@ class FaultProxy:
             return
         self._server = await asyncio.start_server(self._on_client, sock=sock, limit=_CHUNK)
 
-    def delay(self, seconds: float) -> None:
+    def delay(self, seconds: float) -> Done:
         """Forward every chunk ``seconds`` after it was read (0 for no delay)."""
         if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"delay must be a finite number of seconds >= 0, got {seconds!r}")
+            raise InvalidArgumentError(
+                f"delay must be a finite number of seconds >= 0, got {seconds!r}"
+            )
         self._delay = float(seconds)
+        return DONE
 
     def statistics(self) -> FaultProxyStatistics:
         return FaultProxyStatistics(

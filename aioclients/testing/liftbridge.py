@@ -102,6 +102,19 @@ DEFAULT_REPLICA_MAX_IDLE_WAIT = REALISTIC_REPLICA_MAX_IDLE_WAIT
 DEFAULT_CLEAN_DURATION = REALISTIC_CLEAN_DURATION
 
 
+def _broker_index(i: int | None, index: int | None) -> int:
+    """The one broker index given as ``i`` or ``index``.
+
+    Raises:
+        InvalidArgumentError: neither or both given.
+    """
+    if i is not None and index is None:
+        return i
+    if index is not None and i is None:
+        return index
+    raise InvalidArgumentError("give the broker's index once: as i (or index=)")
+
+
 class LiftbridgeCluster:
     """An emulated Liftbridge cluster of ``brokers`` brokers sharing one NATS server.
 
@@ -262,7 +275,7 @@ class LiftbridgeCluster:
 
         Raises:
             IndexError: for an index outside ``range(brokers)``.
-            ValueError: ``address`` is not ``"host:port"``.
+            InvalidArgumentError: ``address`` is not ``"host:port"``.
         """
         broker = self._broker(index)
         if address is None:
@@ -270,17 +283,21 @@ class LiftbridgeCluster:
             return
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit():
-            raise ValueError(f"address must be 'host:port', got {address!r}")
+            raise InvalidArgumentError(f"address must be 'host:port', got {address!r}")
         broker.advertised = (host, int(port))
 
-    async def stop_broker(self, index: int) -> None:
-        """Stop broker ``index``: its port closes, its subscriptions end with UNAVAILABLE,
+    async def stop_broker(self, i: int | None = None, *, index: int | None = None) -> None:
+        """Stop broker ``i``: its port closes, its subscriptions end with UNAVAILABLE,
         and leadership of its partitions moves to a live broker.
+
+        Args:
+            i: the broker's index, positionally or as ``i=`` (the API contract's
+                name) or ``index=``.
 
         Raises:
             IndexError: for an index outside ``range(brokers)``.
         """
-        broker = self._broker(index)
+        broker = self._broker(_broker_index(i, index))
         async with self._lock:
             if not broker.running:
                 return
@@ -288,14 +305,17 @@ class LiftbridgeCluster:
             self._state.broker_down(broker.id)
             await self._sync_all()
 
-    async def start_broker(self, index: int) -> None:
-        """Start broker ``index`` again on the same port; it rejoins the ISR of its
+    async def start_broker(self, i: int | None = None, *, index: int | None = None) -> None:
+        """Start broker ``i`` again on the same port; it rejoins the ISR of its
         partitions (leadership stays where it moved).
+
+        Args:
+            i: the broker's index, as for :meth:`stop_broker`.
 
         Raises:
             IndexError: for an index outside ``range(brokers)``.
         """
-        broker = self._broker(index)
+        broker = self._broker(_broker_index(i, index))
         async with self._lock:
             if broker.running:
                 return

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from aioclients.testing._done import DONE, Done
+
 __all__ = ("NatsServer", "find_nats_server_binary")
 
 log = logging.getLogger("aioclients.testing.nats_server")
@@ -138,10 +140,14 @@ class NatsServer:
     def log_path(self) -> str:
         return str(self._base / "nats-server.log")
 
-    def start(self) -> None:
-        """Start the server and return once it accepts connections."""
+    def start(self) -> Done:
+        """Start the server and return once it accepts connections.
+
+        A plain call; ``await server.start()`` works too (the server is up when the
+        call returns, the await returns at once).
+        """
         if self.running:
-            return
+            return DONE
         args = [find_nats_server_binary(), "-a", "127.0.0.1", "-p", str(self._port)]
         if self._jetstream:
             args += ["-js", "-sd", str(self._base)]
@@ -164,6 +170,7 @@ class NatsServer:
         self._paused = False
         self._wait_ready()
         log.debug("nats-server started on %s (pid %s)", self.url, self._proc.pid)
+        return DONE
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + _START_TIMEOUT
@@ -188,11 +195,12 @@ class NatsServer:
             f.seek(self._log_offset)
             return b"Server is ready" in f.read()
 
-    def stop(self) -> None:
-        """Stop the server (the store is kept for :meth:`start`)."""
+    def stop(self) -> Done:
+        """Stop the server (the store is kept for :meth:`start`); a plain call that
+        can be awaited too."""
         proc, self._proc = self._proc, None
         if proc is None:
-            return
+            return DONE
         if self._paused:
             proc.send_signal(signal.SIGCONT)
             self._paused = False
@@ -203,11 +211,13 @@ class NatsServer:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+        return DONE
 
-    def restart(self) -> None:
-        """Stop and start again on the same port with the same store."""
+    def restart(self) -> Done:
+        """Stop and start again on the same port with the same store; a plain call
+        that can be awaited too."""
         self.stop()
-        self.start()
+        return self.start()
 
     def pause(self, timeout: float = 5.0) -> None:
         """Freeze the process (SIGSTOP): connections stay open but nothing is answered.

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
+from aioclients._errors import InvalidArgumentError
 from aioclients._tasks import TaskOwner
 from aioclients.testing._nsq_http import start_http
 from aioclients.testing._nsq_wire import is_valid_name
@@ -139,7 +140,9 @@ class NsqdEmulator:
         self.max_deflate_level = max_deflate_level
         self.snappy_enabled = snappy_available() if snappy is None else snappy
         if self.snappy_enabled and not snappy_available():
-            raise ValueError("snappy=True needs the cramjam package (pip install cramjam)")
+            raise InvalidArgumentError(
+                "snappy=True needs the cramjam package (pip install cramjam)"
+            )
         self.lookupd_ping_interval = lookupd_ping_interval
         self.broadcast_address = broadcast_address or host
         self._http_enabled = http
@@ -256,12 +259,12 @@ class NsqdEmulator:
             defer: seconds before the messages become available, as with DPUB.
 
         Raises:
-            ValueError: invalid topic name or empty body.
+            InvalidArgumentError: invalid topic name or empty body.
         """
         if not is_valid_name(topic):
-            raise ValueError(f"invalid topic name {topic!r}")
+            raise InvalidArgumentError(f"invalid topic name {topic!r}")
         if any(not b for b in bodies):
-            raise ValueError("message bodies must not be empty")
+            raise InvalidArgumentError("message bodies must not be empty")
         self._server.publish(topic, bodies, defer=defer)
 
     def create_topic(self, topic: str, *channels: str) -> None:
@@ -272,11 +275,11 @@ class NsqdEmulator:
             channels: channel names to create on it.
 
         Raises:
-            ValueError: an invalid topic or channel name.
+            InvalidArgumentError: an invalid topic or channel name.
         """
         for name in (topic, *channels):
             if not is_valid_name(name):
-                raise ValueError(f"invalid topic or channel name {name!r}")
+                raise InvalidArgumentError(f"invalid topic or channel name {name!r}")
         self._server.create_topic(topic, channels)
 
     def topic_names(self) -> list[str]:
@@ -378,8 +381,8 @@ class NsqdEmulator:
         For testing how producers handle a server-side publish failure.
 
         Raises:
-            ValueError: ``command`` is not PUB, MPUB or DPUB.
+            InvalidArgumentError: ``command`` is not PUB, MPUB or DPUB.
         """
         if command not in ("PUB", "MPUB", "DPUB"):
-            raise ValueError(f"fail_next() takes PUB, MPUB or DPUB, not {command!r}")
+            raise InvalidArgumentError(f"fail_next() takes PUB, MPUB or DPUB, not {command!r}")
         self._server.fail_next(command, times)

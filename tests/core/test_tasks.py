@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from aioclients._tasks import TaskOwner
+from aioclients._tasks import TaskOwner, wait_within
 
 
 async def _forever(started: asyncio.Event | None = None) -> None:
@@ -179,3 +179,29 @@ async def test_cancelling_the_closer_still_cancels_the_children() -> None:
         await asyncio.wait_for(child, 5)
     with pytest.raises(RuntimeError):
         owner.start(_forever(), name="after")
+
+
+# ---- wait_within ------------------------------------------------------------------------
+
+
+async def test_wait_within_raises_a_cancel_that_lands_as_the_awaited_is_done() -> None:
+    caller: asyncio.Task[int] | None = None
+
+    async def done_as_the_caller_is_cancelled() -> int:
+        assert caller is not None
+        caller.cancel()
+        return 1
+
+    caller = asyncio.ensure_future(wait_within(done_as_the_caller_is_cancelled(), 60.0))
+    # asyncio.wait_for before Python 3.12 returns 1 here: the cancel is lost
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(caller, 5)
+
+
+async def test_wait_within_returns_the_result_or_times_out() -> None:
+    assert await wait_within(asyncio.sleep(0, result=7), 5.0) == 7
+    assert await wait_within(asyncio.sleep(0, result=8), None) == 8
+    with pytest.raises(asyncio.TimeoutError):
+        await wait_within(asyncio.Event().wait(), 0.01)
+    with pytest.raises(asyncio.TimeoutError):
+        await wait_within(asyncio.Event().wait(), 0)

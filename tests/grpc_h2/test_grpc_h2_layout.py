@@ -19,8 +19,9 @@ from aioclients._grpc_h2 import Http2Channel
 PACKAGE = Path(aioclients.__file__).parent
 TRANSPORT = PACKAGE / "_grpc_h2"
 FORBIDDEN_IN_CORE = {"asyncio", "anyio", "grpc", "aiohttp", "nats", "socket", "time", "random"}
-# What the transport may import from the library: the shared core and errors, itself.
-ALLOWED_OWN = ("aioclients._core", "aioclients._errors", "aioclients._grpc_h2")
+# What the transport may import from the library: the shared core, errors and task
+# helpers, itself.
+ALLOWED_OWN = ("aioclients._core", "aioclients._errors", "aioclients._tasks", "aioclients._grpc_h2")
 
 
 def _imported_modules(path: Path) -> set[str]:

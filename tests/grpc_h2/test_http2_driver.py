@@ -223,6 +223,55 @@ async def test_a_call_on_an_open_connection_starts_without_waiting(channel: Http
     assert await unary(channel)(b"after") == b"after"
 
 
+async def calls_on_every_path(ch: Http2Channel, i: int) -> None:
+    """Unary, server-streaming and bidi calls, with and without deadline and metadata."""
+    timeout = None if i % 3 == 0 else 5.0 + i
+    metadata = (("x-call", str(i)),) if i % 2 else None
+    body = b"call %d" % i
+    assert await unary(ch)(body, timeout=timeout, metadata=metadata) == body
+    assert len(await read_all(count(ch)(b"2:8", timeout=timeout, metadata=metadata))) == 2
+    call = echo(ch)(timeout=timeout, metadata=metadata)
+    await call.write(body)
+    await call.done_writing()
+    assert await read_all(call) == [body]
+
+
+@pytest.mark.parametrize("table_size", [0, 100, 4096])
+async def test_requests_follow_the_server_hpack_table_size(table_size: int) -> None:
+    """grpc's server decodes every request whatever header table it allows us
+    (100 bytes: entries evicted all the time; 0: none at all)."""
+    options = (("grpc.http2.hpack_table_size.decoder", table_size),)
+    async with Server(Service(), options=options) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            for i in range(12):
+                await calls_on_every_path(ch, i)
+            assert ch._conn is not None
+            assert ch._conn.h2._encoder.max_size == table_size
+        finally:
+            await ch.close()
+
+
+async def test_each_new_connection_starts_a_new_header_table() -> None:
+    """Connections replaced after GOAWAY: the next one's first request inserts again."""
+    options = (("grpc.max_connection_age_ms", 200), ("grpc.max_connection_age_grace_ms", 10_000))
+    async with Server(Service(), options=options) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            seen: list[object] = []
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 20
+            i = 0
+            while len(seen) < 3:
+                assert loop.time() < deadline, "the server never replaced the connection"
+                await calls_on_every_path(ch, i)
+                i += 1
+                if ch._conn not in seen:
+                    seen.append(ch._conn)
+        finally:
+            await ch.close()
+
+
 async def test_server_streaming_10k_in_order(channel: Http2Channel) -> None:
     call = count(channel)(b"10000:20")
     got = await read_all(call)
@@ -771,6 +820,31 @@ async def test_a_task_cancelled_while_connecting_does_not_wedge_the_call() -> No
         await tcp.wait_closed()
 
 
+async def test_a_cancel_that_lands_as_the_connection_opens_is_not_lost(server: Server) -> None:
+    # Before Python 3.12, asyncio.wait_for returns the result of what it waits for
+    # when that is ready at the moment the caller is cancelled: the cancel was lost,
+    # and the call went on to wait for its whole deadline.
+    ch = Http2Channel(f"127.0.0.1:{server.port}")
+    connect = ch._connection
+    caller: asyncio.Task[bytes] | None = None
+
+    async def connect_then_cancel_the_caller() -> Any:
+        conn = await connect()
+        assert caller is not None
+        caller.cancel()  # the caller is cancelled just as its connection is ready
+        return conn
+
+    ch._connection = connect_then_cancel_the_caller  # type: ignore[method-assign]
+    try:
+        caller = asyncio.ensure_future(ch.unary_unary("/t.T/Unary")(b"x", timeout=60.0))
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(caller, 10)
+        ch._connection = connect  # type: ignore[method-assign]
+        assert await unary(ch)(b"after", timeout=5.0) == b"after"
+    finally:
+        await ch.close()
+
+
 async def test_close_ends_open_calls(server: Server) -> None:
     ch = Http2Channel(f"127.0.0.1:{server.port}")
     call = count(ch)(b"2:8:hold")
@@ -921,6 +995,67 @@ def grpc_ok(sid: int, encoder: Any, payload: bytes = b"pong") -> bytes:
         + h2_frame(0, 0, sid, b"\x00" + len(payload).to_bytes(4, "big") + payload)
         + h2_frame(1, 5, sid, encoder.encode([("grpc-status", "0")]))
     )
+
+
+async def test_a_one_message_request_ends_with_its_data_frame() -> None:
+    """Unary and server-streaming requests: END_STREAM on the message's DATA frame,
+    no empty DATA frame after it."""
+    async with ScriptedServer(lambda _, sid, encoder: grpc_ok(sid, encoder)) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            assert await unary(ch)(b"ping", timeout=5) == b"pong"
+            assert await read_all(count(ch)(b"x", timeout=5)) == [b"pong"]
+
+            def data_frames() -> list[tuple[int, int, bytes]]:
+                wire = bytes(srv.received[0][24:])
+                frames = []
+                while len(wire) >= 9:
+                    n = int.from_bytes(wire[:3], "big")
+                    if wire[3] == 0:
+                        frames.append((wire[4], int.from_bytes(wire[5:9], "big"), wire[9 : 9 + n]))
+                    wire = wire[9 + n :]
+                return frames
+
+            await wait_for(lambda: len(data_frames()) >= 2, what="the requests' DATA")
+            assert data_frames() == [
+                (1, 1, b"\x00\x00\x00\x00\x04ping"),
+                (1, 3, b"\x00\x00\x00\x00\x01x"),
+            ]
+        finally:
+            await ch.close()
+
+
+async def test_a_ping_answered_with_a_response_leaves_with_the_next_request() -> None:
+    """A Go server PINGs as it reads each request (bandwidth probe); the ACK of a
+    PING that came with the response is written with the next request, not alone."""
+
+    def answer(_: int, sid: int, encoder: Any) -> bytes:
+        return h2_frame(6, 0, 0, sid.to_bytes(8, "big")) + grpc_ok(sid, encoder)
+
+    async with ScriptedServer(answer) as srv:
+        ch = Http2Channel(f"127.0.0.1:{srv.port}")
+        try:
+            assert await unary(ch)(b"ping", timeout=5) == b"pong"
+            conn = ch._conn
+            assert conn is not None
+            writes: list[bytes] = []
+            take = conn.h2.data_to_send
+
+            def recording() -> bytes:
+                data = take()
+                if data:
+                    writes.append(data)
+                return data
+
+            conn.h2.data_to_send = recording  # type: ignore[method-assign]
+            for _ in range(3):
+                assert await unary(ch)(b"ping", timeout=5) == b"pong"
+            ping_ack = h2_frame(6, 1, 0, (1).to_bytes(8, "big"))
+            assert writes[0].startswith(ping_ack)  # the first call's PING, ACKed
+            assert len(writes) == 3  # each ACK went with the next call's request
+            assert [w[len(ping_ack) + 3] for w in writes] == [1, 1, 1]  # then its HEADERS
+        finally:
+            await ch.close()
 
 
 async def test_a_protocol_error_fails_the_calls_and_the_next_call_reconnects() -> None:

@@ -7,6 +7,7 @@ events it returned.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import struct
 
@@ -215,33 +216,129 @@ def test_frames_split_at_every_byte_boundary_are_reassembled() -> None:
 # -- requests ---------------------------------------------------------------------------
 
 
+REQUEST_HEADERS = [
+    (":method", "POST"),
+    (":scheme", "http"),
+    (":path", "/proto.API/Subscribe"),
+    (":authority", "broker:9292"),
+    ("content-type", "application/grpc"),
+    ("te", "trailers"),
+    ("user-agent", "aioclients-grpc-h2"),
+    ("grpc-timeout", "1500000u"),
+    ("x-trace", "abc"),
+    ("k", "v"),
+]
+
+
 def test_request_headers_golden() -> None:
     conn, _ = ready()
-    sid = conn.start_request(
-        "/proto.API/Subscribe", timeout=1.5, metadata=(("X-Trace", "abc"), ("k", "v"))
-    )
+    metadata = (("X-Trace", "abc"), ("k", "v"))
+    sid = conn.start_request("/proto.API/Subscribe", timeout=1.5, metadata=metadata)
     assert sid == 1
     [(kind, flags, fsid, block)] = frames_of(conn)
     assert (kind, flags, fsid) == (HEADERS, END_HEADERS, 1)
     decoder = hpack.Decoder()
     headers = decoder.decode(block, raw=False)
-    assert [tuple(h) for h in headers] == [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", "/proto.API/Subscribe"),
-        (":authority", "broker:9292"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-        ("user-agent", "aioclients-grpc-h2"),
+    assert [tuple(h) for h in headers] == REQUEST_HEADERS
+    # What every call repeats enters the dynamic table; metadata is never indexed.
+    assert [h.indexable for h in headers[8:]] == [False, False]
+    assert [(n.decode(), v.decode()) for n, v in decoder.header_table.dynamic_entries] == [
         ("grpc-timeout", "1500000u"),
-        ("x-trace", "abc"),
-        ("k", "v"),
+        ("user-agent", "aioclients-grpc-h2"),
+        ("te", "trailers"),
+        ("content-type", "application/grpc"),
+        (":authority", "broker:9292"),
+        (":path", "/proto.API/Subscribe"),
     ]
-    # The literals are never indexed: the decoder's dynamic table stays empty.
-    assert all(not h.indexable for h in headers[2:])
-    assert len(decoder.header_table.dynamic_entries) == 0
-    assert conn.start_request("/p") == 3
-    assert conn.open_streams == 2
+    # The next call sends indices (62 is the newest entry), a new timeout by name.
+    assert conn.start_request("/proto.API/Subscribe", timeout=1.5, metadata=metadata) == 3
+    [(_, _, _, block)] = frames_of(conn)
+    assert block == (b"\x83\x86\xc3\xc2\xc1\xc0\xbf\xbe\x10\x07x-trace\x03abc\x10\x01k\x01v")
+    assert [tuple(h) for h in decoder.decode(block, raw=False)] == REQUEST_HEADERS
+    conn.start_request("/proto.API/Subscribe", timeout=0.25)
+    [(_, _, _, block)] = frames_of(conn)
+    assert block == b"\x83\x86\xc3\xc2\xc1\xc0\xbf\x0f\x2f\x07250000u"
+    assert ("grpc-timeout", "250000u") in decoder.decode(block, raw=False)
+    assert len(decoder.header_table.dynamic_entries) == 6  # a changing value is not indexed
+    assert conn.open_streams == 3
+
+
+def test_server_header_table_size_zero_stops_indexing() -> None:
+    conn, _ = ready()
+    decoder = hpack.Decoder()
+    conn.start_request("/a", timeout=1.0)
+    [(_, _, _, block)] = frames_of(conn)
+    decoder.decode(block)
+    assert len(decoder.header_table.dynamic_entries) == 6
+    conn.receive(settings_frame((1, 0)))  # SETTINGS_HEADER_TABLE_SIZE
+    assert frames_of(conn) == [(SETTINGS, ACK, 0, b"")]
+    decoder.max_allowed_table_size = 0  # our ACK went out before the next block
+    conn.start_request("/a", timeout=1.0)
+    [(_, _, _, block)] = frames_of(conn)
+    assert block[0] == 0x20  # a size update to 0 opens the block
+    assert [h[0] for h in decoder.decode(block, raw=False)][:3] == [":method", ":scheme", ":path"]
+    assert decoder.header_table.dynamic_entries == collections.deque()
+    conn.start_request("/a", timeout=1.0)
+    [(_, _, _, block)] = frames_of(conn)
+    assert block[0] != 0x20
+    assert (":path", "/a") in decoder.decode(block, raw=False)
+
+
+def test_a_refused_request_leaves_the_header_table_in_step() -> None:
+    conn, _ = ready()
+    decoder = hpack.Decoder()
+    with pytest.raises(LocalProtocolError):
+        conn.start_request("/a", timeout=1.0, metadata=(("k", "\u00e9"),))
+    with pytest.raises(LocalProtocolError):
+        conn.start_request("/b\n", timeout=1.0)
+    assert conn.data_to_send() == b""
+    conn.start_request("/a", timeout=1.0)
+    [(_, _, _, block)] = frames_of(conn)
+    assert (":path", "/a") in decoder.decode(block, raw=False)
+    assert [n for n, _ in decoder.header_table.dynamic_entries][-1] == b":path"
+
+
+_REQUEST = st.tuples(
+    st.sampled_from(["/a.B/C", "/a.B/Dee", "/x"]),
+    st.one_of(st.none(), st.floats(min_value=0.001, max_value=100.0)),
+    st.lists(
+        st.tuples(st.sampled_from(["k", "auth"]), st.sampled_from(["v", "w" * 40])), max_size=2
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(_REQUEST, st.integers(min_value=0, max_value=300)), max_size=30))
+def test_any_requests_and_table_sizes_decode_at_the_server(
+    steps: list[tuple[str, float | None, list[tuple[str, str]]] | int],
+) -> None:
+    """The server's decoder (``hpack``) follows our SETTINGS ACKs and our blocks."""
+    conn, _ = ready()
+    decoder = hpack.Decoder()
+    for step in steps:
+        if isinstance(step, int):
+            conn.receive(settings_frame((1, step)))
+            assert frames_of(conn) == [(SETTINGS, ACK, 0, b"")]
+            decoder.max_allowed_table_size = step
+            continue
+        path, timeout, metadata = step
+        conn.start_request(path, timeout=timeout, metadata=tuple(metadata))
+        [(_, _, _, block)] = frames_of(conn)
+        headers = [tuple(h) for h in decoder.decode(block, raw=False)]
+        assert headers[:7] == [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", "broker:9292"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            ("user-agent", "aioclients-grpc-h2"),
+        ]
+        rest = headers[7:]
+        if timeout is not None:
+            assert rest.pop(0) == ("grpc-timeout", encode_grpc_timeout(timeout))
+        assert rest == metadata
+        assert decoder.header_table.maxsize <= min(decoder.max_allowed_table_size, 4096)
 
 
 def test_https_scheme() -> None:
@@ -322,8 +419,7 @@ def test_message_framing_and_half_close() -> None:
     conn.send_message(sid, b"", end_stream=True)
     assert frames_of(conn) == [
         (DATA, 0, sid, b"\x00\x00\x00\x00\x03abc"),
-        (DATA, 0, sid, b"\x00\x00\x00\x00\x00"),
-        (DATA, END_STREAM, sid, b""),
+        (DATA, END_STREAM, sid, b"\x00\x00\x00\x00\x00"),
     ]
     with pytest.raises(LocalProtocolError):
         conn.send_message(sid, b"more")
@@ -595,6 +691,57 @@ def test_continuation_errors(wire: bytes) -> None:
     assert frames_of(conn)[-1][0] == GOAWAY
     assert conn.closed
     assert not conn.can_start_stream()
+
+
+def test_a_repeated_indexed_block_means_what_the_table_says_now() -> None:
+    conn, server = ready()
+    s1 = conn.start_request("/p")
+    s3 = conn.start_request("/p")
+    conn.data_to_send()
+    conn.receive(server.response(s1))  # content-type enters the server's table (62)
+    indexed = server.encoder.encode([(":status", "200"), ("content-type", "application/grpc")])
+    assert indexed == b"\x88\xbe"
+    wanted = ((":status", "200"), ("content-type", "application/grpc"))
+    assert conn.receive(frame(HEADERS, END_HEADERS, s3, indexed)) == [ResponseHeaders(s3, wanted)]
+    # A block that inserts: index 62 is now the new entry, the same bytes mean another thing.
+    assert ended(conn.receive(server.trailers(s1, 0, "done"))) == [
+        StreamEnded(s1, 0, "done", (("grpc-status", "0"), ("grpc-message", "done")))
+    ]
+    s5 = conn.start_request("/p")
+    conn.data_to_send()
+    [event] = conn.receive(frame(HEADERS, END_HEADERS, s5, indexed))
+    assert isinstance(event, StreamEnded)
+    assert event.status == StatusCode.UNKNOWN  # content-type is gone from the answer
+
+
+_SERVER_FIELD = st.sampled_from(
+    [("content-type", "application/grpc"), ("grpc-status", "0"), ("x", "b" * 30), ("y", "a")]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_SERVER_FIELD, min_size=1, max_size=2), max_size=12), st.data())
+def test_decoded_blocks_match_a_fresh_decoder(
+    header_lists: list[list[tuple[str, str]]], data: st.DataObject
+) -> None:
+    """Whatever the server's table does, remembered blocks decode as a decoder would."""
+    conn, _ = ready()
+    encoder = hpack.Encoder()
+    encoder.header_table_size = data.draw(st.sampled_from([4096, 120]))
+    reference = hpack.Decoder()
+    blocks: list[bytes] = []
+    for headers in header_lists:
+        blocks.append(encoder.encode(headers))
+        if blocks and data.draw(st.booleans()):  # a block sent before, bytes for bytes
+            blocks.append(data.draw(st.sampled_from(blocks)))
+    for block in blocks:
+        try:
+            expected = [tuple(h) for h in reference.decode(block, raw=False)]
+        except hpack.HPACKError:
+            with pytest.raises(RemoteProtocolError):
+                conn._decode_headers(block)
+            return
+        assert list(conn._decode_headers(block)) == expected
 
 
 def test_undecodable_header_block_is_a_compression_error() -> None:
@@ -976,8 +1123,11 @@ def test_send_is_held_by_the_peer_windows_and_released_by_window_update() -> Non
     conn.receive(window_update(0, 1 << 20) + window_update(sid, 1 << 20))
     out = frames_of(conn)
     assert sum(len(p) for _, _, _, p in out) == 100_005 - 75_535
-    assert out[-1] == (DATA, END_STREAM, sid, b"")  # END_STREAM after the queued data
+    # END_STREAM rides on the frame with the request's last byte, no frame of its own.
+    assert [f for _, f, _, _ in out] == [0] * (len(out) - 1) + [END_STREAM]
     assert conn.blocked_bytes(sid) == 0
+    with pytest.raises(LocalProtocolError):
+        conn.send_message(sid, b"x")
 
 
 def test_queued_messages_keep_their_order() -> None:
@@ -995,7 +1145,8 @@ def test_queued_messages_keep_their_order() -> None:
     out = frames_of(conn)
     sent += b"".join(p for k, _, _, p in out if k == DATA)
     assert sent == b"".join(grpc_message(p) for p in payloads)
-    assert out[-1] == (DATA, END_STREAM, sid, b"")
+    assert [f for _, f, _, _ in out] == [0] * (len(out) - 1) + [END_STREAM]
+    assert out[-1][3]  # the last queued data carries END_STREAM
 
 
 def test_initial_window_size_setting_releases_and_shrinks() -> None:
@@ -1017,6 +1168,56 @@ def test_initial_window_size_setting_releases_and_shrinks() -> None:
     assert [k for k, _, _, _ in frames_of(conn)] == []
     conn.receive(settings_frame((4, 200_000)))
     assert [k for k, _, _, _ in frames_of(conn)] == [SETTINGS, DATA]
+
+
+@pytest.mark.parametrize("size", [65_530, 65_531, 16_379, 16_380, 200_000])
+def test_end_stream_rides_on_the_last_data_frame(size: int) -> None:
+    """A message that fills the windows exactly, or overflows them by a byte."""
+    conn, _ = ready()
+    sid = conn.start_request("/p")
+    conn.data_to_send()
+    conn.send_message(sid, bytes(size), end_stream=True)
+    out = frames_of(conn)
+    while conn.blocked_bytes(sid):
+        assert all(f == 0 for _, f, _, _ in out)
+        conn.receive(window_update(0, 10_000) + window_update(sid, 10_000))
+        out += frames_of(conn)
+    assert [k for k, _, _, _ in out] == [DATA] * len(out)
+    assert [f for _, f, _, _ in out] == [0] * (len(out) - 1) + [END_STREAM]
+    assert all(p for _, _, _, p in out)  # no empty frame
+    assert b"".join(p for _, _, _, p in out) == grpc_message(bytes(size))
+    conn.receive(window_update(0, 1 << 20) + window_update(sid, 1 << 20))
+    assert frames_of(conn) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=70_000), min_size=1, max_size=4),
+    end_apart=st.booleans(),
+    updates=st.lists(st.integers(min_value=1, max_value=40_000), max_size=40),
+)
+def test_any_messages_and_windows_end_the_stream_once_after_the_data(
+    sizes: list[int], end_apart: bool, updates: list[int]
+) -> None:
+    conn, _ = ready()
+    sid = conn.start_request("/p")
+    conn.data_to_send()
+    payloads = [bytes([i]) * n for i, n in enumerate(sizes)]
+    for i, p in enumerate(payloads):
+        conn.send_message(sid, p, end_stream=not end_apart and i == len(payloads) - 1)
+    if end_apart:
+        conn.end_stream(sid)
+    out = [f for f in frames_of(conn) if f[0] == DATA]
+    for n in updates:
+        conn.receive(window_update(0, n) + window_update(sid, n))
+        out += [f for f in frames_of(conn) if f[0] == DATA]
+    conn.receive(window_update(0, 1 << 20) + window_update(sid, 1 << 20))
+    out += [f for f in frames_of(conn) if f[0] == DATA]
+    assert b"".join(p for _, _, _, p in out) == b"".join(grpc_message(p) for p in payloads)
+    assert [f for _, f, _, _ in out] == [0] * (len(out) - 1) + [END_STREAM]
+    # An empty frame only when the end came apart from data already sent.
+    assert all(p for _, _, _, p in out[:-1])
+    assert out[-1][3] or end_apart
 
 
 def test_larger_max_frame_size_is_used() -> None:

@@ -24,6 +24,7 @@ from support import PROBE, Server, WaitFor, until_visible
 from aioclients import AioClientsError, InvalidArgumentError
 from aioclients.jetstream import (
     JetStream,
+    JetStreamClosedError,
     PubAck,
     StoredMessage,
     Stream,
@@ -637,3 +638,50 @@ async def test_a_restart_is_reported_through_aioclients_loggers_only(
     assert not stray, "logged outside the aioclients loggers: " + ", ".join(stray)
     levels = [m.group(2) for m in map(record.match, lines) if m]
     assert {"WARNING", "ERROR"} & set(levels), "the lost connection was not reported at all"
+
+
+async def test_many_contexts_on_one_connection_neither_chain_nor_stay_alive(
+    other_nc: NATS,
+) -> None:
+    import gc
+    import weakref
+
+    class Listener:
+        def __init__(self) -> None:
+            self.heard: list[str] = []
+
+        def connection_lost(self) -> None:
+            self.heard.append("lost")
+
+        def connection_restored(self) -> None:
+            self.heard.append("restored")
+
+        def context_closed(self) -> None:
+            self.heard.append("closed")
+
+    # Each context (and each consume in it) listens for the connection dropping and
+    # closing; thousands on one connection must not pile up callbacks (nor stay
+    # alive through them).
+    contexts = [JetStream(other_nc) for _ in range(3000)]
+    for js in contexts:
+        js._jsapi.add_listener(Listener())
+    alive = weakref.ref(contexts[0])
+    del contexts, js
+    gc.collect()
+    assert alive() is None
+    kept = JetStream(other_nc)
+    listener = Listener()
+    kept._jsapi.add_listener(listener)
+    requested = asyncio.Event()
+
+    async def swallow(msg: NatsMsg) -> None:
+        requested.set()  # and never answer
+
+    await other_nc.subscribe("$SWALLOW.API.>", cb=swallow)
+    js = JetStream(other_nc, api_prefix="$SWALLOW.API", timeout=60.0)
+    waiting = asyncio.ensure_future(js.account_info())
+    await asyncio.wait_for(requested.wait(), 10)
+    await other_nc.close()  # closed by its owner: the request fails at once
+    with pytest.raises(JetStreamClosedError):
+        await asyncio.wait_for(waiting, 10)
+    assert listener.heard == ["lost", "closed"]

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from consume_support import publish_many
+from consume_support import publish_many, snoop_pulls
 from support import Server, WaitFor
 
 from aioclients._errors import InvalidArgumentError, RemoteProtocolError
@@ -91,6 +91,23 @@ async def test_fetch_and_next_continue_where_the_last_call_stopped(
         assert [m.metadata.sequence.stream async for m in batch] == [8, 9, 10]
     with pytest.raises(NoMessagesError):
         await oc.next(expires=1)
+    await oc.close()
+
+
+async def test_next_with_the_shortest_expiry_pulls_with_the_given_heartbeat(
+    js: JetStream, nats_server: Server, unique_name: str
+) -> None:
+    # expires=1 is the least next() accepts: it must still pull (not give up before
+    # the first pull because a moment has passed), and idle_heartbeat goes with it.
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+    await publish_many(js, f"{unique_name}.a", 1)
+    oc = await js.ordered_consumer(unique_name)
+    async with snoop_pulls(js, nats_server.url, unique_name, oc.name or "") as snoop:
+        msg = await oc.next(expires=1, idle_heartbeat=0.5)
+        assert msg.metadata.sequence.stream == 1
+        await snoop.wait_count(1)
+    assert snoop.bodies[0]["expires"] == 1_000_000_000
+    assert snoop.bodies[0]["idle_heartbeat"] == 500_000_000
     await oc.close()
 
 

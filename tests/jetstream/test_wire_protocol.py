@@ -16,6 +16,8 @@ from aioclients.jetstream._protocol._wire import (
     _NUMBERS_MAX,
     ERR,
     INFO,
+    MAX_CONTROL_LINE,
+    MAX_INFO_LINE,
     MSG,
     OK,
     PING,
@@ -550,3 +552,18 @@ def test_whatever_scan_header_deliveries_reads_scan_reads_the_same(
         _read_as_scan_reads(
             data, got, 0, _as_header_columns, lambda header: header[:10] == b"NATS/1.0\r\n"
         )
+
+
+def test_a_long_info_line_cut_short_waits_but_other_long_lines_do_not() -> None:
+    # A large cluster's INFO (connect_urls) can be longer than max_control_line and
+    # arrive in pieces: it waits for its end, within MAX_INFO_LINE.
+    info = b'INFO {"connect_urls":[' + b'"10.0.0.1:4222",' * 400 + b'"x"]}\r\n'
+    assert len(info) > MAX_CONTROL_LINE
+    assert scan(info[:-10]) == ([], 0, 0)
+    frames, used, _ = scan(info + b"PING\r\n")
+    assert [f[0] for f in frames] == [INFO, PING]
+    assert used == len(info) + 6
+    with pytest.raises(RemoteProtocolError, match="too long"):
+        scan(b"+OK " + b"x" * MAX_CONTROL_LINE)
+    with pytest.raises(RemoteProtocolError, match="too long"):
+        scan(b"INFO {" + b"x" * MAX_INFO_LINE)

@@ -35,6 +35,7 @@ class Brokers:
         self.outcomes = outcomes
         self.defaults = defaults or {}
         self.log: list[tuple[str, str]] = []  # (broker, method) per call
+        self.timeouts: list[float | None] = []  # the deadline of each call in log
         self.calls = asyncio.Event()
 
     def stub(self, name: str) -> Any:
@@ -44,6 +45,7 @@ class Brokers:
             def __getattr__(self, method: str) -> Any:
                 async def call(request: Any, *, timeout: float | None = None) -> Any:
                     brokers.log.append((name, method))
+                    brokers.timeouts.append(timeout)
                     brokers.calls.set()
                     if brokers.outcomes:
                         outcome = brokers.outcomes.pop(0)

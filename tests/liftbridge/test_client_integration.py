@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import nats
 import pytest
@@ -22,6 +23,7 @@ from aioclients.liftbridge import (
     LiftbridgeConnectError,
     LiftbridgeTimeoutError,
     Message,
+    NoSuchConsumerGroupError,
     NoSuchPartitionError,
     NoSuchStreamError,
     PartitionByKey,
@@ -408,12 +410,37 @@ async def test_consumer_group_calls(client: Client, stream: str, unique_name: st
                 unique_name, "m1", join.epoch, coordinator=join.coordinator
             )
             break
-        except NoSuchStreamError:
+        except NoSuchConsumerGroupError:
             assert loop.time() < deadline, "the coordinator never learnt of the join"
             await asyncio.sleep(0.05)
     assert epoch >= join.epoch
     assert assignments == {stream: [0]}
     await client.leave_consumer_group(unique_name, "m1")
+
+
+async def test_a_missing_group_is_no_such_consumer_group(
+    client: Client, stream: str, unique_name: str
+) -> None:
+    group = unique_name + "_none"
+    md = await client.fetch_metadata()
+    for broker in md.brokers():
+        # Every broker, coordinator or not, answers NOT_FOUND "consumer group does
+        # not exist" for a group it does not know.
+        with pytest.raises(NoSuchConsumerGroupError) as info:
+            await client.fetch_consumer_group_assignments(group, "m1", 0, coordinator=broker.id)
+        assert info.value.code == "NOT_FOUND"
+        assert isinstance(info.value, NoSuchStreamError)  # what it was before: still caught
+    with pytest.raises(NoSuchConsumerGroupError) as info:
+        await client.leave_consumer_group(group, "m1")
+    assert info.value.code == "NOT_FOUND"
+    coordinator = md.brokers()[0].id
+    with pytest.raises(NoSuchConsumerGroupError) as info:
+        await client.report_consumer_group_coordinator(group, "m1", coordinator, 0)
+    assert info.value.code == "FAILED_PRECONDITION"
+    # A missing stream is not a missing group.
+    with pytest.raises(NoSuchStreamError) as missing:
+        await client.join_consumer_group(group, "m1", [stream + "_nope"])
+    assert not isinstance(missing.value, NoSuchConsumerGroupError)
 
 
 # -- bad input and closing ------------------------------------------------------------------
@@ -473,6 +500,7 @@ async def test_calls_after_close_raise_closed_error(
 ) -> None:
     c = await connect(liftbridge_cluster.addresses)
     await c.create_stream(unique_name, unique_name)
+    broker = (await c.fetch_metadata()).brokers()[0].id
     sub = c.subscribe(unique_name)
     await sub.open()
     reader = asyncio.ensure_future(sub.__anext__())
@@ -486,6 +514,9 @@ async def test_calls_after_close_raise_closed_error(
         c.fetch_metadata(),
         c.create_stream("a", "b"),
         c.fetch_cursor("c", unique_name, 0),
+        # A group member left running after its client closed must not go on
+        # fetching its assignments (on new channels), which kept it in the group.
+        c.fetch_consumer_group_assignments(unique_name, "m1", 0, coordinator=broker),
     ):
         with pytest.raises(LiftbridgeClosedError):
             await call
@@ -667,6 +698,48 @@ async def test_group_consumer_reads_its_partitions_and_commits_cursors(
     async with client.consumer(unique_name, [unique_name], checkpoint_interval=None) as member:
         msg = await asyncio.wait_for(member.__anext__(), WAIT)
         assert (msg.partition, msg.offset, msg.value) == (1, 3, b"new")
+
+
+async def test_a_member_does_not_deliver_what_it_queued_from_a_partition_it_lost(
+    client: Client, unique_name: str, liftbridge_cluster: Cluster
+) -> None:
+    # The only member queues both partitions' messages; a second member then
+    # takes one partition and reads it from the group's cursor. What the first
+    # had queued of it must not reach its reader too (each message to one
+    # member), nor move that partition's cursor later.
+    await skip_without_cursors(liftbridge_cluster.addresses)
+    await client.create_stream(unique_name, unique_name, partitions=2)
+    for p in (0, 1):
+        for i in range(3):
+            await client.publish(unique_name, b"%d-%d" % (p, i), partition=p)
+    group = unique_name + "_g"
+    options: dict[str, Any] = {
+        "fetch_interval": 0.1,
+        "checkpoint_interval": None,
+        "auto_offset": StartPosition.EARLIEST,
+    }
+    loop = asyncio.get_running_loop()
+    async with client.consumer(group, [unique_name], consumer_id="a", **options) as a:
+        deadline = loop.time() + WAIT
+        while a._queue.qsize() < 6:  # everything queued, nothing read yet
+            assert loop.time() < deadline, a._queue.qsize()
+            await asyncio.sleep(0.02)
+        async with client.consumer(group, [unique_name], consumer_id="b", **options) as b:
+            deadline = loop.time() + 2 * WAIT
+            while len(a.assignments.get(unique_name, [])) != 1 or not b.assignments:
+                assert loop.time() < deadline, (a.assignments, b.assignments)
+                await asyncio.sleep(0.02)
+            (kept,) = a.assignments[unique_name]
+            await client.publish(unique_name, b"end", partition=kept)
+            got_a: list[Message] = []
+            while not got_a or got_a[-1].value != b"end":
+                got_a.append(await asyncio.wait_for(a.__anext__(), WAIT))
+            got_b = [await asyncio.wait_for(b.__anext__(), WAIT) for _ in range(3)]
+            assert [(m.partition, m.offset) for m in got_a] == [(kept, o) for o in range(4)]
+            assert [(m.partition, m.offset) for m in got_b] == [(1 - kept, o) for o in range(3)]
+            await a.checkpoint()
+    cursor_id = f"__group:{group}"
+    assert await client.fetch_cursor(cursor_id, unique_name, 1 - kept) == 2  # b's, on close
 
 
 async def test_publish_async_errors_arrive_on_the_future(client: Client, stream: str) -> None:
@@ -925,6 +998,26 @@ async def test_publish_runs_on_the_stream_channel(
         assert all(isinstance(ch, Http2Channel) is uses_h2 for ch in c._stream_channels.values())
 
 
+@pytest.mark.parametrize("transport", ["http2", "grpc"])
+async def test_cursors_and_partition_metadata_run_on_the_stream_channel(
+    liftbridge_cluster: Cluster, unique_name: str, transport: str
+) -> None:
+    # Like publish: the cursor calls (a group consumer's commits) and
+    # FetchPartitionMetadata go to the leader over its stream channel.
+    from aioclients.liftbridge._io._h2 import Http2Channel
+
+    async with await connect(liftbridge_cluster.addresses, stream_transport=transport) as c:
+        await c.create_stream(unique_name, unique_name)
+        assert not c._stream_channels
+        info = await c.fetch_partition_metadata(unique_name, 0)
+        assert info.id == 0
+        assert c._stream_channels
+        await c.set_cursor("reader", unique_name, 0, 41)
+        assert await c.fetch_cursor("reader", unique_name, 0) == 41
+        uses_h2 = transport == "http2"
+        assert all(isinstance(ch, Http2Channel) is uses_h2 for ch in c._stream_channels.values())
+
+
 async def test_stream_transport_is_checked(liftbridge_cluster: Cluster) -> None:
     import grpc
 
@@ -1008,3 +1101,24 @@ async def test_a_client_used_on_another_event_loop_says_so_at_once(
         assert isinstance(error, LocalProtocolError), repr(error)
         assert "connected on another event loop" in str(error)
     await client.publish(stream, b"still usable on its own loop")
+
+
+@pytest.mark.parametrize(
+    ("options", "deadline"),
+    [
+        ({}, 25.0),  # the default: room for a resumed __cursors partition (~9 s)
+        ({"rpc_timeout": 0.5}, 0.5),  # a caller's own deadline holds for cursors too
+        ({"rpc_timeout": 0.5, "cursor_timeout": 40.0}, 40.0),
+        ({"cursor_timeout": 3.0}, 3.0),
+    ],
+)
+async def test_set_cursor_deadline_follows_the_connect_options(
+    liftbridge_cluster: Cluster, options: dict[str, float], deadline: float
+) -> None:
+    async with await connect(liftbridge_cluster.addresses, **options) as c:
+        assert c._brokers.cursor_timeout == deadline
+
+
+async def test_a_bad_cursor_timeout_is_refused(liftbridge_cluster: Cluster) -> None:
+    with pytest.raises(InvalidArgumentError, match="cursor_timeout"):
+        await connect(liftbridge_cluster.addresses, cursor_timeout=-1)

@@ -146,10 +146,15 @@ async def test_pause_stream_returns_once_every_broker_shows_it(client: Client) -
 
 
 async def test_a_broker_that_does_not_answer_is_not_waited_for(client: Client) -> None:
+    # Asked once more (on a new channel: the first failure may be an old channel's
+    # reconnect backoff), then skipped.
     down = RpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
-    brokers = script(client, [pb.CreateStreamResponse(), down, metadata()])
+    brokers = script(client, [pb.CreateStreamResponse(), down, metadata(), down])
     await asyncio.wait_for(client.create_stream("s", "s"), WAIT)
     assert brokers.outcomes == []
+    asked = [b for b, m in brokers.log if m == "FetchMetadata"]
+    assert len(asked) == 3
+    assert asked[0] == asked[2] != asked[1]
 
 
 async def test_a_call_with_no_metadata_leader_yet_is_asked_again(client: Client) -> None:
@@ -159,6 +164,58 @@ async def test_a_call_with_no_metadata_leader_yet_is_asked_again(client: Client)
     brokers = script(client, [no_leader, pb.CreateStreamResponse(), metadata(), metadata()])
     await asyncio.wait_for(client.create_stream("s", "s"), WAIT)
     assert brokers.methods()[:2] == ["CreateStream", "CreateStream"]
+
+
+# -- FetchMetadata while a broker is down -------------------------------------------------
+
+
+async def test_fetch_metadata_puts_no_deadline_on_the_wire(client: Client) -> None:
+    # A broker whose cache of the cluster's brokers is stale asks every peer and
+    # waits for all of them until the call's deadline (3 s without one): with a
+    # peer down, a deadline of rpc_timeout made every such call fail at that
+    # deadline (measured on v1.9.0: DEADLINE_EXCEEDED at 10 s; 3.3 s and the live
+    # brokers without a deadline).
+    brokers = script(client, [metadata(), pb.CreateStreamResponse(), metadata(), metadata()])
+    await client.fetch_metadata()
+    await client.create_stream("s", "s")  # waits for every broker's FetchMetadata
+    deadlines = list(zip(brokers.methods(), brokers.timeouts, strict=True))
+    assert deadlines == [
+        ("FetchMetadata", None),
+        ("CreateStream", 10.0),
+        ("FetchMetadata", None),
+        ("FetchMetadata", None),
+    ]
+
+
+async def test_a_fetch_metadata_without_answer_still_ends_at_rpc_timeout(client: Client) -> None:
+    class Silent:
+        async def FetchMetadata(self, request: Any) -> Any:
+            await asyncio.Event().wait()
+
+    script(client, [])
+    client._stub_for = lambda channel: Silent()  # type: ignore[method-assign, assignment]
+    client._brokers.rpc_timeout = 0.05
+    with pytest.raises(lb.LiftbridgeTimeoutError):
+        await asyncio.wait_for(client.fetch_metadata(), WAIT)
+
+
+# -- cursors ----------------------------------------------------------------------------
+
+
+async def test_set_cursor_waits_for_a_resumed_cursors_partition(client: Client) -> None:
+    # The broker stores a cursor with an ALL ack in __cursors, which pauses after a
+    # minute idle; the first cursor after it resumes waits for the followers' idle
+    # fetch (up to 10 s; 9.1-9.4 s measured on v1.9.0): the default rpc_timeout of
+    # 10 s would cut it off.
+    assert client._brokers.rpc_timeout == 10.0
+    cursors = metadata(stream="__cursors")
+    brokers = script(client, [cursors, pb.SetCursorResponse(), pb.FetchCursorResponse(offset=3)])
+    await client.set_cursor("c", "s", 0, 3)
+    assert await client.fetch_cursor("c", "s", 0) == 3
+    deadlines = dict(zip(brokers.methods(), brokers.timeouts, strict=True))
+    assert deadlines["SetCursor"] is not None
+    assert deadlines["SetCursor"] >= 20.0
+    assert deadlines["FetchCursor"] == 10.0  # a read resumes nothing: the usual deadline
 
 
 # -- consumer groups (P2, P2b, P3, P4) ------------------------------------------------------
@@ -240,6 +297,43 @@ async def test_a_new_epoch_is_read_from_the_metadata_without_rejoining_or_report
                 await brokers.calls.wait()
     assert "JoinConsumerGroup" not in brokers.methods()[1:]
     assert "ReportConsumerGroupCoordinator" not in brokers.methods()
+
+
+async def test_a_member_whose_group_was_deleted_joins_again(client: Client) -> None:
+    # The only member was silent past the consumer timeout: the coordinator
+    # evicted it, which deleted the group. Every fetch then answers "consumer
+    # group does not exist", and the group's metadata says UNKNOWN_GROUP.
+    client._metadata.update(metadata(), now=0.0)
+    unknown = metadata()
+    unknown.groupMetadata.add(groupId="g", error=pb.ConsumerGroupMetadata.UNKNOWN_GROUP)
+    brokers = script(
+        client,
+        [
+            joined(0),
+            assignments(0),
+            not_found("consumer group does not exist"),
+            unknown,
+            joined(7),
+        ],
+        {
+            "FetchConsumerGroupAssignments": assignments(7),
+            "LeaveConsumerGroup": pb.LeaveConsumerGroupResponse(),
+        },
+    )
+    async with client.consumer(
+        "g", ["s"], consumer_id="m1", checkpoint_interval=None, fetch_interval=0.01
+    ) as c:
+        async with asyncio.timeout(WAIT):
+            while c.epoch != 7:
+                brokers.calls.clear()
+                await brokers.calls.wait()
+    assert brokers.methods()[:5] == [
+        "JoinConsumerGroup",
+        "FetchConsumerGroupAssignments",
+        "FetchConsumerGroupAssignments",
+        "FetchMetadata",
+        "JoinConsumerGroup",
+    ]
 
 
 async def test_the_coordinator_is_reported_only_after_coordinator_timeout_without_answer(

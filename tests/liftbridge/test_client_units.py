@@ -217,6 +217,11 @@ async def test_a_bad_client_certificate_or_key_is_named(
     assert "tls_client_key" in text
     assert "PEM" in text
     assert info.value.__cause__ is None or not isinstance(info.value.__cause__, ssl.SSLError)
+    # the error names the files, never what is in a key
+    for name in {key, cert} & {"key", "other_key"}:
+        for line in tls_files[name].read_text().splitlines()[1:-1]:
+            assert line not in text
+            assert line not in repr(info.value)
 
 
 async def test_an_encrypted_client_key_is_refused_without_a_prompt(

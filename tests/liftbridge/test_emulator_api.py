@@ -16,6 +16,7 @@ import grpc
 import nats
 import pytest
 
+from aioclients import InvalidArgumentError
 from aioclients.liftbridge._pb import api_pb2 as pb
 from aioclients.liftbridge._pb import api_pb2_grpc as pbg
 from aioclients.testing import LiftbridgeCluster
@@ -881,6 +882,42 @@ async def test_report_coordinator_refusals(lb: Brokers, unique_name: str) -> Non
     )
 
 
+async def test_the_coordinator_moves_once_most_members_reported_it(
+    lb: Brokers, unique_name: str
+) -> None:
+    # Liftbridge v1.9 elects a new coordinator when more than half of the
+    # members reported the current one (server/failover.go); one report of two
+    # members changes nothing, so the second is still accepted.
+    await create(lb, unique_name)
+    group = unique_name + "_g"
+    for member in ("a", "b"):
+        join = await lb.any.JoinConsumerGroup(
+            pb.JoinConsumerGroupRequest(groupId=group, consumerId=member, streams=[unique_name]),
+            timeout=TIMEOUT,
+        )
+    for member in ("a", "b"):
+        await lb.any.ReportConsumerGroupCoordinator(
+            pb.ReportConsumerGroupCoordinatorRequest(
+                groupId=group, consumerId=member, coordinator=join.coordinator, epoch=join.epoch
+            ),
+            timeout=TIMEOUT,
+        )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    while True:
+        md = await lb.any.FetchMetadata(pb.FetchMetadataRequest(groups=[group]), timeout=TIMEOUT)
+        (shown,) = md.groupMetadata
+        if shown.coordinator and shown.coordinator != join.coordinator:
+            break
+        assert loop.time() < deadline, "the coordinator did not move"
+        await asyncio.sleep(0.05)
+    assert shown.epoch > join.epoch
+    for member in ("a", "b"):
+        await lb.any.LeaveConsumerGroup(
+            pb.LeaveConsumerGroupRequest(groupId=group, consumerId=member), timeout=TIMEOUT
+        )
+
+
 # -- failover (emulator only) ------------------------------------------------------
 
 
@@ -935,6 +972,91 @@ async def test_stop_broker_moves_leadership(
         assert md.streamMetadata[0].partitions[0].leader == new.leader
     finally:
         await lb_other.close()
+
+
+@pytest.mark.fault
+async def test_stopping_the_coordinator_broker_leaves_the_group_coordinator(
+    liftbridge_cluster: Cluster, lb: Brokers, unique_name: str
+) -> None:
+    # Liftbridge v1.9 moves a group's coordinator only when the members report
+    # it: a stopped coordinator stays the coordinator, and every assignments
+    # fetch fails until then (UNAVAILABLE), as the members' reports need.
+    if isinstance(liftbridge_cluster, ExternalLiftbridge):
+        pytest.skip("stops a broker: cannot with an external Liftbridge (see test_real_faults.py)")
+    await create(lb, unique_name)
+    group = unique_name + "_g"
+    join = await lb.any.JoinConsumerGroup(
+        pb.JoinConsumerGroupRequest(groupId=group, consumerId="a", streams=[unique_name]),
+        timeout=TIMEOUT,
+    )
+    index = liftbridge_cluster.broker_ids.index(join.coordinator)
+    await liftbridge_cluster.stop_broker(index)
+    # The first live broker leads the metadata: its view has no lag.
+    survivor = next(a for i, a in enumerate(liftbridge_cluster.addresses) if i != index)
+    lb_other = Brokers(liftbridge_cluster, entry=survivor)
+    try:
+        md = await lb_other.any.FetchMetadata(
+            pb.FetchMetadataRequest(groups=[group]), timeout=TIMEOUT
+        )
+        assert [(g.coordinator, g.epoch) for g in md.groupMetadata] == [
+            (join.coordinator, join.epoch)
+        ]
+        await lb_other.any.ReportConsumerGroupCoordinator(
+            pb.ReportConsumerGroupCoordinatorRequest(
+                groupId=group, consumerId="a", coordinator=join.coordinator, epoch=join.epoch
+            ),
+            timeout=TIMEOUT,
+        )
+        md = await lb_other.any.FetchMetadata(
+            pb.FetchMetadataRequest(groups=[group]), timeout=TIMEOUT
+        )
+        (moved,) = md.groupMetadata
+        assert moved.coordinator not in ("", join.coordinator)  # the only member reported
+    finally:
+        await lb_other.close()
+        await liftbridge_cluster.start_broker(index)
+
+
+@pytest.mark.fault
+async def test_a_paused_partition_keeps_its_stopped_leader_until_resumed(
+    liftbridge_cluster: Cluster, lb: Brokers, unique_name: str
+) -> None:
+    # Liftbridge v1.9.0 closes a paused partition on every replica: no follower
+    # replicates, so none reports a dead leader, and the partition stays led by
+    # it (seen for 25 s). A Subscribe with resume=True on a live in-sync replica
+    # resumes it, and then a live broker takes over.
+    if isinstance(liftbridge_cluster, ExternalLiftbridge):
+        pytest.skip("stops a broker: cannot with an external Liftbridge (see test_real_faults.py)")
+    await create(lb, unique_name, replicationFactor=3)
+    await publish(lb, unique_name, b"a", b"b")
+    await lb.any.PauseStream(pb.PauseStreamRequest(name=unique_name), timeout=TIMEOUT)
+    await lb.until_every_broker(unique_name, every_partition("paused", True))
+    p = await lb.partition(unique_name)
+    addresses = await lb.addresses()
+    index = liftbridge_cluster.addresses.index(addresses[p.leader])
+    await liftbridge_cluster.stop_broker(index)
+    replica = next(addresses[b] for b in p.isr if b != p.leader)
+    lb_other = Brokers(liftbridge_cluster, entry=replica)
+    try:
+        md = await lb_other.metadata(unique_name)
+        still = md.streamMetadata[0].partitions[0]
+        assert (still.leader, sorted(still.isr)) == (p.leader, sorted(p.isr))
+        sub = await subscribe(
+            lb_other.stub(replica),
+            stream=unique_name,
+            startPosition=pb.EARLIEST,
+            resume=True,
+            readISRReplica=True,
+        )
+        assert [m.value for m in await sub.take(2)] == [b"a", b"b"]
+        sub.call.cancel()
+        md = await lb_other.metadata(unique_name)
+        moved = md.streamMetadata[0].partitions[0]
+        assert moved.leader not in ("", p.leader)
+        assert p.leader not in moved.isr
+    finally:
+        await lb_other.close()
+        await liftbridge_cluster.start_broker(index)
 
 
 def _crc32c(data: bytes) -> int:
@@ -1101,3 +1223,21 @@ async def test_tls(nats_server: Any, unique_name: str) -> None:
         async with grpc.aio.insecure_channel(c.addresses[0]) as plain:
             with pytest.raises(grpc.aio.AioRpcError):
                 await pbg.APIStub(plain).FetchMetadata(pb.FetchMetadataRequest(), timeout=2.0)
+
+
+async def test_stop_and_start_broker_take_the_index_as_i_or_index() -> None:
+    # The API contract writes stop_broker(i) / start_broker(i); index= is kept.
+    async with LiftbridgeCluster(brokers=2) as cluster:
+        await cluster.stop_broker(i=1)
+        assert not cluster.is_running(1)
+        await cluster.start_broker(index=1)
+        assert cluster.is_running(1)
+        await cluster.stop_broker(1)
+        assert not cluster.is_running(1)
+        await cluster.start_broker(i=1)
+        assert cluster.is_running(1)
+        for call in (cluster.stop_broker, cluster.start_broker):
+            with pytest.raises(InvalidArgumentError):
+                await call()
+            with pytest.raises(InvalidArgumentError):
+                await call(1, index=1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import zlib
 from datetime import datetime, timezone
 
@@ -158,9 +160,83 @@ def test_metadata_cache_replaces_snapshots_and_reports_staleness() -> None:
     assert "seed:1" in cache.addresses()
 
 
+def test_a_broker_the_partitions_name_keeps_its_address_when_the_list_omits_it() -> None:
+    # A broker that surveyed its peers while one was down lists the others only,
+    # for 2 minutes, although the restarted one leads partitions.
+    cache = MetadataCache([], max_age=10.0)
+    cache.update(_response(), now=1.0)
+    omitted = _response()
+    del omitted.brokers[1]  # b2 left out of the list
+    snap = cache.update(omitted, now=2.0)
+    assert [b.id for b in snap.brokers()] == ["b1", "b2"]
+    assert snap.leader_address("orders", 1) == "[::1]:1002"
+    assert "[::1]:1002" in snap.addresses()
+    # A broker no partition names any more is gone for good.
+    unnamed = _response()
+    del unnamed.brokers[1]
+    del unnamed.streamMetadata[:]
+    snap = cache.update(unnamed, now=3.0)
+    assert [b.id for b in snap.brokers()] == ["b1"]
+    # An id the client never learnt an address for stays unknown.
+    assert snap.leader_address("other", 0) is None
+
+
 def test_metadata_is_immutable() -> None:
     md = _metadata(s=1)
     with pytest.raises(AttributeError):
         md.get_stream("s").name = "x"  # type: ignore[union-attr,misc]
     with pytest.raises(AttributeError):
         BrokerInfo("a", "h", 1).port = 2  # type: ignore[misc]
+
+
+def test_a_metadata_snapshot_cannot_be_changed_through_any_of_its_parts() -> None:
+    # The client routes by the snapshot it hands out: a change made through a user's
+    # reference would move its own publishes and subscriptions.
+    md = Metadata.from_response(_response(), now=5.0, wall=None)
+    with pytest.raises(AttributeError):
+        md.last_updated = datetime(2020, 1, 1, tzinfo=timezone.utc)  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        md.fetched_at = 0.0  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del md.last_updated  # type: ignore[misc]
+    orders = md.get_stream("orders")
+    assert orders is not None
+    assert isinstance(orders.partitions, dict)  # the contract's dict[int, PartitionInfo]
+    for change in (
+        lambda p: p.__setitem__(0, PartitionInfo(0, "b2")),
+        lambda p: p.__delitem__(0),
+        lambda p: p.pop(0),
+        lambda p: p.popitem(),
+        lambda p: p.clear(),
+        lambda p: p.update({0: PartitionInfo(0, "b2")}),
+        lambda p: p.setdefault(5, PartitionInfo(5, "b2")),
+        lambda p: p.__ior__({0: PartitionInfo(0, "b2")}),
+    ):
+        with pytest.raises(TypeError):
+            change(orders.partitions)
+    assert md.leader_address("orders", 0) == "127.0.0.1:1001"
+    assert sorted(orders.partitions) == [0, 1]
+
+
+def test_a_metadata_snapshot_copies_and_pickles_whole() -> None:
+    md = Metadata.from_response(
+        _response(), now=5.0, wall=datetime(2026, 1, 1, tzinfo=timezone.utc), seed_addresses=["s:1"]
+    )
+    for back in (pickle.loads(pickle.dumps(md)), copy.deepcopy(md), copy.copy(md)):
+        assert back.brokers() == md.brokers()
+        assert back.streams() == md.streams()
+        assert back.addresses() == md.addresses() == ("127.0.0.1:1001", "[::1]:1002", "s:1")
+        assert (back.last_updated, back.fetched_at) == (md.last_updated, 5.0)
+        with pytest.raises(AttributeError):
+            back.fetched_at = 0.0  # type: ignore[misc]
+
+
+def test_stream_info_partitions_copy_and_pickle_as_plain_values() -> None:
+    info = StreamInfo("s", "subj", {0: PartitionInfo(0, "b1")})
+    for back in (pickle.loads(pickle.dumps(info)), copy.deepcopy(info), copy.copy(info)):
+        assert back == info
+        assert back.partitions == {0: PartitionInfo(0, "b1")}
+    assert info.partitions | {1: PartitionInfo(1, "b1")} == {
+        0: PartitionInfo(0, "b1"),
+        1: PartitionInfo(1, "b1"),
+    }

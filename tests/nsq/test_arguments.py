@@ -11,7 +11,7 @@ import pytest
 
 from aioclients import InvalidArgumentError
 from aioclients._core import check_float
-from aioclients.nsq import HTTPProducer, Producer, Reader
+from aioclients.nsq import HTTPProducer, NSQError, Producer, Reader
 from aioclients.nsq._protocol._rdy import RdyDistributor
 from aioclients.nsq._responder import ReaderResponder
 
@@ -144,3 +144,41 @@ def test_check_float() -> None:
         check_float("x", 0)
     with pytest.raises(InvalidArgumentError, match=r"\.\.\.$"):
         check_float("x", "9" * 1000)  # a long value is cut in the message
+
+
+_CLOSED = "127.0.0.1:1"  # nothing is sent: the name is checked first
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: Producer(_CLOSED).publish("bad topic", b"x"),
+        lambda: Producer(_CLOSED).mpublish("bad topic", [b"x"]),
+        lambda: Producer(_CLOSED).dpublish("bad topic", b"x", 1.0),
+        lambda: HTTPProducer(_CLOSED).publish("bad topic", b"x"),
+        lambda: HTTPProducer(_CLOSED).mpublish("bad topic", [b"x"]),
+        lambda: HTTPProducer(_CLOSED).dpublish("bad topic", b"x", 1.0),
+    ],
+    ids=["pub", "mpub", "dpub", "http-pub", "http-mpub", "http-dpub"],
+)
+async def test_a_bad_topic_is_an_nsq_error_coded_as_nsqd_codes_it(call: Any) -> None:
+    # Checked before sending (an InvalidArgumentError), and the NSQError with the code
+    # nsqd answers such a name with, so code written for either catches it.
+    with pytest.raises(NSQError) as caught:
+        await call()
+    assert caught.value.code == "E_BAD_TOPIC"
+    assert isinstance(caught.value, InvalidArgumentError)
+    assert "'bad topic' is not valid for NSQ" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("topic", "channel", "code"),
+    [("bad topic", "c", "E_BAD_TOPIC"), ("t", "bad channel", "E_BAD_CHANNEL")],
+)
+def test_a_reader_with_a_bad_name_is_an_nsq_error_coded_as_nsqd_codes_it(
+    topic: str, channel: str, code: str
+) -> None:
+    with pytest.raises(NSQError) as caught:
+        Reader(topic, channel, nsqd_tcp_addresses=["h:1"])
+    assert caught.value.code == code
+    assert isinstance(caught.value, InvalidArgumentError)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -87,3 +88,34 @@ def test_error_families() -> None:
     assert issubclass(nsq.NSQClosedError, aioclients.ClientClosedError)
     err = nsq.NSQError("E_BAD_TOPIC", "PUB topic name is not valid")
     assert err.code == "E_BAD_TOPIC"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda r: r.set_max_in_flight(7),
+        lambda r: r.set_max_in_flight(n=7),  # the contract's name
+        lambda r: r.set_max_in_flight(max_in_flight=7),  # pynsq's
+    ],
+    ids=["positional", "n", "max_in_flight"],
+)
+def test_set_max_in_flight_takes_the_contract_s_name_and_pynsq_s(call: Any) -> None:
+    reader = nsq.Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:1"])
+    call(reader)
+    assert reader.statistics().max_in_flight == 7
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda r: r.set_max_in_flight(),
+        lambda r: r.set_max_in_flight(3, max_in_flight=3),
+        lambda r: r.set_max_in_flight(-1),
+        lambda r: r.set_max_in_flight(max_in_flight="3"),
+    ],
+    ids=["neither", "both", "negative", "not-an-int"],
+)
+def test_set_max_in_flight_refuses_a_missing_double_or_bad_value(call: Any) -> None:
+    reader = nsq.Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:1"])
+    with pytest.raises(aioclients.InvalidArgumentError):
+        call(reader)

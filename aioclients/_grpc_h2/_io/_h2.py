@@ -44,6 +44,7 @@ from aioclients._grpc_h2._protocol._http2 import (
     StatusCode,
     StreamEnded,
 )
+from aioclients._tasks import wait_within
 
 __all__ = ("Http2Channel",)
 
@@ -160,7 +161,10 @@ class _Connection:
                 if _TOO_MANY_PINGS in event.debug:
                     self._channel._keepalive_time *= 2
         if self.h2.has_output():
-            self.flush()
+            # Later in this turn of the loop, after the calls this read woke: a
+            # PING or SETTINGS ACK then leaves with the next request in one write
+            # (a Go server PINGs with every request it reads, to size its windows).
+            self.schedule_flush()
         if self._writers:
             # A WINDOW_UPDATE or SETTINGS may have released queued request data.
             self._wake_writers()
@@ -407,7 +411,7 @@ class _Call(_Readable):
                     conn = await self._channel._connection()
                 else:
                     try:
-                        conn = await asyncio.wait_for(self._channel._connection(), remaining)
+                        conn = await wait_within(self._channel._connection(), remaining)
                     except asyncio.TimeoutError:
                         self._set_status(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
                         continue
@@ -516,6 +520,14 @@ class _Call(_Readable):
         too much of this call back, then queues the message: a write cancelled
         while it waits (a caller's deadline) has queued nothing.
         """
+        await self._write(request, False)
+
+    async def write_last(self, request: Any) -> None:
+        """:meth:`write` and :meth:`done_writing` at once: the request's last
+        DATA frame ends the stream (a unary request is one frame, not two)."""
+        await self._write(request, True)
+
+    async def _write(self, request: Any, last: bool) -> None:
         if self._done_writing:
             raise grpc.aio.UsageError("write() after done_writing()")
         if self._conn is None:
@@ -531,7 +543,10 @@ class _Call(_Readable):
         if self._status is not None:
             self._raise_status()
         assert conn is not None
-        conn.h2.send_message(self._stream_id, self._serialize(request))
+        payload = self._serialize(request)
+        if last:
+            self._done_writing = True
+        conn.h2.send_message(self._stream_id, payload, end_stream=last)
         conn.schedule_flush()
 
     def write_nowait(self, request: Any) -> bool:
@@ -611,8 +626,7 @@ class _UnaryCall:
     async def _run(self) -> Any:
         call = self._call
         try:
-            await call.write(self._request)
-            await call.done_writing()
+            await call.write_last(self._request)
             response = await call.read()
             if response is grpc.aio.EOF:
                 raise _rpc_error(StatusCode.UNIMPLEMENTED, "the server sent no response message")
@@ -859,8 +873,7 @@ class _ServerStreamCall(_Readable):
     async def _send(self) -> None:
         self._sent = True
         try:
-            await self._call.write(self._request)
-            await self._call.done_writing()
+            await self._call.write_last(self._request)
         except grpc.aio.AioRpcError:
             pass  # read() reports the call's status
         except asyncio.CancelledError:

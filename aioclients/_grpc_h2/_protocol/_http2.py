@@ -15,9 +15,13 @@ and turns the events into call results.
 What it implements (RFC 9113, and the gRPC over HTTP/2 protocol):
 
 * the client preface, SETTINGS and their acknowledgement, PING answers, GOAWAY;
-* request HEADERS (HPACK literals that are never indexed, so our encoder has
-  no state); response HEADERS and trailers through a full HPACK decoder
-  (``hpack``), CONTINUATION frames, padding and priority fields;
+* request HEADERS through our HPACK encoder (``_hpack``): the headers every
+  call repeats are indexed in the dynamic table, so after the first call they
+  cost a byte each; the block of a path whose fields are all indexed is kept
+  until the table changes. Application metadata is never indexed. Response
+  HEADERS and trailers go through a full HPACK decoder (``hpack``); a block of
+  indexed fields only is decoded once while the table stays the same;
+  CONTINUATION frames, padding and priority fields;
 * flow control both ways. Receiving: each stream advertises ``stream_window``
   bytes and credit is given back only when the application *consumes* a
   message (:meth:`consumed`), so a slow reader holds the server back instead
@@ -26,7 +30,8 @@ What it implements (RFC 9113, and the gRPC over HTTP/2 protocol):
   a stream buffers at most one window and one message. The connection window
   is credited on receipt. Sending: DATA waits in a per-stream queue while the
   peer's windows are closed;
-* gRPC length-prefixed messages, split across or packed into DATA frames;
+* gRPC length-prefixed messages, split across or packed into DATA frames; the
+  last message of a request may carry END_STREAM on its last DATA frame;
 * status: ``:status`` other than 200 is mapped as gRPC specifies, a missing
   ``grpc-status`` is INTERNAL, RST_STREAM codes are mapped as gRPC's core does;
 * flood protection: while the driver says its transport is paused
@@ -49,6 +54,7 @@ from urllib.parse import unquote
 import hpack
 
 from aioclients._errors import LocalProtocolError, RemoteProtocolError
+from aioclients._grpc_h2._protocol._hpack import INDEX, NAME, NEVER, HeaderEncoder
 
 __all__ = (
     "CONNECTION_PREFACE",
@@ -114,6 +120,7 @@ _MAX_HEADER_BLOCK: Final = 1 << 20  # bytes of one header block we are willing t
 # replies (``max_outbound_ack``), Go's x/net/http2 10000 control frames
 # (``maxQueuedControlFrames``); we take nghttp2's, a ~17 KB queue at most.
 MAX_QUEUED_CONTROL_REPLIES: Final = 1000
+_MAX_CACHED_BLOCKS: Final = 64  # header blocks kept: requests (per path), responses
 
 
 class StatusCode:
@@ -229,33 +236,6 @@ def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes
     )
 
 
-def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
-    """An HPACK integer (RFC 7541, 5.1) with ``first``'s high bits above the prefix."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _literal(name: str, value: str) -> bytes:
-    """A header as an HPACK literal that is never indexed, with a literal name."""
-    n = name.encode("ascii")
-    v = value.encode("ascii")
-    return b"\x10" + _hpack_int(len(n), 7, 0) + n + _hpack_int(len(v), 7, 0) + v
-
-
-def _literal_indexed_name(index: int, value: str) -> bytes:
-    """A header never indexed, its name taken from the static table."""
-    v = value.encode("ascii")
-    return _hpack_int(index, 4, 0x10) + _hpack_int(len(v), 7, 0) + v
-
-
 def encode_grpc_timeout(seconds: float) -> str:
     """A ``grpc-timeout`` value: at most 8 digits and a unit, rounded up."""
     if seconds <= 0:
@@ -315,6 +295,7 @@ class H2Connection:
         if not 1 <= stream_window <= _MAX_WINDOW or not 1 <= connection_window <= _MAX_WINDOW:
             raise ValueError("HTTP/2 windows must be between 1 and 2**31 - 1 bytes")
         _check_header_value("authority", authority)
+        _check_header_value("user agent", user_agent)
         self._authority = authority
         self._scheme = scheme
         self._stream_window = stream_window
@@ -323,7 +304,11 @@ class H2Connection:
         self._user_agent = user_agent
         self._out = bytearray()
         self._in = bytearray()
+        self._encoder = HeaderEncoder()
+        self._request_blocks: dict[str, tuple[int, bytes]] = {}  # path: (generation, block)
         self._decoder = hpack.Decoder()
+        # header blocks of indexed fields only, decoded (see _decode_headers)
+        self._decoded: dict[bytes, tuple[tuple[str, str], ...]] = {}
         self._decoder.max_allowed_table_size = 65_536
         # What we advertise as SETTINGS_MAX_HEADER_LIST_SIZE (hpack's own default is 64 KiB).
         self._decoder.max_header_list_size = _MAX_HEADER_BLOCK
@@ -423,28 +408,44 @@ class H2Connection:
         """Open a stream with a gRPC request's headers; returns its id."""
         if not self.can_start_stream():
             raise LocalProtocolError("this HTTP/2 connection takes no new streams")
-        _check_header_value("path", path)
-        stream_id = self._next_stream_id
-        self._next_stream_id += 2
-        block = bytearray(
-            b"\x83"  # :method POST (static index 3)
-            + (b"\x87" if self._scheme == "https" else b"\x86")  # :scheme (7 / 6)
-        )
-        block += _literal_indexed_name(4, path)  # :path
-        block += _literal_indexed_name(1, self._authority)  # :authority
-        block += _literal_indexed_name(31, "application/grpc")  # content-type
-        block += _literal("te", "trailers")
-        block += _literal_indexed_name(58, self._user_agent)  # user-agent
-        if timeout is not None:
-            block += _literal("grpc-timeout", encode_grpc_timeout(timeout))
+        # Everything is checked before the encoder's table changes: a block
+        # that was encoded must be sent, or the server's table falls out of step.
         for name, value in metadata:
             lname = name.lower()
             if lname.startswith(":") or lname in ("te", "content-type", "grpc-timeout"):
                 raise LocalProtocolError(f"metadata key {name!r} is reserved")
             _check_header_value("metadata key", lname)
             _check_header_value(f"metadata {name!r} value", value)
-            block += _literal(lname, value)
-        self._write_headers(stream_id, bytes(block))
+        encoder = self._encoder
+        cached = self._request_blocks.get(path)
+        if cached is not None and cached[0] == encoder.generation:
+            block = cached[1]
+        else:
+            _check_header_value("path", path)
+            generation = encoder.generation
+            block = encoder.encode(
+                (
+                    (":method", "POST", INDEX),
+                    (":scheme", self._scheme, INDEX),
+                    (":path", path, INDEX),
+                    (":authority", self._authority, INDEX),
+                    ("content-type", "application/grpc", INDEX),
+                    ("te", "trailers", INDEX),
+                    ("user-agent", self._user_agent, INDEX),
+                )
+            )
+            if encoder.generation == generation:  # all indexed: valid while the table stays
+                if len(self._request_blocks) >= _MAX_CACHED_BLOCKS:
+                    self._request_blocks.clear()
+                self._request_blocks[path] = (generation, block)
+        if timeout is not None or metadata:
+            fields = [(name.lower(), value, NEVER) for name, value in metadata]
+            if timeout is not None:
+                fields.insert(0, ("grpc-timeout", encode_grpc_timeout(timeout), NAME))
+            block += encoder.encode(fields)
+        stream_id = self._next_stream_id
+        self._next_stream_id += 2
+        self._write_headers(stream_id, block)
         self._streams[stream_id] = _Stream(
             stream_id, self._peer_initial_window, recv_window=self._stream_window
         )
@@ -462,6 +463,9 @@ class H2Connection:
     def send_message(self, stream_id: int, payload: bytes, *, end_stream: bool = False) -> None:
         """Queue one gRPC message (uncompressed) on a stream.
 
+        With ``end_stream`` the message is the last: its last DATA frame carries
+        END_STREAM (a unary request takes no frame of its own to end).
+
         Raises:
             LocalProtocolError: the stream is unknown or its sending side is closed.
         """
@@ -472,10 +476,10 @@ class H2Connection:
         if stream.blocked:
             stream.blocked.append(data)
             stream.blocked_bytes += len(data)
+            if end_stream:
+                stream.end_after_send = True
         else:
-            self._send_data(stream, data)
-        if end_stream:
-            self.end_stream(stream_id)
+            self._send_data(stream, data, end_stream)
 
     def end_stream(self, stream_id: int) -> None:
         """Half-close: the request is complete (sent after anything still queued)."""
@@ -483,7 +487,7 @@ class H2Connection:
         if stream is None or stream.local_closed or stream.end_after_send:
             return
         if stream.blocked:
-            stream.end_after_send = True
+            stream.end_after_send = True  # on the last queued frame
         else:
             stream.local_closed = True
             self._out += _frame(DATA, FLAG_END_STREAM, stream_id)
@@ -493,8 +497,12 @@ class H2Connection:
         stream = self._streams.get(stream_id)
         return 0 if stream is None else stream.blocked_bytes
 
-    def _send_data(self, stream: _Stream, data: bytes) -> None:
-        """Frame what the windows allow; queue the rest on the stream."""
+    def _send_data(self, stream: _Stream, data: bytes, end: bool) -> None:
+        """Frame what the windows allow; queue the rest on the stream.
+
+        ``end``: ``data`` is the last of the stream; the frame that carries its
+        last byte carries END_STREAM (or, queued, it will: ``end_after_send``).
+        """
         view = memoryview(data)
         while view:
             room = min(stream.send_window, self._send_window, self._peer_max_frame)
@@ -502,27 +510,31 @@ class H2Connection:
                 rest = bytes(view)
                 stream.blocked.appendleft(rest)
                 stream.blocked_bytes += len(rest)
+                if end:
+                    stream.end_after_send = True
                 return
             chunk = view[:room]
             n = len(chunk)
+            view = view[n:]
+            flags = FLAG_END_STREAM if end and not view else 0
             self._out += (
-                n.to_bytes(3, "big") + bytes((DATA, 0)) + stream.stream_id.to_bytes(4, "big")
+                n.to_bytes(3, "big") + bytes((DATA, flags)) + stream.stream_id.to_bytes(4, "big")
             )
             self._out += chunk
             stream.send_window -= n
             self._send_window -= n
-            view = view[n:]
+        if end:
+            stream.local_closed = True
 
     def _flush_blocked(self) -> None:
         for stream in list(self._streams.values()):
             while stream.blocked and self._send_window > 0 and stream.send_window > 0:
                 data = stream.blocked.popleft()
                 stream.blocked_bytes -= len(data)
-                self._send_data(stream, data)
-            if stream.end_after_send and not stream.blocked:
-                stream.end_after_send = False
-                stream.local_closed = True
-                self._out += _frame(DATA, FLAG_END_STREAM, stream.stream_id)
+                end = stream.end_after_send and not stream.blocked
+                if end:
+                    stream.end_after_send = False  # _send_data sets it again if still held
+                self._send_data(stream, data, end)
 
     def reset_stream(self, stream_id: int, error_code: int = CANCEL) -> None:
         """Cancel a stream (RST_STREAM) and forget it; no event follows."""
@@ -778,11 +790,7 @@ class H2Connection:
         self, stream_id: int, block: bytes, end_stream: bool, events: list[Event]
     ) -> None:
         # Decode even for a stream we forgot: the HPACK table must stay in step.
-        try:
-            headers = tuple((str(k), str(v)) for k, v in self._decoder.decode(block, raw=False))
-        except Exception as exc:  # hpack raises its own HPACKError family
-            self.close(COMPRESSION_ERROR)
-            raise RemoteProtocolError(f"HTTP/2: cannot decode a header block: {exc}") from None
+        headers = self._decode_headers(block)
         stream = self._streams.get(stream_id)
         if stream is None:
             if self._is_idle(stream_id):
@@ -831,6 +839,31 @@ class H2Connection:
         message = unquote(_lookup(headers, "grpc-message") or "", errors="replace")
         self._end(stream, status_code, message, events, headers)
 
+    def _decode_headers(self, block: bytes) -> tuple[tuple[str, str], ...]:
+        """Decode a block; remember it when decoding it again must give the same.
+
+        A block made only of one-byte indexed fields (bytes 0x80-0xFE: indices
+        1-126) neither reads nor changes anything but the table, so its headers
+        stay what they are until a block that changes the table: a server
+        answers every call with the same two such blocks (headers, trailers).
+        """
+        decoded = self._decoded
+        headers = decoded.get(block)
+        if headers is not None:
+            return headers
+        try:
+            headers = tuple((str(k), str(v)) for k, v in self._decoder.decode(block, raw=False))
+        except Exception as exc:  # hpack raises its own HPACKError family
+            self.close(COMPRESSION_ERROR)
+            raise RemoteProtocolError(f"HTTP/2: cannot decode a header block: {exc}") from None
+        if block and min(block) >= 0x80 and 0xFF not in block:
+            if len(decoded) >= _MAX_CACHED_BLOCKS:
+                decoded.clear()
+            decoded[block] = headers
+        elif decoded:
+            decoded.clear()  # the table may have changed
+        return headers
+
     def _on_settings(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id:
             raise RemoteProtocolError("HTTP/2: SETTINGS on a stream")
@@ -862,7 +895,9 @@ class H2Connection:
                 self._peer_max_streams = value
             elif key == SETTINGS_ENABLE_PUSH and value > 1:
                 raise RemoteProtocolError("HTTP/2: SETTINGS_ENABLE_PUSH must be 0 or 1")
-            # Header table size: our encoder never indexes, nothing to change.
+            elif key == SETTINGS_HEADER_TABLE_SIZE:
+                # Blocks encoded from now on follow our ACK (queued below).
+                self._encoder.set_peer_limit(value)
         self._preface_seen = True
         self._queue_control_reply(_frame(SETTINGS, FLAG_ACK, 0))
         self._flush_blocked()

@@ -29,6 +29,7 @@ __all__ = (
     "ERR",
     "INFO",
     "MAX_CONTROL_LINE",
+    "MAX_INFO_LINE",
     "MSG",
     "OK",
     "PING",
@@ -51,6 +52,8 @@ __all__ = (
 MSG, PING, PONG, OK, ERR, INFO = range(6)
 #: The server's default max_control_line; longer lines without CRLF are an error.
 MAX_CONTROL_LINE = 4096
+#: An INFO line may be longer (a large cluster's ``connect_urls``), up to this.
+MAX_INFO_LINE = 1024 * 1024
 
 #: ``(MSG, subject, sid, reply, header or None, payload)``, ``(PING,)``, ``(PONG,)``,
 #: ``(OK,)``, ``(ERR, text)`` or ``(INFO, json bytes)``.
@@ -111,7 +114,8 @@ def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int, int]:
 
     Raises:
         RemoteProtocolError: an unknown or malformed frame (``offset`` says where),
-            or a control line longer than :data:`MAX_CONTROL_LINE`.
+            or a control line longer than :data:`MAX_CONTROL_LINE` (an INFO line:
+            :data:`MAX_INFO_LINE`).
     """
     frames: list[Frame] = []
     append = frames.append
@@ -123,7 +127,9 @@ def scan(buffer: bytes, start: int = 0) -> tuple[list[Frame], int, int]:
     while pos < size:
         eol = find(_CRLF, pos)
         if eol < 0:
-            if size - pos > MAX_CONTROL_LINE:
+            if size - pos > MAX_CONTROL_LINE and (
+                size - pos > MAX_INFO_LINE or buffer[pos : pos + 5].upper() != b"INFO "
+            ):
                 raise RemoteProtocolError("NATS control line too long", offset=pos)
             break
         op = buffer[pos]

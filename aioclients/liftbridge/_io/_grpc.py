@@ -44,6 +44,7 @@ from aioclients.liftbridge._errors import (
     LiftbridgeError,
     LiftbridgeServerError,
     LiftbridgeTimeoutError,
+    NoSuchConsumerGroupError,
     NoSuchPartitionError,
     NoSuchStreamError,
     ReadonlyPartitionError,
@@ -202,6 +203,17 @@ def is_connection_failure(exc: grpc.aio.AioRpcError) -> bool:
     return code is StatusCode.INTERNAL and ("from core" in details or "rst_stream" in details)
 
 
+def _no_such_group(code: StatusCode, details: str) -> bool:
+    """Whether the broker said the consumer group does not exist: NOT_FOUND "consumer
+    group does not exist" (server/metadata.go ErrConsumerGroupNotFound, from a join, a
+    leave or an assignments fetch), FAILED_PRECONDITION "No such consumer group <id>"
+    (server/metadata.go ReportGroupCoordinator)."""
+    text = details.lower()
+    if code is StatusCode.NOT_FOUND:
+        return "consumer group" in text
+    return code is StatusCode.FAILED_PRECONDITION and "no such consumer group" in text
+
+
 def map_rpc_error(
     exc: grpc.aio.AioRpcError,
     *,
@@ -217,6 +229,8 @@ def map_rpc_error(
         return LiftbridgeClosedError(f"{what}: the client was closed")
     if code is StatusCode.ALREADY_EXISTS:
         return StreamExistsError(f"{what}: {details}", code=name)
+    if _no_such_group(code, details):
+        return NoSuchConsumerGroupError(f"{what}: {details}", code=name)
     if code is StatusCode.NOT_FOUND:
         cls = not_found
         if "partition" in details.lower() and cls is NoSuchStreamError:
@@ -234,6 +248,14 @@ def map_rpc_error(
             f"{what}: the broker refused the request: {details}", code=name
         )
     if code is StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details.lower():
+        if "received" in details.lower():
+            # refused as its length prefix arrived: nothing of it was buffered
+            return LiftbridgeServerError(
+                f"{what}: the broker sent a message larger than this client accepts "
+                f"({details}); raise grpc.max_receive_message_length in grpc_options if "
+                "the broker's messages are that large",
+                code=name,
+            )
         return LiftbridgeServerError(
             f"{what}: the message is too large ({details}); send smaller values", code=name
         )

@@ -13,9 +13,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
-__all__ = ("BrokerInfo", "Metadata", "MetadataCache", "PartitionInfo", "StreamInfo")
+__all__ = (
+    "BrokerInfo",
+    "Metadata",
+    "MetadataCache",
+    "PartitionInfo",
+    "PartitionMap",
+    "StreamInfo",
+)
+
+_UNCHANGING = "a metadata snapshot does not change: fetch_metadata() gives a new one"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +58,45 @@ class PartitionInfo:
     readonly: bool = False
 
 
+class PartitionMap(dict[int, PartitionInfo]):
+    """A stream's partitions by id: a ``dict`` that refuses changes.
+
+    The client routes by the snapshot it hands out, so a change made through a
+    user's reference would move the client's own publishes and subscriptions.
+    Copies and pickles are plain values; ``|`` makes a new, ordinary ``dict``.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(_UNCHANGING)
+
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __ior__ = _refuse
+    pop = _refuse
+    popitem = _refuse
+    clear = _refuse
+    update = _refuse
+    setdefault = _refuse
+
+    def __reduce__(self) -> tuple[type[PartitionMap], tuple[dict[int, PartitionInfo]]]:
+        return (PartitionMap, (dict(self),))
+
+
 @dataclass(frozen=True, slots=True)
 class StreamInfo:
-    """A stream: its name, the NATS subject of partition 0, its partitions by id."""
+    """A stream: its name, the NATS subject of partition 0, its partitions by id
+    (a :class:`PartitionMap`, whatever mapping it was given)."""
 
     name: str
     subject: str
     partitions: Mapping[int, PartitionInfo] = field(default_factory=dict)
     creation_timestamp: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.partitions, PartitionMap):
+            object.__setattr__(self, "partitions", PartitionMap(self.partitions))
 
     def partition_subject(self, partition: int) -> str:
         """The NATS subject of ``partition`` (``subject`` for 0, ``subject.N`` otherwise)."""
@@ -99,17 +139,38 @@ class Metadata:
         fetched_at: float = float("-inf"),
         seed_addresses: Iterable[str] = (),
     ) -> None:
-        self._brokers: dict[str, BrokerInfo] = {b.id: b for b in brokers}
-        self._streams: dict[str, StreamInfo] = {s.name: s for s in streams}
-        addresses = [b.address for b in self._brokers.values()]
+        self._brokers: dict[str, BrokerInfo]
+        self._streams: dict[str, StreamInfo]
+        self._addresses: tuple[str, ...]
+        self.last_updated: datetime | None
+        self.fetched_at: float
+        brokers_by_id = {b.id: b for b in brokers}
+        addresses = [b.address for b in brokers_by_id.values()]
         # Seeds stay in the list: a broker can be missing from the metadata
         # (not yet joined) and still answer.
         for seed in seed_addresses:
             if seed not in addresses:
                 addresses.append(seed)
-        self._addresses = tuple(addresses)
-        self.last_updated = last_updated
-        self.fetched_at = fetched_at
+        set_once = object.__setattr__
+        set_once(self, "_brokers", brokers_by_id)
+        set_once(self, "_streams", {s.name: s for s in streams})
+        set_once(self, "_addresses", tuple(addresses))
+        set_once(self, "last_updated", last_updated)
+        set_once(self, "fetched_at", fetched_at)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot set {name!r}: {_UNCHANGING}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete {name!r}: {_UNCHANGING}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Copies and pickles are built as the original was (setting attributes is refused).
+        # The addresses after the brokers' own are the seeds that stay known.
+        return (
+            _rebuild_metadata,
+            (self.brokers(), self.streams(), self.last_updated, self.fetched_at, self._addresses),
+        )
 
     @classmethod
     def from_response(
@@ -195,6 +256,22 @@ class Metadata:
         )
 
 
+def _rebuild_metadata(
+    brokers: tuple[BrokerInfo, ...],
+    streams: tuple[StreamInfo, ...],
+    last_updated: datetime | None,
+    fetched_at: float,
+    addresses: tuple[str, ...],
+) -> Metadata:
+    return Metadata(
+        brokers,
+        streams,
+        last_updated=last_updated,
+        fetched_at=fetched_at,
+        seed_addresses=addresses,
+    )
+
+
 class MetadataCache:
     """Holds the current :class:`Metadata`; every refresh replaces it whole.
 
@@ -216,12 +293,41 @@ class MetadataCache:
         return self._current
 
     def update(self, response: Any, *, now: float, wall: datetime | None = None) -> Metadata:
-        """Replace the snapshot with one built from a ``FetchMetadataResponse``."""
-        self._current = Metadata.from_response(
-            response, now=now, wall=wall, seed_addresses=self.seeds
-        )
+        """Replace the snapshot with one built from a ``FetchMetadataResponse``.
+
+        A broker that the response's partitions name (leader, replica or in-sync
+        replica) but its broker list omits keeps the address the previous
+        snapshot gave it. A Liftbridge v1.9.0 broker lists the peers that
+        answered its last survey and reuses that list for
+        ``metadata.cache.max.age`` (2 min): a survey made while a peer was down
+        leaves the peer out for that long after it is back, although it leads
+        partitions (measured: every partition of a stream created then was led
+        by the restarted broker, and could not be subscribed to).
+        """
+        md = Metadata.from_response(response, now=now, wall=wall, seed_addresses=self.seeds)
+        previous = self._current
+        named = {
+            broker_id
+            for stream in md.streams()
+            for p in stream.partitions.values()
+            for broker_id in (p.leader, *p.replicas, *p.isr)
+        }
+        kept = [
+            b
+            for broker_id in sorted(named)
+            if md.broker(broker_id) is None and (b := previous.broker(broker_id)) is not None
+        ]
+        if kept:
+            md = Metadata(
+                (*md.brokers(), *kept),
+                md.streams(),
+                last_updated=md.last_updated,
+                fetched_at=md.fetched_at,
+                seed_addresses=self.seeds,
+            )
+        self._current = md
         self.generation += 1
-        return self._current
+        return md
 
     def addresses(self) -> tuple[str, ...]:
         """Every address to try for an ordinary RPC."""

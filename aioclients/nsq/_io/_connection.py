@@ -25,6 +25,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Final, Protocol
 
+from aioclients._tasks import wait_within
 from aioclients.nsq._errors import NSQConnectError, NSQError
 from aioclients.nsq._io._compression import Codec, make_codec
 from aioclients.nsq._protocol._connection import (
@@ -136,7 +137,7 @@ class NsqdConnection(asyncio.Protocol):
         self._handshake = self._loop.create_future()
         try:
             try:
-                await asyncio.wait_for(
+                await wait_within(
                     self._loop.create_connection(lambda: self, self.host, self.port), timeout
                 )
             except asyncio.TimeoutError:

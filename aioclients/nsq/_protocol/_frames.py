@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from aioclients._errors import InvalidArgumentError
-from aioclients.nsq._errors import NSQProtocolError
+from aioclients.nsq._errors import NSQInvalidNameError, NSQProtocolError
 
 __all__ = (
     "FRAME_ERROR",
@@ -274,9 +274,10 @@ def is_valid_name(name: object) -> bool:
 
 def _check_name(kind: str, name: object) -> bytes:
     if not is_valid_name(name):
-        raise InvalidArgumentError(
+        raise NSQInvalidNameError(
+            f"E_BAD_{kind.upper()}",
             f"{kind} name {name!r} is not valid for NSQ: use 1 to {MAX_NAME_LENGTH} "
-            "characters from [.a-zA-Z0-9_-], optionally ending in '#ephemeral'"
+            "characters from [.a-zA-Z0-9_-], optionally ending in '#ephemeral'",
         )
     assert isinstance(name, str)
     return name.encode("ascii")
@@ -286,7 +287,8 @@ def check_topic(topic: object) -> bytes:
     """Return the topic as bytes.
 
     Raises:
-        InvalidArgumentError: the name breaks nsqd's naming rule.
+        NSQInvalidNameError: the name breaks nsqd's naming rule (an
+            ``InvalidArgumentError`` and an ``NSQError`` coded ``E_BAD_TOPIC``).
     """
     return _check_name("topic", topic)
 
@@ -295,7 +297,8 @@ def check_channel(channel: object) -> bytes:
     """Return the channel as bytes.
 
     Raises:
-        InvalidArgumentError: the name breaks nsqd's naming rule.
+        NSQInvalidNameError: the name breaks nsqd's naming rule (an
+            ``InvalidArgumentError`` and an ``NSQError`` coded ``E_BAD_CHANNEL``).
     """
     return _check_name("channel", channel)
 
