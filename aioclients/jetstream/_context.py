@@ -857,6 +857,10 @@ async def connect(
                 f"no NATS server at {where} (connection refused): start one with "
                 "`aioclients-servers` or `nats-server -js`, or check the address"
             ) from None
+        if isinstance(last, asyncio.TimeoutError) and not str(last):
+            # Accepted, then silent: nats-server greets with INFO at once; nsqd and
+            # most other servers wait for the client to speak first.
+            reason += ": nats-server answers at once; is this its client port (4222)?"
         raise JetStreamConnectError(
             f"cannot connect to NATS at {where}: {redact_text(reason)}"
         ) from None

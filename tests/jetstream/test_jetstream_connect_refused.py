@@ -130,3 +130,23 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+async def test_a_silent_server_is_asked_whether_it_is_a_nats_port() -> None:
+    # nsqd's TCP port accepts and waits for the client: "TimeoutError (no answer
+    # within 2s)" said nothing about the port being another server's.
+    writers: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        await reader.read()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    url = f"nats://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server:
+        with pytest.raises(JetStreamConnectError) as info:
+            await connect(url, timeout=0.5)
+        for writer in writers:
+            writer.transport.abort()
+    assert str(info.value).startswith(f"cannot connect to NATS at {url}: TimeoutError")
+    assert str(info.value).endswith("nats-server answers at once; is this its client port (4222)?")
