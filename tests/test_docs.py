@@ -387,3 +387,67 @@ def test_api_page_lists_every_public_name(module: str) -> None:
         f"add to docs/api/{module}.md: {sorted(set(public) - set(listed))}; "
         f"not public: {sorted(set(listed) - set(public))}"
     )
+
+
+@pytest.mark.slow
+def test_the_scripts_type_check_strictly(tmp_path: Path) -> None:
+    """A reader who copies a block into a project checked with ``mypy --strict`` gets no
+    error: the package's types (py.typed) fit how the pages use them, e.g. ``publish``
+    returns an ``Ack``, not ``Ack | None``, unless asked for ``AckPolicy.NONE``.
+
+    Spark blocks (pyspark's own typing) and pytest modules (untyped fixtures, as pytest
+    writes them) are left out."""
+    files = []
+    for block in BLOCKS:
+        if block.marker or re.search(r"^(async )?def test_", block.code, re.MULTILINE):
+            continue
+        name = re.sub(r"\W", "_", block.id) + ".py"
+        (tmp_path / name).write_text(block.code)
+        files.append(str(tmp_path / name))
+    assert len(files) > 30, "the blocks were not found"
+    # What the pages do not show: the markers carried by the errors.
+    (tmp_path / "error_attributes.py").write_text(
+        "from aioclients.jetstream import KeyDeletedError, ObjectDeletedError\n\n\n"
+        "def f(a: KeyDeletedError, b: ObjectDeletedError) -> tuple[int, object]:\n"
+        "    return a.entry.revision, b.info.modified if b.info else None\n"
+    )
+    files.append(str(tmp_path / "error_attributes.py"))
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), *files],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stdout.replace(str(tmp_path) + os.sep, "") + result.stderr
+
+
+def _stream_creations(code: str) -> Iterator[tuple[str, str]]:
+    """``(name, arguments)`` of every ``js.create_stream("NAME", ...)`` in ``code``."""
+    for match in re.finditer(r"\bjs\.create_stream\(", code):  # JetStream only
+        depth, end = 1, match.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(code[end], 0)
+            end += 1
+        args = re.sub(r"#[^\n]*", "", code[match.end() : end - 1])
+        args = re.sub(r"\s+", "", args).rstrip(",")
+        name = re.match(r'"(\w+)"', args)
+        if name:  # a literal name (testing.md's blocks use unique_name)
+            yield name[1], args
+
+
+def test_blocks_that_name_the_same_stream_create_it_alike() -> None:
+    """A reader runs one page's blocks after another's against the same
+    ``aioclients-servers``: a stream created again with other options is refused
+    (StreamNameInUseError), and one of another name on the same subjects too (the
+    subjects overlap). Each block runs on a fresh server here, which would not show it."""
+    made: dict[str, tuple[str, str]] = {}
+    owners: dict[str, str] = {}
+    for block in BLOCKS:
+        for name, args in _stream_creations(block.code):
+            first = made.setdefault(name, (args, block.id))
+            assert first[0] == args, f"{name}: {block.id} creates it unlike {first[1]}"
+            for subject in re.findall(r"subjects=\[([^\]]*)\]", args):
+                owner = owners.setdefault(subject, name)
+                assert owner == name, f"{block.id}: {name} takes {owner}'s subjects {subject}"
+    assert len(made) > 10, "the blocks' create_stream calls were not found"

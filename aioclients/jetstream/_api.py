@@ -26,25 +26,29 @@ server's answers as models; the handles (``Stream``, ``Consumer``,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import weakref
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg as NatsMsg
 
 from aioclients._core._checks import check_int
-from aioclients._errors import InvalidArgumentError
+from aioclients._errors import InvalidArgumentError, LocalProtocolError
 from aioclients.jetstream._errors import (
+    ConsumerNotFoundError,
     DirectGetUnavailableError,
     JetStreamClosedError,
     JetStreamError,
     JetStreamNotEnabledError,
     MessageNotFoundError,
     ServerTooOldError,
+    StreamNameInUseError,
+    StreamNotFoundError,
     TooManySubjectsError,
 )
 from aioclients.jetstream._models import AccountInfo, ConsumerInfo, PubAck, StreamInfo
@@ -168,6 +172,11 @@ class JetStreamApi:
         self._listeners: set[ConnectionListener] = set()
         #: close() has begun: nothing new may be sent
         self.closing = False
+        # The loop the connection runs on (bound at the first check when made outside one).
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
         # ((server_id, version), API level) of the server last asked
         self._level: tuple[tuple[str, str], int] | None = None
         # (feature, version) checks passed, and the server they passed on
@@ -188,6 +197,19 @@ class JetStreamApi:
         if self.closing:
             raise JetStreamClosedError("this JetStream context is closed")
         self.transport.check_open()
+        self.check_loop()
+
+    def check_loop(self) -> None:
+        """Raise ``LocalProtocolError`` when called on another loop than the connection's:
+        its reads run there, so a request from here would only time out."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            if self._loop is not None:
+                raise LocalProtocolError(
+                    "this JetStream context connected on another event loop; connect and "
+                    "use it on one loop (e.g. inside the coroutine that asyncio.run runs)"
+                )
+            self._loop = loop
 
     def check_not_closed(self) -> None:
         """Raise ``JetStreamClosedError`` if the context is closed (not its connection:
@@ -426,7 +448,14 @@ class JetStreamApi:
                 validate_filter_subject(s)
             cfg["subjects"] = list(subjects)
         await self.require_stream_features(cfg)
-        data = await self.request(f"STREAM.CREATE.{name}", config_to_wire(cfg))
+        try:
+            data = await self.request(f"STREAM.CREATE.{name}", config_to_wire(cfg))
+        except StreamNameInUseError as exc:
+            raise _with_hint(
+                exc,
+                f"stream {name!r} exists with another configuration: update_stream({name!r}, "
+                f"...) changes it, delete_stream({name!r}) removes it",
+            ) from None
         return StreamInfo.from_json(data)
 
     async def update_stream(self, name: str, config: Mapping[str, Any]) -> StreamInfo:
@@ -450,7 +479,10 @@ class JetStreamApi:
             payload["subjects_filter"] = validate_filter_subject(subjects_filter)
         if deleted_details:
             payload["deleted_details"] = True
-        data = await self.request(f"STREAM.INFO.{name}", payload or None)
+        try:
+            data = await self.request(f"STREAM.INFO.{name}", payload or None)
+        except StreamNotFoundError as exc:
+            raise _with_hint(exc, _no_stream(name)) from None
         return StreamInfo.from_json(data)
 
     async def subjects_and_last_seq(self, name: str, subjects_filter: str) -> tuple[set[str], int]:
@@ -515,7 +547,10 @@ class JetStreamApi:
 
     async def delete_stream(self, name: str) -> None:
         validate_stream_name(name)
-        await self.request(f"STREAM.DELETE.{name}")
+        try:
+            await self.request(f"STREAM.DELETE.{name}")
+        except StreamNotFoundError as exc:
+            raise _with_hint(exc, _no_stream(name)) from None
 
     async def list_streams(self, subject: str | None = None) -> AsyncIterator[StreamInfo]:
         async for item in self.paged("STREAM.LIST", "streams", subject):
@@ -579,12 +614,22 @@ class JetStreamApi:
     async def consumer_info(self, stream: str, name: str) -> ConsumerInfo:
         validate_stream_name(stream)
         validate_consumer_name(name)
-        return ConsumerInfo.from_json(await self.request(f"CONSUMER.INFO.{stream}.{name}"))
+        try:
+            return ConsumerInfo.from_json(await self.request(f"CONSUMER.INFO.{stream}.{name}"))
+        except StreamNotFoundError as exc:
+            raise _with_hint(exc, _no_stream(stream)) from None
+        except ConsumerNotFoundError as exc:
+            raise _with_hint(exc, f"no consumer {name!r} on stream {stream!r}") from None
 
     async def delete_consumer(self, stream: str, name: str) -> None:
         validate_stream_name(stream)
         validate_consumer_name(name)
-        await self.request(f"CONSUMER.DELETE.{stream}.{name}")
+        try:
+            await self.request(f"CONSUMER.DELETE.{stream}.{name}")
+        except StreamNotFoundError as exc:
+            raise _with_hint(exc, _no_stream(stream)) from None
+        except ConsumerNotFoundError as exc:
+            raise _with_hint(exc, f"no consumer {name!r} on stream {stream!r}") from None
 
     async def list_consumers(self, stream: str) -> AsyncIterator[ConsumerInfo]:
         validate_stream_name(stream)
@@ -725,3 +770,16 @@ def check_timeout(timeout: object, *, allow_infinite: bool = True) -> float:
         kind = "a number" if allow_infinite else "a finite number"
         raise InvalidArgumentError(f"timeout must be {kind} of seconds > 0, got {timeout!r}")
     return float(timeout)
+
+
+_E = TypeVar("_E", bound=JetStreamError)
+
+
+def _with_hint(exc: _E, hint: str) -> _E:
+    """The same error (class, server text, codes) with what it was about: the server's
+    "stream not found" names no stream."""
+    return type(exc)(exc.description, code=exc.code, err_code=exc.err_code, hint=hint)
+
+
+def _no_stream(name: str) -> str:
+    return f"no stream {name!r}: create_stream({name!r}, subjects=[...]) makes it"

@@ -499,6 +499,7 @@ class JetStream:
             ServerTooOldError: ``ttl`` or ``expected_last_subject_seq_subject`` with a
                 server before 2.11 (nothing is sent).
         """
+        self._jsapi.check_loop()  # not in publish_async: it is the hot path
         future = await self.publish_async(
             subject,
             payload,
@@ -802,6 +803,7 @@ async def connect(
     the connection.
 
     Raises:
+        InvalidArgumentError: a URL of another scheme than nats, tls, ws or wss.
         JetStreamConnectError: the server cannot be reached.
     """
     # Check our own arguments before opening anything.
@@ -820,6 +822,8 @@ async def connect(
         raise InvalidArgumentError(
             f"servers must be a URL or a non-empty list of URLs, got {redact_text(repr(servers))}"
         )
+    for url in urls:
+        _check_scheme(url)
     nc = NatsClient()
     options: dict[str, Any] = {
         "connect_timeout": timeout,
@@ -853,6 +857,10 @@ async def connect(
                 f"no NATS server at {where} (connection refused): start one with "
                 "`aioclients-servers` or `nats-server -js`, or check the address"
             ) from None
+        if isinstance(last, asyncio.TimeoutError) and not str(last):
+            # Accepted, then silent: nats-server greets with INFO at once; nsqd and
+            # most other servers wait for the client to speak first.
+            reason += ": nats-server answers at once; is this its client port (4222)?"
         raise JetStreamConnectError(
             f"cannot connect to NATS at {where}: {redact_text(reason)}"
         ) from None
@@ -861,6 +869,20 @@ async def connect(
     )
     js._jsapi.owns_connection = True
     return js
+
+
+#: The URL schemes nats-py connects with; a URL without one is taken as nats://.
+_NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def _check_scheme(url: str) -> None:
+    """Refuse at once a URL nats-py would only fail on, seconds later, as a DNS error."""
+    scheme, sep, _ = url.partition("://")
+    if sep and scheme.lower() not in _NATS_SCHEMES:
+        raise InvalidArgumentError(
+            f"{redact_url(url)} is not a NATS URL: use nats://host:port (4222 by default), "
+            "or tls://, ws://, wss://"
+        )
 
 
 async def _log_error(exc: Exception) -> None:

@@ -7,6 +7,8 @@ picks the most specific class by ``err_code`` and falls back to status codes.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aioclients._errors import (
     ClientClosedError,
     ConnectError,
@@ -212,10 +214,15 @@ class KeyDeletedError(KeyNotFoundError):
     """The key's last operation is a delete or purge marker.
 
     Attributes:
-        entry: the marker (its ``revision`` is what ``update`` would expect).
+        entry: the marker, a :class:`KeyValueEntry` (its ``revision`` is what
+            ``update`` would expect; its ``operation`` is ``"DEL"`` or ``"PURGE"``).
     """
 
-    def __init__(self, description: str, *, entry: object = None, code: int | None = None) -> None:
+    #: Typed Any, not object: this lowest module cannot import KeyValueEntry (the
+    #: layers), and ``exc.entry.revision`` must type-check in the caller's code.
+    entry: Any
+
+    def __init__(self, description: str, *, entry: Any = None, code: int | None = None) -> None:
         super().__init__(description, code=code)
         self.entry = entry
 
@@ -263,7 +270,10 @@ class ObjectDeletedError(ObjectNotFoundError):
         info: the delete marker's ``ObjectInfo`` (``None`` when unknown).
     """
 
-    def __init__(self, description: str, *, info: object = None, code: int | None = None) -> None:
+    #: Any, not object, as KeyDeletedError.entry: ``exc.info.modified`` type-checks.
+    info: Any
+
+    def __init__(self, description: str, *, info: Any = None, code: int | None = None) -> None:
         super().__init__(description, code=code)
         self.info = info
 

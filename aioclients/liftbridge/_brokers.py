@@ -62,6 +62,7 @@ import grpc
 import grpc.aio
 
 from aioclients._core import redact_text, redact_url
+from aioclients._errors import LocalProtocolError
 from aioclients._tasks import TaskOwner
 from aioclients.liftbridge._errors import (
     LiftbridgeClosedError,
@@ -155,6 +156,17 @@ class Brokers:
     def check_open(self) -> None:
         if self.closed:
             raise LiftbridgeClosedError("the Liftbridge client is closed; connect() again")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a synchronous call (subscribe()) outside a loop
+            return
+        if loop is not self.loop:
+            # The channels run on the loop the client connected on (often closed by
+            # asyncio.run): "Event loop is closed", or a call that never completes.
+            raise LocalProtocolError(
+                "this Liftbridge client connected on another event loop; connect and use "
+                "it on one loop (e.g. inside the coroutine that asyncio.run runs)"
+            )
 
     def register(self, on_close: Callable[[], None]) -> None:
         """Call ``on_close()`` when the client closes (unless unregistered first)."""

@@ -29,7 +29,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 import grpc
 
@@ -78,6 +78,9 @@ from aioclients.liftbridge._publisher import AsyncPublisher, async_error
 from aioclients.liftbridge._subscription import Subscription
 
 __all__ = ("Client", "ConsumerGroupJoin", "connect")
+
+#: The ack policies with an ack: publish returns an Ack for these (None for NONE).
+_Acked = Literal[AckPolicy.LEADER, AckPolicy.ALL]
 
 _PARTITION_BY_KEY = PartitionByKey()
 # How long a publish answered NOT_FOUND for a stream the metadata lists is
@@ -494,6 +497,38 @@ class Client:
             expectedOffset=-1 if expected_offset is None else expected_offset,
         )
         return req, target
+
+    @overload
+    async def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: str | Partitioner | None = None,
+        ack_policy: _Acked = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack: ...
+
+    @overload
+    async def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: str | Partitioner | None = None,
+        ack_policy: AckPolicy,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None: ...
 
     async def publish(
         self,
@@ -952,6 +987,12 @@ async def connect(
         if not isinstance(address, str) or ":" not in address or address.rsplit(":", 1)[1] == "":
             raise InvalidArgumentError(
                 f"each address must be 'host:port', got {redact_url(address)!r}"
+            )
+        if "://" in address:
+            # gRPC read "liftbridge://h:9292" as a host name and retried it for seconds.
+            raise InvalidArgumentError(
+                f"a Liftbridge address is 'host:port' without a scheme, got "
+                f"{redact_url(address)!r} (the brokers listen on 9292 by default)"
             )
         if "@" in address:
             # gRPC has no use for URL user info; a secret here would only be

@@ -303,6 +303,13 @@ class Subscription:
                 ) from None
             if is_connection_failure(exc) or code is grpc.StatusCode.FAILED_PRECONDITION:
                 raise _Retry(f"{code.name}: {redact_text(exc.details() or '')}") from None
+            if code is grpc.StatusCode.RESOURCE_EXHAUSTED and self._has_stop:
+                # Nothing to read before the stop position: "Stream is empty" (stop at
+                # LATEST of an empty partition), or a readonly partition read to its
+                # end. As when this comes in the middle of the stream: the end.
+                self._ended = True
+                self._brokers.unregister(self._client_closed)
+                return
             raise map_rpc_error(
                 exc,
                 what=f"subscribe to {self.stream}/{self.partition}",

@@ -25,11 +25,11 @@ from typing import Any
 
 import aiohttp
 
-from aioclients._core import check_float, check_int, redact_text, redact_url
-from aioclients._errors import InvalidArgumentError, OperationTimeoutError
+from aioclients._core import check_float, check_int, redact_url
+from aioclients._errors import InvalidArgumentError, LocalProtocolError, OperationTimeoutError
 from aioclients.nsq._errors import NSQClosedError, NSQConnectError, NSQError
 from aioclients.nsq._io._connection import NsqdConnection
-from aioclients.nsq._io._lookupd import read_body
+from aioclients.nsq._io._lookupd import http_failure, read_body
 from aioclients.nsq._protocol import _frames as F
 from aioclients.nsq._protocol._connection import (
     ConnectionCore,
@@ -157,6 +157,13 @@ class Producer:
         if self._closed:
             raise NSQClosedError("this Producer is closed; create a new one")
         conn = self._conn
+        if conn is not None and conn.loop is not asyncio.get_running_loop():
+            # Its socket and lock belong to that loop (often closed by asyncio.run):
+            # the publish would wait for an answer that never comes.
+            raise LocalProtocolError(
+                "this Producer connected on another event loop; make the Producer and "
+                "use it on one loop (e.g. inside the coroutine that asyncio.run runs)"
+            )
         if conn is not None and conn.usable:
             return conn
         if self._lock is None:
@@ -352,9 +359,9 @@ class HTTPProducer:
                     "refused): start nsqd with `aioclients-servers` or `nsqd`, or check "
                     "that this is its HTTP address"
                 ) from None
-            # aiohttp's text may quote the URL, credentials included
             raise NSQConnectError(
-                f"nsqd HTTP API at {redact_url(self.url)} unreachable: {redact_text(repr(exc))}"
+                f"nsqd HTTP API at {redact_url(self.url)} unreachable: "
+                f"{http_failure(exc, 'nsqd', 4151)}"
             ) from None
         if status == 200:
             return

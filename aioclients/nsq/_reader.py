@@ -430,6 +430,15 @@ class Reader:
         await self._tasks.aclose()
         self._cancel_timer()
         conns = list(self._conns.values())
+        # In flight and no longer buffered: given to the application, never answered
+        # (a loop left with break before msg.finish()). nsqd waits its msg_timeout.
+        held = sum(len(c.core.in_flight) for c in conns) - len(self._queue)
+        if held > 0:
+            log.warning(
+                "closing with %d message(s) received but neither finished nor requeued: "
+                "nsqd delivers them again after its msg_timeout (60 s by default)",
+                held,
+            )
         if conns:
             await asyncio.gather(
                 *(c.close(self._close_timeout) for c in conns), return_exceptions=True

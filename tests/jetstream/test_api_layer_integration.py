@@ -4,13 +4,23 @@ the handles that hang off the layer rather than the facade."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 
 import nats
 import pytest
 from nats.aio.msg import Msg as NatsMsg
 
-from aioclients.jetstream import JetStream, JetStreamClosedError, ServerTooOldError
+from aioclients import LocalProtocolError
+from aioclients.jetstream import (
+    ConsumerNotFoundError,
+    JetStream,
+    JetStreamClosedError,
+    ServerTooOldError,
+    StreamNameInUseError,
+    StreamNotFoundError,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -110,3 +120,58 @@ async def test_the_handles_hold_the_request_layer_not_the_facade(
     finally:
         await oc.close()
         await js.delete_key_value(unique_name)
+
+
+async def test_not_found_and_name_in_use_name_the_stream_and_what_to_do(
+    js: JetStream, unique_name: str
+) -> None:
+    # The server's text names nothing: "stream not found", "consumer not found".
+    name = unique_name
+    with pytest.raises(StreamNotFoundError) as missing:
+        await js.stream(name)
+    assert missing.value.description == "stream not found"  # still the server's text
+    assert f"no stream {name!r}: create_stream({name!r}, subjects=[...])" in str(missing.value)
+    with pytest.raises(StreamNotFoundError, match=f"no stream {name!r}"):
+        await js.delete_stream(name)
+    with pytest.raises(StreamNotFoundError, match=f"no stream {name!r}"):
+        await js.consumer(name, "c")
+
+    await js.create_stream(name, subjects=[f"{name}.>"])
+    with pytest.raises(StreamNameInUseError) as in_use:
+        await js.create_stream(name, subjects=[f"{name}.>"], max_msgs=10)
+    assert (
+        f"stream {name!r} exists with another configuration: update_stream({name!r}, ...) "
+        f"changes it, delete_stream({name!r}) removes it"
+    ) in str(in_use.value)
+    for call in (js.consumer(name, "c"), js.delete_consumer(name, "c")):
+        with pytest.raises(ConsumerNotFoundError, match=f"no consumer 'c' on stream {name!r}"):
+            await call
+
+
+async def test_a_context_used_on_another_event_loop_says_so_at_once(
+    js: JetStream, unique_name: str
+) -> None:
+    # Its connection reads on the loop it connected on: a request from another loop
+    # (a second asyncio.run, another thread) waited out its timeout, then said
+    # "no reply in time".
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
+
+    def on_another_loop(call: Callable[[], Awaitable[object]]) -> BaseException | None:
+        async def main() -> None:
+            await call()
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # checked on the test's loop
+            return exc
+        return None
+
+    for call in (
+        js.account_info,
+        lambda: js.stream(unique_name),
+        lambda: js.publish(f"{unique_name}.x", b"x", timeout=2.0),
+    ):
+        error = await asyncio.to_thread(on_another_loop, call)
+        assert isinstance(error, LocalProtocolError), repr(error)
+        assert "connected on another event loop" in str(error)
+    await js.publish(f"{unique_name}.x", b"still usable on its own loop")

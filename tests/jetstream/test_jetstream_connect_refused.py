@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from support import Server
 
+from aioclients import InvalidArgumentError
 from aioclients.jetstream import JetStreamConnectError, connect
 from aioclients.testing import NatsServer
 from aioclients.testing.pytest_plugin import ExternalServer
@@ -106,3 +107,46 @@ async def test_a_lost_connection_is_logged_at_info(
         await asyncio.wait_for(reconnected.wait(), 30)
     messages = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert "NATS disconnected" in messages
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:4222", "nsq://127.0.0.1:4150", "HTTPS://bob:s3cret@h:4222"]
+)
+async def test_a_url_of_another_scheme_is_refused_at_once(url: str) -> None:
+    # nats-py took it for a host name: three DNS errors logged, then a failure after 6 s.
+    with pytest.raises(InvalidArgumentError, match="is not a NATS URL: use nats://") as info:
+        await connect(url)
+    assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["TLS://127.0.0.1:4222", "ws://127.0.0.1:4222"])
+async def test_the_schemes_nats_py_knows_pass_the_check(url: str) -> None:
+    # Checked by connect before anything is opened; these reach the connect (and fail there).
+    with pytest.raises(JetStreamConnectError):
+        await connect(url.replace("4222", str(_free_port())), timeout=1.0)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_a_silent_server_is_asked_whether_it_is_a_nats_port() -> None:
+    # nsqd's TCP port accepts and waits for the client: "TimeoutError (no answer
+    # within 2s)" said nothing about the port being another server's.
+    writers: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        await reader.read()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    url = f"nats://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server:
+        with pytest.raises(JetStreamConnectError) as info:
+            await connect(url, timeout=0.5)
+        for writer in writers:
+            writer.transport.abort()
+    assert str(info.value).startswith(f"cannot connect to NATS at {url}: TimeoutError")
+    assert str(info.value).endswith("nats-server answers at once; is this its client port (4222)?")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from aioclients import InvalidArgumentError, RemoteProtocolError
 from aioclients.jetstream._protocol._config import (
+    ENUM_FIELDS,
     config_from_wire,
     config_to_wire,
     validate_priority_config,
@@ -522,3 +524,28 @@ def test_lenient_header_lines_skip_what_nats_py_skips() -> None:
     assert decode_header_lines(raw, strict=False) == {"Good": ["1", "4"], "U": "\u20ac\ufffd"}
     with pytest.raises(RemoteProtocolError, match="offset 9"):
         decode_header_lines(raw)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"ack_policy": "explict"}, "ack_policy must be one of 'none', 'all', 'explicit'"),
+        ({"deliver_policy": "latest"}, "deliver_policy must be one of 'all', 'last', 'new',"),
+        ({"storage": "disk"}, "storage must be one of 'file', 'memory', got 'disk'"),
+        ({"retention": "work_queue"}, "retention must be one of 'limits', 'interest',"),
+        ({"discard": "oldest"}, "discard must be one of 'old', 'new', got 'oldest'"),
+        ({"replay_policy": 1}, "replay_policy must be one of 'instant', 'original', got 1"),
+    ],
+)
+def test_a_misspelt_enumeration_value_names_the_option(
+    config: dict[str, object], message: str
+) -> None:
+    # The server's answer names neither: invalid JSON: can not unmarshal "\"explict\"".
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        config_to_wire(config)
+
+
+def test_every_enumeration_value_passes() -> None:
+    for key, values in ENUM_FIELDS.items():
+        for value in values:
+            assert config_to_wire({key: value}) == {key: value}

@@ -7,14 +7,14 @@ against a real cluster; the tests that stop brokers then skip themselves.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import nats
 import pytest
 
-from aioclients import InvalidArgumentError
+from aioclients import InvalidArgumentError, LocalProtocolError
 from aioclients.liftbridge import (
     AckPolicy,
     Client,
@@ -323,6 +323,23 @@ async def test_stop_positions_end_the_iteration(client: Client, stream: str) -> 
     ) as sub:
         got = await asyncio.wait_for(_collect(sub), WAIT)
     assert [m.offset for m in got] == [2, 3]
+
+
+async def test_reading_an_empty_partition_up_to_the_latest_reads_nothing(
+    client: Client, stream: str
+) -> None:
+    # Liftbridge answers RESOURCE_EXHAUSTED "Stream is empty" to a stop at LATEST on an
+    # empty partition; it was raised as a ReadonlyPartitionError.
+    async with client.subscribe(
+        stream, start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST
+    ) as sub:
+        assert await asyncio.wait_for(_collect(sub), WAIT) == []
+        assert await asyncio.wait_for(_collect(sub), WAIT) == []  # ended stays ended
+    await publish_values(client, stream, [b"0"])
+    async with client.subscribe(
+        stream, start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST
+    ) as sub:
+        assert [m.offset for m in await asyncio.wait_for(_collect(sub), WAIT)] == [0]
 
 
 async def _collect(sub: Subscription) -> list[Message]:
@@ -1062,6 +1079,28 @@ async def test_a_stopped_subscriber_buffers_the_window_plus_one_message_that_did
     sizes = [16 * 1024] * 240 + [big] + [16 * 1024] * 64
     buffered = await _fill_while_stopped(client, stream, sizes)
     assert STREAM_WINDOW < buffered <= STREAM_WINDOW + big + 5 + 1024  # + one envelope
+
+
+async def test_a_client_used_on_another_event_loop_says_so_at_once(
+    client: Client, stream: str
+) -> None:
+    # Connected in one asyncio.run and used in the next, it raised RuntimeError("Event
+    # loop is closed") from grpc, with a "coroutine was never awaited" warning.
+    def on_another_loop(call: Callable[[], Awaitable[object]]) -> BaseException | None:
+        async def main() -> None:
+            await call()
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # checked on the test's loop
+            return exc
+        return None
+
+    for call in (client.fetch_metadata, lambda: client.publish(stream, b"x")):
+        error = await asyncio.to_thread(on_another_loop, call)
+        assert isinstance(error, LocalProtocolError), repr(error)
+        assert "connected on another event loop" in str(error)
+    await client.publish(stream, b"still usable on its own loop")
 
 
 @pytest.mark.parametrize(

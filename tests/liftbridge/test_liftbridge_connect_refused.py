@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from aioclients import liftbridge
+from aioclients import InvalidArgumentError, liftbridge
 
 
 @pytest.fixture
@@ -54,3 +54,14 @@ async def test_connect_gives_up_after_one_round_of_refusals(
         await liftbridge.connect(refused_addresses, rng=rng)
     # One round over both addresses, no pause and no second round.
     assert rng.pauses == 0
+
+
+@pytest.mark.parametrize(
+    "address", ["liftbridge://127.0.0.1:9292", "grpc://127.0.0.1:9292", "http://h:S3cret@h:1"]
+)
+async def test_an_address_with_a_scheme_is_refused_before_connecting(address: str) -> None:
+    # gRPC took "liftbridge://127.0.0.1" for a host name: ten attempts, then a
+    # "Misformatted domain name" over two seconds later.
+    with pytest.raises(InvalidArgumentError, match="'host:port' without a scheme") as info:
+        await liftbridge.connect([address])
+    assert "S3cret" not in str(info.value)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import socket
 
 import pytest
 
-from aioclients import InvalidArgumentError, OperationTimeoutError
+from aioclients import InvalidArgumentError, LocalProtocolError, OperationTimeoutError
 from aioclients.nsq import (
     Message,
     MessageRespondedError,
@@ -20,6 +21,7 @@ from aioclients.nsq import (
     Reader,
 )
 from aioclients.nsq._io._compression import DeflateCodec, SnappyCodec
+from aioclients.testing.nsqd import NsqdEmulator
 from tests.nsq.fake_nsqd import FakeNsqd, frame, message_frame
 
 MID1 = b"00000000000000a1"
@@ -564,3 +566,51 @@ async def test_a_fin_queues_what_the_cores_fin_if_in_flight_queues() -> None:
             assert conn.core.pending_bytes == reference.pending_bytes
         assert conn.core.data_to_send() == reference.data_to_send()
         assert conn.finished == finished
+
+
+async def test_a_producer_used_on_another_event_loop_says_so_at_once() -> None:
+    # A Producer connected in one asyncio.run and used in the next waited for an
+    # answer its loop would never read (until its timeout, 30 s by default).
+    async with NsqdEmulator() as nsqd:
+        producer = Producer(nsqd.tcp_address, timeout=5.0)
+        await producer.publish("t", b"on the loop it connected on")
+
+        def on_another_loop() -> BaseException | None:
+            try:
+                asyncio.run(producer.publish("t", b"elsewhere"))
+            except BaseException as exc:  # the error, to be checked on the test's loop
+                return exc
+            return None
+
+        error = await asyncio.to_thread(on_another_loop)
+        assert isinstance(error, LocalProtocolError), repr(error)
+        assert "connected on another event loop" in str(error)
+        await producer.publish("t", b"still usable on its own loop")
+        await producer.close()
+
+
+async def test_leaving_a_received_message_unanswered_is_logged_at_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # nsqd redelivers it only after its msg_timeout (60 s): say so, since nothing else
+    # shows why the message came back a minute later. Buffered messages, which the
+    # application never saw, are not its doing and are not counted.
+    caplog.set_level(logging.WARNING, logger="aioclients.nsq")
+    async with NsqdEmulator() as nsqd:
+        async with Producer(nsqd.tcp_address) as producer:
+            await producer.mpublish("finished", [b"a", b"b", b"c"])
+            await producer.publish("forgotten", b"d")
+        nsqd_addresses = [nsqd.tcp_address]
+        async with Reader(
+            "finished", "c", nsqd_tcp_addresses=nsqd_addresses, max_in_flight=10
+        ) as reader:
+            async for msg in reader:
+                await msg.finish()
+                break
+        assert not [rec for rec in caplog.records if "neither finished" in rec.message]
+        async with Reader("forgotten", "c", nsqd_tcp_addresses=nsqd_addresses) as reader:
+            async for _msg in reader:
+                break  # forgot _msg.finish()
+    [record] = [rec for rec in caplog.records if "neither finished" in rec.message]
+    assert record.levelno == logging.WARNING
+    assert record.message.startswith("closing with 1 message(s) received but neither")

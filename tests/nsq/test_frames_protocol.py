@@ -76,6 +76,31 @@ def test_oversized_frame_is_rejected_from_its_header_alone() -> None:
         d.feed(struct.pack(">II", 105 + 4, 0))  # only the header: nothing buffered first
 
 
+@pytest.mark.parametrize(
+    ("answer", "shown"),
+    [
+        (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain", "HTTP/1.1 400 Bad Request"),
+        (b'INFO {"server_id":"NDQ","version":"2.11.0"}\r\n', 'INFO {"server_id":"NDQ",'),
+    ],
+)
+def test_text_at_the_start_says_this_is_not_an_nsqd_tcp_port(answer: bytes, shown: str) -> None:
+    # Was: "frame of 1213486156 bytes is larger than the maximum ..." (b"HTTP" as a size).
+    with pytest.raises(NSQProtocolError) as err:
+        F.FrameDecoder().feed(answer)
+    message = str(err.value)
+    assert f"the server answered with text ({shown!r}), not the NSQ protocol" in message
+    assert "nsqd's TCP port (4150 by default" in message
+    assert err.value.offset == 0
+
+
+def test_text_after_the_first_frame_is_only_a_malformed_frame() -> None:
+    d = F.FrameDecoder()
+    d.feed(frame(0, b"OK"))
+    with pytest.raises(NSQProtocolError) as err:
+        d.feed(b"HTTP/1.1 400 Bad Request\r\n")
+    assert "answered with text" not in str(err.value)
+
+
 def test_limit_leaves_frames_buffered() -> None:
     d = F.FrameDecoder()
     data = frame(0, b"A") + frame(0, b"B")

@@ -65,6 +65,10 @@ def test_addresses() -> None:
     for bad in ["nohost", ":4150", "h:0", "h:x", 4150]:
         with pytest.raises(InvalidArgumentError):
             parse_address(bad)
+    for url in ["nsq://127.0.0.1:4150", "tcp://u:s3cret@h:4150"]:
+        with pytest.raises(InvalidArgumentError, match="without a scheme") as info:
+            parse_address(url)
+        assert "s3cret" not in str(info.value)
     assert lookupd_url("h:4161") == "http://h:4161"
     assert lookupd_url("http://h:4161/") == "http://h:4161"
     with pytest.raises(InvalidArgumentError):

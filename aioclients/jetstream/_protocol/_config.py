@@ -90,12 +90,40 @@ def stream_features(config: Mapping[str, Any]) -> list[tuple[str, int]]:
     return sorted(found, key=lambda item: -item[1])
 
 
+#: The enumerations of StreamConfig and ConsumerConfig, unchanged since JetStream
+#: began: a misspelt value is refused here, naming the option, where the server's
+#: answer names neither (``invalid JSON: can not unmarshal "\"explict\""``).
+ENUM_FIELDS: dict[str, tuple[str, ...]] = {
+    "ack_policy": ("none", "all", "explicit"),
+    "deliver_policy": (
+        "all",
+        "last",
+        "new",
+        "by_start_sequence",
+        "by_start_time",
+        "last_per_subject",
+    ),
+    "replay_policy": ("instant", "original"),
+    "retention": ("limits", "interest", "workqueue"),
+    "storage": ("file", "memory"),
+    "discard": ("old", "new"),
+}
+
+
 def config_to_wire(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy ``config`` converting durations to nanoseconds and datetimes to RFC 3339."""
+    """Copy ``config`` converting durations to nanoseconds and datetimes to RFC 3339.
+
+    Raises:
+        InvalidArgumentError: a value of an enumeration (``ack_policy`` ...) that it
+            does not have.
+    """
     out: dict[str, Any] = {}
     for key, value in config.items():
         if value is None:
             continue
+        if key in ENUM_FIELDS and value not in ENUM_FIELDS[key]:
+            allowed = ", ".join(repr(v) for v in ENUM_FIELDS[key])
+            raise InvalidArgumentError(f"{key} must be one of {allowed}, got {value!r}")
         if key in DURATION_FIELDS:
             if isinstance(value, (list, tuple)):
                 out[key] = [seconds_to_ns(v, field=f"{key}[{i}]") for i, v in enumerate(value)]

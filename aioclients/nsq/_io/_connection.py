@@ -99,6 +99,7 @@ class NsqdConnection(asyncio.Protocol):
         self._clock = clock or self._loop.time
         self._transport: asyncio.Transport | None = None
         self._codec: Codec | None = None
+        self._early = b""  # what the peer sent before start(): nsqd never speaks first
         self._handshake: asyncio.Future[str] | None = None
         self._close_wait: asyncio.Future[None] | None = None
         self._closed = self._loop.create_future()
@@ -118,6 +119,11 @@ class NsqdConnection(asyncio.Protocol):
     def usable(self) -> bool:
         """Open, and not condemned by a fatal error."""
         return not self.lost and self.core.state is not ConnectionState.CLOSED
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the connection was opened on, the only one it works on."""
+        return self._loop
 
     # ---- opening ----------------------------------------------------------------------
 
@@ -152,6 +158,11 @@ class NsqdConnection(asyncio.Protocol):
             self.core.start(self._clock())
             self.flush()
             self._arm_timer()
+            if self._early:
+                # Another server (nats-server's INFO) greeted us: decoded now, it
+                # fails the handshake with what it said, not with start()'s state.
+                early, self._early = self._early, b""
+                self.data_received(early)
             while True:
                 step = await self._handshake
                 if step == "done":
@@ -217,6 +228,9 @@ class NsqdConnection(asyncio.Protocol):
                     if self.lost:
                         return
         except Exception as exc:  # bad bytes, a refused handshake step
+            if self.core.state is ConnectionState.INIT:
+                self._early += data  # before open() started the core; fed after it
+                return
             self._fail(exc)
             return
         if delivered:

@@ -70,12 +70,31 @@ async def query_lookupd(
                 "start one with `aioclients-servers` or `nsqlookupd`, or check that this "
                 "is its HTTP address"
             ) from None
-        # aiohttp's text may quote the URL, credentials included
         raise NSQConnectError(
-            f"nsqlookupd {redact_url(base_url)} unreachable: {redact_text(repr(exc))}"
+            f"nsqlookupd {redact_url(base_url)} unreachable: "
+            f"{http_failure(exc, 'nsqlookupd', 4161)}"
         ) from None
     if status == 404 or b"TOPIC_NOT_FOUND" in body[:200]:
         return []
     if status != 200:
         raise NSQError(f"HTTP_{status}", f"nsqlookupd {redact_url(url)}: {body[:200]!r}")
     return parse_lookup_response(body)
+
+
+def http_failure(exc: BaseException, server: str, http_port: int) -> str:
+    """What went wrong with an HTTP request, in one short line, without credentials.
+
+    aiohttp's repr of a ClientResponseError carries the whole request (URL, headers);
+    a port that does not speak HTTP (an nsqd or nsqlookupd TCP port) shows up as a
+    "Bad status line" ClientResponseError, which gets a hint instead.
+    """
+    if isinstance(exc, aiohttp.ClientResponseError):
+        first = str(exc.message).splitlines()[0] if exc.message else ""
+        if first.startswith(("Bad status line", "Invalid status line", "Expected HTTP")):
+            return (
+                f"it does not answer HTTP: is this {server}'s HTTP port "
+                f"({http_port} by default), not its TCP port?"
+            )
+        return f"HTTP {exc.status} {redact_text(first)}".rstrip()
+    # aiohttp's text may quote the URL, credentials included
+    return redact_text(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)

@@ -175,16 +175,16 @@ class FrameDecoder:
         while end - pos >= 8:
             size, ftype = unpack(buf, pos)
             if size < 4:
-                raise NSQProtocolError(
-                    f"frame size {size} is below the 4 bytes of the frame type",
-                    offset=self._consumed + pos,
+                raise self._malformed(
+                    f"frame size {size} is below the 4 bytes of the frame type", buf, pos
                 )
             if size > max_size:
                 if ftype != FRAME_MESSAGE:
-                    raise NSQProtocolError(
+                    raise self._malformed(
                         f"frame of {size - 4} bytes is larger than the maximum of "
                         f"{self.max_frame_size} bytes",
-                        offset=self._consumed + pos,
+                        buf,
+                        pos,
                     )
                 if size - 4 < MESSAGE_HEADER_SIZE:
                     raise NSQProtocolError(
@@ -212,9 +212,7 @@ class FrameDecoder:
                     break
                 continue
             if ftype > FRAME_MESSAGE:
-                raise NSQProtocolError(
-                    f"unknown frame type {ftype}", offset=self._consumed + pos + 4
-                )
+                raise self._malformed(f"unknown frame type {ftype}", buf, pos, at=4)
             stop = pos + 4 + size
             if stop > end:
                 break
@@ -234,6 +232,18 @@ class FrameDecoder:
             del buf[:pos]
             self._consumed += pos
         return frames
+
+    def _malformed(self, what: str, buf: bytearray, pos: int, at: int = 0) -> NSQProtocolError:
+        """The error for a malformed frame; at the very start of the stream, text instead
+        of a frame means another server (nsqd's HTTP port, nats-server) answered."""
+        head = bytes(buf[pos : pos + 24])
+        if self._consumed + pos == 0 and all(32 <= b < 127 for b in head[:4]):
+            text = head.split(b"\r")[0].split(b"\n")[0].decode("ascii", "replace")
+            what = (
+                f"the server answered with text ({text!r}), not the NSQ protocol: is this "
+                f"nsqd's TCP port (4150 by default, not its HTTP port 4151)? ({what})"
+            )
+        return NSQProtocolError(what, offset=self._consumed + pos + at)
 
 
 def parse_message(data: bytes) -> tuple[int, int, bytes, bytes]:

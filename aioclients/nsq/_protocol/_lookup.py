@@ -34,6 +34,11 @@ def parse_address(address: object, what: str = "nsqd address") -> tuple[str, int
         raise InvalidArgumentError(
             f"{what} must be a 'host:port' string, got {redact_url(address)}"
         )
+    if "://" in address:
+        # "nsq://h:4150" would split into host "nsq://h" and fail later as a DNS error.
+        raise InvalidArgumentError(
+            f"{what} is 'host:port' without a scheme, got {redact_url(address)!r}"
+        )
     host, sep, port = address.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
