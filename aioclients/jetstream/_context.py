@@ -715,6 +715,9 @@ class JetStream:
                 tuples, at most 1,000 (the server's limit); their subjects must be
                 in one stream with ``allow_atomic=True``.
             timeout: seconds for the whole batch (default: the context's timeout).
+                A first message answered "no responders" (a cluster, just after the
+                stream is created or while its leader changes) is sent again as a
+                ``publish`` would be (twice, 250 ms apart), within it.
 
         Returns:
             the ``BatchAck``: ``stream``, ``seq`` of the last message, ``batch_id``,
