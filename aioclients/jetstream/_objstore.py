@@ -190,28 +190,26 @@ class ObjectStore:
 
     async def _meta_at(self, subject: str) -> ObjectInfo | None:
         """The last meta on the meta subject ``subject`` (``None``: none)."""
+        stored: StoredMessage | None = None
         try:
             if self._direct:
-                stored: StoredMessage = await self._stream.direct_get(last_by_subj=subject)
-            else:
+                # Nobody answering Direct Get is, on a cluster, what this server says
+                # for a moment after the bucket is created (its replicas' interest not
+                # known here yet) or while they change; or allow_direct was turned
+                # off since. The API's message get, answered by the stream's leader,
+                # reads the same message (and says so when the bucket is gone).
+                with contextlib.suppress(DirectGetUnavailableError):
+                    stored = await self._stream.direct_get(last_by_subj=subject)
+            if stored is None:
                 stored = await self._stream.get_msg(last_by_subj=subject)
         except MessageNotFoundError:
             return None
-        except DirectGetUnavailableError as exc:
-            raise await self._missing_bucket_or(exc) from None
         except StreamNotFoundError:
             raise _bucket_not_found(self.bucket) from None
         info = decode_meta(stored.data, stored.time)
         if info.bucket != self.bucket:  # written by a client that left it out
             info = replace(info, bucket=self.bucket)
         return info
-
-    async def _missing_bucket_or(self, error: Exception) -> Exception:
-        try:
-            await self._api.stream_info(self._stream_name)
-        except StreamNotFoundError:
-            return _bucket_not_found(self.bucket)
-        return error
 
     async def info(self, name: str, *, show_deleted: bool = False) -> ObjectInfo:
         """The object's meta (a link's own meta: links are not followed here).

@@ -62,6 +62,26 @@ async def test_missing_bucket(js: JetStream, bucket: str) -> None:
         await js.delete_key_value(bucket)
 
 
+async def test_get_reads_through_the_api_when_nobody_answers_direct_get(
+    js: JetStream, kv: KeyValue
+) -> None:
+    # "No responders" to Direct Get while the bucket exists: what a cluster answers for
+    # a moment after the bucket is created (its replicas' interest not known yet to the
+    # server the client is on), or after allow_direct was turned off, as here, where a
+    # server alone says it every time. The value is read through the API instead.
+    first = await kv.put("k", b"1")
+    await kv.put("k", b"2")
+    await js.update_stream(f"KV_{kv.bucket}", allow_direct=False)
+    assert (await kv.get("k")).value == b"2"
+    entry = await kv.get("k", revision=first)
+    assert (entry.value, entry.revision) == (b"1", first)
+    with pytest.raises(KeyNotFoundError):
+        await kv.get("missing")
+    await js.delete_key_value(kv.bucket)
+    with pytest.raises(BucketNotFoundError):
+        await kv.get("k")
+
+
 async def test_put_get_delete_purge(kv: KeyValue) -> None:
     r1 = await kv.put("db.url", b"postgres://a")
     r2 = await kv.put("db.url", b"postgres://b")

@@ -96,6 +96,26 @@ async def test_stores_are_created_opened_listed_and_deleted(js: JetStream, bucke
 # -- put and get -------------------------------------------------------------------------------
 
 
+async def test_meta_is_read_through_the_api_when_nobody_answers_direct_get(
+    js: JetStream, store: ObjectStore, bucket: str
+) -> None:
+    # "No responders" to Direct Get while the bucket exists: what a cluster answers for
+    # a moment after the bucket is created (its replicas' interest not known yet to the
+    # server the client is on), or after allow_direct was turned off, as here, where a
+    # server alone says it every time. The meta is read through the API instead.
+    await store.put("a", b"x" * 10)
+    await js.update_stream(f"OBJ_{bucket}", allow_direct=False)
+    assert (await store.info("a")).size == 10
+    assert await store.get_bytes("a") == b"x" * 10
+    await store.put("b", b"yy")
+    assert (await store.info("b")).size == 2
+    with pytest.raises(ObjectNotFoundError):
+        await store.info("missing")
+    await js.delete_object_store(bucket)
+    with pytest.raises(BucketNotFoundError):
+        await store.info("a")
+
+
 async def test_bytes_are_put_and_streamed_back_in_chunks(store: ObjectStore) -> None:
     data = os.urandom(300_000)
     info = await store.put(
