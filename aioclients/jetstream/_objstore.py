@@ -317,8 +317,19 @@ class ObjectStore:
         timeout = self._api.timeout
         sent_meta = False
         try:
+            first = True
 
             async def send(chunk: bytes) -> None:
+                nonlocal first
+                if first:
+                    # The first chunk alone, sent again after "no responders" as a
+                    # publish is (ADR-22), and its ack awaited: on a cluster, what
+                    # this server answers for a moment after the bucket is created
+                    # (its replicas' interest not known here yet), and then no chunk
+                    # of the object can be stored behind a later one.
+                    first = False
+                    await (await acks.publish(subject, chunk, None, timeout))
+                    return
                 while len(window) >= limit:
                     await window.popleft()
                 # Never sent again after "no responders": a resend would store the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -94,6 +95,40 @@ async def test_stores_are_created_opened_listed_and_deleted(js: JetStream, bucke
 
 
 # -- put and get -------------------------------------------------------------------------------
+
+
+async def test_a_first_chunk_no_stream_took_is_sent_again_once_one_listens(
+    js: JetStream, store: ObjectStore, bucket: str
+) -> None:
+    # What a cluster answers for a moment after the bucket is created: no responders
+    # for its chunks. Here the stream does not take them until the first was refused.
+    tried_again = asyncio.Event()
+
+    class Retries(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "trying again" in record.getMessage():
+                tried_again.set()
+
+    logger = logging.getLogger("aioclients.jetstream.publish")
+    handler, level = Retries(logging.DEBUG), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        stream = f"OBJ_{bucket}"
+        await js.update_stream(stream, subjects=[f"$O.{bucket}.M.>"])
+        js._jsapi.acks.retry_attempts, js._jsapi.acks.retry_wait = 20, 0.5  # room for it
+        data = os.urandom(50_000)
+        task = asyncio.ensure_future(store.put("late", data, chunk_size=10_000))
+        await asyncio.wait_for(tried_again.wait(), 10)
+        assert not task.done()
+        await js.update_stream(stream, subjects=[f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"])
+        info = await asyncio.wait_for(task, 30)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert info.chunks == 5
+    assert await store.get_bytes("late") == data
+    assert await _messages(store) == 6  # each chunk stored once, and the meta
 
 
 async def test_meta_is_read_through_the_api_when_nobody_answers_direct_get(
