@@ -56,9 +56,11 @@ async def js(
     """A JetStream context on the session's shared server, closed after the test.
 
     Streams whose names start with the test's ``unique_name`` are deleted afterwards,
-    so that the shared (possibly external) server does not fill up.
+    so that the shared (possibly external) server does not fill up. An external
+    cluster named by several URLs is connected to through all of them (nats-py picks
+    one at random), so that the tests run on other servers than the first.
     """
-    ctx = await connect(nats_server.url)
+    ctx = await connect(nats_server.urls)
     try:
         yield ctx
     finally:

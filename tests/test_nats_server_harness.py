@@ -9,6 +9,7 @@ import pytest
 
 from aioclients import jetstream
 from aioclients.testing import NatsServer
+from aioclients.testing.pytest_plugin import ExternalServer
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("AIOCLIENTS_TEST_NATS_URL")),
@@ -97,3 +98,11 @@ def test_external_server_fixture_skips_stop(pytester: pytest.Pytester) -> None:
     finally:
         del os.environ["AIOCLIENTS_TEST_NATS_URL"]
     result.assert_outcomes(skipped=1)
+
+
+def test_an_external_cluster_is_named_by_a_comma_separated_list() -> None:
+    seeds = "nats://127.0.0.1:1, nats://127.0.0.1:2,nats://127.0.0.1:3"
+    server = ExternalServer(seeds)
+    assert server.urls == ["nats://127.0.0.1:1", "nats://127.0.0.1:2", "nats://127.0.0.1:3"]
+    assert server.url == "nats://127.0.0.1:1"  # one URL, for what takes only one
+    assert ExternalServer("nats://127.0.0.1:4").urls == ["nats://127.0.0.1:4"]

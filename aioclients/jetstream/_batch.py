@@ -97,13 +97,30 @@ async def publish_batch(
     deadline = loop.time() + budget
     stage = "the batch's first message" if count > 1 else "the batch's commit"
     try:
-        reply = await api.requests.request(
-            first.subject,
-            first.payload,
-            budget,
-            stage,
-            _request_headers(batch_id, 1, first, commit=count == 1),
-        )
+        first_headers = _request_headers(batch_id, 1, first, commit=count == 1)
+        # ADR-22, as for publish: "no responders" is what a cluster answers for a
+        # moment after the stream is created or while its leader changes. Nothing
+        # was stored (the server holds no state of the batch), so the first message
+        # is sent again, retry_attempts times, retry_wait apart, within the budget.
+        left, wait = api.acks.retry_attempts, api.acks.retry_wait
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise APITimeoutError(f"no time left for {stage}")
+            reply = await api.requests.request(
+                first.subject, first.payload, remaining, stage, first_headers
+            )
+            if _status(reply.headers) != "503" or left <= 0:
+                break
+            if loop.time() + wait >= deadline:
+                break
+            left -= 1
+            log.debug(
+                "no stream answered the batch's first message to %r; trying again (%d left)",
+                first.subject,
+                left,
+            )
+            await asyncio.sleep(wait)
         if count == 1:
             return parse_batch_ack(reply.data, _status(reply.headers), batch_id)
         refusal = open_reply_error(reply.data, _status(reply.headers))

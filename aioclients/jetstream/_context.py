@@ -716,6 +716,9 @@ class JetStream:
                 tuples, at most 1,000 (the server's limit); their subjects must be
                 in one stream with ``allow_atomic=True``.
             timeout: seconds for the whole batch (default: the context's timeout).
+                A first message answered "no responders" (a cluster, just after the
+                stream is created or while its leader changes) is sent again as a
+                ``publish`` would be (twice, 250 ms apart), within it.
 
         Returns:
             the ``BatchAck``: ``stream``, ``seq`` of the last message, ``batch_id``,
@@ -800,7 +803,8 @@ async def connect(
 
     ``nats_options`` go to ``nats.connect`` (``user``, ``password``, ``tls``, ...).
     Use as ``async with await connect(url) as js``; closing the context closes
-    the connection.
+    the connection. ``servers`` is a URL, a comma-separated list of them (as nats.go
+    takes it: ``"nats://a:4222,nats://b:4222"``) or a list.
 
     Raises:
         InvalidArgumentError: a URL of another scheme than nats, tls, ws or wss.
@@ -810,15 +814,14 @@ async def connect(
     api_prefix_for(domain, api_prefix)
     check_timeout(timeout, allow_infinite=False)  # it bounds the connect, too
     check_int("max_pending", max_pending, minimum=1)
-    if isinstance(servers, str):
-        urls = [servers]
-    elif (
-        isinstance(servers, (list, tuple))
-        and servers
-        and all(isinstance(u, str) and u for u in servers)
-    ):
-        urls = list(servers)
+    # A string may name several servers, comma-separated, as nats.go's Connect takes
+    # them ("nats://a:4222,nats://b:4222": a cluster's seed list); so may a list's items.
+    items = [servers] if isinstance(servers, str) else servers
+    if isinstance(items, (list, tuple)) and items and all(isinstance(u, str) and u for u in items):
+        urls = [u.strip() for item in items for u in item.split(",") if u.strip()]
     else:
+        urls = []
+    if not urls:
         raise InvalidArgumentError(
             f"servers must be a URL or a non-empty list of URLs, got {redact_text(repr(servers))}"
         )

@@ -422,7 +422,8 @@ class KeyValue:
             if reply.kind is ReplyKind.NOT_FOUND:
                 raise KeyNotFoundError(f"key {key!r} not found in bucket {self.bucket!r}", code=404)
             if reply.kind is ReplyKind.NO_RESPONDERS:
-                raise await self._missing_bucket_or(direct_get_error(self._stream_name, reply))
+                # See _stored: the API's message get reads it from the stream's leader.
+                return self._from_stored(key, await self._stored(key, seq=None))
             raise direct_get_error(self._stream_name, reply)
         assert reply.seq is not None
         assert reply.time is not None
@@ -435,23 +436,22 @@ class KeyValue:
             if seq is None:
                 return await self._stream.get_msg(last_by_subj=self._prefix + key)
             if self._direct:
-                return await self._stream.direct_get(seq)
+                try:
+                    return await self._stream.direct_get(seq)
+                except DirectGetUnavailableError:
+                    # Nobody answered Direct Get: on a cluster, what this server
+                    # says for a moment after the bucket is created (its replicas'
+                    # interest not known here yet) or while they change; or
+                    # allow_direct was turned off since. The API's message get,
+                    # answered by the stream's leader, reads the same message (and
+                    # says so when the bucket is gone).
+                    pass
             return await self._stream.get_msg(seq)
         except MessageNotFoundError:
             what = f"revision {seq} of key {key!r}" if seq else f"key {key!r}"
             raise KeyNotFoundError(f"{what} not found in bucket {self.bucket!r}") from None
-        except DirectGetUnavailableError as exc:
-            raise await self._missing_bucket_or(exc) from None
         except StreamNotFoundError:
             raise _bucket_not_found(self.bucket) from None
-
-    async def _missing_bucket_or(self, error: Exception) -> Exception:
-        """After "no responders": the bucket was deleted, or ``error`` stands."""
-        try:
-            await self._api.stream_info(self._stream_name)
-        except StreamNotFoundError:
-            return _bucket_not_found(self.bucket)
-        return error
 
     def _from_stored(self, key: str, stored: StoredMessage) -> KeyValueEntry:
         return KeyValueEntry(

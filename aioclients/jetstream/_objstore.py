@@ -190,28 +190,26 @@ class ObjectStore:
 
     async def _meta_at(self, subject: str) -> ObjectInfo | None:
         """The last meta on the meta subject ``subject`` (``None``: none)."""
+        stored: StoredMessage | None = None
         try:
             if self._direct:
-                stored: StoredMessage = await self._stream.direct_get(last_by_subj=subject)
-            else:
+                # Nobody answering Direct Get is, on a cluster, what this server says
+                # for a moment after the bucket is created (its replicas' interest not
+                # known here yet) or while they change; or allow_direct was turned
+                # off since. The API's message get, answered by the stream's leader,
+                # reads the same message (and says so when the bucket is gone).
+                with contextlib.suppress(DirectGetUnavailableError):
+                    stored = await self._stream.direct_get(last_by_subj=subject)
+            if stored is None:
                 stored = await self._stream.get_msg(last_by_subj=subject)
         except MessageNotFoundError:
             return None
-        except DirectGetUnavailableError as exc:
-            raise await self._missing_bucket_or(exc) from None
         except StreamNotFoundError:
             raise _bucket_not_found(self.bucket) from None
         info = decode_meta(stored.data, stored.time)
         if info.bucket != self.bucket:  # written by a client that left it out
             info = replace(info, bucket=self.bucket)
         return info
-
-    async def _missing_bucket_or(self, error: Exception) -> Exception:
-        try:
-            await self._api.stream_info(self._stream_name)
-        except StreamNotFoundError:
-            return _bucket_not_found(self.bucket)
-        return error
 
     async def info(self, name: str, *, show_deleted: bool = False) -> ObjectInfo:
         """The object's meta (a link's own meta: links are not followed here).
@@ -319,8 +317,19 @@ class ObjectStore:
         timeout = self._api.timeout
         sent_meta = False
         try:
+            first = True
 
             async def send(chunk: bytes) -> None:
+                nonlocal first
+                if first:
+                    # The first chunk alone, sent again after "no responders" as a
+                    # publish is (ADR-22), and its ack awaited: on a cluster, what
+                    # this server answers for a moment after the bucket is created
+                    # (its replicas' interest not known here yet), and then no chunk
+                    # of the object can be stored behind a later one.
+                    first = False
+                    await (await acks.publish(subject, chunk, None, timeout))
+                    return
                 while len(window) >= limit:
                     await window.popleft()
                 # Never sent again after "no responders": a resend would store the

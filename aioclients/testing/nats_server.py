@@ -125,6 +125,11 @@ class NatsServer:
         return f"nats://127.0.0.1:{self._port}"
 
     @property
+    def urls(self) -> list[str]:
+        """``[url]``: as an external cluster's fixture names all of its servers."""
+        return [self.url]
+
+    @property
     def port(self) -> int:
         return self._port
 

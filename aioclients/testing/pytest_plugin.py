@@ -54,10 +54,15 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 
 class ExternalServer:
-    """A server the tests did not start: it has a URL and cannot be stopped."""
+    """A server the tests did not start: it has a URL and cannot be stopped.
+
+    ``url`` may name the servers of a cluster, comma-separated (as ``jetstream.connect``
+    and nats.go's ``Connect`` take them): ``urls`` is every one, and ``url`` then the
+    first, a single URL for what takes only one (nats-py, a proxy in front of it)."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
+        self.urls = [u.strip() for u in url.split(",") if u.strip()] or [url]
+        self.url = self.urls[0]
 
     def _skip(self) -> None:
         pytest.skip(f"cannot stop or restart an external server ({self.url})")

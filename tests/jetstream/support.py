@@ -55,39 +55,58 @@ async def subscriptions_live(nc: NATS) -> None:
     await fence.next_msg(timeout=10)
 
 
+def server_of(js: JetStream) -> str:
+    """The URL of the server ``js`` is connected to: where a spy on its requests
+    connects, for on another server of a cluster it would see them only once its
+    interest had reached this one (no fence orders that)."""
+    url = js.nc.connected_url
+    assert url is not None
+    return str(url.geturl())
+
+
 class ApiRequests:
     """The JetStream API requests about one stream, in the order the client sent
     them, seen by a second connection: ``info`` (a STREAM.INFO), ``named`` (one
-    naming the subjects), ``create`` (a CONSUMER.CREATE); the others left out."""
+    naming the subjects), ``create`` (a CONSUMER.CREATE); the others left out.
+
+    It listens to that stream's requests only: a spy on all of ``$JS.API.>`` would
+    take the requests of other tests (a pull, a Direct Get) that nobody else
+    answers, which then time out instead of hearing "no responders" -- on a cluster
+    for a while after it left, too, until its interest is gone from the routes."""
 
     def __init__(self, nc: Any, stream: str) -> None:
         self.nc = nc
         self.stream = stream
-        self.sub: Any = None
+        self.subs: list[Any] = []
         self.seen: list[str] = []
 
     @classmethod
     async def open(cls, url: str, stream: str) -> ApiRequests:
         spy = cls(await nats.connect(url), stream)
-        spy.sub = await spy.nc.subscribe("$JS.API.>")
+        # STREAM.INFO.<stream>; CONSUMER.CREATE.<stream>[.<consumer>[.<filter>]]
+        create = f"$JS.API.CONSUMER.CREATE.{stream}"
+        for subject in (f"$JS.API.STREAM.INFO.{stream}", create, f"{create}.>"):
+            spy.subs.append(await spy.nc.subscribe(subject))
         await subscriptions_live(spy.nc)  # not flush(): its PING can overtake the SUB
         return spy
 
     async def kinds(self, js: JetStream) -> list[str]:
         """Those sent so far: fenced by a message ``js``'s connection sends after
-        them, which reaches this one after them."""
+        them, which reaches this one after them. Put in the order they were sent
+        by their reply subjects' last token, the request counter of ``js``."""
         fence = await self.nc.subscribe(self.nc.new_inbox(), max_msgs=1)
         await subscriptions_live(self.nc)
         await js.nc.publish(fence.subject, b"")
         await fence.next_msg(timeout=10)
-        for _ in range(self.sub.pending_msgs):  # queued before the fence came
-            msg = await self.sub.next_msg(timeout=10)
-            tokens = msg.subject.split(".")
-            if len(tokens) < 5 or tokens[4] != self.stream:
-                continue
-            if tokens[2:4] == ["STREAM", "INFO"]:
+        got = []
+        for sub in self.subs:
+            for _ in range(sub.pending_msgs):  # queued before the fence came
+                got.append(await sub.next_msg(timeout=10))
+        got.sort(key=lambda msg: int(msg.reply.rsplit(".", 1)[1]))
+        for msg in got:
+            if ".STREAM.INFO." in msg.subject:
                 self.seen.append("named" if b"subjects_filter" in msg.data else "info")
-            elif tokens[2:4] == ["CONSUMER", "CREATE"]:
+            else:
                 self.seen.append("create")
         return self.seen
 

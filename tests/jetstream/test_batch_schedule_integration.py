@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
@@ -91,6 +92,58 @@ async def test_the_servers_limit_is_reached_and_not_passed(js: JetStream, atomic
     assert info.value.err_code is None
     assert next(taken) == 1001  # not read past the limit
     assert await _count(js, atomic) == 1000
+
+
+class _Retries(logging.Handler):
+    """Sets ``seen`` at the batch layer's first "trying again" record."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seen = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "trying again" in record.getMessage():
+            self.seen.set()
+
+
+@pytest.fixture
+def retries() -> Iterator[_Retries]:
+    logger = logging.getLogger("aioclients.jetstream.batch")
+    handler, level = _Retries(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@pytest.mark.parametrize("size", [1, 3])
+async def test_a_batch_no_stream_took_is_sent_again_once_one_listens(
+    js: JetStream, unique_name: str, retries: _Retries, size: int
+) -> None:
+    # What a cluster answers for a moment after a stream is created: no responders.
+    # The context's publish retries (ADR-22) apply; widened here so that creating the
+    # stream surely fits between two tries.
+    js._jsapi.acks.retry_attempts, js._jsapi.acks.retry_wait = 20, 0.5
+    batch = [(f"{unique_name}.a", str(i).encode()) for i in range(size)]
+    task = asyncio.ensure_future(js.publish_batch(batch, timeout=30))
+    await asyncio.wait_for(retries.seen.wait(), 10)
+    assert not task.done()
+    await js.create_stream(unique_name, subjects=[f"{unique_name}.>"], allow_atomic=True)
+    ack = await asyncio.wait_for(task, 30)
+    assert (ack.stream, ack.seq, ack.count) == (unique_name, size, size)
+    assert await _count(js, unique_name) == size  # stored once
+
+
+async def test_a_batch_no_stream_takes_fails_after_the_retries(
+    js: JetStream, unique_name: str, retries: _Retries
+) -> None:
+    with pytest.raises(BatchAbortedError, match="no stream stores") as info:
+        await js.publish_batch([(f"{unique_name}.a", b"1"), (f"{unique_name}.a", b"2")])
+    assert info.value.code == 503
+    assert retries.seen.is_set()
 
 
 async def test_a_stream_without_allow_atomic_stores_nothing(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -177,7 +178,7 @@ async def test_direct_get_argument_validation(stream: Stream) -> None:
 
 
 async def test_direct_get_without_allow_direct_is_unavailable(
-    js: JetStream, unique_name: str
+    js: JetStream, unique_name: str, wait_for: WaitFor
 ) -> None:
     plain = await js.create_stream(unique_name, subjects=[f"{unique_name}.>"])
     assert plain.cached_info.config.allow_direct is False
@@ -198,9 +199,16 @@ async def test_direct_get_without_allow_direct_is_unavailable(
         await _seqs(plain.direct_get_last_for([f"{unique_name}.>"]))
     assert time.monotonic() - start < min(2.0, js.timeout)
 
-    # Turning it on makes the same call work.
+    # Turning it on makes the same call work: at once on a server alone; on a cluster
+    # once the replicas' new interest has reached the server the client is on.
     enabled = await js.update_stream(unique_name, allow_direct=True)
-    assert (await enabled.direct_get(1)).data == b"x"
+
+    async def answered() -> bool:
+        with contextlib.suppress(DirectGetUnavailableError):
+            return (await enabled.direct_get(1)).data == b"x"
+        return False
+
+    await wait_for(answered, what="Direct Get to be answered once enabled")
 
 
 # -- headers -------------------------------------------------------------------------------------

@@ -69,6 +69,30 @@ async def test_a_refusing_server_in_a_list_is_skipped(
         await js.account_info()
 
 
+async def test_a_comma_separated_string_names_several_servers(
+    refused_url: str, nats_server: Server
+) -> None:
+    # As nats.go's Connect takes a cluster's seed list: the refusing one is skipped.
+    seeds = f"{refused_url}, {nats_server.url}"
+    async with await connect(seeds, dont_randomize=True) as js:
+        await js.account_info()
+
+
+async def test_every_server_of_a_comma_separated_string_is_named_when_all_refuse(
+    refused_url: str, another_refused_url: str
+) -> None:
+    with pytest.raises(JetStreamConnectError, match="no NATS server at") as info:
+        await connect(f"{refused_url},{another_refused_url}")
+    assert refused_url in str(info.value)
+    assert another_refused_url in str(info.value)
+
+
+@pytest.mark.parametrize("servers", ["", " , ", [","]])
+async def test_a_string_naming_no_server_is_refused_before_connecting(servers: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="servers must be a URL"):
+        await connect(servers)  # type: ignore[arg-type]
+
+
 async def test_your_error_callback_still_hears_the_refusal(refused_url: str) -> None:
     heard: list[Exception] = []
 

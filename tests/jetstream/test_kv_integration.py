@@ -12,7 +12,7 @@ from typing import Any
 import nats
 import pytest
 from nats.aio.msg import Msg as NatsMsg
-from support import PROBE, ApiRequests, Server, until_visible
+from support import PROBE, ApiRequests, Server, server_of, until_visible
 
 from aioclients._errors import InvalidArgumentError
 from aioclients.jetstream import (
@@ -60,6 +60,26 @@ async def test_missing_bucket(js: JetStream, bucket: str) -> None:
         await js.key_value(bucket)
     with pytest.raises(BucketNotFoundError):
         await js.delete_key_value(bucket)
+
+
+async def test_get_reads_through_the_api_when_nobody_answers_direct_get(
+    js: JetStream, kv: KeyValue
+) -> None:
+    # "No responders" to Direct Get while the bucket exists: what a cluster answers for
+    # a moment after the bucket is created (its replicas' interest not known yet to the
+    # server the client is on), or after allow_direct was turned off, as here, where a
+    # server alone says it every time. The value is read through the API instead.
+    first = await kv.put("k", b"1")
+    await kv.put("k", b"2")
+    await js.update_stream(f"KV_{kv.bucket}", allow_direct=False)
+    assert (await kv.get("k")).value == b"2"
+    entry = await kv.get("k", revision=first)
+    assert (entry.value, entry.revision) == (b"1", first)
+    with pytest.raises(KeyNotFoundError):
+        await kv.get("missing")
+    await js.delete_key_value(kv.bucket)
+    with pytest.raises(BucketNotFoundError):
+        await kv.get("k")
 
 
 async def test_put_get_delete_purge(kv: KeyValue) -> None:
@@ -509,7 +529,7 @@ async def test_keys_of_a_bucket_nobody_writes_name_no_subjects(
     the bucket was the start's all along: its consumer's skip list named the keys,
     and the server is not asked to name them (some 100 ms of its CPU per 100,000)."""
     await _past_multi_last(js, kv)
-    spy = await ApiRequests.open(nats_server.url, f"KV_{kv.bucket}")
+    spy = await ApiRequests.open(server_of(js), f"KV_{kv.bucket}")
     try:
         keys = [key async for key in kv.keys()]
         assert await spy.kinds(js) == ["info", "create", "info"]
@@ -526,7 +546,7 @@ async def test_keys_of_a_bucket_above_the_keys_held_name_them_at_once(
     is read, as keys are handed out only after that answer."""
     await _past_multi_last(js, kv)
     monkeypatch.setattr(kv_module, "_KEYS_HELD", 1000)
-    spy = await ApiRequests.open(nats_server.url, f"KV_{kv.bucket}")
+    spy = await ApiRequests.open(server_of(js), f"KV_{kv.bucket}")
     try:
         keys = await _collect(kv.keys())
         assert await spy.kinds(js) == ["info", "create", "named"]
@@ -564,7 +584,7 @@ async def test_keys_start_over_from_the_named_subjects_when_written_to_while_rea
         return oc
 
     monkeypatch.setattr(kv_module, "open_ordered_consumer", opened)
-    spy = await ApiRequests.open(nats_server.url, f"KV_{kv.bucket}")
+    spy = await ApiRequests.open(server_of(js), f"KV_{kv.bucket}")
     try:
         keys = [k async for k in kv.keys()]
         kinds = await spy.kinds(js)

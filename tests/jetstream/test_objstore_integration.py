@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -94,6 +95,60 @@ async def test_stores_are_created_opened_listed_and_deleted(js: JetStream, bucke
 
 
 # -- put and get -------------------------------------------------------------------------------
+
+
+async def test_a_first_chunk_no_stream_took_is_sent_again_once_one_listens(
+    js: JetStream, store: ObjectStore, bucket: str
+) -> None:
+    # What a cluster answers for a moment after the bucket is created: no responders
+    # for its chunks. Here the stream does not take them until the first was refused.
+    tried_again = asyncio.Event()
+
+    class Retries(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "trying again" in record.getMessage():
+                tried_again.set()
+
+    logger = logging.getLogger("aioclients.jetstream.publish")
+    handler, level = Retries(logging.DEBUG), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        stream = f"OBJ_{bucket}"
+        await js.update_stream(stream, subjects=[f"$O.{bucket}.M.>"])
+        js._jsapi.acks.retry_attempts, js._jsapi.acks.retry_wait = 20, 0.5  # room for it
+        data = os.urandom(50_000)
+        task = asyncio.ensure_future(store.put("late", data, chunk_size=10_000))
+        await asyncio.wait_for(tried_again.wait(), 10)
+        assert not task.done()
+        await js.update_stream(stream, subjects=[f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"])
+        info = await asyncio.wait_for(task, 30)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert info.chunks == 5
+    assert await store.get_bytes("late") == data
+    assert await _messages(store) == 6  # each chunk stored once, and the meta
+
+
+async def test_meta_is_read_through_the_api_when_nobody_answers_direct_get(
+    js: JetStream, store: ObjectStore, bucket: str
+) -> None:
+    # "No responders" to Direct Get while the bucket exists: what a cluster answers for
+    # a moment after the bucket is created (its replicas' interest not known yet to the
+    # server the client is on), or after allow_direct was turned off, as here, where a
+    # server alone says it every time. The meta is read through the API instead.
+    await store.put("a", b"x" * 10)
+    await js.update_stream(f"OBJ_{bucket}", allow_direct=False)
+    assert (await store.info("a")).size == 10
+    assert await store.get_bytes("a") == b"x" * 10
+    await store.put("b", b"yy")
+    assert (await store.info("b")).size == 2
+    with pytest.raises(ObjectNotFoundError):
+        await store.info("missing")
+    await js.delete_object_store(bucket)
+    with pytest.raises(BucketNotFoundError):
+        await store.info("a")
 
 
 async def test_bytes_are_put_and_streamed_back_in_chunks(store: ObjectStore) -> None:
