@@ -676,6 +676,47 @@ def test_message_rows_read_same_sized_frames_only() -> None:
     assert F.message_rows(same, 30, 32) is None
 
 
+_attempts_st = st.one_of(
+    st.integers(0, 7), st.integers(250, 260), st.integers(0, 0xFFFF), st.just(0xFFFF)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_attempts_st, min_size=2, max_size=6), _attempts_st)
+def test_message_rows_refuse_a_read_with_attempts_above_the_limit(
+    attempts: list[int], limit: int
+) -> None:
+    """The rows of a read are refused (walked, to give some up) exactly when one
+    of its messages was delivered more than ``max_attempts`` times (0: no limit),
+    high and low bytes of the counts alike."""
+    mids = [b"%016d" % i for i in range(len(attempts))]
+    data = b"".join(msg(m, b"abc", attempts=n) for m, n in zip(mids, attempts, strict=True))
+    rows = [(5, n, m, b"abc") for m, n in zip(mids, attempts, strict=True)]
+    expected = (rows, len(data)) if not limit or max(attempts) <= limit else None
+    assert F.message_rows(data, 30, 1000, limit) == expected
+    assert F.message_rows(data, 30, 1000) == (rows, len(data))
+
+
+def test_message_rows_attempts_at_the_byte_edges() -> None:
+    mids = [b"%016d" % i for i in range(3)]
+    for counts, limit, taken in [
+        ((1, 5, 2), 5, True),
+        ((1, 6, 2), 5, False),
+        ((255, 1, 1), 254, False),
+        ((255, 1, 1), 255, True),
+        ((256, 1, 1), 255, False),
+        ((256, 1, 1), 256, True),
+        ((1, 300, 1), 299, False),
+        ((1, 300, 1), 300, True),
+        ((0xFFFF, 1, 1), 0xFFFE, False),
+        ((0xFFFF, 1, 1), 0xFFFF, True),
+        ((0xFFFF, 1, 1), 0, True),
+    ]:
+        data = b"".join(msg(m, b"abc", attempts=n) for m, n in zip(mids, counts, strict=True))
+        got = F.message_rows(data, 30, 1000, limit)
+        assert (got is not None) is taken, (counts, limit)
+
+
 def test_made_messages_keep_the_decoders_errors() -> None:
     core = _made_core()
     core.make_message = lambda *args: args

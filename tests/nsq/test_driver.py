@@ -509,14 +509,21 @@ async def test_a_refill_rdy_goes_out_with_the_fins_of_its_read(
             assert writes == [b"RDY 4\n" + b"".join(b"FIN %b\n" % m for m in mids[1:])]
 
 
-async def test_a_fin_queues_what_the_cores_fin_if_in_flight_queues() -> None:
-    """The connection's fin (the core's fin_if_in_flight inlined, no call into the
-    core) answers and queues as the core's own call does: in flight or not,
-    delivered again, on a closed connection; over seeded random sequences."""
+async def test_a_fin_queues_what_the_cores_fin_if_in_flight_queues(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The responder's finish (the core's fin_if_in_flight and the connection's
+    answered inlined, no call into either) answers and queues as the core's own
+    call does: in flight or not, delivered again, on a closed connection; over
+    seeded random sequences. The counts and the write it schedules follow."""
     import random
 
+    from aioclients.nsq._io import _connection
     from aioclients.nsq._io._connection import NsqdConnection
+    from aioclients.nsq._message import new_message
     from aioclients.nsq._protocol._connection import ConnectionCore, ConnectionState
+    from aioclients.nsq._protocol._rdy import RdyDistributor
+    from aioclients.nsq._responder import ReaderResponder
 
     class Owner:
         def __getattr__(self, name: str) -> object:
@@ -529,12 +536,20 @@ async def test_a_fin_queues_what_the_cores_fin_if_in_flight_queues() -> None:
         core.rdy_allowance = 100
         return core
 
+    monkeypatch.setattr(_connection, "perf_counter", lambda: 100.0)  # no early write
     mids = [b"%016d" % i for i in range(6)]
     for seed in range(40):
         rng = random.Random(seed)
         conn = NsqdConnection("127.0.0.1:1", subscribed(), Owner())  # type: ignore[arg-type]
-        # the answer to nearly every message makes no call into the core
+        dist = RdyDistributor(100, rng=random.Random(0))
+        dist.add_connection(conn.address, 2500, 0.0)
+        responder = ReaderResponder(
+            dist, lambda updates: None, lambda: 1.0, requeue_delay=1.0, max_requeue_delay=1.0
+        )
+        # the answer to nearly every message makes no call into the core or the
+        # connection
         conn.core.fin_if_in_flight = lambda mid: pytest.fail("a call")  # type: ignore[method-assign]
+        conn.answered = lambda: pytest.fail("a call")  # type: ignore[method-assign]
         reference = subscribed()
         finished = 0
         for _ in range(30):
@@ -546,10 +561,15 @@ async def test_a_fin_queues_what_the_cores_fin_if_in_flight_queues() -> None:
                 data = message_frame(mid, b"x")
                 conn.core.receive_data(data, 1.0)
                 reference.receive_data(data, 1.0)
+                dist.on_message(conn.address, 1.0)
             elif op == "fin":
                 queued = reference.fin_if_in_flight(mid)
-                assert conn.fin(mid) is queued
+                scheduled = conn._flush_scheduled
+                msg = new_message(mid, b"x", 0, 1, conn, responder)
+                assert responder.finish(msg) is None
                 finished += queued is True
+                # a FIN queued makes a write due (at the end of the loop iteration)
+                assert conn._flush_scheduled is (scheduled or queued is True)
             elif (
                 op == "req"
                 and mid in reference.in_flight
@@ -565,7 +585,7 @@ async def test_a_fin_queues_what_the_cores_fin_if_in_flight_queues() -> None:
             assert conn.core.in_flight == reference.in_flight
             assert conn.core.pending_bytes == reference.pending_bytes
         assert conn.core.data_to_send() == reference.data_to_send()
-        assert conn.finished == finished
+        assert conn.finished == responder.finished == finished
 
 
 async def test_a_producer_used_on_another_event_loop_says_so_at_once() -> None:

@@ -22,8 +22,11 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Callable
-from time import perf_counter
-from typing import Any, Final, Protocol
+
+# the early write's clock, exported: ReaderResponder.finish reads it here too (one
+# clock for a test to stand in for)
+from time import perf_counter as perf_counter
+from typing import Any, Protocol
 
 from aioclients._tasks import wait_within
 from aioclients.nsq._errors import NSQConnectError, NSQError
@@ -50,7 +53,6 @@ __all__ = ("ConnectionOwner", "NsqdConnection")
 
 log = logging.getLogger("aioclients.nsq.connection")
 
-_CLOSED: Final = ConnectionState.CLOSED  # a global: no lookup through the enum class
 
 #: Seconds an answer made outside a read may wait for the end of the loop iteration
 #: (where the answers of a batch go out in one write) before it is written early.
@@ -327,34 +329,12 @@ class NsqdConnection(asyncio.Protocol):
             data = self._codec.encode(data)
         transport.write(data)
 
-    def fin(self, message_id: bytes) -> bool | None:
-        """FIN a message delivered here, written like :meth:`answered` says. Returns
-        True when queued; False when the message is not in flight here (answered
-        already, or its id was delivered again and that copy answered); None when
-        the connection is closed or lost (nothing to say on a dead link: nsqd
-        re-delivers the message after its timeout). The answer to nearly every
-        message: :meth:`answered` and the core's ``fin_if_in_flight`` are inlined."""
-        core = self.core
-        if core.state is _CLOSED:  # (lost: the core is CLOSED)
-            return None
-        if core.in_flight.pop(message_id, None) is None:
-            return False
-        core.fins.append(message_id)
-        self.finished += 1
-        if self._flush_scheduled:
-            if perf_counter() - self._flush_since >= EARLY_FLUSH_DELAY:
-                self.flush()
-        else:
-            self._flush_scheduled = True
-            self._flush_since = perf_counter()
-            self._loop.call_soon(self.flush)
-        return True
-
     def answered(self) -> None:
         """An answer (FIN, REQ) was queued in the core outside a read: write it at
         the end of this loop iteration with the others, or now when the first one
         waiting has waited ``EARLY_FLUSH_DELAY`` (an application that works long on
-        the messages it holds lets nsqd refill meanwhile)."""
+        the messages it holds lets nsqd refill meanwhile). A Reader's FIN inlines
+        this (``ReaderResponder.finish``): a change here changes that too."""
         if self._flush_scheduled:
             if perf_counter() - self._flush_since >= EARLY_FLUSH_DELAY:
                 self.flush()

@@ -266,8 +266,7 @@ _HANDSHAKE_STATES = frozenset(
     }
 )
 _HEARTBEAT: Final = b"_heartbeat_"
-_ATTEMPTS: Final = itemgetter(1)  # of a message row: timestamp, attempts, id, body
-_ID: Final = itemgetter(2)
+_ID: Final = itemgetter(2)  # of a message row: timestamp, attempts, id, body
 _CLOSE_WAIT: Final = b"CLOSE_WAIT"
 
 
@@ -544,20 +543,16 @@ class ConnectionCore:
         other = False
         # A read of same-sized messages (the usual one) as rows, in one C pass;
         # the frames after them (or all, when refused) one at a time below.
-        got = F.message_rows(whole, smallest, largest)
+        # (Refused when some are to be given up: one at a time, below.)
+        got = F.message_rows(whole, smallest, largest, self.attempts_limit)
         if got is not None:
             rows, pos = got
-            if max(map(_ATTEMPTS, rows)) <= limit:
-                in_flight.update(zip(map(_ID, rows), repeat(now)))
-                make_many = self.make_messages
-                if make_many is None:
-                    self.received += [
-                        make(i, body, ts, n, with_a, with_b) for ts, n, i, body in rows
-                    ]
-                else:
-                    self.received += make_many(rows, with_a, with_b)
+            in_flight.update(zip(map(_ID, rows), repeat(now)))
+            make_many = self.make_messages
+            if make_many is None:
+                self.received += [make(i, body, ts, n, with_a, with_b) for ts, n, i, body in rows]
             else:
-                pos = 0  # some are to be given up: one at a time, below
+                self.received += make_many(rows, with_a, with_b)
         while end - pos >= 18:
             size, ftype, ts, attempts = unpack(whole, pos)
             if ftype != message or size < smallest or size > largest:

@@ -27,6 +27,7 @@ import json
 import re
 import struct
 from collections.abc import Iterable, Mapping
+from operator import itemgetter
 from typing import Final
 
 from aioclients._errors import InvalidArgumentError
@@ -82,6 +83,11 @@ _MESSAGE_FRAME_HEAD = struct.Struct(">IIqH")
 _MESSAGE_ROW_FORMAT = ">8xqH16s%ds"
 _NAME = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?")
 _U32_MAX: Final = 0xFFFFFFFF
+_U16_MAX: Final = 0xFFFF
+#: The byte values 0 to n, for each n below 255: the low bytes of attempts counts
+#: within a limit of n (deleted with ``translate``, what is left is above it).
+_UP_TO: Final = tuple(bytes(range(n + 1)) for n in range(255))
+_ATTEMPTS: Final = itemgetter(1)  # of a message row: timestamp, attempts, id, body
 
 
 class FrameDecoder:
@@ -420,20 +426,23 @@ def encode_nop() -> bytes:
 
 
 def message_rows(
-    data: bytes, smallest: int, largest: int
+    data: bytes, smallest: int, largest: int, max_attempts: int = 0
 ) -> tuple[list[tuple[int, int, bytes, bytes]], int] | None:
     """The message frames at the start of ``data``, as ``(timestamp, attempts, id,
     body)`` rows, and where they end, when there are at least two whole ones and
     every whole frame that fits in ``data`` at the first one's size is a message
-    frame of that size (the usual read of a consumer of same-sized messages);
-    ``None`` otherwise (walk the frames one at a time).
+    frame of that size (the usual read of a consumer of same-sized messages), none
+    of them delivered more than ``max_attempts`` times (0: no limit); ``None``
+    otherwise (walk the frames one at a time).
 
     ``smallest`` and ``largest``: the sizes a message frame may have (its size
     field, which counts the type, the header and the body). Each of the 8 bytes of
     the frame headers is checked at once for all frames (a strided slice), then
     one ``struct`` pass in C reads the fields of every frame, where a walk takes
     some 15 Python steps per frame. What follows the frames (a frame cut short, a
-    frame of another size or type) is for the walk.
+    frame of another size or type) is for the walk. The attempts are checked the
+    same way: the high bytes counted, the low bytes within the limit deleted
+    (``translate``), where a look at every row costs a call per row.
     """
     if len(data) < 8:
         return None
@@ -450,9 +459,20 @@ def message_rows(
     for k in range(8):
         if data[k:used:stride].count(data[k]) != count:
             return None
+    # attempts: the two bytes after the 8-byte timestamp (big-endian)
+    checked = not max_attempts or max_attempts >= _U16_MAX
+    if not checked:
+        if data[16:used:stride].count(0) == count:  # all below 256
+            if max_attempts < 255 and data[17:used:stride].translate(None, _UP_TO[max_attempts]):
+                return None  # some above the limit: the walk gives them up
+            checked = True
+        elif max_attempts < 256:
+            return None
     rows = list(
         struct.iter_unpack(
             _MESSAGE_ROW_FORMAT % (size - 4 - MESSAGE_HEADER_SIZE), memoryview(data)[:used]
         )
     )
+    if not checked and max(map(_ATTEMPTS, rows)) > max_attempts:
+        return None
     return rows, used
