@@ -11,11 +11,11 @@ the iterator pops it without awaiting and, when the core says the threshold is
 crossed, writes the next pull into the connection's outgoing buffer. No task,
 timer or future per message.
 
-The one background task, the check after a reconnect that the consumer still
-exists, belongs to the stream's :class:`~aioclients._tasks.TaskOwner`: if it
-fails (a bug, never a JetStream error: those it handles), iteration ends with a
-``JetStreamError`` saying so, and ``aclose()`` (and ``async with``) cancels it
-and waits for it to end.
+The one background task, the check that the consumer still exists after a
+reconnect (consume) or a pull answered 503 (fetch), belongs to the stream's
+:class:`~aioclients._tasks.TaskOwner`: if it fails (a bug, never a JetStream
+error: those it handles), iteration ends with a ``JetStreamError`` saying so,
+and ``aclose()`` (and ``async with``) cancels it and waits for it to end.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from aioclients.jetstream._message import Msg, keep_deliveries, keep_run, messag
 from aioclients.jetstream._models import ConsumerInfo
 from aioclients.jetstream._protocol._headers import decode_headers
 from aioclients.jetstream._protocol._pull import (
+    CheckConsumer,
     Disconnected,
     HeartbeatMissed,
     Mode,
@@ -90,6 +91,10 @@ ConsumeEvent = HeartbeatMissed | Pinned | Unpinned | StatusWarning | Disconnecte
 #: deciding at once took a stalled loop for a silent server. The grace lets the read
 #: loop catch up first; a miss is reported that much later.
 _TIMER_GRACE = 0.05
+
+#: The pause before a fetch sends its pull again after a 503 (times the attempt):
+#: a cluster node learns of a consumer just created within moments.
+_NO_RESPONDERS_PAUSE = 0.1
 
 
 class PullTarget(Protocol):
@@ -157,6 +162,7 @@ class _Puller:
         "_draining",
         "_entered",
         "_error",
+        "_exists_after_503",
         "_finished",
         "_graced",
         "_granted",
@@ -240,6 +246,7 @@ class _Puller:
             f"{self._kind} {consumer.stream_name}/{consumer.name}", self._task_failed
         )
         self._reconnects = 0
+        self._exists_after_503 = False  # a fetch's check found the consumer
         # drain(): the buffer may still grow until the UNSUB round trip is done.
         self._draining = False
         self._entered = False  # inside ``async with``
@@ -434,7 +441,16 @@ class _Puller:
             if isinstance(event, PullRequest):
                 self._send_pull(event)
             elif isinstance(event, Terminated):
-                self._fail(_terminal_error(self._consumer, event, self._core.options.max_bytes))
+                self._fail(
+                    _terminal_error(
+                        self._consumer,
+                        event,
+                        self._core.options.max_bytes,
+                        self._exists_after_503,
+                    )
+                )
+            elif isinstance(event, CheckConsumer):
+                self._start_check(event)
             elif isinstance(event, PullEnded):
                 if event.reason == "heartbeat":
                     self._error = NoHeartbeatError(
@@ -551,6 +567,46 @@ class _Puller:
             return
         if self._recovery is None or self._recovery.done():
             self._recovery = self._tasks.start(self._recover(), name="check after reconnect")
+
+    def _start_check(self, event: CheckConsumer) -> None:
+        if self._finished or self._tasks.closed:
+            return
+        # A fetch has no reconnect check, so the check after a 503 takes its slot
+        # (cancelled by _release).
+        self._recovery = self._tasks.start(
+            self._check_consumer(event), name="check after no responders"
+        )
+
+    async def _check_consumer(self, event: CheckConsumer) -> None:
+        """A fetch's pull met no responders before any message: a consumer just
+        created may not be known yet to the node of this connection. Look it up,
+        within the time the pull had left; if it exists, pull again after a short
+        pause (the core decides whether there is time and tries left)."""
+        loop = self._loop
+        assert loop is not None
+        try:
+            left = event.deadline - loop.time()
+            if left <= 0:
+                raise asyncio.TimeoutError
+            await asyncio.wait_for(self._consumer.info(), left)
+        except (ConsumerNotFoundError, StreamNotFoundError):
+            self._exists_after_503 = False  # deleted since an earlier check
+            self._core.terminate(event.code, event.description)
+        except JetStreamClosedError:
+            self.context_closed()
+            return
+        except (AioClientsError, asyncio.TimeoutError) as exc:
+            # Not known to be there either: the 503 stands.
+            log.debug("check of %s after no responders: %r", self._consumer, exc)
+            self._core.terminate(event.code, event.description)
+        else:
+            self._exists_after_503 = True
+            pause = _NO_RESPONDERS_PAUSE * (self._core.no_responder_retries + 1)
+            await asyncio.sleep(min(pause, max(0.0, (event.deadline - loop.time()) / 2)))
+            self._sync()
+            self._core.consumer_exists(loop.time())
+        self._process_events()
+        self._wake()
 
     def context_closed(self) -> None:
         self._fail(JetStreamClosedError("the JetStream context or its connection was closed"))
@@ -1129,7 +1185,7 @@ def _int_header(value: object) -> int | None:
 
 
 def _terminal_error(
-    consumer: PullTarget, event: Terminated, max_bytes: int | None
+    consumer: PullTarget, event: Terminated, max_bytes: int | None, exists: bool = False
 ) -> JetStreamError:
     where = f"{consumer.stream_name}/{consumer.name}"
     if event.code == 409 and event.description.lower().startswith("consumer deleted"):
@@ -1139,6 +1195,12 @@ def _terminal_error(
             f"consumer {where} is a push consumer; pull consumption needs a pull consumer "
             "(no deliver_subject)",
             code=409,
+        )
+    if event.code == 503 and exists:
+        return JetStreamError(
+            f"no responders for pulls on {where} although the consumer exists "
+            "(a cluster node may not know of it yet, or this account may not pull from it)",
+            code=503,
         )
     if event.code == 503:
         return ConsumerDeletedError(

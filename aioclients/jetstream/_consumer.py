@@ -102,6 +102,10 @@ class Consumer:
         Raises:
             NoMessagesError: the pull expired without a message (a ``TimeoutError``).
             ConsumerDeletedError: the consumer was deleted.
+            JetStreamError: pulls answered 503 (no responders) though the consumer
+                exists: it is looked up after a 503 and the pull sent again (twice
+                at most) within ``expires``, as a cluster node may not know of a
+                consumer just created.
             NoHeartbeatError: heartbeats were requested and stopped arriving.
             InvalidArgumentError: bad options, or a pinned_client consumer (use ``consume``).
         """

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from aioclients._errors import InvalidArgumentError, LocalProtocolError
 from aioclients.jetstream._protocol._pull import (
     BYTES_MODE_BATCH,
+    NO_RESPONDERS_RETRIES,
+    CheckConsumer,
     Disconnected,
     HeartbeatMissed,
     Mode,
@@ -692,11 +694,168 @@ def test_fetch_sends_exactly_one_pull(limit: int, actions: list[tuple[str, float
         assert buf.pending_messages >= 0
 
 
-def test_fetch_no_responders_is_terminal() -> None:
-    buf = started(Mode.FETCH, max_messages=5)
+def test_fetch_no_responders_before_any_message_asks_for_a_check() -> None:
+    buf = started(Mode.FETCH, max_messages=5, expires=10)
+    buf.events()
+    assert buf.receive_status(503, "", 1.0) is StatusKind.NO_RESPONDERS
+    assert buf.events() == [CheckConsumer(503, "No Responders", 10.0)]
+    assert buf.state is PullState.ACTIVE
+    assert buf.pending_messages == 0  # the pull is gone
+
+
+def test_fetch_pulls_again_for_the_time_left_when_the_consumer_exists() -> None:
+    buf = started(Mode.FETCH, max_messages=5, expires=10)
     buf.events()
     buf.receive_status(503, "", 1.0)
+    buf.events()
+    buf.consumer_exists(2.5)
+    assert buf.events() == [PullRequest(batch=5, max_bytes=None, expires=7.5, idle_heartbeat=None)]
+    assert buf.pulls == 2
+    assert buf.pending_messages == 5
+    buf.receive_message(10, 3.0)
+    assert buf.received == 1
+    assert buf.state is PullState.ACTIVE
+
+
+def test_fetch_retried_pull_by_bytes_asks_for_all_the_bytes_again() -> None:
+    buf = started(Mode.FETCH, max_bytes=1000, expires=10)
+    buf.events()
+    buf.receive_status(503, "", 1.0)
+    buf.events()
+    buf.consumer_exists(1.0)
+    (pull,) = pulls(buf.events())
+    assert pull.max_bytes == 1000
+    assert pull.expires == 9.0
+    assert buf.pending_bytes == 1000
+
+
+def test_fetch_no_responders_after_the_retries_is_terminal() -> None:
+    buf = started(Mode.FETCH, max_messages=5, expires=10)
+    buf.events()
+    for attempt in range(NO_RESPONDERS_RETRIES):
+        buf.receive_status(503, "", 1.0 + attempt)
+        assert isinstance(buf.events()[0], CheckConsumer)
+        buf.consumer_exists(1.5 + attempt)
+        assert len(pulls(buf.events())) == 1
+    buf.receive_status(503, "", 5.0)
     assert buf.events() == [Terminated(503, "No Responders")]
+    assert buf.state is PullState.DONE
+    assert buf.pulls == 1 + NO_RESPONDERS_RETRIES
+
+
+def test_fetch_check_finding_no_consumer_terminates() -> None:
+    buf = started(Mode.FETCH, max_messages=5, expires=10)
+    buf.events()
+    buf.receive_status(503, "", 1.0)
+    buf.events()
+    buf.terminate(503, "No Responders")
+    assert buf.events() == [Terminated(503, "No Responders")]
+    assert buf.get_timer() is None
+    buf.consumer_exists(2.0)  # a late answer changes nothing
+    assert buf.events() == []
+
+
+@pytest.mark.parametrize(
+    ("options", "at_503", "at_answer"),
+    [
+        ({"expires": 10}, 9.95, None),  # too little left to ask
+        ({"expires": 10, "idle_heartbeat": 2}, 6.5, None),  # the server wants >= 2 * hb
+        ({"expires": 10}, 1.0, 9.95),  # the time ran out during the check
+    ],
+)
+def test_fetch_no_responders_without_time_left_is_terminal(
+    options: dict[str, float], at_503: float, at_answer: float | None
+) -> None:
+    buf = started(Mode.FETCH, max_messages=5, **options)
+    buf.events()
+    buf.receive_status(503, "", at_503)
+    if at_answer is not None:
+        assert isinstance(buf.events()[0], CheckConsumer)
+        buf.consumer_exists(at_answer)
+    assert buf.events() == [Terminated(503, "No Responders")]
+    assert buf.pulls == 1
+
+
+def test_fetch_no_responders_after_a_message_is_terminal() -> None:
+    buf = started(Mode.FETCH, max_messages=5, expires=10)
+    buf.events()
+    buf.receive_message(10, 0.5)
+    buf.receive_status(503, "", 1.0)
+    assert buf.events() == [Terminated(503, "No Responders")]
+
+
+def test_fetch_timeout_during_the_check_ends_it_and_the_answer_is_ignored() -> None:
+    buf = started(Mode.FETCH, max_messages=5, expires=10)
+    buf.events()
+    buf.receive_status(503, "", 1.0)
+    buf.events()
+    assert buf.get_timer() == buf.options.client_timeout  # no heartbeat timer meanwhile
+    buf.handle_timer(buf.options.client_timeout)
+    assert buf.events() == [PullEnded("timeout")]
+    buf.consumer_exists(2.0)
+    assert buf.events() == []
+    assert buf.pulls == 1
+
+
+def test_fetch_a_second_503_during_the_check_is_ignored() -> None:
+    buf = started(Mode.FETCH, max_messages=5, expires=10)
+    buf.events()
+    buf.receive_status(503, "", 1.0)
+    buf.events()
+    buf.receive_status(503, "", 1.1)
+    assert buf.events() == []
+    buf.consumer_exists(1.2)
+    assert len(pulls(buf.events())) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    limit=st.integers(1, 20),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["503", "exists", "gone", "msg", "408", "timer"]),
+            st.floats(0.0, 3.0),
+        ),
+        max_size=25,
+    ),
+)
+def test_fetch_no_responder_retries_stay_within_the_pull_expiry(
+    limit: int, steps: list[tuple[str, float]]
+) -> None:
+    expires = 10.0
+    buf = started(Mode.FETCH, max_messages=limit, expires=expires)
+    (first,) = pulls(buf.events())
+    assert first.expires == expires
+    now = 0.0
+    sent = 1
+    checks = 0
+    for kind, dt in steps:
+        now += dt
+        if kind == "503":
+            buf.receive_status(503, "", now)
+        elif kind == "exists":
+            buf.consumer_exists(now)
+        elif kind == "gone":
+            buf.terminate(503, "No Responders")
+        elif kind == "msg":
+            buf.receive_message(10, now)
+        elif kind == "408":
+            buf.receive_status(408, "Request Timeout", now)
+        else:
+            buf.handle_timer(now)
+        events = buf.events()
+        new = pulls(events)
+        checks += sum(isinstance(e, CheckConsumer) for e in events)
+        for pull in new:
+            # A retry expires no later than the first pull would have.
+            assert 0 < pull.expires <= expires - now + 1e-9
+            assert pull.batch == limit
+        sent += len(new)
+        assert sent <= 1 + checks <= 1 + NO_RESPONDERS_RETRIES + 1
+        assert sent == buf.pulls
+        assert sent <= 1 + NO_RESPONDERS_RETRIES
+        if buf.state is PullState.DONE:
+            assert buf.get_timer() is None
 
 
 def test_consume_no_responders_is_a_warning_for_the_driver_to_check() -> None:

@@ -35,6 +35,12 @@ Statuses (ADR-37 "Status handling", ADR-42 "Client implementation"):
               again without an id
     409 Leadership Change / Server Shutdown: zero the pending counts (the old
               pulls are gone); a fetch just ends
+    503       no responders: consume reports a warning (the driver checks the
+              consumer); a fetch with no message yet asks the driver to check it
+              (``CheckConsumer``): it exists -> ``consumer_exists(now)`` sends the
+              pull again for the time left (at most ``NO_RESPONDERS_RETRIES``
+              times); else the driver ends it. A cluster node may not know yet of a
+              consumer just created, and answers its first pulls so.
 
 Heartbeats: the deadline is ``last activity + 2 * idle_heartbeat``; any
 message (user, status or heartbeat) is activity. Missing it is reported, never
@@ -59,10 +65,12 @@ from aioclients.jetstream._protocol._names import validate_group_name
 
 __all__ = (
     "BYTES_MODE_BATCH",
+    "CheckConsumer",
     "DEFAULT_CONSUME_MAX_MESSAGES",
     "Disconnected",
     "HeartbeatMissed",
     "Mode",
+    "NO_RESPONDERS_RETRIES",
     "PullBuffer",
     "PullEnded",
     "PullOptions",
@@ -87,6 +95,10 @@ DEFAULT_EXPIRES = 30.0
 MIN_EXPIRES = 1.0
 MIN_HEARTBEAT = 0.5
 MAX_HEARTBEAT = 30.0
+#: How many times a fetch sends its pull again after a 503 when the consumer exists.
+NO_RESPONDERS_RETRIES = 2
+#: A retried pull needs at least this long left before the fetch's pull expires.
+MIN_RETRY_EXPIRES = 0.1
 
 
 class Mode(enum.Enum):
@@ -188,6 +200,17 @@ class Terminated:
 
     code: int
     description: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckConsumer:
+    """A fetch's pull was answered 503 (no responders) before any message: the
+    driver looks the consumer up, within ``deadline`` (the pull's expiry, on the
+    core's clock), then calls ``consumer_exists(now)`` or ``terminate(...)``."""
+
+    code: int
+    description: str
+    deadline: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +431,7 @@ Event = (
     | StatusWarning
     | Terminated
     | PullEnded
+    | CheckConsumer
     | Disconnected
     | Reconnected
 )
@@ -417,13 +441,16 @@ class PullBuffer:
     """Pending counts, thresholds, heartbeats and the pin id of one fetch or consume.
 
     Inputs: ``start``, ``receive_message``, ``receive_status``, ``take``,
-    ``drain``, ``stop``, ``disconnected``, ``reconnected``, ``handle_timer``.
+    ``drain``, ``stop``, ``disconnected``, ``reconnected``, ``handle_timer``,
+    ``consumer_exists`` (the answer to ``CheckConsumer``), ``terminate``.
     Outputs: ``events()`` returns (and clears) what the driver must do or
     report, in order; ``take`` returns a pull directly (the hot path).
     """
 
     __slots__ = (
+        "_checking",
         "_events",
+        "_expires_at",
         "_fetch_deadline",
         "_hb_deadline",
         "_last_activity",
@@ -435,6 +462,7 @@ class PullBuffer:
         "delivered",
         "heartbeats_missed",
         "mode",
+        "no_responder_retries",
         "options",
         "pending_bytes",
         "pending_messages",
@@ -466,6 +494,9 @@ class PullBuffer:
         self._last_activity: float | None = None
         self._hb_deadline: float | None = None
         self._fetch_deadline: float | None = None
+        self._expires_at: float | None = None  # a fetch: when its pull expires
+        self._checking = False  # a fetch: waiting for the driver's CheckConsumer answer
+        self.no_responder_retries = 0  # pulls a fetch sent again after a 503
 
     # -- outputs --
 
@@ -503,6 +534,7 @@ class PullBuffer:
         self._last_activity = now
         if self.mode is Mode.FETCH:
             self._fetch_deadline = now + self.options.client_timeout
+            self._expires_at = now + self.options.expires
         pull = self._pull_if_needed(now)
         assert pull is not None  # an empty buffer always has room
         self._events.append(pull)
@@ -609,6 +641,24 @@ class PullBuffer:
             return kind
         if self.mode is Mode.FETCH:
             if kind is StatusKind.NO_RESPONDERS:
+                if self._checking:
+                    return kind  # no pull is out: a stray copy
+                if (
+                    self.received == 0
+                    and self.no_responder_retries < NO_RESPONDERS_RETRIES
+                    and self._retry_expires(now) is not None
+                ):
+                    # Nobody serves the pull. On a cluster, the node may not know
+                    # yet of a consumer just created: the driver checks it exists.
+                    assert self._expires_at is not None
+                    self.pending_messages = 0
+                    self.pending_bytes = 0
+                    self._hb_deadline = None
+                    self._checking = True
+                    self._events.append(
+                        CheckConsumer(code, description or "No Responders", self._expires_at)
+                    )
+                    return kind
                 # Nobody serves the pull: the consumer (or JetStream) is gone.
                 self.state = PullState.DONE
                 self._events.append(Terminated(code, description or "No Responders"))
@@ -733,15 +783,43 @@ class PullBuffer:
             return
         self._queue_pull(now)
 
+    def consumer_exists(self, now: float) -> None:
+        """The driver's answer to ``CheckConsumer``: the consumer exists. The pull
+        goes out again, expiring when the first one would have; with too little
+        time left, the fetch ends with the 503."""
+        if self.state is not PullState.ACTIVE or not self._checking:
+            return
+        self._checking = False
+        expires = self._retry_expires(now)
+        if expires is None:
+            self.state = PullState.DONE
+            self._fetch_deadline = None
+            self._events.append(Terminated(503, "No Responders"))
+            return
+        self.no_responder_retries += 1
+        self._queue_pull(now, expires)
+
     def terminate(self, code: int, description: str) -> None:
         """End with a terminal error found outside the pull inbox (e.g. the
         consumer is gone after a reconnect)."""
         if self.state is not PullState.DONE:
             self.state = PullState.DONE
             self._hb_deadline = None
+            self._fetch_deadline = None
             self._events.append(Terminated(code, description))
 
     # -- internals --
+
+    def _retry_expires(self, now: float) -> float | None:
+        """The expiry of a pull sent again now, or None when too little is left
+        (the server wants at least twice the idle heartbeat)."""
+        if self._expires_at is None:
+            return None
+        left = self._expires_at - now
+        hb = self.options.idle_heartbeat
+        if left < MIN_RETRY_EXPIRES or (hb is not None and left < 2 * hb):
+            return None
+        return left
 
     def _unpin(self) -> None:
         if self.pin_id is not None:
@@ -754,17 +832,17 @@ class PullBuffer:
         self._fetch_deadline = None
         self._events.append(PullEnded(reason))
 
-    def _queue_pull(self, now: float) -> None:
-        pull = self._pull_if_needed(now)
+    def _queue_pull(self, now: float, retry_expires: float | None = None) -> None:
+        pull = self._pull_if_needed(now, retry_expires)
         if pull is not None:
             self._events.append(pull)
 
-    def _pull_if_needed(self, now: float) -> PullRequest | None:
+    def _pull_if_needed(self, now: float, retry_expires: float | None = None) -> PullRequest | None:
         if self.state is not PullState.ACTIVE or not self.connected:
             return None
         opts = self.options
-        if self.mode is Mode.FETCH and self.pulls:
-            return None  # a fetch is exactly one pull
+        if self.mode is Mode.FETCH and self.pulls and retry_expires is None:
+            return None  # a fetch is exactly one pull (sent again only after a 503)
         out_msgs = self.pending_messages + self.buffered_messages
         if opts.max_bytes is None:
             if out_msgs > opts.threshold_messages or out_msgs >= opts.max_messages:
@@ -794,7 +872,7 @@ class PullBuffer:
         return PullRequest(
             batch=batch,
             max_bytes=max_bytes,
-            expires=opts.expires,
+            expires=opts.expires if retry_expires is None else retry_expires,
             idle_heartbeat=opts.idle_heartbeat,
             group=opts.group,
             pin_id=self.pin_id,
