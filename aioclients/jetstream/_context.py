@@ -84,7 +84,12 @@ from aioclients.jetstream._publisher import (
 from aioclients.jetstream._push import PushConsumer, push_consumer_of, upsert_push_consumer
 from aioclients.jetstream._schedule import publish_schedule
 from aioclients.jetstream._stream import Stream
-from aioclients.jetstream._transport import NatsClient, abort_socket, close_connection
+from aioclients.jetstream._transport import (
+    NatsClient,
+    abort_socket,
+    close_connection,
+    close_websocket_session,
+)
 
 __all__ = ("DEFAULT_MAX_PENDING", "ConnectionListener", "JetStream", "connect")
 
@@ -854,6 +859,7 @@ async def connect(
         reason = str(last) or f"{type(last).__name__} (no answer within {deadline:.0f}s)"
         # Bounded: a server that accepted but does not read could hold a plain close.
         await close_connection(nc, 1.0)
+        await close_websocket_session(nc, 1.0)
         where = ", ".join(redact_url(u) for u in urls)
         if isinstance(exc, ConnectionRefusedError):
             raise JetStreamConnectError(

@@ -89,6 +89,7 @@ __all__ = (
     "abort_socket",
     "check_nats_py",
     "close_connection",
+    "close_websocket_session",
     "kick_flusher",
     "nats_py_version",
     "report_fast_path_off",
@@ -1436,6 +1437,23 @@ def abort_socket(nc: NATS) -> None:
     transport = _socket_transport(nc)
     if transport is not None:
         transport.abort()
+
+
+async def close_websocket_session(nc: NATS, bound: float) -> None:
+    """Close the aiohttp session a failed WebSocket connect left open, within ``bound``.
+
+    nats-py before 2.16 keeps it when the first connect fails (its close returns
+    early on a client that never connected): an unclosed session, reported when
+    it is collected. A TCP transport has no session: nothing to do.
+    """
+    session = getattr(getattr(nc, "_transport", None), "_client", None)
+    close = getattr(session, "close", None)
+    if close is None or getattr(session, "closed", True):
+        return
+    try:
+        await asyncio.wait_for(close(), bound)
+    except (OSError, asyncio.TimeoutError) as exc:
+        log.debug("closing the WebSocket session of a failed connect: %r", exc)
 
 
 async def close_connection(nc: NATS, bound: float) -> None:

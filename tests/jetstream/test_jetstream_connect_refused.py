@@ -7,7 +7,9 @@ import logging
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
+import aiohttp
 import pytest
 from support import Server
 
@@ -148,6 +150,25 @@ async def test_the_schemes_nats_py_knows_pass_the_check(url: str) -> None:
     # Checked by connect before anything is opened; these reach the connect (and fail there).
     with pytest.raises(JetStreamConnectError):
         await connect(url.replace("4222", str(_free_port())), timeout=1.0)
+
+
+async def test_a_failed_websocket_connect_leaves_no_session_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # nats-py before 2.16 kept the aiohttp session of a WebSocket connect that failed
+    # (reported as "Unclosed client session" when collected, in some later test).
+    sessions: list[aiohttp.ClientSession] = []
+    made = aiohttp.ClientSession.__init__
+
+    def recording(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        sessions.append(self)
+
+    monkeypatch.setattr(aiohttp.ClientSession, "__init__", recording)
+    with pytest.raises(JetStreamConnectError):
+        await connect(f"ws://127.0.0.1:{_free_port()}", timeout=1.0)
+    assert sessions
+    assert all(session.closed for session in sessions)
 
 
 def _free_port() -> int:
