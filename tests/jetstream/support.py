@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import nats
@@ -190,3 +191,31 @@ async def when_cluster_ready(create: Callable[[], Awaitable[T]], timeout: float 
             if loop.time() > deadline:
                 raise
             await asyncio.sleep(0.2)
+
+
+class RetryLog(logging.Handler):
+    """Counts a logger's "trying again" records; sets ``seen`` at the first."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.count = 0
+        self.seen = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "trying again" in record.getMessage():
+            self.count += 1
+            self.seen.set()
+
+
+@contextlib.contextmanager
+def retry_log(logger_name: str) -> Iterator[RetryLog]:
+    """A :class:`RetryLog` on ``logger_name`` (at DEBUG) while the block runs."""
+    logger = logging.getLogger(logger_name)
+    handler, level = RetryLog(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

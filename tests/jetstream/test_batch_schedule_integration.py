@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from support import Server
+from support import RetryLog, Server, retry_log
 
 from aioclients import InvalidArgumentError
 from aioclients.jetstream import (
@@ -94,34 +93,15 @@ async def test_the_servers_limit_is_reached_and_not_passed(js: JetStream, atomic
     assert await _count(js, atomic) == 1000
 
 
-class _Retries(logging.Handler):
-    """Sets ``seen`` at the batch layer's first "trying again" record."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.seen = asyncio.Event()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "trying again" in record.getMessage():
-            self.seen.set()
-
-
 @pytest.fixture
-def retries() -> Iterator[_Retries]:
-    logger = logging.getLogger("aioclients.jetstream.batch")
-    handler, level = _Retries(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
+def retries() -> Iterator[RetryLog]:
+    with retry_log("aioclients.jetstream.batch") as handler:
         yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 @pytest.mark.parametrize("size", [1, 3])
 async def test_a_batch_no_stream_took_is_sent_again_once_one_listens(
-    js: JetStream, unique_name: str, retries: _Retries, size: int
+    js: JetStream, unique_name: str, retries: RetryLog, size: int
 ) -> None:
     # What a cluster answers for a moment after a stream is created: no responders.
     # The context's publish retries (ADR-22) apply; widened here so that creating the
@@ -138,7 +118,7 @@ async def test_a_batch_no_stream_took_is_sent_again_once_one_listens(
 
 
 async def test_a_batch_no_stream_takes_fails_after_the_retries(
-    js: JetStream, unique_name: str, retries: _Retries
+    js: JetStream, unique_name: str, retries: RetryLog
 ) -> None:
     with pytest.raises(BatchAbortedError, match="no stream stores") as info:
         await js.publish_batch([(f"{unique_name}.a", b"1"), (f"{unique_name}.a", b"2")])

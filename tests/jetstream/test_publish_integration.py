@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import logging
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -13,7 +12,7 @@ from typing import Any
 
 import nats
 import pytest
-from support import Server
+from support import RetryLog, Server, retry_log
 
 from aioclients import AioClientsError, InvalidArgumentError
 from aioclients.jetstream import (
@@ -289,35 +288,14 @@ async def test_max_payload_is_enforced_before_sending(own_server_allowed: None) 
 # -- "no responders" tried again (ADR-22) ------------------------------------------------------
 
 
-class _Retries(logging.Handler):
-    """Counts the publish layer's "trying again" records; sets ``seen`` at the first."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.count = 0
-        self.seen = asyncio.Event()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "trying again" in record.getMessage():
-            self.count += 1
-            self.seen.set()
-
-
 @pytest.fixture
-def retries() -> Iterator[_Retries]:
-    logger = logging.getLogger("aioclients.jetstream.publish")
-    handler, level = _Retries(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
+def retries() -> Iterator[RetryLog]:
+    with retry_log("aioclients.jetstream.publish") as handler:
         yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 async def test_a_publish_no_stream_took_is_sent_again_once_one_listens(
-    js: JetStream, unique_name: str, retries: _Retries
+    js: JetStream, unique_name: str, retries: RetryLog
 ) -> None:
     # What a cluster does for a moment after a stream is created: no responders.
     task = asyncio.ensure_future(
@@ -332,7 +310,7 @@ async def test_a_publish_no_stream_took_is_sent_again_once_one_listens(
 
 
 async def test_no_responders_is_tried_retry_attempts_times_then_raised(
-    js: JetStream, unique_name: str, retries: _Retries
+    js: JetStream, unique_name: str, retries: RetryLog
 ) -> None:
     subject = f"{unique_name}.nobody.stores.this"
     with pytest.raises(NoStreamResponseError):
@@ -375,7 +353,7 @@ async def test_bad_retry_options_are_refused_before_sending(
 
 
 async def test_a_key_value_put_is_sent_again_too(
-    js: JetStream, unique_name: str, retries: _Retries, monkeypatch: pytest.MonkeyPatch
+    js: JetStream, unique_name: str, retries: RetryLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The defaults (twice, 250 ms apart) with more tries: room for a slow stream create.
     monkeypatch.setattr(jetstream_api, "PUBLISH_RETRY_ATTEMPTS", 40)
@@ -390,7 +368,7 @@ async def test_a_key_value_put_is_sent_again_too(
 
 
 async def test_publish_async_sends_again_too_and_keeps_its_slot(
-    js: JetStream, unique_name: str, retries: _Retries
+    js: JetStream, unique_name: str, retries: RetryLog
 ) -> None:
     ctx = JetStream(js.nc, max_pending=1)
     try:
@@ -411,7 +389,7 @@ async def test_publish_async_sends_again_too_and_keeps_its_slot(
 
 
 async def test_publish_async_no_responders_tries_and_bounds(
-    js: JetStream, unique_name: str, retries: _Retries
+    js: JetStream, unique_name: str, retries: RetryLog
 ) -> None:
     subject = f"{unique_name}.nobody.stores.this"
     future = await js.publish_async(subject, b"x", retry_attempts=3, retry_wait=0.01)
@@ -437,7 +415,7 @@ async def test_publish_async_no_responders_tries_and_bounds(
 
 
 async def test_a_close_stops_a_publish_waiting_to_be_sent_again(
-    js: JetStream, unique_name: str, retries: _Retries
+    js: JetStream, unique_name: str, retries: RetryLog
 ) -> None:
     ctx = JetStream(js.nc)
     subject = f"{unique_name}.a"
@@ -452,7 +430,7 @@ async def test_a_close_stops_a_publish_waiting_to_be_sent_again(
 
 
 async def test_object_store_chunks_are_not_sent_again(
-    js: JetStream, unique_name: str, retries: _Retries
+    js: JetStream, unique_name: str, retries: RetryLog
 ) -> None:
     # A resend would store a chunk behind later ones: a put fails instead. The first
     # chunk alone, sent while no other is in flight and acked before the next goes, is
